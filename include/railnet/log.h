@@ -1,0 +1,20 @@
+/* Logging through NCCL's logger.  The logger pointer is set at init (under
+ * the core lock) and read atomically; before init, or from tools that run
+ * without NCCL, messages go to stderr when RAILNET_DEBUG is set. */
+#ifndef RN_LOG_H
+#define RN_LOG_H
+
+#include "nccl/net_common.h"
+
+void rn_log_set(ncclDebugLogger_t logger);
+void rn_log(ncclDebugLogLevel level, unsigned long flags, const char *file, int line,
+            const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+#define RN_WARN(fmt, ...) \
+  rn_log(NCCL_LOG_WARN, NCCL_ALL, __FILE__, __LINE__, "NET/railnet : " fmt, ##__VA_ARGS__)
+#define RN_INFO(flags, fmt, ...) \
+  rn_log(NCCL_LOG_INFO, (flags), __FILE__, __LINE__, "NET/railnet : " fmt, ##__VA_ARGS__)
+#define RN_TRACE(flags, fmt, ...) \
+  rn_log(NCCL_LOG_TRACE, (flags), __FILE__, __LINE__, "NET/railnet : " fmt, ##__VA_ARGS__)
+
+#endif

@@ -1,0 +1,20 @@
+/* Parsed knobs.  rn_params() parses the environment once (under a lock),
+ * echoes every value under NCCL_ENV, and returns a read-only view. */
+#ifndef RN_PARAM_H
+#define RN_PARAM_H
+
+#include <stdint.h>
+
+struct rn_params {
+#define RN_PARAM_INT(field, name, def, lo, hi, doc) int64_t field;
+#define RN_PARAM_STR(field, name, def, fallback, doc) char field[256];
+#include "railnet/params.def"
+#undef RN_PARAM_INT
+#undef RN_PARAM_STR
+};
+
+const struct rn_params *rn_params(void);
+/* Re-read the environment (tests and re-init after a full finalize). */
+void rn_params_reload(void);
+
+#endif

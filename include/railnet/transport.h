@@ -1,0 +1,110 @@
+/* The contract between the core and a transport.  Each transport is one
+ * const table (plugin/transport_tcp.c, plugin/transport_ib.c).  The core
+ * validates every ABI argument before calling in; transports may assume
+ * non-NULL comms of their own kind.  Optional operations point at the
+ * rn_transport_unsupported_* stubs, never NULL. */
+#ifndef RN_TRANSPORT_H
+#define RN_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "nccl/net_common.h"
+
+#define RN_MAX_RAILS 8          /* physical NICs in one virtual device */
+#define RN_MAX_NICS 64          /* physical NICs a transport may report */
+
+enum rn_link { RN_LINK_UNKNOWN = 0, RN_LINK_IB = 1, RN_LINK_ETH = 2 };
+
+/* One physical rail as discovered by a transport.  Owner: the transport's
+ * discovery table, immutable after init. */
+struct rn_nic {
+  char name[64];        /* unique, stable: "mlx5_0", "eth0" */
+  char netdev[32];      /* linked netdev, "" when unknown */
+  char pci_path[256];   /* real /sys/devices/.../DDDD:BB:DD.F, "" if none */
+  char busid[16];       /* "0000:18:00.0", "" if none */
+  uint64_t guid;
+  int port;             /* IB port (1-based); 0 for TCP */
+  int speed_mbps;
+  int ptr_support;      /* NCCL_PTR_* bits the probe proved */
+  int force_flush;
+  enum rn_link link;
+  int max_comms;
+};
+
+/* The handle NCCL carries between ranks.  The core owns the header; the
+ * transport fills payload with its listen addresses. */
+#define RN_HANDLE_MAGIC 0x524e4831u /* "RNH1" */
+#define RN_HANDLE_PAYLOAD 108
+struct rn_handle {
+  uint32_t magic;
+  uint8_t transport;    /* index into the transport list */
+  uint8_t nrails;
+  uint16_t reserved;
+  uint64_t nonce;       /* random per listen; accept admits only this */
+  uint8_t payload[RN_HANDLE_PAYLOAD];
+};
+
+/* Common first member of every transport comm, reached by the core. */
+enum rn_comm_kind { RN_COMM_LISTEN = 1, RN_COMM_SEND = 2, RN_COMM_RECV = 3 };
+#define RN_COMM_MAGIC 0x726e636du /* "rncm" */
+struct rn_comm_base {
+  uint32_t magic;
+  uint8_t kind;         /* enum rn_comm_kind */
+  uint8_t transport;
+  uint16_t reserved;
+  int vdev;
+};
+
+/* Common first member of every transport request. */
+#define RN_REQ_MAGIC 0x726e7271u /* "rnrq" */
+struct rn_req_base {
+  uint32_t magic;       /* RN_REQ_MAGIC while the request is handed out */
+  uint8_t transport;
+};
+
+/* A virtual device's rails, handed to listen/connect. */
+struct rn_rails {
+  int n;
+  const struct rn_nic *nic[RN_MAX_RAILS];
+};
+
+struct rn_transport {
+  const char *name;     /* "socket", "ib" */
+  /* Discover usable NICs.  Zero NICs is success.  Called once under the
+   * core lock; *nics stays valid until fini. */
+  ncclResult_t (*init)(const struct rn_nic **nics, int *n);
+  void (*fini)(void);
+  ncclResult_t (*listen)(const struct rn_rails *r, struct rn_handle *h, void **lcomm);
+  /* Non-blocking.  *state is NULL on the first call for a handle; the
+   * transport parks its progress there.  On completion it sets *scomm and
+   * clears *state; on error it frees *state itself. */
+  ncclResult_t (*connect)(const struct rn_rails *r, const struct rn_handle *h, void **state,
+                          void **scomm);
+  void (*connect_abort)(void *state);
+  ncclResult_t (*accept)(void *lcomm, void **rcomm);
+  ncclResult_t (*reg_mr)(void *comm, void *data, size_t size, int type, void **mh);
+  ncclResult_t (*reg_mr_dmabuf)(void *comm, void *data, size_t size, int type, uint64_t offset,
+                                int fd, void **mh);
+  ncclResult_t (*dereg_mr)(void *comm, void *mh);
+  ncclResult_t (*isend)(void *scomm, void *data, size_t size, int tag, void *mh, void **req);
+  ncclResult_t (*irecv)(void *rcomm, int n, void **data, const size_t *sizes, const int *tags,
+                        void **mhs, void **req);
+  ncclResult_t (*iflush)(void *rcomm, int n, void **data, const int *sizes, void **mhs,
+                         void **req);
+  /* sizes may be NULL; filled only when *done. */
+  ncclResult_t (*test)(void *req, int *done, size_t *sizes);
+  ncclResult_t (*close_send)(void *scomm);
+  ncclResult_t (*close_recv)(void *rcomm);
+  ncclResult_t (*close_listen)(void *lcomm);
+};
+
+/* Defaults for optional operations. */
+ncclResult_t rn_transport_unsupported_reg_mr_dmabuf(void *comm, void *data, size_t size, int type,
+                                                    uint64_t offset, int fd, void **mh);
+ncclResult_t rn_transport_noop_iflush(void *rcomm, int n, void **data, const int *sizes,
+                                      void **mhs, void **req);
+
+extern const struct rn_transport rn_transport_tcp;
+extern const struct rn_transport rn_transport_ib;
+
+#endif
