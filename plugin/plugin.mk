@@ -1,0 +1,2 @@
+# plugin
+PLUGIN_SO := $(BUILD)/libnccl-net-railnet.so

@@ -1,0 +1,15 @@
+# Test programs.  Each area appends to TEST_PROGS (compiled TAP programs)
+# and TEST_SCRIPTS (executable shell scripts that print TAP) in its own
+# tests/<area>/*.mk.  `make test` runs them all under prove, which ends
+# with the pass/fail count.  A test that cannot run here prints
+# "1..0 # SKIP <why>".
+TEST_PROGS :=
+TEST_SCRIPTS :=
+BENCH_PROGS :=
+
+include $(sort $(wildcard tests/*/*.mk))
+
+all: $(BENCH_PROGS)
+
+test: all $(TEST_PROGS)
+	RN_BUILD=$(BUILD) prove -f $(TEST_PROGS) $(TEST_SCRIPTS)
