@@ -49,6 +49,8 @@ struct rn_topo_nic {
   int numa;
   int cpu;
   int gdr;
+  int rdma;           /* 1 when driven through verbs (an RDMA device), 0 netdev only */
+  int port_state;     /* IB port state number (4 = ACTIVE), 0 unknown */
 };
 int rn_topo_ngpus(const struct rn_topo *t);
 int rn_topo_nnics(const struct rn_topo *t);
@@ -59,6 +61,21 @@ int rn_topo_find_nic(const struct rn_topo *t, const char *name, const char *busi
 /* Path type between GPU g and NIC n, with the switch/bridge it goes
  * through written into via (may be NULL). */
 enum rn_path rn_topo_path(const struct rn_topo *t, int g, int n, char *via, size_t vialen);
+
+/* Extensions. */
+/* Number of CPU nodes (packages, or NCCL <cpu> elements). */
+int rn_topo_ncpus(const struct rn_topo *t);
+/* Remarks the loader made about the source (assumptions, skipped parts). */
+int rn_topo_nnotes(const struct rn_topo *t);
+const char *rn_topo_note(const struct rn_topo *t, int i);
+/* Normalises "bb:dd.f" or "dddd:bb:dd.f" (any case) to lowercase
+ * "dddd:bb:dd.f".  0 ok, -1 malformed. */
+int rn_topo_busid_norm(const char *in, char *out, size_t outlen);
+/* Loads and merges several NCCL topology XML files by bus id, as NCCL
+ * merges NCCL_TOPO_FILE with what it discovers: a later file adds devices
+ * under switches named by an earlier one. */
+int rn_topo_load_files(const char *const *paths, int npaths, struct rn_topo **out, char *err,
+                       size_t errlen);
 
 #define RN_PLAN_MAX_RAILS 8
 struct rn_plan_opts {
@@ -101,6 +118,11 @@ struct rn_plan {
   char **notes;           /* plan-level remarks: "no GPUs", "no NICs", ... */
 };
 /* 0 ok; -1 with err on bad options (malformed filter or subset). */
+/* NCCL_IB_HCA-syntax filter test for NICs outside a model: 1 when the NIC
+ * (RDMA name, netdev name, port) passes spec; NULL/"" passes all; a
+ * malformed spec passes nothing. */
+int rn_topo_filter_match(const char *spec, const char *name, const char *netdev, int port);
+
 int rn_plan_build(const struct rn_topo *t, const struct rn_plan_opts *o, struct rn_plan **out,
                   char *err, size_t errlen);
 void rn_plan_free(struct rn_plan *p);

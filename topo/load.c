@@ -1,0 +1,81 @@
+/* Format detection: one entry point for files, dispatching to the loader
+ * for hwloc XML, NCCL topology XML or `nvidia-smi topo -m` text. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "model.h"
+#include "xml.h"
+
+enum rn_fmt { RN_FMT_UNKNOWN, RN_FMT_HWLOC, RN_FMT_NCCL, RN_FMT_SMI };
+
+static enum rn_fmt rn_detect(const char *path, char *err, size_t errlen)
+{
+  char head[4096], root[64];
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    rn_topo_errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    return RN_FMT_UNKNOWN;
+  }
+  size_t n = fread(head, 1, sizeof(head) - 1, f);
+  fclose(f);
+  head[n] = '\0';
+  rn_xml_root_name(head, n, root, sizeof(root));
+  if (strcmp(root, "topology") == 0 || strcmp(root, "root") == 0) return RN_FMT_HWLOC;
+  if (strcmp(root, "system") == 0) return RN_FMT_NCCL;
+  /* nvidia-smi's matrix header starts with a tab (or spaces) then GPU0. */
+  const char *p = head;
+  while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n') p++;
+  if (strncmp(p, "GPU0", 4) == 0 || (strstr(head, "\tGPU0") && strstr(head, "Legend")))
+    return RN_FMT_SMI;
+  if (n == 0)
+    rn_topo_errf(err, errlen, "%s:1: empty file", path);
+  else if (root[0])
+    rn_topo_errf(err, errlen, "%s:1: unknown topology format (XML root <%s>)", path, root);
+  else if (head[0] == '<' || strstr(head, "<?xml"))
+    return RN_FMT_NCCL; /* malformed XML: let the XML reader say where */
+  else
+    rn_topo_errf(err, errlen, "%s:1: unknown topology format (not hwloc XML, NCCL XML or nvidia-smi text)",
+                 path);
+  return RN_FMT_UNKNOWN;
+}
+
+int rn_topo_load_file(const char *path, struct rn_topo **out, char *err, size_t errlen)
+{
+  *out = NULL;
+  if (!path) {
+    rn_topo_errf(err, errlen, "no file name");
+    return -1;
+  }
+  switch (rn_detect(path, err, errlen)) {
+  case RN_FMT_HWLOC:
+    return rn_topo_load_hwloc_xml(path, out, err, errlen);
+  case RN_FMT_NCCL:
+    return rn_topo_load_ncclxml(&path, 1, out, err, errlen);
+  case RN_FMT_SMI:
+    return rn_topo_load_smi(path, out, err, errlen);
+  case RN_FMT_UNKNOWN:
+  default:
+    return -1;
+  }
+}
+
+int rn_topo_load_files(const char *const *paths, int npaths, struct rn_topo **out, char *err,
+                       size_t errlen)
+{
+  *out = NULL;
+  if (!paths || npaths < 1) {
+    rn_topo_errf(err, errlen, "no file name");
+    return -1;
+  }
+  if (npaths == 1) return rn_topo_load_file(paths[0], out, err, errlen);
+  for (int i = 0; i < npaths; i++) {
+    enum rn_fmt f = rn_detect(paths[i], err, errlen);
+    if (f == RN_FMT_UNKNOWN) return -1;
+    if (f != RN_FMT_NCCL) {
+      rn_topo_errf(err, errlen, "%s: only NCCL topology XML files can be merged", paths[i]);
+      return -1;
+    }
+  }
+  return rn_topo_load_ncclxml(paths, npaths, out, err, errlen);
+}

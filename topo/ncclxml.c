@@ -1,0 +1,279 @@
+/* NCCL topology XML (NCCL_TOPO_FILE / NCCL_TOPO_DUMP_FILE) into the model.
+ * Reads the element tree from topo/xml.c; never sees raw XML.  Several
+ * files merge by bus id, the way NCCL lays a topology file over what it
+ * discovers. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+#include "xml.h"
+
+struct rn_nx {
+  struct rn_topo *t;
+  const char *path;
+  char *err;
+  size_t errlen;
+  unsigned char *pending; /* per node: 1 = classless leaf, NIC if nothing claims it */
+  int cappending;
+  int *attached;          /* per node: GPUs/NICs placed on it */
+};
+
+/* Data-direct function of a ConnectX-8 (PCI passthrough, not a switch). */
+#define RN_CLASS_DATA_DIRECT 0x080100u
+
+static int rn_nx_track(struct rn_nx *x)
+{
+  /* Keep the per-node side arrays as long as the node array. */
+  if (x->cappending >= x->t->capnodes) return 0;
+  int cap = x->t->capnodes;
+  unsigned char *p = realloc(x->pending, (size_t)cap);
+  if (!p) return -1;
+  x->pending = p;
+  int *a = realloc(x->attached, (size_t)cap * sizeof(int));
+  if (!a) return -1;
+  x->attached = a;
+  for (int i = x->cappending; i < cap; i++) {
+    x->pending[i] = 0;
+    x->attached[i] = 0;
+  }
+  x->cappending = cap;
+  return 0;
+}
+
+static int rn_nx_oom(struct rn_nx *x)
+{
+  rn_topo_errf(x->err, x->errlen, "%s: out of memory", x->path);
+  return -1;
+}
+
+static int rn_nx_new_node(struct rn_nx *x, int parent, enum rn_node_kind kind, const char *busid,
+                          const struct rn_pci_ids *ids)
+{
+  int n = rn_topo_add_node(x->t, parent, kind, busid, ids);
+  if (n < 0 || rn_nx_track(x)) return rn_nx_oom(x);
+  return n;
+}
+
+static int rn_nx_find_busid(const struct rn_topo *t, const char *busid)
+{
+  for (int i = 1; i < t->nnodes; i++)
+    if (strcmp(t->nodes[i].busid, busid) == 0) return i;
+  return -1;
+}
+
+static unsigned long rn_nx_hex(const char *s, unsigned long dflt)
+{
+  if (!s || !*s) return dflt;
+  char *end;
+  unsigned long v = strtoul(s, &end, 16);
+  return *end == '\0' ? v : dflt;
+}
+
+static long rn_nx_long(const char *s, long dflt)
+{
+  if (!s || !*s) return dflt;
+  char *end;
+  long v = strtol(s, &end, 0);
+  return (*end == '\0' || *end == '.') ? v : dflt;
+}
+
+static int rn_nx_gdr(const char *s) { return s ? rn_nx_long(s, 1) != 0 : 1; }
+
+static int rn_nx_add_net(struct rn_nx *x, int node, const struct rn_xml_node *net, uint32_t cls)
+{
+  struct rn_topo_nic nic;
+  memset(&nic, 0, sizeof(nic));
+  const char *name = net ? rn_xml_attr(net, "name") : NULL;
+  if (name && *name)
+    snprintf(nic.name, sizeof(nic.name), "%s", name);
+  else if (x->t->nodes[node].busid[0])
+    snprintf(nic.name, sizeof(nic.name), "%s", x->t->nodes[node].busid);
+  else
+    snprintf(nic.name, sizeof(nic.name), "nic%d", x->t->nnics);
+  if (net) {
+    long speed = rn_nx_long(rn_xml_attr(net, "speed"), 0);
+    nic.speed_mbps = (speed > 0 && speed < 100000000) ? (int)speed : 0;
+    long port = rn_nx_long(rn_xml_attr(net, "port"), 1);
+    nic.port = (port >= 0 && port < 65536) ? (int)port : 1;
+    nic.guid = (uint64_t)rn_nx_hex(rn_xml_attr(net, "guid"), 0);
+    nic.gdr = rn_nx_gdr(rn_xml_attr(net, "gdr"));
+  } else {
+    nic.port = 1;
+    nic.gdr = 1;
+  }
+  /* 0x0207 is InfiniBand, 0x0200 Ethernet; otherwise unknown. */
+  nic.link = (cls >> 8) == 0x0207 ? 1 : (cls >> 8) == 0x0200 ? 2 : 0;
+  /* NCCL XML lists the network devices NCCL drives: treat them as RDMA. */
+  nic.rdma = 1;
+  if (rn_topo_add_nic(x->t, node, &nic) < 0) return rn_nx_oom(x);
+  x->attached[node]++;
+  return 0;
+}
+
+static int rn_nx_add_nic_elem(struct rn_nx *x, int node, const struct rn_xml_node *nicx, uint32_t cls)
+{
+  int nnet = 0;
+  for (const struct rn_xml_node *c = nicx->child; c; c = c->next) {
+    if (strcmp(c->name, "net") != 0) continue;
+    if (rn_nx_add_net(x, node, c, cls)) return -1;
+    nnet++;
+  }
+  return nnet ? 0 : rn_nx_add_net(x, node, NULL, cls);
+}
+
+static int rn_nx_pci(struct rn_nx *x, const struct rn_xml_node *e, int parent);
+
+static int rn_nx_children(struct rn_nx *x, const struct rn_xml_node *e, int node)
+{
+  for (const struct rn_xml_node *c = e->child; c; c = c->next) {
+    if (strcmp(c->name, "pci") == 0) {
+      if (rn_nx_pci(x, c, node)) return -1;
+    } else if (strcmp(c->name, "nic") == 0 && x->t->nodes[node].kind == RN_NODE_CPU) {
+      /* A NIC with no PCI function (e.g. Azure NCv4's eth0). */
+      if (rn_nx_add_nic_elem(x, node, c, 0)) return -1;
+    }
+  }
+  return 0;
+}
+
+static int rn_nx_pci(struct rn_nx *x, const struct rn_xml_node *e, int parent)
+{
+  char busid[16];
+  const char *b = rn_xml_attr(e, "busid");
+  if (!b) {
+    rn_topo_errf(x->err, x->errlen, "%s:%d: <pci> without busid", x->path, e->line);
+    return -1;
+  }
+  if (rn_topo_busid_norm(b, busid, sizeof(busid))) {
+    rn_topo_errf(x->err, x->errlen, "%s:%d: malformed busid \"%.40s\"", x->path, e->line, b);
+    return -1;
+  }
+  struct rn_pci_ids ids;
+  memset(&ids, 0, sizeof(ids));
+  ids.class_code = (uint32_t)rn_nx_hex(rn_xml_attr(e, "class"), 0) & 0xffffffu;
+  if (rn_xml_attr(e, "vendor") && rn_xml_attr(e, "device")) {
+    ids.has_ids = 1;
+    ids.vendor = (uint16_t)rn_nx_hex(rn_xml_attr(e, "vendor"), 0);
+    ids.device = (uint16_t)rn_nx_hex(rn_xml_attr(e, "device"), 0);
+    ids.subvendor = (uint16_t)rn_nx_hex(rn_xml_attr(e, "subsystem_vendor"), 0);
+    ids.subdevice = (uint16_t)rn_nx_hex(rn_xml_attr(e, "subsystem_device"), 0);
+  }
+  const struct rn_xml_node *gpu = NULL, *nic = NULL;
+  int npci = 0;
+  for (const struct rn_xml_node *c = e->child; c; c = c->next) {
+    if (strcmp(c->name, "gpu") == 0 && !gpu) gpu = c;
+    else if (strcmp(c->name, "nic") == 0 && !nic) nic = c;
+    else if (strcmp(c->name, "pci") == 0) npci++;
+  }
+  uint32_t base = ids.class_code >> 16;
+  int is_gpu = gpu || (!nic && !npci && base == 0x03 && (!ids.has_ids || ids.vendor == 0x10de));
+  int is_nic = !is_gpu && (nic || (!npci && base == 0x02));
+  int passthrough = ids.class_code == RN_CLASS_DATA_DIRECT;
+  int is_switch = !is_gpu && !is_nic && !passthrough &&
+                  (npci || (ids.class_code >> 8) == 0x0604);
+
+  /* Merging: a bus id seen before is the same device (NCCL's rule). */
+  int node = rn_nx_find_busid(x->t, busid);
+  if (node >= 0) {
+    if (ids.class_code || is_gpu || is_nic || npci) x->pending[node] = 0;
+    if (is_switch && x->t->nodes[node].kind == RN_NODE_DEV && !x->attached[node])
+      x->t->nodes[node].kind = RN_NODE_SWITCH;
+    if (!x->t->nodes[node].ids.has_ids && ids.has_ids) x->t->nodes[node].ids = ids;
+  } else {
+    node = rn_nx_new_node(x, parent, is_switch ? RN_NODE_SWITCH : RN_NODE_DEV, busid, &ids);
+    if (node < 0) return -1;
+    if (!ids.class_code && !is_gpu && !is_nic && !npci) x->pending[node] = 1;
+  }
+  if (is_gpu && !x->attached[node]) {
+    if (rn_topo_add_gpu(x->t, node, gpu ? rn_nx_gdr(rn_xml_attr(gpu, "gdr")) : 1) < 0) return rn_nx_oom(x);
+    x->attached[node]++;
+  } else if (is_nic && !x->attached[node]) {
+    if (nic ? rn_nx_add_nic_elem(x, node, nic, ids.class_code) : rn_nx_add_net(x, node, NULL, ids.class_code))
+      return -1;
+  }
+  /* A passthrough function does not count as a switch level: its PCI
+   * children hang off its parent. */
+  return rn_nx_children(x, e, passthrough && npci ? parent : node);
+}
+
+static int rn_nx_system(struct rn_nx *x, const struct rn_xml_node *root)
+{
+  if (strcmp(root->name, "system") != 0) {
+    rn_topo_errf(x->err, x->errlen, "%s:%d: not an NCCL topology: root element <%.40s>, expected <system>",
+                 x->path, root->line, root->name);
+    return -1;
+  }
+  for (const struct rn_xml_node *c = root->child; c; c = c->next) {
+    if (strcmp(c->name, "cpu") != 0) continue;
+    const char *ns = rn_xml_attr(c, "numaid");
+    long numa = rn_nx_long(ns, -1);
+    if (numa < -1 || numa > 1 << 20) numa = -1;
+    const char *hh = rn_xml_attr(c, "host_hash");
+    int cpu = -1;
+    /* The same numaid (and host) in a later file is the same CPU node. */
+    for (int i = 1; i < x->t->nnodes && ns; i++)
+      if (x->t->nodes[i].kind == RN_NODE_CPU && x->t->nodes[i].numa == numa &&
+          strcmp(x->t->nodes[i].busid, hh ? hh : "") == 0)
+        cpu = i;
+    if (cpu < 0) {
+      cpu = rn_topo_add_cpu(x->t, (int)numa);
+      if (cpu < 0 || rn_nx_track(x)) return rn_nx_oom(x);
+      /* host_hash tells two hosts apart in fused dumps (GB300 trays); a CPU
+       * node has no bus id, so the field keeps it for the match above. */
+      if (hh) snprintf(x->t->nodes[cpu].busid, sizeof(x->t->nodes[cpu].busid), "%.15s", hh);
+    }
+    if (rn_nx_children(x, c, cpu)) return -1;
+  }
+  return 0;
+}
+
+int rn_topo_load_ncclxml(const char *const *paths, int npaths, struct rn_topo **out, char *err,
+                         size_t errlen)
+{
+  struct rn_nx x;
+  memset(&x, 0, sizeof(x));
+  x.err = err;
+  x.errlen = errlen;
+  *out = NULL;
+  x.t = rn_topo_alloc("nccl-xml");
+  if (!x.t) {
+    rn_topo_errf(err, errlen, "out of memory");
+    return -1;
+  }
+  if (rn_nx_track(&x)) goto out_oom;
+  for (int f = 0; f < npaths; f++) {
+    struct rn_xml_node *root;
+    x.path = paths[f];
+    if (rn_xml_parse_file(paths[f], &root, err, errlen)) goto out_fail;
+    int rc = rn_nx_system(&x, root);
+    rn_xml_free(root);
+    if (rc) goto out_fail;
+  }
+  /* A <pci> with no class and no children is most likely a NIC: topology
+   * files such as AWS p5's list only the NICs (GPUs come from discovery). */
+  int assumed = 0;
+  for (int i = 1; i < x.t->nnodes; i++) {
+    if (!x.pending[i] || x.attached[i] || x.t->nodes[i].kind != RN_NODE_DEV) continue;
+    int haschild = 0;
+    for (int j = i + 1; j < x.t->nnodes && !haschild; j++) haschild = x.t->nodes[j].parent == i;
+    if (haschild) continue;
+    x.path = paths[npaths - 1];
+    if (rn_nx_add_net(&x, i, NULL, 0)) goto out_fail;
+    assumed++;
+  }
+  if (assumed)
+    rn_topo_add_note(x.t, "%d PCI endpoint(s) without class or children assumed to be NICs", assumed);
+  if (rn_topo_finalize(x.t, err, errlen)) goto out_fail;
+  free(x.pending);
+  free(x.attached);
+  *out = x.t;
+  return 0;
+out_oom:
+  rn_topo_errf(err, errlen, "out of memory");
+out_fail:
+  free(x.pending);
+  free(x.attached);
+  rn_topo_free(x.t);
+  return -1;
+}

@@ -1,0 +1,104 @@
+/* The one sysfs reader (see topo/sysfs.h).  Paths are joined under a root
+ * so a captured tree can stand in for /sys. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "model.h"
+#include "sysfs.h"
+
+const char *rn_sysfs_root(void)
+{
+  const char *r = getenv("RAILNET_FSROOT");
+  return (r && *r) ? r : "/";
+}
+
+static int rn_sysfs_join(const char *root, const char *rel, char *out, size_t len)
+{
+  size_t rl = strlen(root);
+  while (rl > 1 && root[rl - 1] == '/') rl--;
+  while (*rel == '/') rel++;
+  int w = snprintf(out, len, "%.*s/%s", (int)rl, root, rel);
+  return (w < 0 || (size_t)w >= len) ? -1 : 0;
+}
+
+int rn_sysfs_read(const char *root, const char *rel, char *buf, size_t len)
+{
+  char path[1024];
+  if (len == 0 || rn_sysfs_join(root, rel, path, sizeof(path))) return -1;
+  FILE *f = fopen(path, "re");
+  if (!f) return -1;
+  char *ok = fgets(buf, (int)len, f);
+  fclose(f);
+  if (!ok) return -1;
+  buf[strcspn(buf, "\n")] = '\0';
+  return 0;
+}
+
+int rn_sysfs_exists(const char *root, const char *rel)
+{
+  char path[1024];
+  struct stat st;
+  if (rn_sysfs_join(root, rel, path, sizeof(path))) return 0;
+  return stat(path, &st) == 0;
+}
+
+/* "100 Gb/sec (4X EDR)" -> 100000 Mb/s; "2.5 Gb/sec (1X SDR)" -> 2500. */
+static int rn_rate_mbps(const char *s)
+{
+  char *end;
+  double v = strtod(s, &end);
+  if (end == s || v <= 0 || v > 1e6) return 0;
+  return (int)(v * 1000.0 + 0.5);
+}
+
+void rn_sysfs_enrich_nics(struct rn_topo *t, const char *root)
+{
+  char rel[256], buf[128];
+  for (int i = 0; i < t->nnics; i++) {
+    struct rn_topo_nic *n = &t->nics[i].pub;
+    if (n->rdma) {
+      const char *d = n->name;
+      int p = n->port > 0 ? n->port : 1;
+      snprintf(rel, sizeof(rel), "sys/class/infiniband/%s/ports/%d/state", d, p);
+      if (rn_sysfs_read(root, rel, buf, sizeof(buf)) == 0) n->port_state = atoi(buf); /* "4: ACTIVE" */
+      snprintf(rel, sizeof(rel), "sys/class/infiniband/%s/ports/%d/rate", d, p);
+      if (rn_sysfs_read(root, rel, buf, sizeof(buf)) == 0) n->speed_mbps = rn_rate_mbps(buf);
+      snprintf(rel, sizeof(rel), "sys/class/infiniband/%s/ports/%d/link_layer", d, p);
+      if (rn_sysfs_read(root, rel, buf, sizeof(buf)) == 0)
+        n->link = strcmp(buf, "InfiniBand") == 0 ? 1 : strcmp(buf, "Ethernet") == 0 ? 2 : 0;
+      snprintf(rel, sizeof(rel), "sys/class/infiniband/%s/node_guid", d);
+      if (rn_sysfs_read(root, rel, buf, sizeof(buf)) == 0) {
+        uint64_t g = 0;
+        for (const char *c = buf; *c; c++) {
+          int h = (*c >= '0' && *c <= '9') ? *c - '0' : (*c >= 'a' && *c <= 'f') ? *c - 'a' + 10 : -1;
+          if (h >= 0) g = g << 4 | (uint64_t)h;
+        }
+        n->guid = g;
+      }
+    } else if (n->netdev[0]) {
+      snprintf(rel, sizeof(rel), "sys/class/net/%s/speed", n->netdev);
+      if (rn_sysfs_read(root, rel, buf, sizeof(buf)) == 0 && atoi(buf) > 0) n->speed_mbps = atoi(buf);
+      n->link = 2;
+    }
+  }
+}
+
+int rn_sysfs_gdr_probe(const char *root, char *why, size_t len)
+{
+  if (rn_sysfs_exists(root, "sys/module/nvidia_peermem")) {
+    snprintf(why, len, "nvidia_peermem loaded");
+    return 1;
+  }
+  if (rn_sysfs_exists(root, "sys/module/nv_peer_mem")) {
+    snprintf(why, len, "nv_peer_mem loaded");
+    return 1;
+  }
+  /* dma-buf GDR needs a CUDA driver query; the plugin probes it. */
+  if (rn_sysfs_exists(root, "sys/module/nvidia"))
+    snprintf(why, len, "no peermem module; dma-buf not probed here (the plugin checks it)");
+  else
+    snprintf(why, len, "NVIDIA driver not loaded");
+  return 0;
+}

@@ -1,0 +1,212 @@
+/* The one module that touches raw XML: expat events become a small
+ * element/attribute tree (topo/xml.h).  Everything else in topo/ reads that
+ * tree.  Reentrant: all state lives in a per-call context. */
+#include <errno.h>
+#include <expat.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+#include "xml.h"
+
+/* Real topology files nest < 20 deep and hold < 10k elements; the limits
+ * keep fuzzed or hostile input from exhausting the stack or memory. */
+#define RN_XML_MAX_DEPTH 64
+#define RN_XML_MAX_NODES 200000
+#define RN_XML_MAX_BYTES (64u << 20)
+
+struct rn_xml_ctx {
+  XML_Parser p;
+  struct rn_xml_node *root, *cur;
+  int depth, nnodes;
+  char problem[160];
+  int problem_line;
+};
+
+static void rn_xml_fail(struct rn_xml_ctx *c, const char *what)
+{
+  if (!c->problem[0]) {
+    snprintf(c->problem, sizeof(c->problem), "%s", what);
+    c->problem_line = (int)XML_GetCurrentLineNumber(c->p);
+  }
+  XML_StopParser(c->p, XML_FALSE);
+}
+
+static void XMLCALL rn_xml_start(void *ud, const XML_Char *name, const XML_Char **atts)
+{
+  struct rn_xml_ctx *c = ud;
+  int na = 0;
+  if (c->depth >= RN_XML_MAX_DEPTH) return rn_xml_fail(c, "elements nested too deeply");
+  if (c->nnodes >= RN_XML_MAX_NODES) return rn_xml_fail(c, "too many elements");
+  if (!c->cur && c->root) return rn_xml_fail(c, "more than one root element");
+  while (atts[na]) na++;
+  struct rn_xml_node *n = calloc(1, sizeof(*n));
+  if (!n) return rn_xml_fail(c, "out of memory");
+  n->line = (int)XML_GetCurrentLineNumber(c->p);
+  n->name = strdup(name);
+  n->attrs = calloc((size_t)na + 1, sizeof(char *));
+  int oom = !n->name || !n->attrs;
+  for (int i = 0; !oom && i < na; i++) {
+    n->attrs[i] = strdup(atts[i]);
+    oom = !n->attrs[i];
+  }
+  n->nattrs = na / 2;
+  /* Link first so rn_xml_free reclaims a partially built node. */
+  n->parent = c->cur;
+  if (!c->cur) {
+    c->root = n;
+  } else {
+    if (c->cur->last_child) c->cur->last_child->next = n;
+    else c->cur->child = n;
+    c->cur->last_child = n;
+  }
+  c->nnodes++;
+  if (oom) return rn_xml_fail(c, "out of memory");
+  c->cur = n;
+  c->depth++;
+}
+
+static void XMLCALL rn_xml_end(void *ud, const XML_Char *name)
+{
+  struct rn_xml_ctx *c = ud;
+  (void)name; /* expat itself rejects mismatched end tags */
+  if (c->cur) c->cur = c->cur->parent;
+  c->depth--;
+}
+
+void rn_xml_free(struct rn_xml_node *root)
+{
+  /* Iterative post-order walk: no recursion on untrusted depth. */
+  struct rn_xml_node *n = root;
+  while (n) {
+    if (n->child) {
+      n = n->child;
+      continue;
+    }
+    struct rn_xml_node *next = n->next, *parent = n->parent;
+    int last = n == root;
+    for (int i = 0; n->attrs && n->attrs[i]; i++) free(n->attrs[i]);
+    free(n->attrs);
+    free(n->name);
+    if (parent) parent->child = next;
+    free(n);
+    if (last) break;
+    n = next ? next : parent;
+  }
+}
+
+const char *rn_xml_attr(const struct rn_xml_node *n, const char *name)
+{
+  for (int i = 0; i < n->nattrs; i++)
+    if (strcmp(n->attrs[2 * i], name) == 0) return n->attrs[2 * i + 1];
+  return NULL;
+}
+
+int rn_xml_parse_buf(const char *buf, size_t len, const char *name, struct rn_xml_node **root,
+                     char *err, size_t errlen)
+{
+  struct rn_xml_ctx c;
+  memset(&c, 0, sizeof(c));
+  *root = NULL;
+  if (len > RN_XML_MAX_BYTES) {
+    rn_topo_errf(err, errlen, "%s: file too large (%zu bytes)", name, len);
+    return -1;
+  }
+  c.p = XML_ParserCreate(NULL);
+  if (!c.p) {
+    rn_topo_errf(err, errlen, "%s: out of memory", name);
+    return -1;
+  }
+  XML_SetUserData(c.p, &c);
+  XML_SetElementHandler(c.p, rn_xml_start, rn_xml_end);
+  /* Never fetch external entities or DTDs (the default, made explicit). */
+  XML_SetParamEntityParsing(c.p, XML_PARAM_ENTITY_PARSING_NEVER);
+  enum XML_Status st = XML_Parse(c.p, buf, (int)len, XML_TRUE);
+  int rc = 0;
+  if (st != XML_STATUS_OK || c.problem[0]) {
+    if (c.problem[0])
+      rn_topo_errf(err, errlen, "%s:%d: %s", name, c.problem_line, c.problem);
+    else
+      rn_topo_errf(err, errlen, "%s:%lu: malformed XML: %s", name,
+                   (unsigned long)XML_GetCurrentLineNumber(c.p), XML_ErrorString(XML_GetErrorCode(c.p)));
+    rc = -1;
+  } else if (!c.root) {
+    rn_topo_errf(err, errlen, "%s:1: no XML element", name);
+    rc = -1;
+  }
+  XML_ParserFree(c.p);
+  if (rc) {
+    rn_xml_free(c.root);
+    return -1;
+  }
+  *root = c.root;
+  return 0;
+}
+
+int rn_xml_parse_file(const char *path, struct rn_xml_node **root, char *err, size_t errlen)
+{
+  FILE *f = fopen(path, "rb");
+  char *buf = NULL;
+  size_t len = 0, cap = 0;
+  int rc = -1;
+  *root = NULL;
+  if (!f) {
+    rn_topo_errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    return -1;
+  }
+  for (;;) {
+    if (cap - len < 65536) {
+      if (cap >= RN_XML_MAX_BYTES) {
+        rn_topo_errf(err, errlen, "%s: file too large", path);
+        goto out_free_buf;
+      }
+      char *nb = realloc(buf, cap + 65536);
+      if (!nb) {
+        rn_topo_errf(err, errlen, "%s: out of memory", path);
+        goto out_free_buf;
+      }
+      buf = nb;
+      cap += 65536;
+    }
+    size_t r = fread(buf + len, 1, cap - len, f);
+    len += r;
+    if (r == 0) break;
+  }
+  if (ferror(f)) {
+    rn_topo_errf(err, errlen, "%s: read error", path);
+    goto out_free_buf;
+  }
+  rc = rn_xml_parse_buf(buf, len, path, root, err, errlen);
+out_free_buf:
+  free(buf);
+  fclose(f);
+  return rc;
+}
+
+struct rn_xml_peek {
+  XML_Parser p;
+  char *out;
+  size_t outlen;
+};
+
+static void XMLCALL rn_xml_peek_start(void *ud, const XML_Char *name, const XML_Char **atts)
+{
+  struct rn_xml_peek *k = ud;
+  (void)atts;
+  snprintf(k->out, k->outlen, "%s", name);
+  XML_StopParser(k->p, XML_FALSE);
+}
+
+void rn_xml_root_name(const char *buf, size_t len, char *out, size_t outlen)
+{
+  struct rn_xml_peek k = {XML_ParserCreate(NULL), out, outlen};
+  out[0] = '\0';
+  if (!k.p) return;
+  XML_SetUserData(k.p, &k);
+  XML_SetElementHandler(k.p, rn_xml_peek_start, NULL);
+  XML_SetParamEntityParsing(k.p, XML_PARAM_ENTITY_PARSING_NEVER);
+  /* A prefix: not final, so a cut-off document is not an error here. */
+  (void)XML_Parse(k.p, buf, (int)len, XML_FALSE);
+  XML_ParserFree(k.p);
+}
