@@ -1,0 +1,331 @@
+/* A version-neutral view of the plugin ABI (v8..v11), loaded the way NCCL
+ * loads it, and the capturing logger handed to init. */
+#include "rn_test.h"
+
+#include <dlfcn.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---- logger ------------------------------------------------------------ */
+#define LOG_KEEP 64
+static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+static int log_nwarn;
+static char log_warn[LOG_KEEP][512];
+static int log_head;  /* next slot */
+static int log_kept;  /* since reset */
+
+void rn_logger(ncclDebugLogLevel level, unsigned long flags, const char *file, int line,
+               const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  static int verbose = -1;
+  if (verbose < 0) verbose = (int)rn_env_long("RN_CONF_VERBOSE", 0);
+  if (level == NCCL_LOG_WARN) {
+    pthread_mutex_lock(&log_mu);
+    log_nwarn++;
+    snprintf(log_warn[log_head], sizeof log_warn[0], "%s", msg);
+    log_head = (log_head + 1) % LOG_KEEP;
+    if (log_kept < LOG_KEEP) log_kept++;
+    pthread_mutex_unlock(&log_mu);
+  }
+  if (verbose > 0 || (verbose == 0 && level == NCCL_LOG_WARN && rn_env_long("RN_CONF_SHOW_WARN", 0))) {
+    char host[64] = "";
+    gethostname(host, sizeof host - 1);
+    const char *lv = level == NCCL_LOG_WARN    ? "WARN"
+                     : level == NCCL_LOG_INFO  ? "INFO"
+                     : level == NCCL_LOG_TRACE ? "TRACE"
+                     : level == NCCL_LOG_ABORT ? "ABORT"
+                                               : "VERSION";
+    if (level == NCCL_LOG_TRACE && verbose < 2) return;
+    char line_buf[800];
+    int n = snprintf(line_buf, sizeof line_buf, "%s:%d:%d [0] NCCL %s %s%s%s%s\n", host,
+                     (int)getpid(), (int)gettid(), lv, msg,
+                     (level == NCCL_LOG_WARN && file) ? " (" : "",
+                     (level == NCCL_LOG_WARN && file) ? file : "",
+                     (level == NCCL_LOG_WARN && file) ? ")" : "");
+    (void)flags;
+    (void)line;
+    if (n > 0) {
+      ssize_t w = write(2, line_buf, (size_t)n < sizeof line_buf ? (size_t)n : sizeof line_buf - 1);
+      (void)w;
+    }
+  }
+}
+
+int rn_log_warns(void) {
+  pthread_mutex_lock(&log_mu);
+  int n = log_nwarn;
+  pthread_mutex_unlock(&log_mu);
+  return n;
+}
+
+int rn_log_has_warn(const char *needle1, const char *needle2) {
+  int found = 0;
+  pthread_mutex_lock(&log_mu);
+  for (int i = 0; i < log_kept && !found; i++) {
+    const char *m = log_warn[(log_head - 1 - i + LOG_KEEP) % LOG_KEEP];
+    if ((needle1 == NULL || strstr(m, needle1)) && (needle2 == NULL || strstr(m, needle2)))
+      found = 1;
+  }
+  pthread_mutex_unlock(&log_mu);
+  return found;
+}
+
+const char *rn_log_last_warn(void) {
+  static __thread char copy[512];
+  pthread_mutex_lock(&log_mu);
+  if (log_kept == 0)
+    copy[0] = '\0';
+  else
+    snprintf(copy, sizeof copy, "%s", log_warn[(log_head - 1 + LOG_KEEP) % LOG_KEEP]);
+  pthread_mutex_unlock(&log_mu);
+  return copy;
+}
+
+void rn_log_reset(void) {
+  pthread_mutex_lock(&log_mu);
+  log_kept = 0;
+  pthread_mutex_unlock(&log_mu);
+}
+
+/* ---- loading ---------------------------------------------------------- */
+int rn_parse_version(const char *s) {
+  if (s == NULL) return 0;
+  if (*s == 'v' || *s == 'V') s++;
+  int v = atoi(s);
+  return (v >= 8 && v <= 11) ? v : 0;
+}
+
+int rn_net_open(struct rn_net *n, int version, char *err, size_t errlen) {
+  memset(n, 0, sizeof *n);
+  n->version = version;
+  const char *path = rn_plugin_path();
+  n->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (n->dl == NULL) {
+    snprintf(err, errlen, "dlopen(%s): %s", path, dlerror());
+    return -1;
+  }
+  char sym[32];
+  snprintf(sym, sizeof sym, "ncclNetPlugin_v%d", version);
+  void *t = dlsym(n->dl, sym);
+  if (t == NULL) {
+    snprintf(err, errlen, "dlsym(%s) in %s: not exported", sym, path);
+    dlclose(n->dl);
+    n->dl = NULL;
+    return -1;
+  }
+  n->t.v8 = t;
+  n->name = n->t.v8->name; /* name is the first member in every version */
+  return 0;
+}
+
+void rn_net_close(struct rn_net *n) {
+  if (n->dl) dlclose(n->dl);
+  n->dl = NULL;
+}
+
+static ncclResult_t rn_profiler_stub(void **eHandle, int type, void *pHandle, int64_t pluginId,
+                                     void *extData) {
+  (void)type;
+  (void)pHandle;
+  (void)pluginId;
+  (void)extData;
+  if (eHandle) *eHandle = NULL;
+  return ncclSuccess;
+}
+
+ncclResult_t rn_net_init(struct rn_net *n) {
+  ncclResult_t r;
+  static uint64_t comm_id = 0x1234;
+  switch (n->version) {
+  case 8: r = n->t.v8->init(rn_logger); break;
+  case 9: r = n->t.v9->init(rn_logger); break;
+  case 10: r = n->t.v10->init(rn_logger, rn_profiler_stub); break;
+  default: {
+    ncclNetCommConfig_v11_t cfg = {NCCL_NET_TRAFFIC_CLASS_UNDEF};
+    n->ctx = NULL;
+    r = n->t.v11->init(&n->ctx, __atomic_add_fetch(&comm_id, 1, __ATOMIC_RELAXED), &cfg,
+                       rn_logger, rn_profiler_stub);
+  }
+  }
+  if (r == ncclSuccess) n->inited = 1;
+  return r;
+}
+
+ncclResult_t rn_net_finalize(struct rn_net *n) {
+  if (n->version != 11) return ncclSuccess;
+  ncclResult_t r = n->t.v11->finalize(n->ctx);
+  n->ctx = NULL;
+  n->inited = 0;
+  return r;
+}
+
+ncclResult_t rn_net_devices(struct rn_net *n, int *ndev) {
+  return n->t.v8->devices(ndev); /* same slot and type in every version */
+}
+
+ncclResult_t rn_net_props(struct rn_net *n, int dev, struct rn_props *p) {
+  ncclResult_t r;
+  memset(p, 0, sizeof *p);
+  p->vndevs = 1;
+  p->vdev0 = dev;
+  if (n->version == 8) {
+    ncclNetProperties_v8_t q;
+    memset(&q, 0, sizeof q);
+    r = n->t.v8->getProperties(dev, &q);
+    p->name = q.name, p->pci_path = q.pciPath, p->guid = q.guid, p->ptr_support = q.ptrSupport;
+    p->reg_is_global = q.regIsGlobal, p->speed = q.speed, p->port = q.port;
+    p->latency = q.latency, p->max_comms = q.maxComms, p->max_recvs = q.maxRecvs;
+    p->dev_type = q.netDeviceType, p->dev_version = q.netDeviceVersion;
+    return r;
+  }
+  if (n->version == 9 || n->version == 10) {
+    ncclNetProperties_v9_t q;
+    memset(&q, 0, sizeof q);
+    r = n->version == 9 ? n->t.v9->getProperties(dev, &q) : n->t.v10->getProperties(dev, &q);
+    p->name = q.name, p->pci_path = q.pciPath, p->guid = q.guid, p->ptr_support = q.ptrSupport;
+    p->reg_is_global = q.regIsGlobal, p->force_flush = q.forceFlush, p->speed = q.speed;
+    p->port = q.port, p->latency = q.latency, p->max_comms = q.maxComms;
+    p->max_recvs = q.maxRecvs, p->dev_type = q.netDeviceType, p->dev_version = q.netDeviceVersion;
+    p->vndevs = q.vProps.ndevs, p->vdev0 = q.vProps.devs[0];
+    p->max_p2p_bytes = q.maxP2pBytes, p->max_coll_bytes = q.maxCollBytes;
+    return r;
+  }
+  ncclNetProperties_v11_t q;
+  memset(&q, 0, sizeof q);
+  r = n->t.v11->getProperties(dev, &q);
+  p->name = q.name, p->pci_path = q.pciPath, p->guid = q.guid, p->ptr_support = q.ptrSupport;
+  p->reg_is_global = q.regIsGlobal, p->force_flush = q.forceFlush, p->speed = q.speed;
+  p->port = q.port, p->latency = q.latency, p->max_comms = q.maxComms;
+  p->max_recvs = q.maxRecvs, p->dev_type = q.netDeviceType, p->dev_version = q.netDeviceVersion;
+  p->vndevs = q.vProps.ndevs, p->vdev0 = q.vProps.devs[0];
+  p->max_p2p_bytes = q.maxP2pBytes, p->max_coll_bytes = q.maxCollBytes;
+  p->max_multi_request_size = q.maxMultiRequestSize;
+  return r;
+}
+
+ncclResult_t rn_net_listen(struct rn_net *n, int dev, void *handle, void **lcomm) {
+  if (n->version == 11) return n->t.v11->listen(n->ctx, dev, handle, lcomm);
+  return n->t.v8->listen(dev, handle, lcomm); /* same slot v8..v10 */
+}
+
+ncclResult_t rn_net_connect(struct rn_net *n, int dev, void *handle, void **scomm) {
+  ncclNetDeviceHandle_t *dh = NULL;
+  switch (n->version) {
+  case 8: return n->t.v8->connect(dev, handle, scomm, &dh);
+  case 9: return n->t.v9->connect(dev, handle, scomm, &dh);
+  case 10: {
+    ncclNetCommConfig_v10_t cfg = {NCCL_NET_TRAFFIC_CLASS_UNDEF};
+    return n->t.v10->connect(dev, &cfg, handle, scomm, &dh);
+  }
+  default: return n->t.v11->connect(n->ctx, dev, handle, scomm, &dh);
+  }
+}
+
+ncclResult_t rn_net_accept(struct rn_net *n, void *lcomm, void **rcomm) {
+  ncclNetDeviceHandle_t *dh = NULL;
+  return n->t.v8->accept(lcomm, rcomm, &dh); /* same slot and type */
+}
+
+/* regMr..deregMr: same slots and types in every version.  The structs
+ * diverge only after deregMr (isend), and only in isend/irecv types. */
+ncclResult_t rn_net_regmr(struct rn_net *n, void *comm, void *data, size_t size, int type,
+                          void **mh) {
+  return n->t.v8->regMr(comm, data, size, type, mh);
+}
+
+ncclResult_t rn_net_deregmr(struct rn_net *n, void *comm, void *mh) {
+  return n->t.v8->deregMr(comm, mh);
+}
+
+ncclResult_t rn_net_isend(struct rn_net *n, void *scomm, void *data, size_t size, int tag,
+                          void *mh, void **req) {
+  switch (n->version) {
+  case 8:
+    if (size > INT_MAX) return ncclInvalidArgument; /* the harness's own limit */
+    return n->t.v8->isend(scomm, data, (int)size, tag, mh, req);
+  case 9: return n->t.v9->isend(scomm, data, size, tag, mh, req);
+  case 10: return n->t.v10->isend(scomm, data, size, tag, mh, NULL, req);
+  default: return n->t.v11->isend(scomm, data, size, tag, mh, NULL, req);
+  }
+}
+
+#define RN_MAX_IRECV 64
+ncclResult_t rn_net_irecv(struct rn_net *n, void *rcomm, int cnt, void **data,
+                          const size_t *sizes, const int *tags, void **mhs, void **req) {
+  int isz[RN_MAX_IRECV];
+  size_t ssz[RN_MAX_IRECV];
+  int tg[RN_MAX_IRECV];
+  int m = cnt < 0 ? 0 : (cnt > RN_MAX_IRECV ? RN_MAX_IRECV : cnt);
+  for (int i = 0; i < m; i++) {
+    if (sizes[i] > INT_MAX && n->version == 8) return ncclInvalidArgument;
+    isz[i] = (int)sizes[i];
+    ssz[i] = sizes[i];
+    tg[i] = tags[i];
+  }
+  void *ph[RN_MAX_IRECV] = {0};
+  switch (n->version) {
+  case 8: return n->t.v8->irecv(rcomm, cnt, data, isz, tg, mhs, req);
+  case 9: return n->t.v9->irecv(rcomm, cnt, data, ssz, tg, mhs, req);
+  case 10: return n->t.v10->irecv(rcomm, cnt, data, ssz, tg, mhs, ph, req);
+  default: return n->t.v11->irecv(rcomm, cnt, data, ssz, tg, mhs, ph, req);
+  }
+}
+
+ncclResult_t rn_net_test(struct rn_net *n, void *req, int *done, int *sizes) {
+  switch (n->version) {
+  case 8: return n->t.v8->test(req, done, sizes);
+  case 9: return n->t.v9->test(req, done, sizes);
+  case 10: return n->t.v10->test(req, done, sizes);
+  default: return n->t.v11->test(req, done, sizes);
+  }
+}
+
+ncclResult_t rn_net_close_send(struct rn_net *n, void *c) {
+  switch (n->version) {
+  case 8: return n->t.v8->closeSend(c);
+  case 9: return n->t.v9->closeSend(c);
+  case 10: return n->t.v10->closeSend(c);
+  default: return n->t.v11->closeSend(c);
+  }
+}
+
+ncclResult_t rn_net_close_recv(struct rn_net *n, void *c) {
+  switch (n->version) {
+  case 8: return n->t.v8->closeRecv(c);
+  case 9: return n->t.v9->closeRecv(c);
+  case 10: return n->t.v10->closeRecv(c);
+  default: return n->t.v11->closeRecv(c);
+  }
+}
+
+ncclResult_t rn_net_close_listen(struct rn_net *n, void *c) {
+  switch (n->version) {
+  case 8: return n->t.v8->closeListen(c);
+  case 9: return n->t.v9->closeListen(c);
+  case 10: return n->t.v10->closeListen(c);
+  default: return n->t.v11->closeListen(c);
+  }
+}
+
+const char *rn_result_str(ncclResult_t r) {
+  switch (r) {
+  case ncclSuccess: return "ncclSuccess";
+  case ncclUnhandledCudaError: return "ncclUnhandledCudaError";
+  case ncclSystemError: return "ncclSystemError";
+  case ncclInternalError: return "ncclInternalError";
+  case ncclInvalidArgument: return "ncclInvalidArgument";
+  case ncclInvalidUsage: return "ncclInvalidUsage";
+  case ncclRemoteError: return "ncclRemoteError";
+  case ncclInProgress: return "ncclInProgress";
+  default: return "ncclResult(?)";
+  }
+}

@@ -1,0 +1,381 @@
+/* The two-process runner: a receiver and a sender child, each loading the
+ * plugin itself after applying its own environment, connected through
+ * pipes for the handle exchange and barriers. */
+#include "rn_test.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+int peer_fail(struct rn_peer *p, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(p->why, sizeof p->why, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+static int write_full(int fd, const void *buf, size_t len) {
+  const char *b = buf;
+  while (len > 0) {
+    ssize_t w = write(fd, b, len);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return -1;
+    }
+    b += w;
+    len -= (size_t)w;
+  }
+  return 0;
+}
+
+static int read_full(int fd, void *buf, size_t len, double timeout_s) {
+  char *b = buf;
+  double end = now_s() + timeout_s;
+  while (len > 0) {
+    double left = end - now_s();
+    if (left <= 0) return -1;
+    struct pollfd pfd = {fd, POLLIN, 0};
+    int r = poll(&pfd, 1, (int)(left * 1000) + 1);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) continue;
+    ssize_t n = read(fd, b, len);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return -1;
+    b += n;
+    len -= (size_t)n;
+  }
+  return 0;
+}
+
+int peer_write(struct rn_peer *p, const void *buf, size_t len) {
+  return write_full(p->to_peer, buf, len);
+}
+
+int peer_read(struct rn_peer *p, void *buf, size_t len, double timeout_s) {
+  return read_full(p->from_peer, buf, len, timeout_s);
+}
+
+int peer_sync(struct rn_peer *p, double timeout_s) {
+  char c = 's';
+  if (peer_write(p, &c, 1) != 0) return -1;
+  return peer_read(p, &c, 1, timeout_s);
+}
+
+int peer_connect(struct rn_peer *p, int n, void **comms, void **lcomms, double timeout_s) {
+  char (*handles)[NCCL_NET_HANDLE_MAXSIZE] = calloc((size_t)n, NCCL_NET_HANDLE_MAXSIZE);
+  void **lc = calloc((size_t)n, sizeof(void *));
+  int rc = -1;
+  if (handles == NULL || lc == NULL) {
+    peer_fail(p, "out of memory");
+    goto out;
+  }
+  for (int i = 0; i < n; i++) comms[i] = NULL;
+  if (p->role == RN_RECEIVER) {
+    for (int i = 0; i < n; i++) {
+      ncclResult_t r = rn_net_listen(&p->net, p->dev, handles[i], &lc[i]);
+      if (r != ncclSuccess || lc[i] == NULL) {
+        peer_fail(p, "listen(dev %d) #%d: %s, listenComm %p", p->dev, i, rn_result_str(r), lc[i]);
+        goto out;
+      }
+    }
+    if (peer_write(p, handles, (size_t)n * NCCL_NET_HANDLE_MAXSIZE) != 0) {
+      peer_fail(p, "handle pipe write failed");
+      goto out;
+    }
+  } else {
+    if (peer_read(p, handles, (size_t)n * NCCL_NET_HANDLE_MAXSIZE, timeout_s) != 0) {
+      peer_fail(p, "no handle from the receiver within %.0f s", timeout_s);
+      goto out;
+    }
+  }
+  double end = now_s() + timeout_s;
+  long spins = 0;
+  for (;;) {
+    int up = 0;
+    for (int i = 0; i < n; i++) {
+      if (comms[i] != NULL) {
+        up++;
+        continue;
+      }
+      ncclResult_t r = p->role == RN_RECEIVER ? rn_net_accept(&p->net, lc[i], &comms[i])
+                                              : rn_net_connect(&p->net, p->dev, handles[i], &comms[i]);
+      if (r != ncclSuccess) {
+        peer_fail(p, "%s #%d: %s", p->role == RN_RECEIVER ? "accept" : "connect", i,
+                  rn_result_str(r));
+        goto out;
+      }
+      if (comms[i] != NULL) up++;
+    }
+    if (up == n) break;
+    if (now_s() > end) {
+      peer_fail(p, "%s: %d of %d comms up after %.0f s", p->role == RN_RECEIVER ? "accept" : "connect",
+                up, n, timeout_s);
+      goto out;
+    }
+    if (++spins % 64 == 0) sleep_us(50);
+  }
+  rc = 0;
+out:
+  if (p->role == RN_RECEIVER && lc != NULL) {
+    for (int i = 0; i < n; i++) {
+      if (lc[i] == NULL) continue;
+      if (lcomms != NULL && rc == 0) {
+        lcomms[i] = lc[i];
+      } else {
+        ncclResult_t r = rn_net_close_listen(&p->net, lc[i]);
+        if (r != ncclSuccess && rc == 0) rc = peer_fail(p, "closeListen: %s", rn_result_str(r));
+      }
+    }
+  }
+  free(handles);
+  free(lc);
+  return rc;
+}
+
+int peer_close(struct rn_peer *p, int n, void **comms, void **lcomms) {
+  int rc = 0;
+  for (int i = 0; i < n; i++) {
+    ncclResult_t r = ncclSuccess;
+    if (comms[i] != NULL)
+      r = p->role == RN_RECEIVER ? rn_net_close_recv(&p->net, comms[i])
+                                 : rn_net_close_send(&p->net, comms[i]);
+    if (r != ncclSuccess && rc == 0)
+      rc = peer_fail(p, "%s: %s", p->role == RN_RECEIVER ? "closeRecv" : "closeSend",
+                     rn_result_str(r));
+    comms[i] = NULL;
+    if (lcomms != NULL && lcomms[i] != NULL) {
+      r = rn_net_close_listen(&p->net, lcomms[i]);
+      if (r != ncclSuccess && rc == 0) rc = peer_fail(p, "closeListen: %s", rn_result_str(r));
+      lcomms[i] = NULL;
+    }
+  }
+  return rc;
+}
+
+ncclResult_t peer_wait(struct rn_peer *p, void *req, int *sizes, double timeout_s) {
+  double end = now_s() + timeout_s;
+  long spins = 0;
+  for (;;) {
+    int done = 0;
+    ncclResult_t r = rn_net_test(&p->net, req, &done, sizes);
+    if (r != ncclSuccess) return r;
+    if (done) return ncclSuccess;
+    if (now_s() > end) {
+      peer_fail(p, "request %p not done after %.0f s", req, timeout_s);
+      return ncclInternalError;
+    }
+    if (++spins % 256 == 0) sleep_us(20);
+  }
+}
+
+/* ---- the runner -------------------------------------------------------- */
+static const char *role_name(enum rn_role r) { return r == RN_RECEIVER ? "receiver" : "sender"; }
+
+static void child_main(enum rn_role role, rn_peer_fn fn, struct rn_pair_opts *o, int to_peer,
+                       int from_peer, int to_parent) {
+  struct rn_peer p;
+  memset(&p, 0, sizeof p);
+  p.role = role;
+  p.to_peer = to_peer;
+  p.from_peer = from_peer;
+  p.to_parent = to_parent;
+  p.seed = o->seed;
+  p.arg = o->arg;
+  p.version = o->version;
+  alarm((unsigned)o->timeout_s + 5); /* backstop; the runner kills first */
+  rn_apply_env_list(getenv(role == RN_RECEIVER ? "RN_CONF_RECV_ENV" : "RN_CONF_SEND_ENV"));
+  rn_default_env();
+  p.dev = (int)rn_env_long("RN_CONF_DEV", 0);
+  char err[512];
+  int rc = 1;
+  if (rn_net_open(&p.net, o->version, err, sizeof err) != 0) {
+    diag("%s: %s", role_name(role), err);
+    exit(4);
+  }
+  if (o->init) {
+    ncclResult_t r = rn_net_init(&p.net);
+    if (r != ncclSuccess) {
+      diag("%s: init: %s", role_name(role), rn_result_str(r));
+      exit(3);
+    }
+    r = rn_net_devices(&p.net, &p.ndev);
+    if (r != ncclSuccess || p.ndev <= 0) {
+      diag("%s: devices: %s, ndev %d", role_name(role), rn_result_str(r), p.ndev);
+      exit(3);
+    }
+    if (p.dev >= p.ndev) {
+      diag("%s: RN_CONF_DEV=%d but only %d devices", role_name(role), p.dev, p.ndev);
+      exit(3);
+    }
+    r = rn_net_props(&p.net, p.dev, &p.props);
+    if (r != ncclSuccess) {
+      diag("%s: getProperties(%d): %s", role_name(role), p.dev, rn_result_str(r));
+      exit(3);
+    }
+  }
+  rc = fn(&p);
+  if (rc != 0 && rc != RN_EXIT_SKIP) rc = 1;
+  if (rc == 1) diag("%s: %s", role_name(role), p.why[0] ? p.why : "failed");
+  if (rc == RN_EXIT_SKIP && p.why[0]) note("%s: %s", role_name(role), p.why);
+  if (p.net.inited) {
+    ncclResult_t r = rn_net_finalize(&p.net);
+    if (r != ncclSuccess) {
+      diag("%s: finalize: %s", role_name(role), rn_result_str(r));
+      rc = 1;
+    }
+  }
+  /* NCCL dlcloses the plugin when the last communicator goes: any thread
+   * still running inside it crashes here, as it would under NCCL. */
+  rn_net_close(&p.net);
+  fflush(stdout);
+  exit(rc);
+}
+
+static void describe_status(const char *who, int st, char *buf, size_t len) {
+  if (WIFEXITED(st))
+    snprintf(buf, len, "%s exited %d", who, WEXITSTATUS(st));
+  else if (WIFSIGNALED(st))
+    snprintf(buf, len, "%s killed by signal %d (%s)", who, WTERMSIG(st), strsignal(WTERMSIG(st)));
+  else
+    snprintf(buf, len, "%s status 0x%x", who, st);
+}
+
+static int child_ok(int st, int allowed_sig) {
+  if (WIFEXITED(st)) return WEXITSTATUS(st) == 0 || WEXITSTATUS(st) == RN_EXIT_SKIP;
+  return WIFSIGNALED(st) && allowed_sig != 0 && WTERMSIG(st) == allowed_sig;
+}
+
+static int wait_children(pid_t *pid, int n, struct rn_pair_opts *o, char *why, size_t whylen) {
+  int st[2] = {0, 0};
+  int alive[2] = {n > 0, n > 1};
+  double end = now_s() + o->timeout_s;
+  double grace_end = 0;
+  int timed_out = 0;
+  while (alive[0] || alive[1]) {
+    for (int i = 0; i < n; i++) {
+      if (!alive[i]) continue;
+      pid_t w = waitpid(pid[i], &st[i], WNOHANG);
+      if (w == pid[i]) {
+        alive[i] = 0;
+        if (!child_ok(st[i], o->allow_signal[i]) && grace_end == 0) grace_end = now_s() + 3.0;
+      }
+    }
+    if (!alive[0] && !alive[1]) break;
+    double t = now_s();
+    if (t > end || (grace_end != 0 && t > grace_end)) {
+      if (t > end) timed_out = 1;
+      for (int i = 0; i < n; i++)
+        if (alive[i]) kill(pid[i], SIGKILL);
+      for (int i = 0; i < n; i++)
+        if (alive[i]) {
+          waitpid(pid[i], &st[i], 0);
+          alive[i] = 0;
+          if (!timed_out) st[i] = -1; /* killed by us after its peer failed */
+        }
+      break;
+    }
+    sleep_us(2000);
+  }
+  for (int i = 0; i < n; i++) o->exit_status[i] = st[i];
+  int ok = 1;
+  why[0] = '\0';
+  for (int i = 0; i < n; i++) {
+    if (st[i] == -1) {
+      snprintf(why + strlen(why), whylen - strlen(why), "%s%s killed after its peer failed",
+               why[0] ? "; " : "", role_name((enum rn_role)i));
+      ok = 0;
+    } else if (!child_ok(st[i], o->allow_signal[i])) {
+      char b[128];
+      describe_status(role_name((enum rn_role)i), st[i], b, sizeof b);
+      snprintf(why + strlen(why), whylen - strlen(why), "%s%s", why[0] ? "; " : "", b);
+      ok = 0;
+    }
+  }
+  if (timed_out) {
+    snprintf(why + strlen(why), whylen - strlen(why), "%stimeout after %d s (hang)",
+             why[0] ? "; " : "", o->timeout_s);
+    ok = 0;
+  }
+  return ok ? 0 : -1;
+}
+
+int rn_run_pair(rn_peer_fn recv_fn, rn_peer_fn send_fn, struct rn_pair_opts *o, char *why,
+                size_t whylen) {
+  int a[2], b[2], par[2] = {-1, -1};
+  if (pipe(a) != 0 || pipe(b) != 0) {
+    snprintf(why, whylen, "pipe: %s", strerror(errno));
+    return -1;
+  }
+  if (o->want_parent_pipe && pipe(par) != 0) {
+    snprintf(why, whylen, "pipe: %s", strerror(errno));
+    return -1;
+  }
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid[2];
+  pid[0] = fork();
+  if (pid[0] == 0) {
+    close(a[0]);
+    close(b[1]);
+    if (par[0] >= 0) close(par[0]);
+    child_main(RN_RECEIVER, recv_fn, o, a[1], b[0], par[1]);
+  }
+  pid[1] = fork();
+  if (pid[1] == 0) {
+    close(a[1]);
+    close(b[0]);
+    if (par[0] >= 0) close(par[0]);
+    child_main(RN_SENDER, send_fn, o, b[1], a[0], par[1]);
+  }
+  close(a[0]);
+  close(a[1]);
+  close(b[0]);
+  close(b[1]);
+  if (par[1] >= 0) close(par[1]);
+  if (o->want_parent_pipe && o->parent_fd) *o->parent_fd = par[0];
+  if (pid[0] < 0 || pid[1] < 0) {
+    snprintf(why, whylen, "fork: %s", strerror(errno));
+    if (pid[0] > 0) kill(pid[0], SIGKILL), waitpid(pid[0], NULL, 0);
+    if (pid[1] > 0) kill(pid[1], SIGKILL), waitpid(pid[1], NULL, 0);
+    return -1;
+  }
+  return wait_children(pid, 2, o, why, whylen);
+}
+
+int rn_run_single(rn_peer_fn fn, struct rn_pair_opts *o, char *why, size_t whylen) {
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid == 0) child_main(RN_RECEIVER, fn, o, -1, -1, -1);
+  if (pid < 0) {
+    snprintf(why, whylen, "fork: %s", strerror(errno));
+    return -1;
+  }
+  return wait_children(&pid, 1, o, why, whylen);
+}
+
+int peer_loopback(struct rn_peer *p, void **lc, void **sc, void **rcomm, double timeout_s) {
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  memset(handle, 0, sizeof handle);
+  *lc = *sc = *rcomm = NULL;
+  ncclResult_t r = rn_net_listen(&p->net, p->dev, handle, lc);
+  if (r != ncclSuccess || *lc == NULL) return peer_fail(p, "listen: %s", rn_result_str(r));
+  double end = now_s() + timeout_s;
+  while (*sc == NULL || *rcomm == NULL) {
+    if (*sc == NULL && (r = rn_net_connect(&p->net, p->dev, handle, sc)) != ncclSuccess)
+      return peer_fail(p, "connect: %s", rn_result_str(r));
+    if (*rcomm == NULL && (r = rn_net_accept(&p->net, *lc, rcomm)) != ncclSuccess)
+      return peer_fail(p, "accept: %s", rn_result_str(r));
+    if (now_s() > end)
+      return peer_fail(p, "connect/accept on one thread: not up after %.0f s (send %p recv %p)", timeout_s,
+                       *sc, *rcomm);
+  }
+  return 0;
+}

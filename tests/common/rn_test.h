@@ -1,0 +1,223 @@
+/* Shared pieces of railnet's plugin-level test programs (conformance,
+ * fault, bench): TAP output, a version-neutral view of the plugin ABI that
+ * loads the .so exactly as NCCL does, a capturing logger, data patterns,
+ * and a two-process runner.  Owner: the test programs; nothing here is
+ * linked into the plugin. */
+#ifndef RN_TEST_H
+#define RN_TEST_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "nccl/net_common.h"
+#include "nccl/net_v8.h"
+#include "nccl/net_v9.h"
+#include "nccl/net_v10.h"
+#include "nccl/net_v11.h"
+
+#define RN_ATTR_PRINTF(a, b) __attribute__((format(printf, a, b)))
+
+/* ---- TAP and diagnostics (tap.c) ---------------------------------- */
+void tap_plan(int n);
+void tap_skip_all(const char *why);
+/* Prints "ok N - desc" or "not ok N - desc"; returns ok. */
+int tap_result(int ok, const char *fmt, ...) RN_ATTR_PRINTF(2, 3);
+void tap_skip(const char *fmt, ...) RN_ATTR_PRINTF(1, 2);
+int tap_failed(void);
+int tap_count(void);
+/* "# ..." on stdout (note) or stderr (diag); each line is one write(),
+ * so lines from several processes never interleave mid-line. */
+void note(const char *fmt, ...) RN_ATTR_PRINTF(1, 2);
+void diag(const char *fmt, ...) RN_ATTR_PRINTF(1, 2);
+
+/* ---- time ---------------------------------------------------------- */
+double now_s(void);                   /* CLOCK_MONOTONIC, seconds */
+void sleep_us(long us);
+
+/* ---- environment ----------------------------------------------------- */
+/* Apply "K=V,K2=V2" (a token without '=' continues the previous value,
+ * so "A=lo,eth0" sets A to "lo,eth0").  NULL or "" is a no-op. */
+void rn_apply_env_list(const char *list);
+/* Defaults the programs rely on: RAILNET_SOCKET_IFNAME=lo unless set. */
+void rn_default_env(void);
+/* Path of the plugin: $RN_PLUGIN, else $RN_BUILD/libnccl-net-railnet.so,
+ * else build/libnccl-net-railnet.so. */
+const char *rn_plugin_path(void);
+long rn_env_long(const char *name, long dflt);
+
+/* ---- data patterns --------------------------------------------------- */
+/* Deterministic bytes from key; every byte depends on (key, offset). */
+void pattern_fill(void *buf, size_t len, uint64_t key);
+/* Returns the first offset that differs, or (size_t)-1 when all match. */
+size_t pattern_check(const void *buf, size_t len, uint64_t key);
+uint64_t pattern_key(uint64_t seed, uint64_t seq, uint64_t size);
+uint64_t rng_next(uint64_t *state);   /* splitmix64 */
+
+/* ---- capturing logger (netapi.c) ------------------------------------- */
+/* NCCL-style lines on stderr when RN_CONF_VERBOSE=1; WARNs are counted
+ * and the last few kept for inspection. */
+void rn_logger(ncclDebugLogLevel level, unsigned long flags, const char *file, int line,
+               const char *fmt, ...);
+int rn_log_warns(void);
+/* 1 when one WARN since the last rn_log_reset() contains every non-NULL
+ * needle. */
+int rn_log_has_warn(const char *needle1, const char *needle2);
+const char *rn_log_last_warn(void);
+void rn_log_reset(void);
+
+/* ---- version-neutral plugin view (netapi.c) --------------------------- */
+struct rn_props {
+  const char *name;
+  const char *pci_path;
+  uint64_t guid;
+  int ptr_support, reg_is_global, force_flush, speed, port;
+  float latency;
+  int max_comms, max_recvs, dev_type, dev_version;
+  int vndevs, vdev0;              /* v9+: vProps */
+  size_t max_p2p_bytes, max_coll_bytes; /* v9+ */
+  int max_multi_request_size;     /* v11 */
+};
+
+struct rn_net {
+  int version;                    /* 8, 9, 10, 11 */
+  void *dl;
+  const char *name;
+  union {
+    const ncclNet_v8_t *v8;
+    const ncclNet_v9_t *v9;
+    const ncclNet_v10_t *v10;
+    const ncclNet_v11_t *v11;
+  } t;
+  void *ctx;                      /* v11 per-communicator context */
+  int inited;
+};
+
+int rn_parse_version(const char *s); /* "v8".."v11" or "8".."11"; 0 if bad */
+/* dlopen(RTLD_NOW|RTLD_LOCAL) + dlsym("ncclNetPlugin_vN").  0 ok; -1 with
+ * a reason in err. */
+int rn_net_open(struct rn_net *n, int version, char *err, size_t errlen);
+void rn_net_close(struct rn_net *n); /* dlclose */
+ncclResult_t rn_net_init(struct rn_net *n); /* v11: a fresh context in n->ctx */
+ncclResult_t rn_net_finalize(struct rn_net *n); /* v11 only; else success */
+ncclResult_t rn_net_devices(struct rn_net *n, int *ndev);
+ncclResult_t rn_net_props(struct rn_net *n, int dev, struct rn_props *p);
+ncclResult_t rn_net_listen(struct rn_net *n, int dev, void *handle, void **lcomm);
+ncclResult_t rn_net_connect(struct rn_net *n, int dev, void *handle, void **scomm);
+ncclResult_t rn_net_accept(struct rn_net *n, void *lcomm, void **rcomm);
+ncclResult_t rn_net_regmr(struct rn_net *n, void *comm, void *data, size_t size, int type,
+                          void **mh);
+ncclResult_t rn_net_deregmr(struct rn_net *n, void *comm, void *mh);
+ncclResult_t rn_net_isend(struct rn_net *n, void *scomm, void *data, size_t size, int tag,
+                          void *mh, void **req);
+ncclResult_t rn_net_irecv(struct rn_net *n, void *rcomm, int cnt, void **data,
+                          const size_t *sizes, const int *tags, void **mhs, void **req);
+ncclResult_t rn_net_test(struct rn_net *n, void *req, int *done, int *sizes);
+ncclResult_t rn_net_close_send(struct rn_net *n, void *c);
+ncclResult_t rn_net_close_recv(struct rn_net *n, void *c);
+ncclResult_t rn_net_close_listen(struct rn_net *n, void *c);
+const char *rn_result_str(ncclResult_t r);
+
+/* ---- two-process runner (pair.c) -------------------------------------- */
+enum rn_role { RN_RECEIVER = 0, RN_SENDER = 1 };
+
+/* What each child of a pair sees.  Owner: the child. */
+struct rn_peer {
+  enum rn_role role;
+  struct rn_net net;
+  int version;
+  int dev;
+  int ndev;
+  struct rn_props props;
+  int to_peer, from_peer;         /* pipes between the two children */
+  int to_parent;                  /* pipe to the runner, -1 if unused */
+  uint64_t seed;
+  void *arg;
+  char why[256];                  /* failure reason, printed by the child */
+};
+
+/* 0 = pass, RN_EXIT_SKIP = not applicable here (reason in why), else fail */
+#define RN_EXIT_SKIP 77
+typedef int (*rn_peer_fn)(struct rn_peer *p);
+
+struct rn_pair_opts {
+  int version;
+  int timeout_s;                  /* whole pair; past it both are killed */
+  int init;                       /* 1: init+devices+props before fn */
+  uint64_t seed;
+  void *arg;
+  int want_parent_pipe;           /* children get to_parent; *parent_fd set */
+  int *parent_fd;                 /* read end for the caller, closed by it */
+  int allow_signal[2];            /* signal a child may die of without fault */
+  int exit_status[2];             /* out: raw wait status of each child */
+};
+
+/* Fork receiver and sender; each applies RN_CONF_RECV_ENV/RN_CONF_SEND_ENV,
+ * opens the plugin itself, runs its function and exits.  Returns 0 when
+ * both pass; -1 otherwise (reason in why). */
+int rn_run_pair(rn_peer_fn recv_fn, rn_peer_fn send_fn, struct rn_pair_opts *o, char *why,
+                size_t whylen);
+/* One forked child running fn (role RN_RECEIVER, no peer pipes). */
+int rn_run_single(rn_peer_fn fn, struct rn_pair_opts *o, char *why, size_t whylen);
+
+/* Peer pipe helpers, bounded by timeout_s: 0 ok, -1 error/timeout. */
+int peer_write(struct rn_peer *p, const void *buf, size_t len);
+int peer_read(struct rn_peer *p, void *buf, size_t len, double timeout_s);
+int peer_sync(struct rn_peer *p, double timeout_s); /* barrier between the two */
+
+/* Establish n comms receiver<-sender: the receiver listens n times, sends
+ * the handles, both poll accept/connect until every comm is up.  lcomms
+ * (receiver) may be NULL to close the listen comms right away. */
+int peer_connect(struct rn_peer *p, int n, void **comms, void **lcomms, double timeout_s);
+/* Close what peer_connect made. */
+int peer_close(struct rn_peer *p, int n, void **comms, void **lcomms);
+
+/* listen, then connect and accept interleaved on this one thread: both
+ * ends of a comm in this process. */
+int peer_loopback(struct rn_peer *p, void **lc, void **sc, void **rcomm, double timeout_s);
+
+int peer_fail(struct rn_peer *p, const char *fmt, ...) RN_ATTR_PRINTF(2, 3);
+
+/* Wait for a request: polls test until done or error, bounded.  Returns
+ * the test result; ncclInternalError + "timeout" in why on timeout. */
+ncclResult_t peer_wait(struct rn_peer *p, void *req, int *sizes, double timeout_s);
+
+#endif
+
+/* ---- message streams over one comm (stream.c) ------------------------- */
+/* A sequence of messages over one comm, posted with up to `window`
+ * requests in flight and tested in a chosen order; step() makes progress
+ * without blocking so several streams can share one thread the way NCCL's
+ * proxy progress thread does. */
+#define RN_STREAM_MAX_WINDOW 64
+enum rn_order { RN_ORDER_FIFO = 0, RN_ORDER_REVERSE = 1, RN_ORDER_RANDOM = 2 };
+
+struct rn_stream {
+  struct rn_peer *p;
+  void *comm;
+  int is_send;
+  int nmsg;
+  const size_t *sizes;            /* message sizes, per seq */
+  const size_t *post_sizes;       /* receiver buffer sizes, NULL = sizes */
+  int window;
+  enum rn_order order;
+  int null_sizes;                 /* pass sizes=NULL to test */
+  int verify;                     /* fill/check the pattern (0 in bench) */
+  int post_all_first;             /* post `window` requests before any test */
+  uint64_t seed;
+  /* state */
+  unsigned char *arena;
+  size_t slot_bytes;
+  void *mh;
+  void *req[RN_STREAM_MAX_WINDOW];
+  int req_seq[RN_STREAM_MAX_WINDOW];
+  int next_post, ncomplete, null_posts, max_inflight;
+  uint64_t rng;
+  size_t bytes_done;
+};
+
+int rn_stream_setup(struct rn_stream *s);     /* 0 ok, -1 with p->why */
+int rn_stream_step(struct rn_stream *s);      /* 1 all done, 0 progress, -1 error */
+int rn_stream_teardown(struct rn_stream *s);  /* deregMr + free */
+/* setup + step until done (bounded) + teardown. */
+int rn_stream_run(struct rn_stream *s, double timeout_s);

@@ -1,0 +1,851 @@
+/* Conformance harness: drives the built plugin through the sequence NCCL
+ * uses (init, devices, getProperties, listen, connect/accept polling,
+ * regMr, isend/irecv/test, deregMr, close), in two processes, and checks
+ * every byte.  One TAP test per case and ABI version.
+ *
+ *   conformance [--api v8|v9|v10|v11|all|LIST] [--seed N] [--only SUBSTR] [--list]
+ *
+ * Default: the full suite through ncclNetPlugin_v8 and ncclNetPlugin_v11,
+ * a smoke subset through v9 and v10.  Environment: RN_PLUGIN (the .so),
+ * RN_CONF_RECV_ENV / RN_CONF_SEND_ENV ("K=V,K=V" applied in the receiver /
+ * sender before it loads the plugin), RN_CONF_DEV (device, default 0),
+ * RN_CONF_VERBOSE=1 (plugin log on stderr), RN_CONF_TIMEOUT_SCALE (x1).
+ * RAILNET_TRANSPORT passes through; RAILNET_SOCKET_IFNAME defaults to lo. */
+#include "../common/rn_test.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define KB ((size_t)1024)
+#define MB (KB * 1024)
+
+/* ---- case parameters ---------------------------------------------------- */
+struct scfg {
+  int nmsg;
+  size_t fixed;         /* every message this size ... */
+  size_t maxrand;       /* ... or random sizes up to this (fixed ignored) */
+  size_t post_size;     /* receiver buffer size, 0 = same as the message */
+  int window;
+  enum rn_order order;
+  int null_sizes;
+  int post_all_first;
+  int ncomms;
+  int threads;          /* 1: one thread per comm; 0: one thread for all */
+  int want_inflight;    /* receiver must reach this many posted at once */
+};
+
+static size_t *make_sizes(const struct scfg *c, uint64_t seed, int comm) {
+  size_t *s = calloc((size_t)c->nmsg, sizeof *s);
+  uint64_t st = seed * 31 + (uint64_t)comm * 1000003u;
+  for (int i = 0; s != NULL && i < c->nmsg; i++) {
+    if (c->maxrand == 0) {
+      s[i] = c->fixed;
+      continue;
+    }
+    uint64_t r = rng_next(&st);
+    if (r % 8 == 0) {
+      s[i] = 0;
+    } else {
+      /* log-uniform up to maxrand */
+      int bits = 0;
+      while (((size_t)1 << bits) < c->maxrand) bits++;
+      size_t lim = (size_t)1 << (rng_next(&st) % (uint64_t)(bits + 1));
+      s[i] = (size_t)(rng_next(&st) % (lim + 1));
+      if (s[i] > c->maxrand) s[i] = c->maxrand;
+    }
+  }
+  return s;
+}
+
+struct thr {
+  struct rn_peer p;
+  struct rn_stream s;
+  int rc;
+  double timeout;
+};
+
+static void *thr_main(void *a) {
+  struct thr *t = a;
+  t->s.p = &t->p;
+  t->rc = rn_stream_run(&t->s, t->timeout);
+  return NULL;
+}
+
+static double tscale(void) {
+  long s = rn_env_long("RN_CONF_TIMEOUT_SCALE", 1);
+  return s < 1 ? 1.0 : (double)s;
+}
+
+/* Both roles: connect ncomms, run one stream per comm, close. */
+static int stream_case(struct rn_peer *p) {
+  const struct scfg *c = p->arg;
+  int n = c->ncomms > 0 ? c->ncomms : 1;
+  void *comms[64] = {0}, *lcomms[64] = {0};
+  double tmo = 30 * tscale();
+  if (peer_connect(p, n, comms, lcomms, tmo) != 0) return -1;
+  int rc = 0;
+  struct thr *t = calloc((size_t)n, sizeof *t);
+  size_t *post[64] = {0};
+  for (int i = 0; i < n; i++) {
+    t[i].p = *p;
+    t[i].timeout = 60 * tscale();
+    struct rn_stream *s = &t[i].s;
+    s->comm = comms[i];
+    s->is_send = p->role == RN_SENDER;
+    s->nmsg = c->nmsg;
+    s->sizes = make_sizes(c, p->seed, i);
+    if (c->post_size) {
+      post[i] = calloc((size_t)c->nmsg, sizeof(size_t));
+      for (int k = 0; k < c->nmsg; k++)
+        post[i][k] = c->post_size > s->sizes[k] ? c->post_size : s->sizes[k];
+      s->post_sizes = post[i];
+    }
+    s->window = c->window;
+    s->order = c->order;
+    s->null_sizes = c->null_sizes;
+    s->verify = 1;
+    s->post_all_first = c->post_all_first;
+    s->seed = p->seed + (uint64_t)i * 7919;
+  }
+  if (c->threads && n > 1) {
+    pthread_t tid[64];
+    for (int i = 0; i < n; i++) pthread_create(&tid[i], NULL, thr_main, &t[i]);
+    for (int i = 0; i < n; i++) {
+      pthread_join(tid[i], NULL);
+      if (t[i].rc != 0 && rc == 0) rc = peer_fail(p, "comm %d: %s", i, t[i].p.why);
+    }
+  } else {
+    /* one thread drives every comm, like NCCL's proxy progress thread */
+    for (int i = 0; i < n; i++) {
+      t[i].s.p = &t[i].p;
+      if (rn_stream_setup(&t[i].s) != 0) {
+        rc = peer_fail(p, "comm %d: %s", i, t[i].p.why);
+        n = i;
+        break;
+      }
+    }
+    double end = now_s() + 60 * tscale();
+    int left = rc == 0 ? n : 0;
+    int state[64] = {0};
+    long spins = 0;
+    while (left > 0) {
+      for (int i = 0; i < n; i++) {
+        if (state[i]) continue;
+        int r = rn_stream_step(&t[i].s);
+        if (r < 0) {
+          rc = peer_fail(p, "comm %d: %s", i, t[i].p.why);
+          left = 0;
+          break;
+        }
+        if (r == 1) state[i] = 1, left--;
+      }
+      if (left > 0 && now_s() > end) {
+        rc = peer_fail(p, "streams not done after %.0f s", 60 * tscale());
+        break;
+      }
+      if (++spins % 1024 == 0) sleep_us(10);
+    }
+    for (int i = 0; i < n; i++)
+      if (rn_stream_teardown(&t[i].s) != 0 && rc == 0) rc = peer_fail(p, "%s", t[i].p.why);
+  }
+  if (rc == 0 && c->want_inflight && p->role == RN_RECEIVER) {
+    for (int i = 0; i < n; i++)
+      if (t[i].s.max_inflight < c->want_inflight)
+        rc = peer_fail(p, "only %d receives in flight at once, want %d (irecv returned NULL %d times)",
+                       t[i].s.max_inflight, c->want_inflight, t[i].s.null_posts);
+  }
+  if (rc == 0 && c->want_inflight && p->role == RN_SENDER)
+    note("sender: %d sends in flight at most (isend returned NULL %d times)", t[0].s.max_inflight,
+         t[0].s.null_posts);
+  if (peer_sync(p, tmo) != 0 && rc == 0) rc = peer_fail(p, "peer gone before close");
+  if (peer_close(p, c->ncomms > 0 ? c->ncomms : 1, comms, lcomms) != 0 && rc == 0) rc = -1;
+  for (int i = 0; i < (c->ncomms > 0 ? c->ncomms : 1); i++) {
+    free((void *)t[i].s.sizes);
+    free(post[i]);
+  }
+  free(t);
+  return rc;
+}
+
+/* ---- single-process helpers --------------------------------------------- */
+/* listen + connect + accept interleaved on one thread (connect and accept
+ * must not block waiting for each other), then a verified stream. */
+static int loopback_once(struct rn_peer *p, int nmsg, size_t maxsz) {
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  void *lc = NULL, *sc = NULL, *rc_ = NULL;
+  memset(handle, 0, sizeof handle);
+  ncclResult_t r = rn_net_listen(&p->net, p->dev, handle, &lc);
+  if (r != ncclSuccess || lc == NULL) return peer_fail(p, "listen: %s", rn_result_str(r));
+  double end = now_s() + 20 * tscale();
+  while (sc == NULL || rc_ == NULL) {
+    if (sc == NULL && (r = rn_net_connect(&p->net, p->dev, handle, &sc)) != ncclSuccess)
+      return peer_fail(p, "connect: %s", rn_result_str(r));
+    if (rc_ == NULL && (r = rn_net_accept(&p->net, lc, &rc_)) != ncclSuccess)
+      return peer_fail(p, "accept: %s", rn_result_str(r));
+    if (now_s() > end)
+      return peer_fail(p, "connect/accept on one thread: not up after 20 s (send %p recv %p)", sc, rc_);
+  }
+  struct scfg c = {.nmsg = nmsg, .maxrand = maxsz, .window = 4};
+  size_t *sizes = make_sizes(&c, p->seed, 0);
+  struct rn_stream s = {.p = p, .comm = sc, .is_send = 1, .nmsg = nmsg, .sizes = sizes,
+                        .window = 4, .verify = 1, .seed = p->seed};
+  struct rn_stream q = s;
+  q.comm = rc_;
+  q.is_send = 0;
+  int rc = 0;
+  if (rn_stream_setup(&s) != 0) return -1;
+  if (rn_stream_setup(&q) != 0) return -1;
+  int ds = 0, dq = 0;
+  end = now_s() + 30 * tscale();
+  while (!(ds && dq)) {
+    int a = ds ? 1 : rn_stream_step(&s);
+    int b = dq ? 1 : rn_stream_step(&q);
+    if (a < 0 || b < 0) {
+      rc = -1;
+      break;
+    }
+    ds = a, dq = b;
+    if (now_s() > end) {
+      rc = peer_fail(p, "loopback stream: %d/%d sent, %d/%d received after 30 s", s.ncomplete, nmsg,
+                     q.ncomplete, nmsg);
+      break;
+    }
+  }
+  if (rn_stream_teardown(&s) != 0) rc = -1;
+  if (rn_stream_teardown(&q) != 0) rc = -1;
+  free(sizes);
+  if ((r = rn_net_close_send(&p->net, sc)) != ncclSuccess) rc = peer_fail(p, "closeSend: %s", rn_result_str(r));
+  if ((r = rn_net_close_recv(&p->net, rc_)) != ncclSuccess) rc = peer_fail(p, "closeRecv: %s", rn_result_str(r));
+  if ((r = rn_net_close_listen(&p->net, lc)) != ncclSuccess) rc = peer_fail(p, "closeListen: %s", rn_result_str(r));
+  return rc;
+}
+
+/* ---- cases -------------------------------------------------------------- */
+static int case_props(struct rn_peer *p) {
+  int ndev = p->ndev;
+  char *names[64];
+  int nn = 0;
+  for (int d = 0; d < ndev && d < 64; d++) {
+    struct rn_props q;
+    ncclResult_t r = rn_net_props(&p->net, d, &q);
+    if (r != ncclSuccess) return peer_fail(p, "getProperties(%d): %s", d, rn_result_str(r));
+    note("dev %d: name %s pciPath %s guid 0x%llx ptrSupport 0x%x regIsGlobal %d speed %d Mbps port %d "
+         "latency %.1f maxComms %d maxRecvs %d type %d vProps %d[%d] maxP2p %zu maxColl %zu maxMulti %d",
+         d, q.name ? q.name : "(null)", q.pci_path ? q.pci_path : "(null)", (unsigned long long)q.guid,
+         q.ptr_support, q.reg_is_global, q.speed, q.port, (double)q.latency, q.max_comms, q.max_recvs,
+         q.dev_type, q.vndevs, q.vdev0, q.max_p2p_bytes, q.max_coll_bytes, q.max_multi_request_size);
+    if (q.name == NULL || q.name[0] == '\0') return peer_fail(p, "dev %d: name is NULL or empty", d);
+    for (int i = 0; i < nn; i++)
+      if (strcmp(names[i], q.name) == 0) return peer_fail(p, "dev %d: name %s not unique", d, q.name);
+    names[nn++] = (char *)q.name;
+    if (q.speed <= 0) return peer_fail(p, "dev %d: speed %d, want > 0", d, q.speed);
+    if (!(q.ptr_support & NCCL_PTR_HOST)) return peer_fail(p, "dev %d: ptrSupport 0x%x lacks HOST", d, q.ptr_support);
+    if (q.max_comms <= 0) return peer_fail(p, "dev %d: maxComms %d", d, q.max_comms);
+    if (q.max_recvs < 1) return peer_fail(p, "dev %d: maxRecvs %d, want >= 1", d, q.max_recvs);
+    if (q.max_recvs < 8) note("dev %d: maxRecvs %d (< 8: NCCL's PXN sharing will not group)", d, q.max_recvs);
+    if (q.dev_type != NCCL_NET_DEVICE_HOST) return peer_fail(p, "dev %d: netDeviceType %d, want HOST", d, q.dev_type);
+    if (q.latency < 0) return peer_fail(p, "dev %d: latency %f < 0", d, (double)q.latency);
+    if (q.pci_path != NULL && strncmp(q.pci_path, "/sys/devices/", 13) != 0)
+      return peer_fail(p, "dev %d: pciPath %s is not a /sys/devices path", d, q.pci_path);
+    if (p->version >= 9) {
+      if (q.vndevs < 1 || q.vndevs > NCCL_NET_MAX_DEVS_PER_NIC)
+        return peer_fail(p, "dev %d: vProps.ndevs %d", d, q.vndevs);
+      if (q.vndevs == 1 && q.vdev0 != d) return peer_fail(p, "dev %d: vProps.devs[0] = %d", d, q.vdev0);
+      if (q.max_p2p_bytes == 0 || q.max_coll_bytes == 0)
+        return peer_fail(p, "dev %d: maxP2pBytes %zu maxCollBytes %zu", d, q.max_p2p_bytes, q.max_coll_bytes);
+    }
+    if (p->version >= 11 && q.max_multi_request_size < 1)
+      return peer_fail(p, "dev %d: maxMultiRequestSize %d", d, q.max_multi_request_size);
+  }
+  /* getProperties must be repeatable and the strings stable */
+  struct rn_props a, b;
+  rn_net_props(&p->net, 0, &a);
+  rn_net_props(&p->net, 0, &b);
+  if (a.name != NULL && b.name != NULL && strcmp(a.name, b.name) != 0)
+    return peer_fail(p, "dev 0 name changed between calls: %s vs %s", a.name, b.name);
+  int nd2 = -1;
+  rn_net_devices(&p->net, &nd2);
+  if (nd2 != ndev) return peer_fail(p, "devices() changed: %d then %d", ndev, nd2);
+  return 0;
+}
+
+static int case_loopback(struct rn_peer *p) { return loopback_once(p, 32, 1 * MB); }
+
+/* grouped receives: irecv(n>1) with tags choosing the buffer */
+#define GROUP_ROUNDS 12
+static int group_k(struct rn_peer *p) {
+  int k = p->props.max_recvs;
+  if (k > 8) k = 8;
+  return k;
+}
+
+static size_t group_size(uint64_t seed, int round, int j) {
+  uint64_t s = seed ^ ((uint64_t)round << 20) ^ (uint64_t)j;
+  uint64_t r = rng_next(&s);
+  if (r % 5 == 0) return 0;
+  return (size_t)(rng_next(&s) % (256 * KB));
+}
+
+static int case_group_recv(struct rn_peer *p) {
+  int k = group_k(p);
+  if (k < 2) return peer_fail(p, "maxRecvs %d: grouped receives not supported", p->props.max_recvs), RN_EXIT_SKIP;
+  void *comm = NULL, *lc = NULL;
+  if (peer_connect(p, 1, &comm, &lc, 30 * tscale()) != 0) return -1;
+  size_t slot = 512 * KB;
+  unsigned char *arena = NULL;
+  if (posix_memalign((void **)&arena, 4096, slot * (size_t)k) != 0) return peer_fail(p, "oom");
+  void *mh = NULL;
+  ncclResult_t r = rn_net_regmr(&p->net, comm, arena, slot * (size_t)k, NCCL_PTR_HOST, &mh);
+  if (r != ncclSuccess) return peer_fail(p, "regMr: %s", rn_result_str(r));
+  int rc = 0;
+  for (int round = 0; round < GROUP_ROUNDS && rc == 0; round++) {
+    void *data[8];
+    size_t psz[8];
+    int tags[8];
+    void *mhs[8];
+    for (int j = 0; j < k; j++) {
+      data[j] = arena + (size_t)j * slot;
+      psz[j] = (j % 2) ? slot : group_size(p->seed, round, j); /* some exact, some larger */
+      tags[j] = 1000 + j * 7 + round;
+      mhs[j] = mh;
+      memset(data[j], 0xA5, psz[j] < 64 * KB ? psz[j] : 64 * KB);
+    }
+    void *req = NULL;
+    double end = now_s() + 10 * tscale();
+    while (req == NULL) {
+      r = rn_net_irecv(&p->net, comm, k, data, psz, tags, mhs, &req);
+      if (r != ncclSuccess) {
+        rc = peer_fail(p, "irecv(n=%d): %s", k, rn_result_str(r));
+        break;
+      }
+      if (req == NULL && now_s() > end) {
+        rc = peer_fail(p, "irecv(n=%d) kept returning NULL for 10 s", k);
+        break;
+      }
+    }
+    if (rc) break;
+    int got[8];
+    for (int j = 0; j < 8; j++) got[j] = -1;
+    r = peer_wait(p, req, got, 30 * tscale());
+    if (r != ncclSuccess) {
+      rc = p->why[0] ? -1 : peer_fail(p, "round %d: test: %s", round, rn_result_str(r));
+      break;
+    }
+    for (int j = 0; j < k && rc == 0; j++) {
+      size_t want = group_size(p->seed, round, j);
+      if ((size_t)got[j] != want)
+        rc = peer_fail(p, "round %d buffer %d (tag %d): test() reported %d bytes, sent %zu", round, j,
+                       tags[j], got[j], want);
+      else {
+        size_t bad = pattern_check(data[j], want, pattern_key(p->seed, (uint64_t)(round * 8 + j), want));
+        if (bad != (size_t)-1)
+          rc = peer_fail(p, "round %d buffer %d (tag %d, %zu B): byte %zu wrong (data landed in the wrong buffer?)",
+                         round, j, tags[j], want, bad);
+      }
+    }
+  }
+  rn_net_deregmr(&p->net, comm, mh);
+  free(arena);
+  if (peer_sync(p, 30) != 0 && rc == 0) rc = peer_fail(p, "peer gone");
+  if (peer_close(p, 1, &comm, &lc) != 0 && rc == 0) rc = -1;
+  return rc;
+}
+
+static int case_group_send(struct rn_peer *p) {
+  int k = group_k(p);
+  if (k < 2) return RN_EXIT_SKIP;
+  void *comm = NULL;
+  if (peer_connect(p, 1, &comm, NULL, 30 * tscale()) != 0) return -1;
+  size_t slot = 256 * KB;
+  unsigned char *arena = NULL;
+  if (posix_memalign((void **)&arena, 4096, slot * (size_t)k) != 0) return peer_fail(p, "oom");
+  void *mh = NULL;
+  ncclResult_t r = rn_net_regmr(&p->net, comm, arena, slot * (size_t)k, NCCL_PTR_HOST, &mh);
+  if (r != ncclSuccess) return peer_fail(p, "regMr: %s", rn_result_str(r));
+  int rc = 0;
+  uint64_t rng = p->seed;
+  for (int round = 0; round < GROUP_ROUNDS && rc == 0; round++) {
+    int perm[8];
+    for (int j = 0; j < k; j++) perm[j] = j;
+    if (round % 2 == 0) {
+      for (int j = 0; j < k / 2; j++) {
+        int t = perm[j];
+        perm[j] = perm[k - 1 - j];
+        perm[k - 1 - j] = t;
+      }
+    } else {
+      for (int j = k - 1; j > 0; j--) {
+        int i = (int)(rng_next(&rng) % (uint64_t)(j + 1));
+        int t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+      }
+    }
+    void *reqs[8] = {0};
+    for (int x = 0; x < k && rc == 0; x++) {
+      int j = perm[x];
+      size_t sz = group_size(p->seed, round, j);
+      void *buf = arena + (size_t)x * slot;
+      pattern_fill(buf, sz, pattern_key(p->seed, (uint64_t)(round * 8 + j), sz));
+      double end = now_s() + 10 * tscale();
+      while (reqs[x] == NULL) {
+        r = rn_net_isend(&p->net, comm, buf, sz, 1000 + j * 7 + round, mh, &reqs[x]);
+        if (r != ncclSuccess) {
+          rc = peer_fail(p, "isend(tag %d): %s", 1000 + j * 7 + round, rn_result_str(r));
+          break;
+        }
+        if (reqs[x] == NULL && now_s() > end) {
+          rc = peer_fail(p, "isend kept returning NULL for 10 s");
+          break;
+        }
+      }
+    }
+    for (int x = 0; x < k && rc == 0; x++) {
+      r = peer_wait(p, reqs[x], NULL, 30 * tscale());
+      if (r != ncclSuccess) rc = p->why[0] ? -1 : peer_fail(p, "test(send): %s", rn_result_str(r));
+    }
+  }
+  rn_net_deregmr(&p->net, comm, mh);
+  free(arena);
+  if (peer_sync(p, 30) != 0 && rc == 0) rc = peer_fail(p, "peer gone");
+  if (peer_close(p, 1, &comm, NULL) != 0 && rc == 0) rc = -1;
+  return rc;
+}
+
+/* Both processes send and receive at once, each from one thread. */
+static int case_bidir(struct rn_peer *p) {
+  char mine[NCCL_NET_HANDLE_MAXSIZE] = {0}, theirs[NCCL_NET_HANDLE_MAXSIZE];
+  void *lc = NULL, *sc = NULL, *rcm = NULL;
+  ncclResult_t r = rn_net_listen(&p->net, p->dev, mine, &lc);
+  if (r != ncclSuccess) return peer_fail(p, "listen: %s", rn_result_str(r));
+  if (peer_write(p, mine, sizeof mine) != 0 || peer_read(p, theirs, sizeof theirs, 30) != 0)
+    return peer_fail(p, "handle exchange failed");
+  double end = now_s() + 30 * tscale();
+  while (sc == NULL || rcm == NULL) {
+    if (sc == NULL && (r = rn_net_connect(&p->net, p->dev, theirs, &sc)) != ncclSuccess)
+      return peer_fail(p, "connect: %s", rn_result_str(r));
+    if (rcm == NULL && (r = rn_net_accept(&p->net, lc, &rcm)) != ncclSuccess)
+      return peer_fail(p, "accept: %s", rn_result_str(r));
+    if (now_s() > end) return peer_fail(p, "bidirectional setup not done after 30 s");
+  }
+  struct scfg c = {.nmsg = 64, .maxrand = 2 * MB};
+  /* my sends use my role's seed, my receives the peer's */
+  uint64_t sseed = p->seed + (uint64_t)p->role * 101, rseed = p->seed + (uint64_t)(1 - p->role) * 101;
+  size_t *ss = make_sizes(&c, sseed, 0), *rs = make_sizes(&c, rseed, 0);
+  struct rn_stream s = {.p = p, .comm = sc, .is_send = 1, .nmsg = 64, .sizes = ss, .window = 8,
+                        .verify = 1, .seed = sseed};
+  struct rn_stream q = {.p = p, .comm = rcm, .is_send = 0, .nmsg = 64, .sizes = rs, .window = 8,
+                        .verify = 1, .seed = rseed, .order = RN_ORDER_RANDOM};
+  int rc = 0;
+  if (rn_stream_setup(&s) != 0 || rn_stream_setup(&q) != 0) return -1;
+  int ds = 0, dq = 0;
+  end = now_s() + 60 * tscale();
+  while (!(ds && dq) && rc == 0) {
+    int a = ds ? 1 : rn_stream_step(&s);
+    int b = dq ? 1 : rn_stream_step(&q);
+    if (a < 0 || b < 0) rc = -1;
+    ds = a, dq = b;
+    if (rc == 0 && now_s() > end) rc = peer_fail(p, "bidirectional streams not done after 60 s");
+  }
+  if (rn_stream_teardown(&s) != 0) rc = -1;
+  if (rn_stream_teardown(&q) != 0) rc = -1;
+  free(ss);
+  free(rs);
+  if (peer_sync(p, 30) != 0 && rc == 0) rc = peer_fail(p, "peer gone");
+  if ((r = rn_net_close_send(&p->net, sc)) != ncclSuccess && rc == 0) rc = peer_fail(p, "closeSend: %s", rn_result_str(r));
+  if ((r = rn_net_close_recv(&p->net, rcm)) != ncclSuccess && rc == 0) rc = peer_fail(p, "closeRecv: %s", rn_result_str(r));
+  if ((r = rn_net_close_listen(&p->net, lc)) != ncclSuccess && rc == 0) rc = peer_fail(p, "closeListen: %s", rn_result_str(r));
+  return rc;
+}
+
+/* Repeated and overlapping registrations of one buffer, deregistered in a
+ * different order, each still usable. */
+static int case_regmr(struct rn_peer *p) {
+  void *comm = NULL, *lc = NULL;
+  if (peer_connect(p, 1, &comm, p->role == RN_RECEIVER ? &lc : NULL, 30 * tscale()) != 0) return -1;
+  size_t len = 4 * MB;
+  unsigned char *buf = NULL;
+  if (posix_memalign((void **)&buf, 4096, len) != 0) return peer_fail(p, "oom");
+  void *mh[3] = {0};
+  ncclResult_t r;
+  int rc = 0;
+  if ((r = rn_net_regmr(&p->net, comm, buf, len, NCCL_PTR_HOST, &mh[0])) != ncclSuccess ||
+      (r = rn_net_regmr(&p->net, comm, buf, len, NCCL_PTR_HOST, &mh[1])) != ncclSuccess ||
+      (r = rn_net_regmr(&p->net, comm, buf + 1 * MB, 1 * MB + 3, NCCL_PTR_HOST, &mh[2])) != ncclSuccess)
+    return peer_fail(p, "regMr: %s", rn_result_str(r));
+  if ((r = rn_net_deregmr(&p->net, comm, mh[0])) != ncclSuccess)
+    return peer_fail(p, "deregMr(first of two equal registrations): %s", rn_result_str(r));
+  /* message 0 through the sub-range registration, 1 through the second
+   * whole-buffer one */
+  struct { size_t off, len; int m; } msg[2] = {{1 * MB, 1 * MB + 3, 2}, {0, len, 1}};
+  for (int i = 0; i < 2 && rc == 0; i++) {
+    unsigned char *d = buf + msg[i].off;
+    uint64_t key = pattern_key(p->seed, (uint64_t)i, msg[i].len);
+    void *req = NULL;
+    double end = now_s() + 10 * tscale();
+    if (p->role == RN_SENDER) pattern_fill(d, msg[i].len, key);
+    else memset(d, 0, msg[i].len);
+    while (req == NULL && rc == 0) {
+      if (p->role == RN_SENDER)
+        r = rn_net_isend(&p->net, comm, d, msg[i].len, 7, mh[msg[i].m], &req);
+      else {
+        void *dp = d;
+        int tag = 7;
+        r = rn_net_irecv(&p->net, comm, 1, &dp, &msg[i].len, &tag, &mh[msg[i].m], &req);
+      }
+      if (r != ncclSuccess) rc = peer_fail(p, "post msg %d: %s", i, rn_result_str(r));
+      else if (req == NULL && now_s() > end) rc = peer_fail(p, "post msg %d: NULL request for 10 s", i);
+    }
+    int got = -1;
+    if (rc == 0 && (r = peer_wait(p, req, &got, 30 * tscale())) != ncclSuccess)
+      rc = p->why[0] ? -1 : peer_fail(p, "test msg %d: %s", i, rn_result_str(r));
+    if (rc == 0 && p->role == RN_RECEIVER) {
+      if ((size_t)got != msg[i].len) rc = peer_fail(p, "msg %d: %d bytes, want %zu", i, got, msg[i].len);
+      else if (pattern_check(d, msg[i].len, key) != (size_t)-1) rc = peer_fail(p, "msg %d: data differs", i);
+    }
+  }
+  if ((r = rn_net_deregmr(&p->net, comm, mh[2])) != ncclSuccess && rc == 0) rc = peer_fail(p, "deregMr: %s", rn_result_str(r));
+  if ((r = rn_net_deregmr(&p->net, comm, mh[1])) != ncclSuccess && rc == 0) rc = peer_fail(p, "deregMr: %s", rn_result_str(r));
+  free(buf);
+  if (peer_sync(p, 30) != 0 && rc == 0) rc = peer_fail(p, "peer gone");
+  if (peer_close(p, 1, &comm, p->role == RN_RECEIVER ? &lc : NULL) != 0 && rc == 0) rc = -1;
+  return rc;
+}
+
+/* v9+: NCCL may pass *request == (void*)0x1 into irecv; a real request
+ * must still come back. */
+static int case_req_preset_recv(struct rn_peer *p) {
+  void *comm = NULL, *lc = NULL;
+  if (peer_connect(p, 1, &comm, &lc, 30 * tscale()) != 0) return -1;
+  unsigned char *buf = malloc(64 * KB);
+  void *mh = NULL;
+  ncclResult_t r = rn_net_regmr(&p->net, comm, buf, 64 * KB, NCCL_PTR_HOST, &mh);
+  int rc = 0;
+  if (r != ncclSuccess) return peer_fail(p, "regMr: %s", rn_result_str(r));
+  for (int i = 0; i < 4 && rc == 0; i++) {
+    void *req = (void *)0x1;
+    size_t sz = 64 * KB;
+    void *d = buf;
+    int tag = 3;
+    double end = now_s() + 10 * tscale();
+    for (;;) {
+      r = rn_net_irecv(&p->net, comm, 1, &d, &sz, &tag, &mh, &req);
+      if (r != ncclSuccess) {
+        rc = peer_fail(p, "irecv with *request=0x1: %s", rn_result_str(r));
+        break;
+      }
+      if (req == (void *)0x1) {
+        rc = peer_fail(p, "irecv left *request == 0x1 (must return a real request or NULL)");
+        break;
+      }
+      if (req != NULL) break;
+      req = (void *)0x1;
+      if (now_s() > end) {
+        rc = peer_fail(p, "irecv NULL for 10 s");
+        break;
+      }
+    }
+    int got = -1;
+    if (rc == 0 && (r = peer_wait(p, req, &got, 30 * tscale())) != ncclSuccess)
+      rc = p->why[0] ? -1 : peer_fail(p, "test: %s", rn_result_str(r));
+    if (rc == 0 && got != 1000 + i) rc = peer_fail(p, "msg %d: got %d bytes, want %d", i, got, 1000 + i);
+    if (rc == 0 && pattern_check(buf, (size_t)got, pattern_key(p->seed, (uint64_t)i, 1000)) != (size_t)-1)
+      rc = peer_fail(p, "msg %d: data differs", i);
+  }
+  rn_net_deregmr(&p->net, comm, mh);
+  free(buf);
+  if (peer_sync(p, 30) != 0 && rc == 0) rc = peer_fail(p, "peer gone");
+  if (peer_close(p, 1, &comm, &lc) != 0 && rc == 0) rc = -1;
+  return rc;
+}
+
+static int case_req_preset_send(struct rn_peer *p) {
+  void *comm = NULL;
+  if (peer_connect(p, 1, &comm, NULL, 30 * tscale()) != 0) return -1;
+  unsigned char *buf = malloc(64 * KB);
+  void *mh = NULL;
+  ncclResult_t r = rn_net_regmr(&p->net, comm, buf, 64 * KB, NCCL_PTR_HOST, &mh);
+  int rc = 0;
+  if (r != ncclSuccess) return peer_fail(p, "regMr: %s", rn_result_str(r));
+  for (int i = 0; i < 4 && rc == 0; i++) {
+    size_t sz = 1000 + (size_t)i;
+    pattern_fill(buf, sz, pattern_key(p->seed, (uint64_t)i, 1000));
+    void *req = NULL;
+    double end = now_s() + 10 * tscale();
+    while (req == NULL && rc == 0) {
+      if ((r = rn_net_isend(&p->net, comm, buf, sz, 3, mh, &req)) != ncclSuccess)
+        rc = peer_fail(p, "isend: %s", rn_result_str(r));
+      else if (req == NULL && now_s() > end)
+        rc = peer_fail(p, "isend NULL for 10 s");
+    }
+    if (rc == 0 && (r = peer_wait(p, req, NULL, 30 * tscale())) != ncclSuccess)
+      rc = p->why[0] ? -1 : peer_fail(p, "test: %s", rn_result_str(r));
+  }
+  rn_net_deregmr(&p->net, comm, mh);
+  free(buf);
+  if (peer_sync(p, 30) != 0 && rc == 0) rc = peer_fail(p, "peer gone");
+  if (peer_close(p, 1, &comm, NULL) != 0 && rc == 0) rc = -1;
+  return rc;
+}
+
+/* v11: init/finalize per communicator, repeated and concurrent. */
+struct ithr {
+  struct rn_net net;
+  int iters;
+  char why[256];
+};
+
+static void *init_thr(void *a) {
+  struct ithr *t = a;
+  for (int i = 0; i < t->iters; i++) {
+    ncclResult_t r = rn_net_init(&t->net);
+    if (r != ncclSuccess) {
+      snprintf(t->why, sizeof t->why, "init #%d: %s", i, rn_result_str(r));
+      return NULL;
+    }
+    int nd = 0;
+    struct rn_props q;
+    if ((r = rn_net_devices(&t->net, &nd)) != ncclSuccess || nd <= 0) {
+      snprintf(t->why, sizeof t->why, "devices after init #%d: %s, %d", i, rn_result_str(r), nd);
+      return NULL;
+    }
+    if ((r = rn_net_props(&t->net, 0, &q)) != ncclSuccess || q.name == NULL) {
+      snprintf(t->why, sizeof t->why, "getProperties after init #%d: %s", i, rn_result_str(r));
+      return NULL;
+    }
+    if ((r = rn_net_finalize(&t->net)) != ncclSuccess) {
+      snprintf(t->why, sizeof t->why, "finalize #%d: %s", i, rn_result_str(r));
+      return NULL;
+    }
+  }
+  return NULL;
+}
+
+static int case_v11_lifecycle(struct rn_peer *p) {
+  if (p->version != 11) return peer_fail(p, "finalize exists in v11 only"), RN_EXIT_SKIP;
+  /* sequential */
+  for (int i = 0; i < 5; i++) {
+    struct ithr t = {.net = p->net, .iters = 1};
+    init_thr(&t);
+    if (t.why[0]) return peer_fail(p, "sequential: %s", t.why);
+  }
+  /* concurrent, separate contexts */
+  struct ithr t[4];
+  pthread_t tid[4];
+  for (int i = 0; i < 4; i++) {
+    memset(&t[i], 0, sizeof t[i]);
+    t[i].net = p->net;
+    t[i].iters = 8;
+    pthread_create(&tid[i], NULL, init_thr, &t[i]);
+  }
+  for (int i = 0; i < 4; i++) pthread_join(tid[i], NULL);
+  for (int i = 0; i < 4; i++)
+    if (t[i].why[0]) return peer_fail(p, "concurrent thread %d: %s", i, t[i].why);
+  /* two live contexts; finalizing one leaves the other working */
+  struct rn_net a = p->net, b = p->net;
+  ncclResult_t r;
+  if ((r = rn_net_init(&a)) != ncclSuccess || (r = rn_net_init(&b)) != ncclSuccess)
+    return peer_fail(p, "init of two contexts: %s", rn_result_str(r));
+  if (a.ctx == b.ctx && a.ctx != NULL) note("two inits returned the same context %p", a.ctx);
+  if ((r = rn_net_finalize(&a)) != ncclSuccess) return peer_fail(p, "finalize(A): %s", rn_result_str(r));
+  int nd = 0;
+  if ((r = rn_net_devices(&b, &nd)) != ncclSuccess || nd <= 0)
+    return peer_fail(p, "devices() after finalize(A) with B live: %s, %d", rn_result_str(r), nd);
+  struct rn_peer q = *p;
+  q.net = b;
+  if (loopback_once(&q, 8, 256 * KB) != 0) return peer_fail(p, "context B after finalize(A): %s", q.why);
+  if ((r = rn_net_finalize(&b)) != ncclSuccess) return peer_fail(p, "finalize(B): %s", rn_result_str(r));
+  /* and once more from scratch after everything was finalized */
+  struct rn_net c = p->net;
+  if ((r = rn_net_init(&c)) != ncclSuccess) return peer_fail(p, "init after all finalized: %s", rn_result_str(r));
+  q.net = c;
+  if (loopback_once(&q, 8, 256 * KB) != 0) return peer_fail(p, "fresh context after full finalize: %s", q.why);
+  if ((r = rn_net_finalize(&c)) != ncclSuccess) return peer_fail(p, "finalize(C): %s", rn_result_str(r));
+  return 0;
+}
+
+/* NCCL 2.28 dlcloses the plugin after the last communicator and may
+ * dlopen it again: threads must be gone and state must restart cleanly. */
+static int case_reload(struct rn_peer *p) {
+  char err0[512];
+  rn_net_close(&p->net); /* drop the runner's handle so dlclose really unloads */
+  for (int round = 0; round < 3; round++) {
+    char err[512];
+    struct rn_net n;
+    if (rn_net_open(&n, p->version, err, sizeof err) != 0) return peer_fail(p, "reopen #%d: %s", round, err);
+    ncclResult_t r = rn_net_init(&n);
+    if (r != ncclSuccess) return peer_fail(p, "init after reload #%d: %s", round, rn_result_str(r));
+    int nd = 0;
+    if ((r = rn_net_devices(&n, &nd)) != ncclSuccess || nd <= 0)
+      return peer_fail(p, "devices after reload #%d: %s, %d", round, rn_result_str(r), nd);
+    struct rn_peer q = *p;
+    q.net = n;
+    if (loopback_once(&q, 8, 256 * KB) != 0) return peer_fail(p, "reload #%d: %s", round, q.why);
+    if ((r = rn_net_finalize(&n)) != ncclSuccess) return peer_fail(p, "finalize: %s", rn_result_str(r));
+    rn_net_close(&n);
+  }
+  if (rn_net_open(&p->net, p->version, err0, sizeof err0) != 0) return peer_fail(p, "reopen: %s", err0);
+  return 0;
+}
+
+/* ---- the table ---------------------------------------------------------- */
+struct tcase {
+  const char *name;
+  rn_peer_fn recv, send;   /* send NULL: single process */
+  const struct scfg *cfg;
+  int timeout_s;
+  int min_version;
+  int smoke;               /* part of the v9/v10 smoke pass */
+  int init;                /* 0: the case initializes itself */
+};
+
+static const struct scfg c_0 = {.nmsg = 4, .fixed = 0, .window = 2};
+static const struct scfg c_1 = {.nmsg = 4, .fixed = 1, .window = 2};
+static const struct scfg c_4k = {.nmsg = 16, .fixed = 4 * KB, .window = 4};
+static const struct scfg c_1m = {.nmsg = 8, .fixed = 1 * MB, .window = 4};
+static const struct scfg c_64m = {.nmsg = 3, .fixed = 64 * MB, .window = 1};
+static const struct scfg c_rand = {.nmsg = 200, .maxrand = 4 * MB, .window = 8};
+static const struct scfg c_bigger = {.nmsg = 64, .maxrand = 256 * KB, .post_size = 1 * MB, .window = 8};
+static const struct scfg c_nullsz = {.nmsg = 32, .maxrand = 256 * KB, .window = 4, .null_sizes = 1};
+static const struct scfg c_32 = {.nmsg = 96, .maxrand = 64 * KB, .window = 32, .post_all_first = 1,
+                                 .want_inflight = 32};
+static const struct scfg c_rev = {.nmsg = 64, .maxrand = 512 * KB, .window = 8, .order = RN_ORDER_REVERSE};
+static const struct scfg c_rnd = {.nmsg = 128, .maxrand = 512 * KB, .window = 16, .order = RN_ORDER_RANDOM};
+static const struct scfg c_thr = {.nmsg = 64, .maxrand = 2 * MB, .window = 8, .ncomms = 4, .threads = 1,
+                                  .order = RN_ORDER_RANDOM};
+static const struct scfg c_one = {.nmsg = 32, .maxrand = 2 * MB, .window = 8, .ncomms = 4};
+static const struct scfg c_many = {.nmsg = 4, .maxrand = 256 * KB, .window = 2, .ncomms = 16};
+
+static const struct tcase cases[] = {
+    {"properties are sane on every device", case_props, NULL, NULL, 30, 8, 1, 1},
+    {"connect and accept progress on one thread (same process)", case_loopback, NULL, NULL, 60, 8, 1, 1},
+    {"0-byte messages", stream_case, stream_case, &c_0, 60, 8, 0, 1},
+    {"1-byte messages", stream_case, stream_case, &c_1, 60, 8, 0, 1},
+    {"4 KiB messages", stream_case, stream_case, &c_4k, 60, 8, 1, 1},
+    {"1 MiB messages", stream_case, stream_case, &c_1m, 60, 8, 0, 1},
+    {"64 MiB messages", stream_case, stream_case, &c_64m, 120, 8, 0, 1},
+    {"random sizes 0..4 MiB", stream_case, stream_case, &c_rand, 120, 8, 1, 1},
+    {"receive buffer larger than the send: test() reports the sent size", stream_case, stream_case, &c_bigger, 60, 8, 1, 1},
+    {"test() with sizes == NULL", stream_case, stream_case, &c_nullsz, 60, 8, 0, 1},
+    {"grouped receives: tags pick the buffer, sends in another tag order", case_group_recv, case_group_send, NULL, 60, 8, 1, 1},
+    {"32 requests in flight per comm", stream_case, stream_case, &c_32, 60, 8, 0, 1},
+    {"test() polled in reverse order", stream_case, stream_case, &c_rev, 60, 8, 0, 1},
+    {"test() polled in random order", stream_case, stream_case, &c_rnd, 60, 8, 0, 1},
+    {"4 threads, one comm each, at once", stream_case, stream_case, &c_thr, 120, 8, 1, 1},
+    {"4 comms driven from one thread", stream_case, stream_case, &c_one, 120, 8, 0, 1},
+    {"16 comms set up and used at once", stream_case, stream_case, &c_many, 60, 8, 0, 1},
+    {"both processes send and receive at once", case_bidir, case_bidir, NULL, 90, 8, 0, 1},
+    {"repeated and overlapping regMr, deregMr in another order", case_regmr, case_regmr, NULL, 60, 8, 0, 1},
+    {"irecv with *request == 0x1 returns a real request", case_req_preset_recv, case_req_preset_send, NULL, 60, 9, 1, 1},
+    {"v11 init/finalize repeated, concurrent, per context", case_v11_lifecycle, NULL, NULL, 90, 11, 0, 0},
+    {"dlclose and dlopen again: init and traffic work", case_reload, NULL, NULL, 90, 8, 0, 0},
+};
+#define NCASES (int)(sizeof cases / sizeof cases[0])
+
+static int probe_fn(struct rn_peer *p) {
+  (void)p;
+  return 0;
+}
+
+static void usage(void) {
+  fprintf(stderr,
+          "usage: conformance [--api v8|v9|v10|v11|all|v8,v11] [--seed N] [--only SUBSTR] [--full] [--list]\n");
+}
+
+int main(int argc, char **argv) {
+  const char *api = "v8,v11,v9,v10";
+  const char *only = NULL;
+  int full = 0, list = 0;
+  uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 16);
+  if (getenv("RN_CONF_SEED")) seed = (uint64_t)strtoull(getenv("RN_CONF_SEED"), NULL, 0);
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--api") && i + 1 < argc) api = argv[++i];
+    else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 0);
+    else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+    else if (!strcmp(argv[i], "--full")) full = 1;
+    else if (!strcmp(argv[i], "--list")) list = 1;
+    else {
+      usage();
+      return 2;
+    }
+  }
+  if (!strcmp(api, "all")) api = "v8,v9,v10,v11", full = 1;
+  int versions[8], nv = 0;
+  char *copy = strdup(api), *save = NULL;
+  for (char *t = strtok_r(copy, ",", &save); t && nv < 8; t = strtok_r(NULL, ",", &save)) {
+    int v = rn_parse_version(t);
+    if (!v) {
+      usage();
+      return 2;
+    }
+    versions[nv++] = v;
+  }
+  free(copy);
+  /* a single explicitly named version gets the full suite */
+  if (nv == 1) full = 1;
+
+  int plan = 0;
+  for (int vi = 0; vi < nv; vi++)
+    for (int c = 0; c < NCASES; c++) {
+      if (only && !strstr(cases[c].name, only)) continue;
+      plan++;
+    }
+  if (list) {
+    for (int c = 0; c < NCASES; c++) printf("%s\n", cases[c].name);
+    return 0;
+  }
+
+  rn_default_env();
+  /* A plugin with no device here (e.g. RAILNET_TRANSPORT=ib on a host
+   * without RDMA) skips the whole suite. */
+  {
+    struct rn_pair_opts o = {.version = versions[0], .timeout_s = 30, .init = 1};
+    char why[512];
+    if (rn_run_single(probe_fn, &o, why, sizeof why) != 0) {
+      if (WEXITSTATUS(o.exit_status[0]) == 3 && getenv("RN_CONF_NO_SKIP") == NULL) {
+        printf("1..0 # SKIP plugin not usable here (no device for transport %s?): %s\n",
+               getenv("RAILNET_TRANSPORT") ? getenv("RAILNET_TRANSPORT") : "auto", why);
+        return 0;
+      }
+    }
+  }
+
+  tap_plan(plan);
+  note("plugin %s, seed %llu (rerun: --seed %llu), transport %s", rn_plugin_path(), (unsigned long long)seed,
+       (unsigned long long)seed, getenv("RAILNET_TRANSPORT") ? getenv("RAILNET_TRANSPORT") : "auto");
+  for (int vi = 0; vi < nv; vi++) {
+    int v = versions[vi];
+    for (int c = 0; c < NCASES; c++) {
+      const struct tcase *tc = &cases[c];
+      if (only && !strstr(tc->name, only)) continue;
+      if (v < tc->min_version) {
+        tap_skip("v%d: %s (needs v%d+)", v, tc->name, tc->min_version);
+        continue;
+      }
+      if (!full && (v == 9 || v == 10) && !tc->smoke) {
+        tap_skip("v%d: %s (smoke pass only; --api v%d for all)", v, tc->name, v);
+        continue;
+      }
+      struct rn_pair_opts o = {.version = v, .timeout_s = (int)(tc->timeout_s * tscale()),
+                               .init = tc->init, .seed = seed + (uint64_t)c * 1000003u, .arg = (void *)tc->cfg};
+      char why[1024];
+      double t0 = now_s();
+      int rc = tc->send ? rn_run_pair(tc->recv, tc->send, &o, why, sizeof why)
+                        : rn_run_single(tc->recv, &o, why, sizeof why);
+      int skipped = rc == 0 && ((WIFEXITED(o.exit_status[0]) && WEXITSTATUS(o.exit_status[0]) == RN_EXIT_SKIP) ||
+                                (tc->send && WIFEXITED(o.exit_status[1]) && WEXITSTATUS(o.exit_status[1]) == RN_EXIT_SKIP));
+      if (skipped) {
+        tap_skip("v%d: %s (not applicable to this plugin)", v, tc->name);
+        continue;
+      }
+      if (!tap_result(rc == 0, "v%d: %s", v, tc->name)) diag("  %s (seed %llu)", why, (unsigned long long)o.seed);
+      else note("  %.2f s", now_s() - t0);
+    }
+  }
+  return tap_failed() ? 1 : 0;
+}

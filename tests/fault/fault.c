@@ -1,0 +1,825 @@
+/* Fault tests: what the plugin does when the peer dies, when the caller
+ * closes with requests outstanding, when sizes disagree, when arguments
+ * are wrong, when the handle is garbage and when strangers connect to the
+ * listening port.  Every wait is bounded; a hang is a failure.
+ *
+ *   fault [--api v8|v9|v10|v11] [--only SUBSTR] [--seed N]
+ *
+ * Environment as for the conformance harness (RN_PLUGIN, RN_CONF_RECV_ENV,
+ * RN_CONF_SEND_ENV, RN_CONF_DEV, RN_CONF_VERBOSE, RN_CONF_TIMEOUT_SCALE). */
+#include "../common/rn_test.h"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define KB ((size_t)1024)
+#define MB (KB * 1024)
+#define DEATH_BOUND_S 10.0   /* a dead peer must surface within this */
+#define CLOSE_BOUND_S 2.0    /* close with requests outstanding */
+
+static double tscale(void) {
+  long s = rn_env_long("RN_CONF_TIMEOUT_SCALE", 1);
+  return s < 1 ? 1.0 : (double)s;
+}
+
+static int is_peer_error(ncclResult_t r) { return r == ncclRemoteError || r == ncclSystemError; }
+
+static int post_retry(struct rn_peer *p, int send, void *comm, void *buf, size_t size, int tag, void *mh,
+                      void **req, double timeout_s) {
+  double end = now_s() + timeout_s;
+  *req = NULL;
+  for (;;) {
+    ncclResult_t r;
+    if (send) {
+      r = rn_net_isend(&p->net, comm, buf, size, tag, mh, req);
+    } else {
+      void *d = buf;
+      r = rn_net_irecv(&p->net, comm, 1, &d, &size, &tag, &mh, req);
+    }
+    if (r != ncclSuccess) return (int)r;
+    if (*req != NULL) return 0;
+    if (now_s() > end) return -1;
+    sleep_us(10);
+  }
+}
+
+/* ---- peer killed --------------------------------------------------------- */
+/* The victim streams 64 MiB messages and SIGKILLs itself while one is in
+ * flight, after writing its time of death to the survivor.  The survivor
+ * keeps the stream going and must see test() (or isend/irecv) fail with
+ * ncclRemoteError/ncclSystemError within DEATH_BOUND_S of that time. */
+#define KILL_MSG (64 * MB)
+
+struct kill_arg {
+  int idle;     /* victim dies before sending anything */
+};
+
+static void die_now(struct rn_peer *p) {
+  double t = now_s();
+  if (peer_write(p, &t, sizeof t) != 0) _exit(9);
+  raise(SIGKILL);
+  _exit(9);
+}
+
+static int victim(struct rn_peer *p) {
+  const struct kill_arg *a = p->arg;
+  void *comm = NULL, *lc = NULL;
+  if (peer_connect(p, 1, &comm, p->role == RN_RECEIVER ? &lc : NULL, 30 * tscale()) != 0) return -1;
+  if (a->idle) {
+    sleep_us(200000); /* let the survivor post its request */
+    die_now(p);
+  }
+  unsigned char *buf = malloc(KILL_MSG);
+  if (buf == NULL) return peer_fail(p, "oom");
+  memset(buf, 0x5a, KILL_MSG);
+  void *mh = NULL;
+  ncclResult_t r = rn_net_regmr(&p->net, comm, buf, KILL_MSG, NCCL_PTR_HOST, &mh);
+  if (r != ncclSuccess) return peer_fail(p, "regMr: %s", rn_result_str(r));
+  for (int i = 0; i < 64; i++) {
+    void *req = NULL;
+    int e = post_retry(p, p->role == RN_SENDER, comm, buf, KILL_MSG, 1, mh, &req, 10 * tscale());
+    if (e != 0) return peer_fail(p, "victim post #%d failed (%d) before dying", i, e);
+    /* a couple of polls so the transfer is under way, then die with it in flight */
+    int done = 0;
+    for (int k = 0; k < 3 && !done; k++) {
+      if ((r = rn_net_test(&p->net, req, &done, NULL)) != ncclSuccess)
+        return peer_fail(p, "victim test: %s", rn_result_str(r));
+      sleep_us(200);
+    }
+    if (!done || i >= 8) die_now(p);
+    /* finished too quickly: wait for it and try the next one */
+    if (peer_wait(p, req, NULL, 10 * tscale()) != ncclSuccess) return -1;
+  }
+  die_now(p);
+  return 0;
+}
+
+static int survivor(struct rn_peer *p) {
+  void *comm = NULL, *lc = NULL;
+  if (peer_connect(p, 1, &comm, p->role == RN_RECEIVER ? &lc : NULL, 30 * tscale()) != 0) return -1;
+  unsigned char *buf = malloc(KILL_MSG);
+  if (buf == NULL) return peer_fail(p, "oom");
+  memset(buf, 0xa5, KILL_MSG);
+  void *mh = NULL;
+  ncclResult_t r = rn_net_regmr(&p->net, comm, buf, KILL_MSG, NCCL_PTR_HOST, &mh);
+  if (r != ncclSuccess) return peer_fail(p, "regMr: %s", rn_result_str(r));
+  double t_kill = 0, t_err = 0;
+  ncclResult_t err = ncclSuccess;
+  const char *where = "";
+  double hard_end = now_s() + 60 * tscale();
+  int completed = 0;
+  void *req = NULL;
+  while (err == ncclSuccess) {
+    if (t_kill == 0) {
+      struct pollfd pfd = {p->from_peer, POLLIN, 0};
+      if (poll(&pfd, 1, 0) == 1 && peer_read(p, &t_kill, sizeof t_kill, 1) != 0) t_kill = 0;
+    }
+    double t = now_s();
+    if ((t_kill != 0 && t > t_kill + DEATH_BOUND_S * tscale()) || t > hard_end) {
+      return peer_fail(p, "peer %s; no error from the plugin after %.1f s (%d messages completed, %s)",
+                       t_kill != 0 ? "killed" : "not killed?", t_kill != 0 ? t - t_kill : 60.0,
+                       completed, req ? "a request outstanding" : "isend/irecv kept returning NULL");
+    }
+    if (req == NULL) {
+      if (p->role == RN_SENDER)
+        r = rn_net_isend(&p->net, comm, buf, KILL_MSG, 1, mh, &req);
+      else {
+        void *d = buf;
+        size_t sz = KILL_MSG;
+        int tag = 1;
+        r = rn_net_irecv(&p->net, comm, 1, &d, &sz, &tag, &mh, &req);
+      }
+      if (r != ncclSuccess) err = r, where = p->role == RN_SENDER ? "isend" : "irecv";
+      if (req == NULL) sleep_us(20);
+      continue;
+    }
+    int done = 0;
+    r = rn_net_test(&p->net, req, &done, NULL);
+    if (r != ncclSuccess) {
+      err = r;
+      where = "test";
+    } else if (done) {
+      req = NULL;
+      completed++;
+    } else {
+      sleep_us(5);
+    }
+  }
+  t_err = now_s();
+  if (t_kill == 0) peer_read(p, &t_kill, sizeof t_kill, 5);
+  note("%s: %s returned %s %.3f s after the peer died (%d messages completed before)",
+       p->role == RN_SENDER ? "sender" : "receiver", where, rn_result_str(err),
+       t_kill != 0 ? t_err - t_kill : -1.0, completed);
+  int rc = 0;
+  if (!is_peer_error(err))
+    rc = peer_fail(p, "%s returned %s, want ncclRemoteError or ncclSystemError", where, rn_result_str(err));
+  if (rn_log_warns() == 0) note("no WARN logged for the dead peer");
+  /* closing after the failure must be prompt and must not crash */
+  double t0 = now_s();
+  rn_net_deregmr(&p->net, comm, mh);
+  if (p->role == RN_SENDER)
+    rn_net_close_send(&p->net, comm);
+  else {
+    rn_net_close_recv(&p->net, comm);
+    rn_net_close_listen(&p->net, lc);
+  }
+  if (now_s() - t0 > CLOSE_BOUND_S * tscale() && rc == 0)
+    rc = peer_fail(p, "close after the peer died took %.1f s", now_s() - t0);
+  free(buf);
+  return rc;
+}
+
+/* ---- close with requests outstanding ------------------------------------- */
+static int timed_close(struct rn_peer *p, void *comm, void *lc, const char *what) {
+  double t0 = now_s();
+  ncclResult_t r = p->role == RN_SENDER ? rn_net_close_send(&p->net, comm) : rn_net_close_recv(&p->net, comm);
+  double dt = now_s() - t0;
+  note("%s: %s took %.3f s (%s)", p->role == RN_SENDER ? "sender" : "receiver",
+       p->role == RN_SENDER ? "closeSend" : "closeRecv", dt, rn_result_str(r));
+  if (lc) rn_net_close_listen(&p->net, lc);
+  if (dt > CLOSE_BOUND_S * tscale()) return peer_fail(p, "%s: close took %.1f s, want < %.0f s", what, dt, CLOSE_BOUND_S);
+  return 0;
+}
+
+/* Receiver posts receives nothing will fill, closes; the sender (alive,
+ * idle) closes after it. */
+static int close_recv_r(struct rn_peer *p) {
+  void *comm = NULL, *lc = NULL;
+  if (peer_connect(p, 1, &comm, &lc, 30 * tscale()) != 0) return -1;
+  size_t sz = 1 * MB;
+  unsigned char *buf = malloc(sz * 4);
+  void *mh = NULL;
+  ncclResult_t r = rn_net_regmr(&p->net, comm, buf, sz * 4, NCCL_PTR_HOST, &mh);
+  if (r != ncclSuccess) return peer_fail(p, "regMr: %s", rn_result_str(r));
+  for (int i = 0; i < 4; i++) {
+    void *req = NULL;
+    int e = post_retry(p, 0, comm, buf + (size_t)i * sz, sz, 1, mh, &req, 10);
+    if (e != 0) return peer_fail(p, "irecv #%d: %d", i, e);
+    int done = 0;
+    rn_net_test(&p->net, req, &done, NULL);
+  }
+  /* NCCL deregisters its buffers before closing */
+  rn_net_deregmr(&p->net, comm, mh);
+  int rc = timed_close(p, comm, lc, "closeRecv with 4 receives outstanding");
+  free(buf);
+  if (peer_sync(p, 10) != 0 && rc == 0) rc = peer_fail(p, "peer gone");
+  return rc;
+}
+
+static int close_recv_s(struct rn_peer *p) {
+  void *comm = NULL;
+  if (peer_connect(p, 1, &comm, NULL, 30 * tscale()) != 0) return -1;
+  if (peer_sync(p, 10 * tscale()) != 0) return peer_fail(p, "receiver did not finish closing");
+  return timed_close(p, comm, NULL, "closeSend after the receiver closed");
+}
+
+/* Sender posts 64 MiB sends the receiver only partly takes, closes at once. */
+static int close_send_r(struct rn_peer *p) {
+  void *comm = NULL, *lc = NULL;
+  if (peer_connect(p, 1, &comm, &lc, 30 * tscale()) != 0) return -1;
+  size_t sz = 64 * MB;
+  unsigned char *buf = malloc(sz);
+  void *mh = NULL;
+  ncclResult_t r = rn_net_regmr(&p->net, comm, buf, sz, NCCL_PTR_HOST, &mh);
+  if (r != ncclSuccess) return peer_fail(p, "regMr: %s", rn_result_str(r));
+  void *req = NULL;
+  int e = post_retry(p, 0, comm, buf, sz, 1, mh, &req, 10);
+  if (e != 0) return peer_fail(p, "irecv: %d", e);
+  /* do not test: the receiver is slow; wait for the sender's close */
+  if (peer_sync(p, 10 * tscale()) != 0) return peer_fail(p, "sender did not finish closing");
+  rn_net_deregmr(&p->net, comm, mh);
+  int rc = timed_close(p, comm, lc, "closeRecv after the sender closed mid-message");
+  free(buf);
+  return rc;
+}
+
+static int close_send_s(struct rn_peer *p) {
+  void *comm = NULL;
+  if (peer_connect(p, 1, &comm, NULL, 30 * tscale()) != 0) return -1;
+  size_t sz = 64 * MB;
+  unsigned char *buf = malloc(sz);
+  memset(buf, 1, sz);
+  void *mh = NULL;
+  ncclResult_t r = rn_net_regmr(&p->net, comm, buf, sz, NCCL_PTR_HOST, &mh);
+  if (r != ncclSuccess) return peer_fail(p, "regMr: %s", rn_result_str(r));
+  int posted = 0;
+  for (int i = 0; i < 4; i++) {
+    void *req = NULL;
+    r = rn_net_isend(&p->net, comm, buf, sz, 1, mh, &req);
+    if (r != ncclSuccess) return peer_fail(p, "isend #%d: %s", i, rn_result_str(r));
+    if (req == NULL) {
+      /* no matching receive yet: give the first one a moment */
+      if (i == 0) {
+        int e = post_retry(p, 1, comm, buf, sz, 1, mh, &req, 5);
+        if (e != 0) return peer_fail(p, "isend #0 never accepted (%d)", e);
+      } else {
+        continue;
+      }
+    }
+    posted++;
+    int done = 0;
+    rn_net_test(&p->net, req, &done, NULL);
+  }
+  note("sender: %d sends outstanding at close", posted);
+  rn_net_deregmr(&p->net, comm, mh);
+  int rc = timed_close(p, comm, NULL, "closeSend with sends outstanding");
+  free(buf);
+  if (peer_sync(p, 10) != 0 && rc == 0) rc = peer_fail(p, "peer gone");
+  return rc;
+}
+
+/* ---- send larger than the posted receive ------------------------------- */
+#define BIG_SEND 12345
+#define SMALL_RECV 4099
+
+static int oversize(struct rn_peer *p) {
+  void *comm = NULL, *lc = NULL;
+  int is_recv = p->role == RN_RECEIVER;
+  if (peer_connect(p, 1, &comm, is_recv ? &lc : NULL, 30 * tscale()) != 0) return -1;
+  unsigned char *buf = calloc(1, 64 * KB);
+  void *mh = NULL;
+  ncclResult_t r = rn_net_regmr(&p->net, comm, buf, 64 * KB, NCCL_PTR_HOST, &mh);
+  if (r != ncclSuccess) return peer_fail(p, "regMr: %s", rn_result_str(r));
+  rn_log_reset();
+  void *req = NULL;
+  double end = now_s() + DEATH_BOUND_S * tscale();
+  ncclResult_t err = ncclSuccess;
+  int done = 0;
+  int got = -1;
+  while (err == ncclSuccess && !done && now_s() < end) {
+    if (req == NULL) {
+      if (is_recv) {
+        void *d = buf;
+        size_t sz = SMALL_RECV;
+        int tag = 9;
+        err = rn_net_irecv(&p->net, comm, 1, &d, &sz, &tag, &mh, &req);
+      } else {
+        err = rn_net_isend(&p->net, comm, buf, BIG_SEND, 9, mh, &req);
+      }
+      continue;
+    }
+    err = rn_net_test(&p->net, req, &done, &got);
+  }
+  int warned = rn_log_has_warn("12345", "4099");
+  int mine = err != ncclSuccess;
+  note("%s: %s (done=%d, size %d); WARN naming both sizes: %s%s%s", is_recv ? "receiver" : "sender",
+       rn_result_str(err), done, got, warned ? "yes" : "no", rn_log_warns() ? " last: " : "",
+       rn_log_warns() ? rn_log_last_warn() : "");
+  /* exchange outcomes: each side must fail, and one WARN must name both sizes */
+  int out[2] = {mine, warned}, theirs[2] = {0, 0};
+  if (peer_write(p, out, sizeof out) != 0 || peer_read(p, theirs, sizeof theirs, 20 * tscale()) != 0)
+    return peer_fail(p, "outcome exchange failed");
+  int rc = 0;
+  if (!mine)
+    rc = peer_fail(p, "%s: %s", is_recv ? "receive of 4099 B got a 12345 B send" : "12345 B send into a 4099 B receive",
+                   done ? "test() reported success" : "no error within 10 s");
+  else if (is_recv && !warned && !theirs[1])
+    rc = peer_fail(p, "both sides failed but no WARN naming both 12345 and 4099 on either side");
+  rn_net_deregmr(&p->net, comm, mh);
+  if (is_recv) {
+    rn_net_close_recv(&p->net, comm);
+    rn_net_close_listen(&p->net, lc);
+  } else {
+    rn_net_close_send(&p->net, comm);
+  }
+  free(buf);
+  return rc;
+}
+
+/* ---- zero-byte messages ------------------------------------------------- */
+static int zero_bytes(struct rn_peer *p) {
+  void *comm = NULL, *lc = NULL;
+  if (peer_connect(p, 1, &comm, p->role == RN_RECEIVER ? &lc : NULL, 30 * tscale()) != 0) return -1;
+  static const size_t sizes[] = {0, 5, 0, 0, 65536, 0, 1, 0, 0, 0, 4096, 0};
+  size_t post[sizeof sizes / sizeof sizes[0]];
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) post[i] = (i % 3 == 0) ? 0 : sizes[i] + 100;
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+    if (post[i] < sizes[i]) post[i] = sizes[i];
+  struct rn_stream s = {.p = p, .comm = comm, .is_send = p->role == RN_SENDER,
+                        .nmsg = (int)(sizeof sizes / sizeof sizes[0]), .sizes = sizes, .post_sizes = post,
+                        .window = 4, .verify = 1, .seed = p->seed};
+  int rc = rn_stream_run(&s, 30 * tscale());
+  if (peer_sync(p, 10) != 0 && rc == 0) rc = peer_fail(p, "peer gone");
+  if (peer_close(p, 1, &comm, p->role == RN_RECEIVER ? &lc : NULL) != 0 && rc == 0) rc = -1;
+  return rc;
+}
+
+/* ---- bad arguments (one child per check) ------------------------------- */
+enum expect { EXPECT_ERROR_WARN, EXPECT_NO_CRASH };
+struct badarg {
+  const char *name;
+  int which;
+  enum expect expect;
+};
+
+static ncclResult_t call_bad(struct rn_peer *p, int which, int *skip) {
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  memset(handle, 0, sizeof handle);
+  void *out = NULL;
+  static unsigned char garbage[4096];
+  memset(garbage, 0xAA, sizeof garbage);
+  struct rn_props q;
+  void *lc = NULL, *sc = NULL, *rcm = NULL;
+  if (which >= 100) {
+    if (peer_loopback(p, &lc, &sc, &rcm, 20 * tscale()) != 0) {
+      *skip = -1;
+      return ncclSuccess;
+    }
+  }
+  int ndev = p->ndev;
+  int done = 0;
+  char buf[64];
+  void *d = buf;
+  size_t sz = sizeof buf;
+  int tag = 0;
+  void *mh = NULL;
+  void *datas[64];
+  size_t sizes[64];
+  int tags[64];
+  void *mhs[64];
+  for (int i = 0; i < 64; i++) datas[i] = buf, sizes[i] = 1, tags[i] = i, mhs[i] = NULL;
+  ncclResult_t r = ncclSuccess;
+  rn_log_reset();
+  int w0 = rn_log_warns();
+  (void)w0;
+  switch (which) {
+  case 1: r = rn_net_props(&p->net, -1, &q); break;
+  case 2: r = rn_net_props(&p->net, ndev, &q); break;
+  case 3: r = rn_net_listen(&p->net, ndev, handle, &out); break;
+  case 4: r = rn_net_listen(&p->net, -1, handle, &out); break;
+  case 5: r = rn_net_listen(&p->net, 0, NULL, &out); break;
+  case 6: r = rn_net_listen(&p->net, 0, handle, NULL); break;
+  case 7: r = rn_net_connect(&p->net, ndev, handle, &out); break;
+  case 8: r = rn_net_connect(&p->net, 0, NULL, &out); break;
+  case 9: r = rn_net_accept(&p->net, NULL, &out); break;
+  case 10: r = rn_net_accept(&p->net, garbage, &out); break;
+  case 11: r = rn_net_isend(&p->net, NULL, buf, 8, 0, NULL, &out); break;
+  case 12: r = rn_net_isend(&p->net, garbage, buf, 8, 0, NULL, &out); break;
+  case 13: r = rn_net_irecv(&p->net, NULL, 1, &d, &sz, &tag, &mh, &out); break;
+  case 14: r = rn_net_test(&p->net, NULL, &done, NULL); break;
+  case 15: r = rn_net_test(&p->net, garbage, &done, NULL); break;
+  case 16: r = rn_net_regmr(&p->net, NULL, buf, sizeof buf, NCCL_PTR_HOST, &out); break;
+  case 17: r = rn_net_devices(&p->net, NULL); break;
+  case 18: r = rn_net_close_send(&p->net, NULL); break;
+  case 19: r = rn_net_close_recv(&p->net, NULL); break;
+  case 20: r = rn_net_close_listen(&p->net, NULL); break;
+  case 21: r = rn_net_regmr(&p->net, garbage, buf, sizeof buf, NCCL_PTR_HOST, &out); break;
+  /* with a live loopback comm pair */
+  case 100: r = rn_net_isend(&p->net, rcm, buf, 8, 0, NULL, &out); break;
+  case 101: r = rn_net_irecv(&p->net, sc, 1, &d, &sz, &tag, &mh, &out); break;
+  case 102: r = rn_net_irecv(&p->net, rcm, 0, datas, sizes, tags, mhs, &out); break;
+  case 103: {
+    int n = p->props.max_recvs + 1;
+    if (n > 64) {
+      *skip = 1;
+      break;
+    }
+    r = rn_net_irecv(&p->net, rcm, n, datas, sizes, tags, mhs, &out);
+    break;
+  }
+  case 104: r = rn_net_isend(&p->net, lc, buf, 8, 0, NULL, &out); break;
+  case 105: r = rn_net_close_send(&p->net, rcm); break;
+  case 106: r = rn_net_accept(&p->net, sc, &out); break;
+  case 107:
+    if (p->props.ptr_support & NCCL_PTR_CUDA) {
+      *skip = 1;
+      break;
+    }
+    r = rn_net_regmr(&p->net, sc, buf, sizeof buf, NCCL_PTR_CUDA, &out);
+    break;
+  case 108: r = rn_net_deregmr(&p->net, sc, NULL); break;
+  case 109: r = rn_net_regmr(&p->net, sc, buf, sizeof buf, 0x40, &out); break;
+  default: *skip = 1;
+  }
+  if (which >= 100) {
+    rn_net_close_send(&p->net, sc);
+    rn_net_close_recv(&p->net, rcm);
+    rn_net_close_listen(&p->net, lc);
+  }
+  return r;
+}
+
+static int badarg_fn(struct rn_peer *p) {
+  const struct badarg *b = p->arg;
+  int skip = 0;
+  ncclResult_t r = call_bad(p, b->which, &skip);
+  if (skip == -1) return -1;
+  if (skip) return peer_fail(p, "not applicable"), RN_EXIT_SKIP;
+  int warns = rn_log_warns();
+  if (b->expect == EXPECT_NO_CRASH) {
+    note("%s -> %s", b->name, rn_result_str(r));
+    return 0;
+  }
+  if (r == ncclSuccess) return peer_fail(p, "%s returned ncclSuccess", b->name);
+  if (r != ncclInvalidArgument && r != ncclInternalError)
+    return peer_fail(p, "%s returned %s, want ncclInvalidArgument or ncclInternalError", b->name, rn_result_str(r));
+  if (warns == 0) return peer_fail(p, "%s returned %s without a WARN", b->name, rn_result_str(r));
+  note("%s -> %s, WARN: %s", b->name, rn_result_str(r), rn_log_last_warn());
+  return 0;
+}
+
+static const struct badarg badargs[] = {
+    {"getProperties(-1)", 1, EXPECT_ERROR_WARN},
+    {"getProperties(ndev)", 2, EXPECT_ERROR_WARN},
+    {"listen(ndev)", 3, EXPECT_ERROR_WARN},
+    {"listen(-1)", 4, EXPECT_ERROR_WARN},
+    {"listen(handle NULL)", 5, EXPECT_ERROR_WARN},
+    {"listen(listenComm NULL)", 6, EXPECT_ERROR_WARN},
+    {"connect(ndev)", 7, EXPECT_ERROR_WARN},
+    {"connect(handle NULL)", 8, EXPECT_ERROR_WARN},
+    {"accept(NULL listenComm)", 9, EXPECT_ERROR_WARN},
+    {"accept(garbage listenComm)", 10, EXPECT_ERROR_WARN},
+    {"isend(NULL comm)", 11, EXPECT_ERROR_WARN},
+    {"isend(garbage comm)", 12, EXPECT_ERROR_WARN},
+    {"irecv(NULL comm)", 13, EXPECT_ERROR_WARN},
+    {"test(NULL request)", 14, EXPECT_ERROR_WARN},
+    {"test(garbage request)", 15, EXPECT_ERROR_WARN},
+    {"regMr(NULL comm)", 16, EXPECT_ERROR_WARN},
+    {"regMr(garbage comm)", 21, EXPECT_ERROR_WARN},
+    {"devices(NULL)", 17, EXPECT_ERROR_WARN},
+    {"closeSend(NULL) does not crash", 18, EXPECT_NO_CRASH},
+    {"closeRecv(NULL) does not crash", 19, EXPECT_NO_CRASH},
+    {"closeListen(NULL) does not crash", 20, EXPECT_NO_CRASH},
+    {"isend on a recv comm", 100, EXPECT_ERROR_WARN},
+    {"irecv on a send comm", 101, EXPECT_ERROR_WARN},
+    {"irecv(n=0)", 102, EXPECT_ERROR_WARN},
+    {"irecv(n=maxRecvs+1)", 103, EXPECT_ERROR_WARN},
+    {"isend on a listen comm", 104, EXPECT_ERROR_WARN},
+    {"closeSend on a recv comm", 105, EXPECT_ERROR_WARN},
+    {"accept on a send comm", 106, EXPECT_ERROR_WARN},
+    {"regMr(NCCL_PTR_CUDA) on a host-only device", 107, EXPECT_ERROR_WARN},
+    {"regMr(unknown type 0x40)", 109, EXPECT_ERROR_WARN},
+    {"deregMr(NULL mhandle) does not crash", 108, EXPECT_NO_CRASH},
+};
+#define NBADARGS (int)(sizeof badargs / sizeof badargs[0])
+
+/* ---- garbage handles ----------------------------------------------------- */
+struct garbage_arg {
+  int kind; /* 0 random, 1 all 0xff, 2 all zero, 3 real handle, random tail */
+};
+
+static int garbage_fn(struct rn_peer *p) {
+  const struct garbage_arg *g = p->arg;
+  unsigned char handle[NCCL_NET_HANDLE_MAXSIZE];
+  uint64_t st = p->seed;
+  void *lc = NULL;
+  switch (g->kind) {
+  case 0:
+    for (size_t i = 0; i < sizeof handle; i++) handle[i] = (unsigned char)rng_next(&st);
+    break;
+  case 1: memset(handle, 0xff, sizeof handle); break;
+  case 2: memset(handle, 0, sizeof handle); break;
+  default: {
+    memset(handle, 0, sizeof handle);
+    ncclResult_t r = rn_net_listen(&p->net, p->dev, handle, &lc);
+    if (r != ncclSuccess) return peer_fail(p, "listen: %s", rn_result_str(r));
+    /* keep the first 32 bytes (where an address most likely lives), scramble the rest */
+    for (size_t i = 32; i < sizeof handle; i++) handle[i] ^= (unsigned char)(rng_next(&st) | 1);
+  }
+  }
+  void *sc = NULL;
+  double end = now_s() + 2.0 * tscale();
+  ncclResult_t r = ncclSuccess;
+  int calls = 0;
+  while (now_s() < end) {
+    r = rn_net_connect(&p->net, p->dev, handle, &sc);
+    calls++;
+    if (r != ncclSuccess || sc != NULL) break;
+    if (lc != NULL) {
+      void *rc = NULL;
+      ncclResult_t ra = rn_net_accept(&p->net, lc, &rc);
+      if (ra != ncclSuccess) return peer_fail(p, "accept on the real listener failed: %s", rn_result_str(ra));
+      if (rc != NULL) return peer_fail(p, "accept admitted a connection made from a scrambled handle");
+    }
+    sleep_us(1000);
+  }
+  note("connect(garbage handle kind %d): %s after %d calls, comm %p", g->kind, rn_result_str(r), calls, sc);
+  if (r == ncclSuccess && sc != NULL) {
+    /* a connection to something from garbage: only acceptable when the
+     * scramble left the handle intact enough to reach our own listener */
+    return peer_fail(p, "connect with a garbage handle returned a comm");
+  }
+  if (r != ncclSuccess && rn_log_warns() == 0) note("connect failed without a WARN");
+  if (lc != NULL) rn_net_close_listen(&p->net, lc);
+  return 0;
+}
+
+/* ---- stray TCP connections to the listening port ------------------------ */
+/* Find the TCP LISTEN sockets this process owns: socket inodes from
+ * /proc/self/fd matched against /proc/net/tcp{,6}. */
+struct lsock {
+  unsigned long inode;
+  int v6;
+  unsigned char addr[16];
+  int port;
+};
+
+static int my_socket_inodes(unsigned long *ino, int max) {
+  DIR *d = opendir("/proc/self/fd");
+  int n = 0;
+  if (d == NULL) return 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL && n < max) {
+    char path[300], link[128];
+    snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+    ssize_t l = readlink(path, link, sizeof link - 1);
+    if (l <= 0) continue;
+    link[l] = '\0';
+    unsigned long i;
+    if (sscanf(link, "socket:[%lu]", &i) == 1) ino[n++] = i;
+  }
+  closedir(d);
+  return n;
+}
+
+static int my_listeners(struct lsock *out, int max) {
+  unsigned long ino[1024];
+  int ni = my_socket_inodes(ino, 1024);
+  int n = 0;
+  for (int v6 = 0; v6 < 2; v6++) {
+    FILE *f = fopen(v6 ? "/proc/self/net/tcp6" : "/proc/self/net/tcp", "r");
+    if (f == NULL) continue;
+    char line[512];
+    if (fgets(line, sizeof line, f) == NULL) {
+      fclose(f);
+      continue;
+    }
+    while (fgets(line, sizeof line, f) != NULL && n < max) {
+      char laddr[64];
+      unsigned port, state;
+      unsigned long inode;
+      if (sscanf(line, " %*d: %63[0-9A-Fa-f]:%x %*[0-9A-Fa-f]:%*x %x %*x:%*x %*x:%*x %*x %*u %*u %lu", laddr,
+                 &port, &state, &inode) != 4)
+        continue;
+      if (state != 0x0A) continue; /* TCP_LISTEN */
+      int mine = 0;
+      for (int i = 0; i < ni; i++) mine |= ino[i] == inode;
+      if (!mine) continue;
+      struct lsock *s = &out[n++];
+      memset(s, 0, sizeof *s);
+      s->inode = inode;
+      s->v6 = v6;
+      s->port = (int)port;
+      /* /proc prints each 32-bit word in host order */
+      int words = v6 ? 4 : 1;
+      for (int w = 0; w < words; w++) {
+        unsigned int x = 0;
+        char tmp[9];
+        memcpy(tmp, laddr + w * 8, 8);
+        tmp[8] = '\0';
+        sscanf(tmp, "%x", &x);
+        memcpy(s->addr + w * 4, &x, 4);
+      }
+    }
+    fclose(f);
+  }
+  return n;
+}
+
+static int stray_connect(const struct lsock *s) {
+  int fd = socket(s->v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  int rc;
+  if (s->v6) {
+    struct sockaddr_in6 a = {.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)s->port)};
+    memcpy(&a.sin6_addr, s->addr, 16);
+    static const unsigned char any[16] = {0};
+    if (memcmp(s->addr, any, 16) == 0) a.sin6_addr = in6addr_loopback;
+    rc = connect(fd, (struct sockaddr *)&a, sizeof a);
+  } else {
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)s->port)};
+    memcpy(&a.sin_addr, s->addr, 4);
+    if (a.sin_addr.s_addr == 0) a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    rc = connect(fd, (struct sockaddr *)&a, sizeof a);
+  }
+  if (rc != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+#define NSTRAY 5
+static int stray_r(struct rn_peer *p) {
+  struct lsock before[64], after[64];
+  int nb = my_listeners(before, 64);
+  char handle[NCCL_NET_HANDLE_MAXSIZE] = {0};
+  void *lc = NULL, *rcm = NULL;
+  ncclResult_t r = rn_net_listen(&p->net, p->dev, handle, &lc);
+  if (r != ncclSuccess) return peer_fail(p, "listen: %s", rn_result_str(r));
+  int na = my_listeners(after, 64);
+  struct lsock fresh[64];
+  int nf = 0;
+  for (int i = 0; i < na; i++) {
+    int old = 0;
+    for (int j = 0; j < nb; j++) old |= before[j].inode == after[i].inode;
+    if (!old) fresh[nf++] = after[i];
+  }
+  int fds[64 * NSTRAY];
+  int nfd = 0;
+  uint64_t st = p->seed;
+  for (int i = 0; i < nf; i++) {
+    for (int k = 0; k < NSTRAY; k++) {
+      int fd = stray_connect(&fresh[i]);
+      if (fd < 0) continue;
+      unsigned char junk[65536];
+      for (size_t j = 0; j < sizeof junk; j++) junk[j] = (unsigned char)rng_next(&st);
+      ssize_t w = 0;
+      switch (k) {
+      case 0: w = send(fd, junk, 1024, MSG_NOSIGNAL); close(fd); fd = -1; break; /* garbage, close */
+      case 1: break;                                                              /* silent, kept open */
+      case 2: memset(junk, 0xff, sizeof junk); w = send(fd, junk, sizeof junk, MSG_NOSIGNAL | MSG_DONTWAIT); break;
+      case 3: w = send(fd, junk, 3, MSG_NOSIGNAL); break;                         /* a short, partial header */
+      case 4: close(fd); fd = -1; break;                                          /* connect, close at once */
+      }
+      (void)w;
+      if (fd >= 0) fds[nfd++] = fd;
+    }
+  }
+  note("receiver: %d new listening socket(s); %d stray connections, %d kept open", nf, nf * NSTRAY, nfd);
+  if (nf == 0) return peer_fail(p, "no TCP listening socket found for this listen comm"), RN_EXIT_SKIP;
+  /* let the plugin see the strays before the real peer arrives */
+  double t0 = now_s();
+  while (now_s() - t0 < 0.3) {
+    r = rn_net_accept(&p->net, lc, &rcm);
+    if (r != ncclSuccess) return peer_fail(p, "accept failed while only strays were connected: %s", rn_result_str(r));
+    if (rcm != NULL) return peer_fail(p, "accept admitted a stray connection");
+    sleep_us(1000);
+  }
+  if (peer_write(p, handle, sizeof handle) != 0) return peer_fail(p, "pipe");
+  double end = now_s() + 10 * tscale();
+  while (rcm == NULL) {
+    r = rn_net_accept(&p->net, lc, &rcm);
+    if (r != ncclSuccess) return peer_fail(p, "accept of the real peer failed: %s", rn_result_str(r));
+    if (rcm == NULL && now_s() > end) return peer_fail(p, "real peer not accepted within 10 s of the strays");
+  }
+  static const size_t sizes[] = {100, 70000, 1 << 20, 0};
+  struct rn_stream s = {.p = p, .comm = rcm, .is_send = 0, .nmsg = 4, .sizes = sizes, .window = 2,
+                        .verify = 1, .seed = p->seed};
+  int rc = rn_stream_run(&s, 20 * tscale());
+  if (peer_sync(p, 10) != 0 && rc == 0) rc = peer_fail(p, "peer gone");
+  for (int i = 0; i < nfd; i++) close(fds[i]);
+  rn_net_close_recv(&p->net, rcm);
+  rn_net_close_listen(&p->net, lc);
+  return rc;
+}
+
+static int stray_s(struct rn_peer *p) {
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  if (peer_read(p, handle, sizeof handle, 30 * tscale()) != 0) return peer_fail(p, "no handle"), RN_EXIT_SKIP;
+  void *sc = NULL;
+  double end = now_s() + 10 * tscale();
+  while (sc == NULL) {
+    ncclResult_t r = rn_net_connect(&p->net, p->dev, handle, &sc);
+    if (r != ncclSuccess) return peer_fail(p, "connect: %s", rn_result_str(r));
+    if (sc == NULL && now_s() > end) return peer_fail(p, "connect not done within 10 s");
+  }
+  static const size_t sizes[] = {100, 70000, 1 << 20, 0};
+  struct rn_stream s = {.p = p, .comm = sc, .is_send = 1, .nmsg = 4, .sizes = sizes, .window = 2,
+                        .verify = 1, .seed = p->seed};
+  int rc = rn_stream_run(&s, 20 * tscale());
+  if (peer_sync(p, 10) != 0 && rc == 0) rc = peer_fail(p, "peer gone");
+  rn_net_close_send(&p->net, sc);
+  return rc;
+}
+
+/* ---- the table ----------------------------------------------------------- */
+struct fcase {
+  const char *name;
+  rn_peer_fn recv, send; /* send NULL: single process */
+  void *arg;
+  int timeout_s;
+  int allow_sig[2];
+};
+
+static struct kill_arg k_busy = {0}, k_idle = {1};
+static struct garbage_arg g_rand = {0}, g_ff = {1}, g_zero = {2}, g_tail = {3};
+
+static const struct fcase fcases[] = {
+    {"sender SIGKILLed mid-transfer: receiver's test() errors within 10 s", survivor, victim, &k_busy, 90, {0, SIGKILL}},
+    {"receiver SIGKILLed mid-transfer: sender's test() errors within 10 s", victim, survivor, &k_busy, 90, {SIGKILL, 0}},
+    {"sender SIGKILLed before sending: posted receive errors within 10 s", survivor, victim, &k_idle, 90, {0, SIGKILL}},
+    {"receiver SIGKILLed with nothing posted: sender's isend/test errors within 10 s", victim, survivor, &k_idle, 90, {SIGKILL, 0}},
+    {"closeRecv with receives outstanding returns within 2 s", close_recv_r, close_recv_s, NULL, 60, {0, 0}},
+    {"closeSend with 64 MiB sends outstanding returns within 2 s", close_send_r, close_send_s, NULL, 60, {0, 0}},
+    {"send larger than the posted receive fails on both sides, WARN names both sizes", oversize, oversize, NULL, 60, {0, 0}},
+    {"zero-byte messages mixed with data, into zero and larger buffers", zero_bytes, zero_bytes, NULL, 60, {0, 0}},
+    {"connect with a random handle: error or harmless timeout", garbage_fn, NULL, &g_rand, 30, {0, 0}},
+    {"connect with an all-0xff handle: error or harmless timeout", garbage_fn, NULL, &g_ff, 30, {0, 0}},
+    {"connect with an all-zero handle: error or harmless timeout", garbage_fn, NULL, &g_zero, 30, {0, 0}},
+    {"connect with a real handle's tail scrambled: not admitted", garbage_fn, NULL, &g_tail, 30, {0, 0}},
+    {"stray TCP connections (garbage, silent, partial) do not block a real peer", stray_r, stray_s, NULL, 90, {0, 0}},
+};
+#define NFCASES (int)(sizeof fcases / sizeof fcases[0])
+
+int main(int argc, char **argv) {
+  int version = 8;
+  const char *only = NULL;
+  uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 16);
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--api") && i + 1 < argc) version = rn_parse_version(argv[++i]);
+    else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+    else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 0);
+    else version = 0;
+  }
+  if (version == 0) {
+    fprintf(stderr, "usage: fault [--api v8|v9|v10|v11] [--only SUBSTR] [--seed N]\n");
+    return 2;
+  }
+  rn_default_env();
+  int plan = 0;
+  for (int c = 0; c < NFCASES; c++) plan += !only || strstr(fcases[c].name, only);
+  for (int c = 0; c < NBADARGS; c++) plan += !only || strstr(badargs[c].name, only) || strstr("bad arguments", only);
+  tap_plan(plan);
+  note("plugin %s through ncclNetPlugin_v%d, seed %llu", rn_plugin_path(), version, (unsigned long long)seed);
+  for (int c = 0; c < NFCASES; c++) {
+    const struct fcase *f = &fcases[c];
+    if (only && !strstr(f->name, only)) continue;
+    struct rn_pair_opts o = {.version = version, .timeout_s = (int)(f->timeout_s * tscale()), .init = 1,
+                             .seed = seed + (uint64_t)c, .arg = f->arg};
+    o.allow_signal[0] = f->allow_sig[0];
+    o.allow_signal[1] = f->allow_sig[1];
+    char why[1024];
+    int rc = f->send ? rn_run_pair(f->recv, f->send, &o, why, sizeof why) : rn_run_single(f->recv, &o, why, sizeof why);
+    /* the victim must really have been killed, not have failed earlier */
+    for (int i = 0; i < 2 && rc == 0; i++)
+      if (f->allow_sig[i] && !(WIFSIGNALED(o.exit_status[i]) && WTERMSIG(o.exit_status[i]) == f->allow_sig[i])) {
+        rc = -1;
+        snprintf(why, sizeof why, "the victim was not killed as planned (status 0x%x)", o.exit_status[i]);
+      }
+    int skipped = rc == 0 && ((WIFEXITED(o.exit_status[0]) && WEXITSTATUS(o.exit_status[0]) == RN_EXIT_SKIP) ||
+                              (f->send && WIFEXITED(o.exit_status[1]) && WEXITSTATUS(o.exit_status[1]) == RN_EXIT_SKIP));
+    if (skipped) {
+      tap_skip("%s (not applicable here)", f->name);
+      continue;
+    }
+    if (!tap_result(rc == 0, "%s", f->name)) diag("  %s", why);
+  }
+  for (int c = 0; c < NBADARGS; c++) {
+    const struct badarg *b = &badargs[c];
+    if (only && !strstr(b->name, only) && !strstr("bad arguments", only)) continue;
+    struct rn_pair_opts o = {.version = version, .timeout_s = (int)(30 * tscale()), .init = 1, .seed = seed,
+                             .arg = (void *)b};
+    char why[1024];
+    int rc = rn_run_single(badarg_fn, &o, why, sizeof why);
+    if (rc == 0 && WIFEXITED(o.exit_status[0]) && WEXITSTATUS(o.exit_status[0]) == RN_EXIT_SKIP) {
+      tap_skip("bad arguments: %s (not applicable)", b->name);
+      continue;
+    }
+    if (!tap_result(rc == 0, "bad arguments: %s %s", b->name,
+                    b->expect == EXPECT_ERROR_WARN ? "-> error + WARN, no crash" : ""))
+      diag("  %s", why);
+  }
+  return tap_failed() ? 1 : 0;
+}
