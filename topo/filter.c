@@ -7,17 +7,17 @@
 #include "filter.h"
 #include "model.h"
 
-struct rn_filter_ent {
+struct rn_topo_filter_ent {
   char name[64];
   int port; /* -1 any */
 };
 
-struct rn_filter {
+struct rn_topo_filter {
   int exclude, exact, n;
-  struct rn_filter_ent ent[];
+  struct rn_topo_filter_ent ent[];
 };
 
-int rn_filter_parse(const char *spec, struct rn_filter **out, char *err, size_t errlen)
+int rn_topo_filter_parse(const char *spec, struct rn_topo_filter **out, char *err, size_t errlen)
 {
   *out = NULL;
   if (!spec || !*spec) return 0;
@@ -26,7 +26,7 @@ int rn_filter_parse(const char *spec, struct rn_filter **out, char *err, size_t 
   if (*p == '^') exclude = 1, p++;
   if (*p == '=') exact = 1, p++;
   for (const char *q = p; *q; q++) cap += *q == ',';
-  struct rn_filter *f = calloc(1, sizeof(*f) + (size_t)cap * sizeof(f->ent[0]));
+  struct rn_topo_filter *f = calloc(1, sizeof(*f) + (size_t)cap * sizeof(f->ent[0]));
   if (!f) {
     rn_topo_errf(err, errlen, "NIC filter: out of memory");
     return -1;
@@ -45,7 +45,7 @@ int rn_filter_parse(const char *spec, struct rn_filter **out, char *err, size_t 
       rn_topo_errf(err, errlen, "NIC filter \"%s\": bad device name in \"%.*s\"", spec, (int)len, p);
       goto out_free;
     }
-    struct rn_filter_ent *e = &f->ent[f->n];
+    struct rn_topo_filter_ent *e = &f->ent[f->n];
     memcpy(e->name, p, nlen);
     e->name[nlen] = '\0';
     e->port = -1;
@@ -69,22 +69,32 @@ out_free:
   return -1;
 }
 
-static int rn_filter_name_eq(const struct rn_filter *f, const char *ent, const char *name)
+static int rn_topo_filter_name_eq(const struct rn_topo_filter *f, const char *ent, const char *name)
 {
   if (!name || !*name) return 0;
   return f->exact ? strcmp(ent, name) == 0 : strncmp(ent, name, strlen(ent)) == 0;
 }
 
-int rn_filter_match(const struct rn_filter *f, const char *name, const char *netdev, int port)
+int rn_topo_filter_test(const struct rn_topo_filter *f, const char *name, const char *netdev, int port)
 {
   if (!f || f->n == 0) return 1;
   int found = 0;
   for (int i = 0; i < f->n && !found; i++) {
-    const struct rn_filter_ent *e = &f->ent[i];
+    const struct rn_topo_filter_ent *e = &f->ent[i];
     if (e->port >= 0 && e->port != port) continue;
-    found = rn_filter_name_eq(f, e->name, name) || rn_filter_name_eq(f, e->name, netdev);
+    found = rn_topo_filter_name_eq(f, e->name, name) || rn_topo_filter_name_eq(f, e->name, netdev);
   }
   return f->exclude ? !found : found;
 }
 
-void rn_filter_free(struct rn_filter *f) { free(f); }
+void rn_topo_filter_free(struct rn_topo_filter *f) { free(f); }
+
+int rn_topo_filter_match(const char *spec, const char *name, const char *netdev, int port)
+{
+  struct rn_topo_filter *f = NULL;
+  char err[8];
+  if (rn_topo_filter_parse(spec, &f, err, sizeof(err))) return 0;
+  int ok = rn_topo_filter_test(f, name, netdev, port);
+  rn_topo_filter_free(f);
+  return ok;
+}

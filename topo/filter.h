@@ -8,13 +8,13 @@
 
 #include <stddef.h>
 
-struct rn_filter;
+struct rn_topo_filter;
 
 /* NULL or "" gives *out = NULL, which matches everything.  0 ok, -1 with
  * err for a malformed filter. */
-int rn_filter_parse(const char *spec, struct rn_filter **out, char *err, size_t errlen);
+int rn_topo_filter_parse(const char *spec, struct rn_topo_filter **out, char *err, size_t errlen);
 /* 1 when the NIC (RDMA name or netdev name, port) passes the filter. */
-int rn_filter_match(const struct rn_filter *f, const char *name, const char *netdev, int port);
-void rn_filter_free(struct rn_filter *f);
+int rn_topo_filter_test(const struct rn_topo_filter *f, const char *name, const char *netdev, int port);
+void rn_topo_filter_free(struct rn_topo_filter *f);
 
 #endif

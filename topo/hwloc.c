@@ -215,11 +215,11 @@ int rn_topo_load_hwloc_xml(const char *path, struct rn_topo **out, char *err, si
   }
   if (hwloc_topology_set_xml(h.topo, path) || hwloc_topology_load(h.topo)) {
     /* hwloc does not say where; our XML reader does for syntax errors. */
-    struct rn_xml_node *root = NULL;
-    if (rn_xml_parse_file(path, &root, err, errlen) == 0)
+    struct rn_topo_xml_node *root = NULL;
+    if (rn_topo_xml_parse_file(path, &root, err, errlen) == 0)
       rn_topo_errf(err, errlen, "%s:%d: hwloc rejected the topology (not a valid hwloc XML document)", path,
                    root->line);
-    rn_xml_free(root);
+    rn_topo_xml_free(root);
     hwloc_topology_destroy(h.topo);
     return -1;
   }
@@ -246,7 +246,7 @@ int rn_topo_load_live(struct rn_topo **out, char *err, size_t errlen)
 {
   struct rn_hw h;
   char why[128];
-  const char *root = rn_sysfs_root();
+  const char *root = rn_topo_sysfs_root();
   memset(&h, 0, sizeof(h));
   *out = NULL;
   if (rn_hw_init(&h.topo, 0)) {
@@ -265,14 +265,14 @@ int rn_topo_load_live(struct rn_topo **out, char *err, size_t errlen)
     return -1;
   }
   h.live = 1;
-  h.gpu_gdr = rn_sysfs_gdr_probe(root, why, sizeof(why));
+  h.gpu_gdr = rn_topo_sysfs_gdr_probe(root, why, sizeof(why));
   int rc = rn_hw_build(&h, err, errlen);
   hwloc_topology_destroy(h.topo);
   if (rc) {
     rn_topo_free(h.t);
     return -1;
   }
-  rn_sysfs_enrich_nics(h.t, root);
+  rn_topo_sysfs_enrich_nics(h.t, root);
   if (h.t->ngpus) rn_topo_add_note(h.t, "GPUDirect RDMA: %s", why);
   *out = h.t;
   return 0;

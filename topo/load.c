@@ -20,7 +20,7 @@ static enum rn_fmt rn_detect(const char *path, char *err, size_t errlen)
   size_t n = fread(head, 1, sizeof(head) - 1, f);
   fclose(f);
   head[n] = '\0';
-  rn_xml_root_name(head, n, root, sizeof(root));
+  rn_topo_xml_root_name(head, n, root, sizeof(root));
   if (strcmp(root, "topology") == 0 || strcmp(root, "root") == 0) return RN_FMT_HWLOC;
   if (strcmp(root, "system") == 0) return RN_FMT_NCCL;
   /* nvidia-smi's matrix header starts with a tab (or spaces) then GPU0. */

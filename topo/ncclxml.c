@@ -80,11 +80,11 @@ static long rn_nx_long(const char *s, long dflt)
 
 static int rn_nx_gdr(const char *s) { return s ? rn_nx_long(s, 1) != 0 : 1; }
 
-static int rn_nx_add_net(struct rn_nx *x, int node, const struct rn_xml_node *net, uint32_t cls)
+static int rn_nx_add_net(struct rn_nx *x, int node, const struct rn_topo_xml_node *net, uint32_t cls)
 {
   struct rn_topo_nic nic;
   memset(&nic, 0, sizeof(nic));
-  const char *name = net ? rn_xml_attr(net, "name") : NULL;
+  const char *name = net ? rn_topo_xml_attr(net, "name") : NULL;
   if (name && *name)
     snprintf(nic.name, sizeof(nic.name), "%s", name);
   else if (x->t->nodes[node].busid[0])
@@ -92,12 +92,12 @@ static int rn_nx_add_net(struct rn_nx *x, int node, const struct rn_xml_node *ne
   else
     snprintf(nic.name, sizeof(nic.name), "nic%d", x->t->nnics);
   if (net) {
-    long speed = rn_nx_long(rn_xml_attr(net, "speed"), 0);
+    long speed = rn_nx_long(rn_topo_xml_attr(net, "speed"), 0);
     nic.speed_mbps = (speed > 0 && speed < 100000000) ? (int)speed : 0;
-    long port = rn_nx_long(rn_xml_attr(net, "port"), 1);
+    long port = rn_nx_long(rn_topo_xml_attr(net, "port"), 1);
     nic.port = (port >= 0 && port < 65536) ? (int)port : 1;
-    nic.guid = (uint64_t)rn_nx_hex(rn_xml_attr(net, "guid"), 0);
-    nic.gdr = rn_nx_gdr(rn_xml_attr(net, "gdr"));
+    nic.guid = (uint64_t)rn_nx_hex(rn_topo_xml_attr(net, "guid"), 0);
+    nic.gdr = rn_nx_gdr(rn_topo_xml_attr(net, "gdr"));
   } else {
     nic.port = 1;
     nic.gdr = 1;
@@ -111,10 +111,10 @@ static int rn_nx_add_net(struct rn_nx *x, int node, const struct rn_xml_node *ne
   return 0;
 }
 
-static int rn_nx_add_nic_elem(struct rn_nx *x, int node, const struct rn_xml_node *nicx, uint32_t cls)
+static int rn_nx_add_nic_elem(struct rn_nx *x, int node, const struct rn_topo_xml_node *nicx, uint32_t cls)
 {
   int nnet = 0;
-  for (const struct rn_xml_node *c = nicx->child; c; c = c->next) {
+  for (const struct rn_topo_xml_node *c = nicx->child; c; c = c->next) {
     if (strcmp(c->name, "net") != 0) continue;
     if (rn_nx_add_net(x, node, c, cls)) return -1;
     nnet++;
@@ -122,11 +122,11 @@ static int rn_nx_add_nic_elem(struct rn_nx *x, int node, const struct rn_xml_nod
   return nnet ? 0 : rn_nx_add_net(x, node, NULL, cls);
 }
 
-static int rn_nx_pci(struct rn_nx *x, const struct rn_xml_node *e, int parent);
+static int rn_nx_pci(struct rn_nx *x, const struct rn_topo_xml_node *e, int parent);
 
-static int rn_nx_children(struct rn_nx *x, const struct rn_xml_node *e, int node)
+static int rn_nx_children(struct rn_nx *x, const struct rn_topo_xml_node *e, int node)
 {
-  for (const struct rn_xml_node *c = e->child; c; c = c->next) {
+  for (const struct rn_topo_xml_node *c = e->child; c; c = c->next) {
     if (strcmp(c->name, "pci") == 0) {
       if (rn_nx_pci(x, c, node)) return -1;
     } else if (strcmp(c->name, "nic") == 0 && x->t->nodes[node].kind == RN_NODE_CPU) {
@@ -137,10 +137,10 @@ static int rn_nx_children(struct rn_nx *x, const struct rn_xml_node *e, int node
   return 0;
 }
 
-static int rn_nx_pci(struct rn_nx *x, const struct rn_xml_node *e, int parent)
+static int rn_nx_pci(struct rn_nx *x, const struct rn_topo_xml_node *e, int parent)
 {
   char busid[16];
-  const char *b = rn_xml_attr(e, "busid");
+  const char *b = rn_topo_xml_attr(e, "busid");
   if (!b) {
     rn_topo_errf(x->err, x->errlen, "%s:%d: <pci> without busid", x->path, e->line);
     return -1;
@@ -151,17 +151,17 @@ static int rn_nx_pci(struct rn_nx *x, const struct rn_xml_node *e, int parent)
   }
   struct rn_pci_ids ids;
   memset(&ids, 0, sizeof(ids));
-  ids.class_code = (uint32_t)rn_nx_hex(rn_xml_attr(e, "class"), 0) & 0xffffffu;
-  if (rn_xml_attr(e, "vendor") && rn_xml_attr(e, "device")) {
+  ids.class_code = (uint32_t)rn_nx_hex(rn_topo_xml_attr(e, "class"), 0) & 0xffffffu;
+  if (rn_topo_xml_attr(e, "vendor") && rn_topo_xml_attr(e, "device")) {
     ids.has_ids = 1;
-    ids.vendor = (uint16_t)rn_nx_hex(rn_xml_attr(e, "vendor"), 0);
-    ids.device = (uint16_t)rn_nx_hex(rn_xml_attr(e, "device"), 0);
-    ids.subvendor = (uint16_t)rn_nx_hex(rn_xml_attr(e, "subsystem_vendor"), 0);
-    ids.subdevice = (uint16_t)rn_nx_hex(rn_xml_attr(e, "subsystem_device"), 0);
+    ids.vendor = (uint16_t)rn_nx_hex(rn_topo_xml_attr(e, "vendor"), 0);
+    ids.device = (uint16_t)rn_nx_hex(rn_topo_xml_attr(e, "device"), 0);
+    ids.subvendor = (uint16_t)rn_nx_hex(rn_topo_xml_attr(e, "subsystem_vendor"), 0);
+    ids.subdevice = (uint16_t)rn_nx_hex(rn_topo_xml_attr(e, "subsystem_device"), 0);
   }
-  const struct rn_xml_node *gpu = NULL, *nic = NULL;
+  const struct rn_topo_xml_node *gpu = NULL, *nic = NULL;
   int npci = 0;
-  for (const struct rn_xml_node *c = e->child; c; c = c->next) {
+  for (const struct rn_topo_xml_node *c = e->child; c; c = c->next) {
     if (strcmp(c->name, "gpu") == 0 && !gpu) gpu = c;
     else if (strcmp(c->name, "nic") == 0 && !nic) nic = c;
     else if (strcmp(c->name, "pci") == 0) npci++;
@@ -186,7 +186,7 @@ static int rn_nx_pci(struct rn_nx *x, const struct rn_xml_node *e, int parent)
     if (!ids.class_code && !is_gpu && !is_nic && !npci) x->pending[node] = 1;
   }
   if (is_gpu && !x->attached[node]) {
-    if (rn_topo_add_gpu(x->t, node, gpu ? rn_nx_gdr(rn_xml_attr(gpu, "gdr")) : 1) < 0) return rn_nx_oom(x);
+    if (rn_topo_add_gpu(x->t, node, gpu ? rn_nx_gdr(rn_topo_xml_attr(gpu, "gdr")) : 1) < 0) return rn_nx_oom(x);
     x->attached[node]++;
   } else if (is_nic && !x->attached[node]) {
     if (nic ? rn_nx_add_nic_elem(x, node, nic, ids.class_code) : rn_nx_add_net(x, node, NULL, ids.class_code))
@@ -197,19 +197,19 @@ static int rn_nx_pci(struct rn_nx *x, const struct rn_xml_node *e, int parent)
   return rn_nx_children(x, e, passthrough && npci ? parent : node);
 }
 
-static int rn_nx_system(struct rn_nx *x, const struct rn_xml_node *root)
+static int rn_nx_system(struct rn_nx *x, const struct rn_topo_xml_node *root)
 {
   if (strcmp(root->name, "system") != 0) {
     rn_topo_errf(x->err, x->errlen, "%s:%d: not an NCCL topology: root element <%.40s>, expected <system>",
                  x->path, root->line, root->name);
     return -1;
   }
-  for (const struct rn_xml_node *c = root->child; c; c = c->next) {
+  for (const struct rn_topo_xml_node *c = root->child; c; c = c->next) {
     if (strcmp(c->name, "cpu") != 0) continue;
-    const char *ns = rn_xml_attr(c, "numaid");
+    const char *ns = rn_topo_xml_attr(c, "numaid");
     long numa = rn_nx_long(ns, -1);
     if (numa < -1 || numa > 1 << 20) numa = -1;
-    const char *hh = rn_xml_attr(c, "host_hash");
+    const char *hh = rn_topo_xml_attr(c, "host_hash");
     int cpu = -1;
     /* The same numaid (and host) in a later file is the same CPU node. */
     for (int i = 1; i < x->t->nnodes && ns; i++)
@@ -243,11 +243,11 @@ int rn_topo_load_ncclxml(const char *const *paths, int npaths, struct rn_topo **
   }
   if (rn_nx_track(&x)) goto out_oom;
   for (int f = 0; f < npaths; f++) {
-    struct rn_xml_node *root;
+    struct rn_topo_xml_node *root;
     x.path = paths[f];
-    if (rn_xml_parse_file(paths[f], &root, err, errlen)) goto out_fail;
+    if (rn_topo_xml_parse_file(paths[f], &root, err, errlen)) goto out_fail;
     int rc = rn_nx_system(&x, root);
-    rn_xml_free(root);
+    rn_topo_xml_free(root);
     if (rc) goto out_fail;
   }
   /* A <pci> with no class and no children is most likely a NIC: topology

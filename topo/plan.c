@@ -434,7 +434,7 @@ int rn_plan_build(const struct rn_topo *t, const struct rn_plan_opts *o, struct 
                   size_t errlen)
 {
   struct rn_plan_opts dflt;
-  struct rn_filter *filter = NULL;
+  struct rn_topo_filter *filter = NULL;
   struct rn_pl s;
   int rc = -1;
   char list[400];
@@ -452,7 +452,7 @@ int rn_plan_build(const struct rn_topo *t, const struct rn_plan_opts *o, struct 
     rn_topo_errf(err, errlen, "plan: bad GDR level %d", (int)o->gdr_level);
     return -1;
   }
-  if (rn_filter_parse(o->nic_filter, &filter, err, errlen)) return -1;
+  if (rn_topo_filter_parse(o->nic_filter, &filter, err, errlen)) return -1;
   s.t = t;
   s.o = o;
   int G = t->ngpus, N = t->nnics, V = t->nnodes;
@@ -498,7 +498,7 @@ int rn_plan_build(const struct rn_topo *t, const struct rn_plan_opts *o, struct 
   int nfilt = 0, any_rdma = 0;
   for (int n = 0; n < N; n++) {
     const struct rn_topo_nic *np = &t->nics[n].pub;
-    int pass = allowed[n] && rn_filter_match(filter, np->name, np->netdev, np->port);
+    int pass = allowed[n] && rn_topo_filter_test(filter, np->name, np->netdev, np->port);
     if (allowed[n] && !pass) s.cand[n] = -1, nfilt++;
     else s.cand[n] = pass;
     any_rdma |= pass && np->rdma;
@@ -542,7 +542,7 @@ out_oom:
   rn_topo_errf(err, errlen, "plan: out of memory");
 out_free:
   rn_plan_free(s.p);
-  rn_filter_free(filter);
+  rn_topo_filter_free(filter);
   free(s.sel);
   free(s.cand);
   free(s.free_);

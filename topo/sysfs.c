@@ -8,13 +8,13 @@
 #include "model.h"
 #include "sysfs.h"
 
-const char *rn_sysfs_root(void)
+const char *rn_topo_sysfs_root(void)
 {
   const char *r = getenv("RAILNET_FSROOT");
   return (r && *r) ? r : "/";
 }
 
-static int rn_sysfs_join(const char *root, const char *rel, char *out, size_t len)
+static int rn_topo_sysfs_join(const char *root, const char *rel, char *out, size_t len)
 {
   size_t rl = strlen(root);
   while (rl > 1 && root[rl - 1] == '/') rl--;
@@ -23,10 +23,10 @@ static int rn_sysfs_join(const char *root, const char *rel, char *out, size_t le
   return (w < 0 || (size_t)w >= len) ? -1 : 0;
 }
 
-int rn_sysfs_read(const char *root, const char *rel, char *buf, size_t len)
+int rn_topo_sysfs_read(const char *root, const char *rel, char *buf, size_t len)
 {
   char path[1024];
-  if (len == 0 || rn_sysfs_join(root, rel, path, sizeof(path))) return -1;
+  if (len == 0 || rn_topo_sysfs_join(root, rel, path, sizeof(path))) return -1;
   FILE *f = fopen(path, "re");
   if (!f) return -1;
   char *ok = fgets(buf, (int)len, f);
@@ -36,11 +36,11 @@ int rn_sysfs_read(const char *root, const char *rel, char *buf, size_t len)
   return 0;
 }
 
-int rn_sysfs_exists(const char *root, const char *rel)
+int rn_topo_sysfs_exists(const char *root, const char *rel)
 {
   char path[1024];
   struct stat st;
-  if (rn_sysfs_join(root, rel, path, sizeof(path))) return 0;
+  if (rn_topo_sysfs_join(root, rel, path, sizeof(path))) return 0;
   return stat(path, &st) == 0;
 }
 
@@ -53,7 +53,7 @@ static int rn_rate_mbps(const char *s)
   return (int)(v * 1000.0 + 0.5);
 }
 
-void rn_sysfs_enrich_nics(struct rn_topo *t, const char *root)
+void rn_topo_sysfs_enrich_nics(struct rn_topo *t, const char *root)
 {
   char rel[256], buf[128];
   for (int i = 0; i < t->nnics; i++) {
@@ -62,14 +62,14 @@ void rn_sysfs_enrich_nics(struct rn_topo *t, const char *root)
       const char *d = n->name;
       int p = n->port > 0 ? n->port : 1;
       snprintf(rel, sizeof(rel), "sys/class/infiniband/%s/ports/%d/state", d, p);
-      if (rn_sysfs_read(root, rel, buf, sizeof(buf)) == 0) n->port_state = atoi(buf); /* "4: ACTIVE" */
+      if (rn_topo_sysfs_read(root, rel, buf, sizeof(buf)) == 0) n->port_state = atoi(buf); /* "4: ACTIVE" */
       snprintf(rel, sizeof(rel), "sys/class/infiniband/%s/ports/%d/rate", d, p);
-      if (rn_sysfs_read(root, rel, buf, sizeof(buf)) == 0) n->speed_mbps = rn_rate_mbps(buf);
+      if (rn_topo_sysfs_read(root, rel, buf, sizeof(buf)) == 0) n->speed_mbps = rn_rate_mbps(buf);
       snprintf(rel, sizeof(rel), "sys/class/infiniband/%s/ports/%d/link_layer", d, p);
-      if (rn_sysfs_read(root, rel, buf, sizeof(buf)) == 0)
+      if (rn_topo_sysfs_read(root, rel, buf, sizeof(buf)) == 0)
         n->link = strcmp(buf, "InfiniBand") == 0 ? 1 : strcmp(buf, "Ethernet") == 0 ? 2 : 0;
       snprintf(rel, sizeof(rel), "sys/class/infiniband/%s/node_guid", d);
-      if (rn_sysfs_read(root, rel, buf, sizeof(buf)) == 0) {
+      if (rn_topo_sysfs_read(root, rel, buf, sizeof(buf)) == 0) {
         uint64_t g = 0;
         for (const char *c = buf; *c; c++) {
           int h = (*c >= '0' && *c <= '9') ? *c - '0' : (*c >= 'a' && *c <= 'f') ? *c - 'a' + 10 : -1;
@@ -79,24 +79,24 @@ void rn_sysfs_enrich_nics(struct rn_topo *t, const char *root)
       }
     } else if (n->netdev[0]) {
       snprintf(rel, sizeof(rel), "sys/class/net/%s/speed", n->netdev);
-      if (rn_sysfs_read(root, rel, buf, sizeof(buf)) == 0 && atoi(buf) > 0) n->speed_mbps = atoi(buf);
+      if (rn_topo_sysfs_read(root, rel, buf, sizeof(buf)) == 0 && atoi(buf) > 0) n->speed_mbps = atoi(buf);
       n->link = 2;
     }
   }
 }
 
-int rn_sysfs_gdr_probe(const char *root, char *why, size_t len)
+int rn_topo_sysfs_gdr_probe(const char *root, char *why, size_t len)
 {
-  if (rn_sysfs_exists(root, "sys/module/nvidia_peermem")) {
+  if (rn_topo_sysfs_exists(root, "sys/module/nvidia_peermem")) {
     snprintf(why, len, "nvidia_peermem loaded");
     return 1;
   }
-  if (rn_sysfs_exists(root, "sys/module/nv_peer_mem")) {
+  if (rn_topo_sysfs_exists(root, "sys/module/nv_peer_mem")) {
     snprintf(why, len, "nv_peer_mem loaded");
     return 1;
   }
   /* dma-buf GDR needs a CUDA driver query; the plugin probes it. */
-  if (rn_sysfs_exists(root, "sys/module/nvidia"))
+  if (rn_topo_sysfs_exists(root, "sys/module/nvidia"))
     snprintf(why, len, "no peermem module; dma-buf not probed here (the plugin checks it)");
   else
     snprintf(why, len, "NVIDIA driver not loaded");

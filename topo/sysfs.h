@@ -9,15 +9,15 @@
 struct rn_topo;
 
 /* RAILNET_FSROOT or "/". */
-const char *rn_sysfs_root(void);
+const char *rn_topo_sysfs_root(void);
 /* First line of root/rel without its newline.  0 ok, -1 absent/unreadable. */
-int rn_sysfs_read(const char *root, const char *rel, char *buf, size_t len);
+int rn_topo_sysfs_read(const char *root, const char *rel, char *buf, size_t len);
 /* 1 when root/rel exists. */
-int rn_sysfs_exists(const char *root, const char *rel);
+int rn_topo_sysfs_exists(const char *root, const char *rel);
 /* Port state, rate, link layer and GUID for RDMA NICs, speed for netdevs. */
-void rn_sysfs_enrich_nics(struct rn_topo *t, const char *root);
+void rn_topo_sysfs_enrich_nics(struct rn_topo *t, const char *root);
 /* GPUDirect RDMA as far as sysfs tells: 1 with nvidia-peermem (or the old
  * nv_peer_mem) loaded.  why says what was found. */
-int rn_sysfs_gdr_probe(const char *root, char *why, size_t len);
+int rn_topo_sysfs_gdr_probe(const char *root, char *why, size_t len);
 
 #endif

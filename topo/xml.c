@@ -12,19 +12,19 @@
 
 /* Real topology files nest < 20 deep and hold < 10k elements; the limits
  * keep fuzzed or hostile input from exhausting the stack or memory. */
-#define RN_XML_MAX_DEPTH 64
-#define RN_XML_MAX_NODES 200000
-#define RN_XML_MAX_BYTES (64u << 20)
+#define RN_TOPO_XML_MAX_DEPTH 64
+#define RN_TOPO_XML_MAX_NODES 200000
+#define RN_TOPO_XML_MAX_BYTES (64u << 20)
 
-struct rn_xml_ctx {
+struct rn_topo_xml_ctx {
   XML_Parser p;
-  struct rn_xml_node *root, *cur;
+  struct rn_topo_xml_node *root, *cur;
   int depth, nnodes;
   char problem[160];
   int problem_line;
 };
 
-static void rn_xml_fail(struct rn_xml_ctx *c, const char *what)
+static void rn_topo_xml_fail(struct rn_topo_xml_ctx *c, const char *what)
 {
   if (!c->problem[0]) {
     snprintf(c->problem, sizeof(c->problem), "%s", what);
@@ -33,16 +33,16 @@ static void rn_xml_fail(struct rn_xml_ctx *c, const char *what)
   XML_StopParser(c->p, XML_FALSE);
 }
 
-static void XMLCALL rn_xml_start(void *ud, const XML_Char *name, const XML_Char **atts)
+static void XMLCALL rn_topo_xml_start(void *ud, const XML_Char *name, const XML_Char **atts)
 {
-  struct rn_xml_ctx *c = ud;
+  struct rn_topo_xml_ctx *c = ud;
   int na = 0;
-  if (c->depth >= RN_XML_MAX_DEPTH) return rn_xml_fail(c, "elements nested too deeply");
-  if (c->nnodes >= RN_XML_MAX_NODES) return rn_xml_fail(c, "too many elements");
-  if (!c->cur && c->root) return rn_xml_fail(c, "more than one root element");
+  if (c->depth >= RN_TOPO_XML_MAX_DEPTH) return rn_topo_xml_fail(c, "elements nested too deeply");
+  if (c->nnodes >= RN_TOPO_XML_MAX_NODES) return rn_topo_xml_fail(c, "too many elements");
+  if (!c->cur && c->root) return rn_topo_xml_fail(c, "more than one root element");
   while (atts[na]) na++;
-  struct rn_xml_node *n = calloc(1, sizeof(*n));
-  if (!n) return rn_xml_fail(c, "out of memory");
+  struct rn_topo_xml_node *n = calloc(1, sizeof(*n));
+  if (!n) return rn_topo_xml_fail(c, "out of memory");
   n->line = (int)XML_GetCurrentLineNumber(c->p);
   n->name = strdup(name);
   n->attrs = calloc((size_t)na + 1, sizeof(char *));
@@ -52,7 +52,7 @@ static void XMLCALL rn_xml_start(void *ud, const XML_Char *name, const XML_Char 
     oom = !n->attrs[i];
   }
   n->nattrs = na / 2;
-  /* Link first so rn_xml_free reclaims a partially built node. */
+  /* Link first so rn_topo_xml_free reclaims a partially built node. */
   n->parent = c->cur;
   if (!c->cur) {
     c->root = n;
@@ -62,29 +62,29 @@ static void XMLCALL rn_xml_start(void *ud, const XML_Char *name, const XML_Char 
     c->cur->last_child = n;
   }
   c->nnodes++;
-  if (oom) return rn_xml_fail(c, "out of memory");
+  if (oom) return rn_topo_xml_fail(c, "out of memory");
   c->cur = n;
   c->depth++;
 }
 
-static void XMLCALL rn_xml_end(void *ud, const XML_Char *name)
+static void XMLCALL rn_topo_xml_end(void *ud, const XML_Char *name)
 {
-  struct rn_xml_ctx *c = ud;
+  struct rn_topo_xml_ctx *c = ud;
   (void)name; /* expat itself rejects mismatched end tags */
   if (c->cur) c->cur = c->cur->parent;
   c->depth--;
 }
 
-void rn_xml_free(struct rn_xml_node *root)
+void rn_topo_xml_free(struct rn_topo_xml_node *root)
 {
   /* Iterative post-order walk: no recursion on untrusted depth. */
-  struct rn_xml_node *n = root;
+  struct rn_topo_xml_node *n = root;
   while (n) {
     if (n->child) {
       n = n->child;
       continue;
     }
-    struct rn_xml_node *next = n->next, *parent = n->parent;
+    struct rn_topo_xml_node *next = n->next, *parent = n->parent;
     int last = n == root;
     for (int i = 0; n->attrs && n->attrs[i]; i++) free(n->attrs[i]);
     free(n->attrs);
@@ -96,20 +96,20 @@ void rn_xml_free(struct rn_xml_node *root)
   }
 }
 
-const char *rn_xml_attr(const struct rn_xml_node *n, const char *name)
+const char *rn_topo_xml_attr(const struct rn_topo_xml_node *n, const char *name)
 {
   for (int i = 0; i < n->nattrs; i++)
     if (strcmp(n->attrs[2 * i], name) == 0) return n->attrs[2 * i + 1];
   return NULL;
 }
 
-int rn_xml_parse_buf(const char *buf, size_t len, const char *name, struct rn_xml_node **root,
+int rn_topo_xml_parse_buf(const char *buf, size_t len, const char *name, struct rn_topo_xml_node **root,
                      char *err, size_t errlen)
 {
-  struct rn_xml_ctx c;
+  struct rn_topo_xml_ctx c;
   memset(&c, 0, sizeof(c));
   *root = NULL;
-  if (len > RN_XML_MAX_BYTES) {
+  if (len > RN_TOPO_XML_MAX_BYTES) {
     rn_topo_errf(err, errlen, "%s: file too large (%zu bytes)", name, len);
     return -1;
   }
@@ -119,7 +119,7 @@ int rn_xml_parse_buf(const char *buf, size_t len, const char *name, struct rn_xm
     return -1;
   }
   XML_SetUserData(c.p, &c);
-  XML_SetElementHandler(c.p, rn_xml_start, rn_xml_end);
+  XML_SetElementHandler(c.p, rn_topo_xml_start, rn_topo_xml_end);
   /* Never fetch external entities or DTDs (the default, made explicit). */
   XML_SetParamEntityParsing(c.p, XML_PARAM_ENTITY_PARSING_NEVER);
   enum XML_Status st = XML_Parse(c.p, buf, (int)len, XML_TRUE);
@@ -137,14 +137,14 @@ int rn_xml_parse_buf(const char *buf, size_t len, const char *name, struct rn_xm
   }
   XML_ParserFree(c.p);
   if (rc) {
-    rn_xml_free(c.root);
+    rn_topo_xml_free(c.root);
     return -1;
   }
   *root = c.root;
   return 0;
 }
 
-int rn_xml_parse_file(const char *path, struct rn_xml_node **root, char *err, size_t errlen)
+int rn_topo_xml_parse_file(const char *path, struct rn_topo_xml_node **root, char *err, size_t errlen)
 {
   FILE *f = fopen(path, "rb");
   char *buf = NULL;
@@ -157,7 +157,7 @@ int rn_xml_parse_file(const char *path, struct rn_xml_node **root, char *err, si
   }
   for (;;) {
     if (cap - len < 65536) {
-      if (cap >= RN_XML_MAX_BYTES) {
+      if (cap >= RN_TOPO_XML_MAX_BYTES) {
         rn_topo_errf(err, errlen, "%s: file too large", path);
         goto out_free_buf;
       }
@@ -177,34 +177,34 @@ int rn_xml_parse_file(const char *path, struct rn_xml_node **root, char *err, si
     rn_topo_errf(err, errlen, "%s: read error", path);
     goto out_free_buf;
   }
-  rc = rn_xml_parse_buf(buf, len, path, root, err, errlen);
+  rc = rn_topo_xml_parse_buf(buf, len, path, root, err, errlen);
 out_free_buf:
   free(buf);
   fclose(f);
   return rc;
 }
 
-struct rn_xml_peek {
+struct rn_topo_xml_peek {
   XML_Parser p;
   char *out;
   size_t outlen;
 };
 
-static void XMLCALL rn_xml_peek_start(void *ud, const XML_Char *name, const XML_Char **atts)
+static void XMLCALL rn_topo_xml_peek_start(void *ud, const XML_Char *name, const XML_Char **atts)
 {
-  struct rn_xml_peek *k = ud;
+  struct rn_topo_xml_peek *k = ud;
   (void)atts;
   snprintf(k->out, k->outlen, "%s", name);
   XML_StopParser(k->p, XML_FALSE);
 }
 
-void rn_xml_root_name(const char *buf, size_t len, char *out, size_t outlen)
+void rn_topo_xml_root_name(const char *buf, size_t len, char *out, size_t outlen)
 {
-  struct rn_xml_peek k = {XML_ParserCreate(NULL), out, outlen};
+  struct rn_topo_xml_peek k = {XML_ParserCreate(NULL), out, outlen};
   out[0] = '\0';
   if (!k.p) return;
   XML_SetUserData(k.p, &k);
-  XML_SetElementHandler(k.p, rn_xml_peek_start, NULL);
+  XML_SetElementHandler(k.p, rn_topo_xml_peek_start, NULL);
   XML_SetParamEntityParsing(k.p, XML_PARAM_ENTITY_PARSING_NEVER);
   /* A prefix: not final, so a cut-off document is not an error here. */
   (void)XML_Parse(k.p, buf, (int)len, XML_FALSE);

@@ -5,25 +5,25 @@
 
 #include <stddef.h>
 
-struct rn_xml_node {
+struct rn_topo_xml_node {
   char *name;
   int line;                     /* line of the start tag */
   int nattrs;
   char **attrs;                 /* name, value, name, value ... */
-  struct rn_xml_node *parent, *child, *last_child, *next;
+  struct rn_topo_xml_node *parent, *child, *last_child, *next;
 };
 
 /* Parses a whole file / buffer into a tree.  On failure -1 and err reads
  * "<name>:<line>: <problem>".  Limits nesting and size so hostile input
  * cannot exhaust the stack or memory. */
-int rn_xml_parse_file(const char *path, struct rn_xml_node **root, char *err, size_t errlen);
-int rn_xml_parse_buf(const char *buf, size_t len, const char *name, struct rn_xml_node **root,
+int rn_topo_xml_parse_file(const char *path, struct rn_topo_xml_node **root, char *err, size_t errlen);
+int rn_topo_xml_parse_buf(const char *buf, size_t len, const char *name, struct rn_topo_xml_node **root,
                      char *err, size_t errlen);
-void rn_xml_free(struct rn_xml_node *root);
+void rn_topo_xml_free(struct rn_topo_xml_node *root);
 /* Value of attribute name, NULL when absent. */
-const char *rn_xml_attr(const struct rn_xml_node *n, const char *name);
+const char *rn_topo_xml_attr(const struct rn_topo_xml_node *n, const char *name);
 /* Name of the root element of buf (format detection), "" when there is
  * none in the first len bytes or the prefix is not XML. */
-void rn_xml_root_name(const char *buf, size_t len, char *out, size_t outlen);
+void rn_topo_xml_root_name(const char *buf, size_t len, char *out, size_t outlen);
 
 #endif

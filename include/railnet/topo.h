@@ -76,6 +76,10 @@ int rn_topo_busid_norm(const char *in, char *out, size_t outlen);
  * under switches named by an earlier one. */
 int rn_topo_load_files(const char *const *paths, int npaths, struct rn_topo **out, char *err,
                        size_t errlen);
+/* NCCL_IB_HCA-syntax filter test for NICs outside a model: 1 when the NIC
+ * (RDMA name, netdev name, port) passes spec; NULL/"" passes all; a
+ * malformed spec passes nothing. */
+int rn_topo_filter_match(const char *spec, const char *name, const char *netdev, int port);
 
 #define RN_PLAN_MAX_RAILS 8
 struct rn_plan_opts {
@@ -118,11 +122,6 @@ struct rn_plan {
   char **notes;           /* plan-level remarks: "no GPUs", "no NICs", ... */
 };
 /* 0 ok; -1 with err on bad options (malformed filter or subset). */
-/* NCCL_IB_HCA-syntax filter test for NICs outside a model: 1 when the NIC
- * (RDMA name, netdev name, port) passes spec; NULL/"" passes all; a
- * malformed spec passes nothing. */
-int rn_topo_filter_match(const char *spec, const char *name, const char *netdev, int port);
-
 int rn_plan_build(const struct rn_topo *t, const struct rn_plan_opts *o, struct rn_plan **out,
                   char *err, size_t errlen);
 void rn_plan_free(struct rn_plan *p);
