@@ -12,6 +12,7 @@
 
 #define RN_MAX_RAILS 8          /* physical NICs in one virtual device */
 #define RN_MAX_NICS 64          /* physical NICs a transport may report */
+#define RN_MAX_RECVS 8          /* buffers in one grouped receive (maxRecvs) */
 
 enum rn_link { RN_LINK_UNKNOWN = 0, RN_LINK_IB = 1, RN_LINK_ETH = 2 };
 
@@ -29,6 +30,7 @@ struct rn_nic {
   int force_flush;
   enum rn_link link;
   int max_comms;
+  int tidx;             /* the transport's own index for this NIC */
 };
 
 /* The handle NCCL carries between ranks.  The core owns the header; the
@@ -91,8 +93,10 @@ struct rn_transport {
                         void **mhs, void **req);
   ncclResult_t (*iflush)(void *rcomm, int n, void **data, const int *sizes, void **mhs,
                          void **req);
-  /* sizes may be NULL; filled only when *done. */
-  ncclResult_t (*test)(void *req, int *done, size_t *sizes);
+  /* When *done: sizes (capacity RN_MAX_RECVS) gets one entry per buffer
+   * of the request and *nsizes how many (1 for a send).  NCCL's own sizes
+   * array holds only that many, so the core copies exactly *nsizes. */
+  ncclResult_t (*test)(void *req, int *done, size_t *sizes, int *nsizes);
   ncclResult_t (*close_send)(void *scomm);
   ncclResult_t (*close_recv)(void *rcomm);
   ncclResult_t (*close_listen)(void *lcomm);

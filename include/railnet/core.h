@@ -1,0 +1,82 @@
+/* The one core behind every exported ABI version.  Adapters (net_v8.c ...
+ * net_v11.c) only translate types and call these; all defaults and checks
+ * live here.  Thread-safe: NCCL calls in from init, proxy service and proxy
+ * progress threads of several communicators at once. */
+#ifndef RN_CORE_H
+#define RN_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "nccl/net_common.h"
+#include "railnet/transport.h"
+
+#define RN_MAX_VDEVS 64
+
+/* Properties in their newest form; adapters copy fields down. */
+struct rn_props {
+  char *name;
+  char *pci_path;
+  uint64_t guid;
+  int ptr_support;
+  int reg_is_global;
+  int force_flush;
+  int speed;
+  int port;
+  float latency;
+  int max_comms;
+  int max_recvs;
+  ncclNetVDeviceProps_t vprops;
+  size_t max_p2p_bytes;
+  size_t max_coll_bytes;
+  int max_multi_request_size;
+};
+
+/* A virtual device: an ordered set of physical rails.  Owner: the core's
+ * device table; immutable once published. */
+struct rn_vdev {
+  char name[256];
+  char pci_path[256];
+  struct rn_rails rails;
+  int speed;
+  int ptr_support;
+  int force_flush;
+  uint64_t guid;
+  int port;
+  int max_comms;
+  ncclNetVDeviceProps_t vprops;
+  char why[320];  /* the planner's reason, for the init log */
+};
+
+/* Legacy (v8-v10) init: once per process, no finalize. */
+ncclResult_t rn_core_init(ncclDebugLogger_t logger);
+/* v11: one context per communicator, each holding a reference. */
+ncclResult_t rn_core_init_ctx(ncclDebugLogger_t logger, uint64_t comm_id, int traffic_class,
+                              void **ctx);
+ncclResult_t rn_core_finalize(void *ctx);
+ncclResult_t rn_core_devices(int *ndev);
+ncclResult_t rn_core_get_properties(int dev, struct rn_props *props);
+ncclResult_t rn_core_make_vdevice(int *d, const ncclNetVDeviceProps_t *props);
+ncclResult_t rn_core_listen(void *ctx, int dev, void *handle, void **lcomm);
+ncclResult_t rn_core_connect(void *ctx, int dev, void *handle, void **scomm,
+                             ncclNetDeviceHandle_t **dev_comm);
+ncclResult_t rn_core_accept(void *lcomm, void **rcomm, ncclNetDeviceHandle_t **dev_comm);
+ncclResult_t rn_core_reg_mr(void *comm, void *data, size_t size, int type, void **mh);
+ncclResult_t rn_core_reg_mr_dmabuf(void *comm, void *data, size_t size, int type, uint64_t offset,
+                                   int fd, void **mh);
+ncclResult_t rn_core_dereg_mr(void *comm, void *mh);
+ncclResult_t rn_core_isend(void *scomm, void *data, size_t size, int tag, void *mh, void **req);
+ncclResult_t rn_core_irecv(void *rcomm, int n, void **data, const size_t *sizes, const int *tags,
+                           void **mhs, void **req);
+ncclResult_t rn_core_iflush(void *rcomm, int n, void **data, int *sizes, void **mhs, void **req);
+ncclResult_t rn_core_test(void *req, int *done, int *sizes);
+ncclResult_t rn_core_close_send(void *scomm);
+ncclResult_t rn_core_close_recv(void *rcomm);
+ncclResult_t rn_core_close_listen(void *lcomm);
+ncclResult_t rn_core_get_device_mr(void *comm, void *mh, void **dptr);
+ncclResult_t rn_core_irecv_consumed(void *rcomm, int n, void *req);
+
+/* Device table construction (plugin/vdev.c), called under the core lock. */
+ncclResult_t rn_vdev_build(const struct rn_transport *t, const struct rn_nic *nics, int nnics,
+                           struct rn_vdev *vdevs, int *nvdevs);
+
+#endif

@@ -1,0 +1,530 @@
+/* The core: device table, contexts, argument checking, connect progress,
+ * and dispatch to the chosen transport.  Only the device table and the
+ * pending-connect list are global, both under rn_core.lock. */
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "railnet/check.h"
+#include "railnet/core.h"
+#include "railnet/param.h"
+#include "railnet/sock.h"
+
+#define RN_CTX_MAGIC 0x726e6378u /* "rncx" */
+#define RN_MAX_PENDING_CONNECTS 1024
+
+/* v11 context: one per communicator.  Owner: NCCL, between init and finalize. */
+struct rn_ctx {
+  uint32_t magic;
+  uint64_t comm_id;
+  int traffic_class;
+};
+
+struct rn_pending_connect {
+  const void *handle;   /* NCCL passes the same pointer on every call */
+  uint64_t nonce;
+  void *state;
+};
+
+static const struct rn_transport *const rn_transports[] = {&rn_transport_tcp, &rn_transport_ib};
+#define RN_NTRANSPORTS ((int)(sizeof(rn_transports) / sizeof(rn_transports[0])))
+
+static struct {
+  pthread_mutex_t lock;
+  int ready;            /* device table built */
+  int legacy;           /* a v8-v10 init happened: never torn down before unload */
+  int nctx;             /* live v11 contexts */
+  int tidx;             /* index of the chosen transport */
+  const struct rn_transport *t;
+  int nvdevs;
+  struct rn_vdev vdevs[RN_MAX_VDEVS];
+  int npending;
+  struct rn_pending_connect pending[RN_MAX_PENDING_CONNECTS];
+} rn_core = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void rn_core_log_devices(void) {
+  for (int d = 0; d < rn_core.nvdevs; d++) {
+    const struct rn_vdev *v = &rn_core.vdevs[d];
+    RN_INFO(NCCL_INIT | NCCL_NET,
+            "dev %d: %s transport=%s rails=%d speed=%d Mbps ptrSupport=%s%s%s pciPath=%s%s%s", d,
+            v->name, rn_core.t->name, v->rails.n, v->speed,
+            (v->ptr_support & NCCL_PTR_HOST) ? "HOST" : "",
+            (v->ptr_support & NCCL_PTR_CUDA) ? "|CUDA" : "",
+            (v->ptr_support & NCCL_PTR_DMABUF) ? "|DMABUF" : "",
+            v->pci_path[0] ? v->pci_path : "(none)", v->why[0] ? " : " : "", v->why);
+  }
+}
+
+/* Pick the transport: forced by RAILNET_TRANSPORT, or verbs when it has an
+ * ACTIVE port, else TCP. */
+static ncclResult_t rn_core_setup(void) {
+  const struct rn_params *p = rn_params();
+  const struct rn_nic *nics = NULL;
+  int nnics = 0, want_ib, want_tcp;
+  if (strcmp(p->transport, "auto") == 0) {
+    want_ib = want_tcp = 1;
+  } else if (strcmp(p->transport, "ib") == 0) {
+    want_ib = 1;
+    want_tcp = 0;
+  } else if (strcmp(p->transport, "socket") == 0 || strcmp(p->transport, "tcp") == 0) {
+    want_ib = 0;
+    want_tcp = 1;
+  } else {
+    RN_WARN("RAILNET_TRANSPORT=%s is not one of auto, ib, socket", p->transport);
+    return ncclInvalidUsage;
+  }
+  rn_core.t = NULL;
+  if (want_ib) {
+    RN_CHECK(rn_transport_ib.init(&nics, &nnics));
+    if (nnics > 0) {
+      rn_core.t = &rn_transport_ib;
+      rn_core.tidx = 1;
+      RN_INFO(NCCL_INIT | NCCL_NET, "transport ib: %d active port(s)%s", nnics,
+              want_tcp ? " (RAILNET_TRANSPORT=auto prefers verbs)" : " (forced)");
+    } else if (!want_tcp) {
+      rn_transport_ib.fini();
+      RN_WARN("RAILNET_TRANSPORT=ib but no usable verbs device (no libibverbs, no device, or no "
+              "ACTIVE port)");
+      return ncclInvalidUsage;
+    } else {
+      rn_transport_ib.fini();
+      RN_INFO(NCCL_INIT | NCCL_NET, "transport socket: verbs unavailable (no ACTIVE port), using TCP");
+    }
+  }
+  if (rn_core.t == NULL) {
+    RN_CHECK(rn_transport_tcp.init(&nics, &nnics));
+    rn_core.t = &rn_transport_tcp;
+    rn_core.tidx = 0;
+    if (!want_ib) RN_INFO(NCCL_INIT | NCCL_NET, "transport socket: forced by RAILNET_TRANSPORT");
+  }
+  ncclResult_t res = rn_vdev_build(rn_core.t, nics, nnics, rn_core.vdevs, &rn_core.nvdevs);
+  if (res != ncclSuccess) {
+    rn_core.t->fini();
+    return res;
+  }
+  if (rn_core.nvdevs == 0)
+    RN_INFO(NCCL_INIT | NCCL_NET, "no usable device; reporting 0 devices (NCCL falls back)");
+  rn_core_log_devices();
+  rn_core.ready = 1;
+  return ncclSuccess;
+}
+
+static void rn_core_teardown(void) {
+  for (int i = 0; i < rn_core.npending; i++) rn_core.t->connect_abort(rn_core.pending[i].state);
+  rn_core.npending = 0;
+  if (rn_core.t != NULL) rn_core.t->fini();
+  rn_core.t = NULL;
+  rn_core.nvdevs = 0;
+  rn_core.ready = 0;
+}
+
+static ncclResult_t rn_core_ensure(ncclDebugLogger_t logger) {
+  ncclResult_t res = ncclSuccess;
+  rn_log_set(logger);
+  pthread_mutex_lock(&rn_core.lock);
+  if (!rn_core.ready) {
+    if (rn_core.nctx == 0 && !rn_core.legacy) rn_params_reload();
+    res = rn_core_setup();
+  }
+  pthread_mutex_unlock(&rn_core.lock);
+  return res;
+}
+
+ncclResult_t rn_core_init(ncclDebugLogger_t logger) {
+  ncclResult_t res = rn_core_ensure(logger);
+  if (res == ncclSuccess) {
+    pthread_mutex_lock(&rn_core.lock);
+    rn_core.legacy = 1;
+    pthread_mutex_unlock(&rn_core.lock);
+  }
+  return res;
+}
+
+ncclResult_t rn_core_init_ctx(ncclDebugLogger_t logger, uint64_t comm_id, int traffic_class,
+                              void **ctx) {
+  RN_CHECK_ARG(ctx != NULL, "init: NULL context pointer");
+  *ctx = NULL;
+  struct rn_ctx *c = calloc(1, sizeof(*c));
+  if (c == NULL) {
+    RN_WARN("init: out of memory");
+    return ncclSystemError;
+  }
+  ncclResult_t res = rn_core_ensure(logger);
+  if (res != ncclSuccess) {
+    free(c);
+    return res;
+  }
+  c->magic = RN_CTX_MAGIC;
+  c->comm_id = comm_id;
+  c->traffic_class = traffic_class;
+  pthread_mutex_lock(&rn_core.lock);
+  rn_core.nctx++;
+  pthread_mutex_unlock(&rn_core.lock);
+  RN_INFO(NCCL_INIT | NCCL_NET, "context for comm %016llx created", (unsigned long long)comm_id);
+  *ctx = c;
+  return ncclSuccess;
+}
+
+ncclResult_t rn_core_finalize(void *ctx) {
+  struct rn_ctx *c = ctx;
+  /* NCCL 2.28.9 calls finalize even when init failed: NULL is fine. */
+  if (c == NULL) return ncclSuccess;
+  if (c->magic != RN_CTX_MAGIC) {
+    RN_WARN("finalize: %p is not a railnet context", ctx);
+    return ncclInvalidArgument;
+  }
+  c->magic = 0;
+  pthread_mutex_lock(&rn_core.lock);
+  if (--rn_core.nctx == 0 && !rn_core.legacy && rn_core.ready) rn_core_teardown();
+  pthread_mutex_unlock(&rn_core.lock);
+  free(c);
+  return ncclSuccess;
+}
+
+/* Unload without finalize (v8-v10 have none): release transport state.
+ * Comms own and join their threads at close, so none run here. */
+__attribute__((destructor)) static void rn_core_unload(void) {
+  pthread_mutex_lock(&rn_core.lock);
+  if (rn_core.ready) rn_core_teardown();
+  pthread_mutex_unlock(&rn_core.lock);
+}
+
+static ncclResult_t rn_core_vdev(int dev, const char *what, struct rn_vdev **out) {
+  pthread_mutex_lock(&rn_core.lock);
+  int ok = rn_core.ready && dev >= 0 && dev < rn_core.nvdevs;
+  int n = rn_core.ready ? rn_core.nvdevs : 0;
+  struct rn_vdev *v = ok ? &rn_core.vdevs[dev] : NULL;
+  pthread_mutex_unlock(&rn_core.lock);
+  if (!ok) {
+    RN_WARN("%s: device %d out of range (%d devices%s)", what, dev, n,
+            rn_core.ready ? "" : ", plugin not initialized");
+    return rn_core.ready ? ncclInvalidArgument : ncclInvalidUsage;
+  }
+  *out = v;
+  return ncclSuccess;
+}
+
+ncclResult_t rn_core_devices(int *ndev) {
+  RN_CHECK_ARG(ndev != NULL, "devices: NULL count pointer");
+  pthread_mutex_lock(&rn_core.lock);
+  *ndev = rn_core.ready ? rn_core.nvdevs : 0;
+  pthread_mutex_unlock(&rn_core.lock);
+  return ncclSuccess;
+}
+
+ncclResult_t rn_core_get_properties(int dev, struct rn_props *p) {
+  struct rn_vdev *v;
+  RN_CHECK_ARG(p != NULL, "getProperties: NULL properties pointer");
+  RN_CHECK(rn_core_vdev(dev, "getProperties", &v));
+  memset(p, 0, sizeof(*p));
+  p->name = v->name;
+  p->pci_path = v->pci_path[0] ? v->pci_path : NULL;
+  p->guid = v->guid;
+  p->ptr_support = v->ptr_support;
+  p->reg_is_global = 1; /* TCP registration is free; verbs keeps an MR cache */
+  p->force_flush = v->force_flush;
+  p->speed = v->speed;
+  p->port = v->port;
+  p->latency = 0;
+  p->max_comms = v->max_comms;
+  p->max_recvs = RN_MAX_RECVS;
+  p->vprops = v->vprops;
+  p->max_p2p_bytes = (size_t)1 << 30;
+  p->max_coll_bytes = (size_t)1 << 30;
+  p->max_multi_request_size = 1;
+  return ncclSuccess;
+}
+
+ncclResult_t rn_core_make_vdevice(int *d, const ncclNetVDeviceProps_t *props) {
+  RN_CHECK_ARG(d != NULL && props != NULL, "makeVDevice: NULL argument");
+  if (props->ndevs < 1 || props->ndevs > NCCL_NET_MAX_DEVS_PER_NIC) {
+    RN_WARN("makeVDevice: %d devices requested, must be 1..%d", props->ndevs,
+            NCCL_NET_MAX_DEVS_PER_NIC);
+    return ncclInvalidUsage;
+  }
+  ncclResult_t res = ncclSuccess;
+  pthread_mutex_lock(&rn_core.lock);
+  if (!rn_core.ready || rn_core.nvdevs == RN_MAX_VDEVS) {
+    RN_WARN("makeVDevice: %s", rn_core.ready ? "device table full" : "plugin not initialized");
+    res = ncclInvalidUsage;
+    goto out_unlock;
+  }
+  struct rn_vdev nv;
+  memset(&nv, 0, sizeof(nv));
+  for (int i = 0; i < props->ndevs; i++) {
+    int s = props->devs[i];
+    for (int j = 0; j < i; j++)
+      if (props->devs[j] == s) s = -1;
+    if (s < 0 || s >= rn_core.nvdevs) {
+      RN_WARN("makeVDevice: device %d invalid or repeated (%d devices)", props->devs[i],
+              rn_core.nvdevs);
+      res = ncclInvalidArgument;
+      goto out_unlock;
+    }
+    const struct rn_vdev *src = &rn_core.vdevs[s];
+    if (nv.rails.n + src->rails.n > RN_MAX_RAILS) {
+      RN_WARN("makeVDevice: more than %d rails in one device", RN_MAX_RAILS);
+      res = ncclInvalidUsage;
+      goto out_unlock;
+    }
+    for (int r = 0; r < src->rails.n; r++) nv.rails.nic[nv.rails.n++] = src->rails.nic[r];
+    if (i == 0) {
+      snprintf(nv.pci_path, sizeof(nv.pci_path), "%s", src->pci_path);
+      nv.guid = src->guid;
+      nv.port = src->port;
+      nv.ptr_support = src->ptr_support;
+      nv.max_comms = src->max_comms;
+    } else {
+      nv.ptr_support &= src->ptr_support;
+      if (src->max_comms < nv.max_comms) nv.max_comms = src->max_comms;
+    }
+    nv.force_flush |= src->force_flush;
+    nv.speed += src->speed;
+    size_t len = strlen(nv.name);
+    snprintf(nv.name + len, sizeof(nv.name) - len, "%s%s", i ? "+" : "", src->name);
+  }
+  nv.vprops = *props;
+  snprintf(nv.why, sizeof(nv.why), "merged by NCCL (makeVDevice)");
+  *d = rn_core.nvdevs;
+  rn_core.vdevs[rn_core.nvdevs++] = nv;
+  RN_INFO(NCCL_INIT | NCCL_NET, "dev %d: %s merged from %d devices, %d rails, speed %d Mbps", *d,
+          nv.name, props->ndevs, nv.rails.n, nv.speed);
+out_unlock:
+  pthread_mutex_unlock(&rn_core.lock);
+  return res;
+}
+
+static ncclResult_t rn_core_check_ctx(void *ctx, const char *what) {
+  const struct rn_ctx *c = ctx;
+  if (c != NULL && c->magic != RN_CTX_MAGIC) {
+    RN_WARN("%s: %p is not a railnet context", what, ctx);
+    return ncclInvalidArgument;
+  }
+  return ncclSuccess;
+}
+
+static void rn_core_stamp(void *comm, enum rn_comm_kind kind, int dev) {
+  struct rn_comm_base *b = comm;
+  b->magic = RN_COMM_MAGIC;
+  b->kind = (uint8_t)kind;
+  b->transport = (uint8_t)rn_core.tidx;
+  b->vdev = dev;
+}
+
+ncclResult_t rn_core_listen(void *ctx, int dev, void *handle, void **lcomm) {
+  struct rn_vdev *v;
+  RN_CHECK(rn_core_check_ctx(ctx, "listen"));
+  RN_CHECK_ARG(handle != NULL && lcomm != NULL, "listen: NULL handle or comm pointer");
+  *lcomm = NULL;
+  RN_CHECK(rn_core_vdev(dev, "listen", &v));
+  struct rn_handle *h = handle;
+  memset(h, 0, NCCL_NET_HANDLE_MAXSIZE);
+  h->magic = RN_HANDLE_MAGIC;
+  h->transport = (uint8_t)rn_core.tidx;
+  h->nrails = (uint8_t)v->rails.n;
+  h->nonce = rn_random64();
+  RN_CHECK(rn_core.t->listen(&v->rails, h, lcomm));
+  rn_core_stamp(*lcomm, RN_COMM_LISTEN, dev);
+  return ncclSuccess;
+}
+
+static int rn_core_pending_find(const void *handle, uint64_t nonce) {
+  for (int i = 0; i < rn_core.npending; i++)
+    if (rn_core.pending[i].handle == handle && rn_core.pending[i].nonce == nonce) return i;
+  return -1;
+}
+
+ncclResult_t rn_core_connect(void *ctx, int dev, void *handle, void **scomm,
+                             ncclNetDeviceHandle_t **dev_comm) {
+  struct rn_vdev *v;
+  RN_CHECK(rn_core_check_ctx(ctx, "connect"));
+  RN_CHECK_ARG(handle != NULL && scomm != NULL, "connect: NULL handle or comm pointer");
+  *scomm = NULL;
+  if (dev_comm != NULL) *dev_comm = NULL;
+  RN_CHECK(rn_core_vdev(dev, "connect", &v));
+  const struct rn_handle *h = handle;
+  if (h->magic != RN_HANDLE_MAGIC || h->transport >= RN_NTRANSPORTS || h->nrails == 0 ||
+      h->nrails > RN_MAX_RAILS) {
+    RN_WARN("connect: handle %p is not a railnet handle (magic %08x)", handle, h->magic);
+    return ncclInvalidArgument;
+  }
+  if (h->transport != rn_core.tidx) {
+    RN_WARN("connect: peer uses transport %s, this process uses %s; set RAILNET_TRANSPORT alike "
+            "on every node",
+            rn_transports[h->transport]->name, rn_core.t->name);
+    return ncclInvalidUsage;
+  }
+  /* connect state is keyed by the handle's address, not stored in it, so
+   * garbage handle bytes can never be dereferenced as a pointer. */
+  pthread_mutex_lock(&rn_core.lock);
+  int slot = rn_core_pending_find(handle, h->nonce);
+  void *state = slot >= 0 ? rn_core.pending[slot].state : NULL;
+  if (slot >= 0) rn_core.pending[slot] = rn_core.pending[--rn_core.npending];
+  pthread_mutex_unlock(&rn_core.lock);
+
+  ncclResult_t res = rn_core.t->connect(&v->rails, h, &state, scomm);
+  if (res != ncclSuccess) return res;
+  if (*scomm != NULL) {
+    rn_core_stamp(*scomm, RN_COMM_SEND, dev);
+    return ncclSuccess;
+  }
+  if (state == NULL) return ncclSuccess;
+  pthread_mutex_lock(&rn_core.lock);
+  if (rn_core.npending == RN_MAX_PENDING_CONNECTS) {
+    pthread_mutex_unlock(&rn_core.lock);
+    rn_core.t->connect_abort(state);
+    RN_WARN("connect: more than %d connections in progress", RN_MAX_PENDING_CONNECTS);
+    return ncclInternalError;
+  }
+  rn_core.pending[rn_core.npending++] =
+      (struct rn_pending_connect){.handle = handle, .nonce = h->nonce, .state = state};
+  pthread_mutex_unlock(&rn_core.lock);
+  return ncclSuccess;
+}
+
+static ncclResult_t rn_core_comm(void *comm, int kind_mask, const char *what) {
+  const struct rn_comm_base *b = comm;
+  if (b == NULL) {
+    RN_WARN("%s: NULL comm", what);
+    return ncclInvalidArgument;
+  }
+  if (b->magic != RN_COMM_MAGIC || !((1 << b->kind) & kind_mask) || b->transport != rn_core.tidx) {
+    RN_WARN("%s: %p is not a railnet comm of the right kind", what, comm);
+    return ncclInvalidArgument;
+  }
+  return ncclSuccess;
+}
+
+#define RN_K_LISTEN (1 << RN_COMM_LISTEN)
+#define RN_K_SEND (1 << RN_COMM_SEND)
+#define RN_K_RECV (1 << RN_COMM_RECV)
+
+ncclResult_t rn_core_accept(void *lcomm, void **rcomm, ncclNetDeviceHandle_t **dev_comm) {
+  RN_CHECK_ARG(rcomm != NULL, "accept: NULL comm pointer");
+  *rcomm = NULL;
+  if (dev_comm != NULL) *dev_comm = NULL;
+  RN_CHECK(rn_core_comm(lcomm, RN_K_LISTEN, "accept"));
+  RN_CHECK(rn_core.t->accept(lcomm, rcomm));
+  if (*rcomm != NULL) rn_core_stamp(*rcomm, RN_COMM_RECV, ((struct rn_comm_base *)lcomm)->vdev);
+  return ncclSuccess;
+}
+
+ncclResult_t rn_core_reg_mr(void *comm, void *data, size_t size, int type, void **mh) {
+  RN_CHECK(rn_core_comm(comm, RN_K_SEND | RN_K_RECV, "regMr"));
+  RN_CHECK_ARG(mh != NULL, "regMr: NULL handle pointer");
+  if (type != NCCL_PTR_HOST && type != NCCL_PTR_CUDA) {
+    RN_WARN("regMr: unknown memory type %d", type);
+    return ncclInvalidArgument;
+  }
+  return rn_core.t->reg_mr(comm, data, size, type, mh);
+}
+
+ncclResult_t rn_core_reg_mr_dmabuf(void *comm, void *data, size_t size, int type, uint64_t offset,
+                                   int fd, void **mh) {
+  RN_CHECK(rn_core_comm(comm, RN_K_SEND | RN_K_RECV, "regMrDmaBuf"));
+  RN_CHECK_ARG(mh != NULL, "regMrDmaBuf: NULL handle pointer");
+  return rn_core.t->reg_mr_dmabuf(comm, data, size, type, offset, fd, mh);
+}
+
+ncclResult_t rn_core_dereg_mr(void *comm, void *mh) {
+  RN_CHECK(rn_core_comm(comm, RN_K_SEND | RN_K_RECV, "deregMr"));
+  if (mh == NULL) return ncclSuccess;
+  return rn_core.t->dereg_mr(comm, mh);
+}
+
+ncclResult_t rn_core_isend(void *scomm, void *data, size_t size, int tag, void *mh, void **req) {
+  RN_CHECK(rn_core_comm(scomm, RN_K_SEND, "isend"));
+  RN_CHECK_ARG(req != NULL, "isend: NULL request pointer");
+  RN_CHECK_ARG(data != NULL || size == 0, "isend: NULL buffer of %zu bytes", size);
+  if (size > INT_MAX) {
+    RN_WARN("isend: %zu bytes exceeds the %d-byte limit test() can report", size, INT_MAX);
+    return ncclInvalidArgument;
+  }
+  *req = NULL;
+  return rn_core.t->isend(scomm, data, size, tag, mh, req);
+}
+
+ncclResult_t rn_core_irecv(void *rcomm, int n, void **data, const size_t *sizes, const int *tags,
+                           void **mhs, void **req) {
+  RN_CHECK(rn_core_comm(rcomm, RN_K_RECV, "irecv"));
+  RN_CHECK_ARG(req != NULL && data != NULL && sizes != NULL && tags != NULL,
+               "irecv: NULL array or request pointer");
+  if (n < 1 || n > RN_MAX_RECVS) {
+    RN_WARN("irecv: %d buffers, must be 1..%d (maxRecvs)", n, RN_MAX_RECVS);
+    return ncclInvalidArgument;
+  }
+  for (int i = 0; i < n; i++) {
+    if (sizes[i] > INT_MAX) {
+      RN_WARN("irecv: buffer %d of %zu bytes exceeds %d", i, sizes[i], INT_MAX);
+      return ncclInvalidArgument;
+    }
+    RN_CHECK_ARG(data[i] != NULL || sizes[i] == 0, "irecv: NULL buffer %d of %zu bytes", i,
+                 sizes[i]);
+  }
+  *req = NULL;
+  return rn_core.t->irecv(rcomm, n, data, sizes, tags, mhs, req);
+}
+
+ncclResult_t rn_core_iflush(void *rcomm, int n, void **data, int *sizes, void **mhs, void **req) {
+  RN_CHECK(rn_core_comm(rcomm, RN_K_RECV, "iflush"));
+  RN_CHECK_ARG(req != NULL, "iflush: NULL request pointer");
+  *req = NULL;
+  if (n < 1 || n > RN_MAX_RECVS || data == NULL || sizes == NULL) {
+    RN_WARN("iflush: bad buffer list (n=%d)", n);
+    return ncclInvalidArgument;
+  }
+  return rn_core.t->iflush(rcomm, n, data, sizes, mhs, req);
+}
+
+ncclResult_t rn_core_test(void *req, int *done, int *sizes) {
+  const struct rn_req_base *b = req;
+  RN_CHECK_ARG(done != NULL, "test: NULL done pointer");
+  *done = 0;
+  if (b == NULL || b->magic != RN_REQ_MAGIC || b->transport >= RN_NTRANSPORTS) {
+    RN_WARN("test: %p is not a live railnet request", req);
+    return ncclInvalidArgument;
+  }
+  size_t sz[RN_MAX_RECVS];
+  int nsz = 0;
+  ncclResult_t res = rn_transports[b->transport]->test(req, done, sz, &nsz);
+  if (res != ncclSuccess || !*done || sizes == NULL) return res;
+  /* Every size was range-checked against INT_MAX at post time. */
+  for (int i = 0; i < nsz && i < RN_MAX_RECVS; i++) sizes[i] = (int)sz[i];
+  return ncclSuccess;
+}
+
+ncclResult_t rn_core_close_send(void *scomm) {
+  if (scomm == NULL) return ncclSuccess;
+  RN_CHECK(rn_core_comm(scomm, RN_K_SEND, "closeSend"));
+  ((struct rn_comm_base *)scomm)->magic = 0;
+  return rn_core.t->close_send(scomm);
+}
+
+ncclResult_t rn_core_close_recv(void *rcomm) {
+  if (rcomm == NULL) return ncclSuccess;
+  RN_CHECK(rn_core_comm(rcomm, RN_K_RECV, "closeRecv"));
+  ((struct rn_comm_base *)rcomm)->magic = 0;
+  return rn_core.t->close_recv(rcomm);
+}
+
+ncclResult_t rn_core_close_listen(void *lcomm) {
+  if (lcomm == NULL) return ncclSuccess;
+  RN_CHECK(rn_core_comm(lcomm, RN_K_LISTEN, "closeListen"));
+  ((struct rn_comm_base *)lcomm)->magic = 0;
+  return rn_core.t->close_listen(lcomm);
+}
+
+ncclResult_t rn_core_get_device_mr(void *comm, void *mh, void **dptr) {
+  (void)comm;
+  (void)mh;
+  RN_CHECK_ARG(dptr != NULL, "getDeviceMr: NULL output pointer");
+  *dptr = NULL; /* host-side plugin: nothing for device code */
+  return ncclSuccess;
+}
+
+ncclResult_t rn_core_irecv_consumed(void *rcomm, int n, void *req) {
+  (void)n;
+  (void)req;
+  return rn_core_comm(rcomm, RN_K_RECV, "irecvConsumed");
+}

@@ -1,0 +1,50 @@
+/* ncclNet_v10 adapter: profiler callback (unused: railnet emits no profiler
+ * events yet), connect config, phandles.  Translation only. */
+#include "railnet/adapters.h"
+#include "railnet/core.h"
+
+static ncclResult_t rn_v10_init(ncclDebugLogger_t logger, ncclProfilerCallback_t prof) {
+  (void)prof;
+  return rn_core_init(logger);
+}
+
+static ncclResult_t rn_v10_connect(int dev, ncclNetCommConfig_v10_t *config, void *handle,
+                                   void **scomm, ncclNetDeviceHandle_t **dev_comm) {
+  (void)config; /* traffic class: no transport maps it yet */
+  return rn_core_connect(NULL, dev, handle, scomm, dev_comm);
+}
+
+static ncclResult_t rn_v10_isend(void *scomm, void *data, size_t size, int tag, void *mh,
+                                 void *phandle, void **req) {
+  (void)phandle;
+  return rn_core_isend(scomm, data, size, tag, mh, req);
+}
+
+static ncclResult_t rn_v10_irecv(void *rcomm, int n, void **data, size_t *sizes, int *tags,
+                                 void **mhs, void **phandles, void **req) {
+  (void)phandles;
+  return rn_core_irecv(rcomm, n, data, sizes, tags, mhs, req);
+}
+
+RN_EXPORT const ncclNet_v10_t ncclNetPlugin_v10 = {
+    .name = "railnet",
+    .init = rn_v10_init,
+    .devices = rn_net_devices,
+    .getProperties = rn_props_v9,
+    .listen = rn_net_listen,
+    .connect = rn_v10_connect,
+    .accept = rn_core_accept,
+    .regMr = rn_core_reg_mr,
+    .regMrDmaBuf = rn_core_reg_mr_dmabuf,
+    .deregMr = rn_core_dereg_mr,
+    .isend = rn_v10_isend,
+    .irecv = rn_v10_irecv,
+    .iflush = rn_net_iflush,
+    .test = rn_core_test,
+    .closeSend = rn_core_close_send,
+    .closeRecv = rn_core_close_recv,
+    .closeListen = rn_core_close_listen,
+    .getDeviceMr = rn_core_get_device_mr,
+    .irecvConsumed = rn_core_irecv_consumed,
+    .makeVDevice = rn_net_make_vdevice,
+};

@@ -1,0 +1,88 @@
+/* ncclNet_v11 adapter: per-communicator init/finalize with a context,
+ * listen/connect take it, setNetAttr.  Translation only. */
+#include "railnet/adapters.h"
+#include "railnet/check.h"
+#include "railnet/core.h"
+
+static ncclResult_t rn_v11_init(void **ctx, uint64_t comm_id, ncclNetCommConfig_v11_t *config,
+                                ncclDebugLogger_t logger, ncclProfilerCallback_t prof) {
+  (void)prof;
+  int tc = config != NULL ? config->trafficClass : NCCL_NET_TRAFFIC_CLASS_UNDEF;
+  return rn_core_init_ctx(logger, comm_id, tc, ctx);
+}
+
+static ncclResult_t rn_v11_get_properties(int dev, ncclNetProperties_v11_t *props) {
+  struct rn_props p;
+  RN_CHECK_ARG(props != NULL, "getProperties: NULL properties pointer");
+  RN_CHECK(rn_core_get_properties(dev, &p));
+  props->name = p.name;
+  props->pciPath = p.pci_path;
+  props->guid = p.guid;
+  props->ptrSupport = p.ptr_support;
+  props->regIsGlobal = p.reg_is_global;
+  props->forceFlush = p.force_flush;
+  props->speed = p.speed;
+  props->port = p.port;
+  props->latency = p.latency;
+  props->maxComms = p.max_comms;
+  props->maxRecvs = p.max_recvs;
+  props->netDeviceType = NCCL_NET_DEVICE_HOST;
+  props->netDeviceVersion = 0;
+  props->vProps = p.vprops;
+  props->maxP2pBytes = p.max_p2p_bytes;
+  props->maxCollBytes = p.max_coll_bytes;
+  props->maxMultiRequestSize = p.max_multi_request_size;
+  return ncclSuccess;
+}
+
+static ncclResult_t rn_v11_listen(void *ctx, int dev, void *handle, void **lcomm) {
+  return rn_core_listen(ctx, dev, handle, lcomm);
+}
+
+static ncclResult_t rn_v11_connect(void *ctx, int dev, void *handle, void **scomm,
+                                   ncclNetDeviceHandle_t **dev_comm) {
+  return rn_core_connect(ctx, dev, handle, scomm, dev_comm);
+}
+
+static ncclResult_t rn_v11_isend(void *scomm, void *data, size_t size, int tag, void *mh,
+                                 void *phandle, void **req) {
+  (void)phandle;
+  return rn_core_isend(scomm, data, size, tag, mh, req);
+}
+
+static ncclResult_t rn_v11_irecv(void *rcomm, int n, void **data, size_t *sizes, int *tags,
+                                 void **mhs, void **phandles, void **req) {
+  (void)phandles;
+  return rn_core_irecv(rcomm, n, data, sizes, tags, mhs, req);
+}
+
+static ncclResult_t rn_v11_set_net_attr(void *ctx, ncclNetAttr_v11_t *attr) {
+  (void)ctx;
+  (void)attr; /* hints only; railnet's stream count is fixed per comm */
+  return ncclSuccess;
+}
+
+RN_EXPORT const ncclNet_v11_t ncclNetPlugin_v11 = {
+    .name = "railnet",
+    .init = rn_v11_init,
+    .devices = rn_net_devices,
+    .getProperties = rn_v11_get_properties,
+    .listen = rn_v11_listen,
+    .connect = rn_v11_connect,
+    .accept = rn_core_accept,
+    .regMr = rn_core_reg_mr,
+    .regMrDmaBuf = rn_core_reg_mr_dmabuf,
+    .deregMr = rn_core_dereg_mr,
+    .isend = rn_v11_isend,
+    .irecv = rn_v11_irecv,
+    .iflush = rn_net_iflush,
+    .test = rn_core_test,
+    .closeSend = rn_core_close_send,
+    .closeRecv = rn_core_close_recv,
+    .closeListen = rn_core_close_listen,
+    .getDeviceMr = rn_core_get_device_mr,
+    .irecvConsumed = rn_core_irecv_consumed,
+    .makeVDevice = rn_net_make_vdevice,
+    .finalize = rn_core_finalize,
+    .setNetAttr = rn_v11_set_net_attr,
+};
