@@ -1,0 +1,16 @@
+# Verbs transport sources.  plugin/plugin.mk adds $(PLUGIN_IB_SRCS) to the
+# plugin .so.  With rdma-core headers (HAVE_VERBS=1) the real transport is
+# built; libibverbs itself is dlopened at run time, never linked (-ldl only).
+# Without headers, a stub transport reports zero NICs.
+ifndef RN_IB_MK_INCLUDED
+RN_IB_MK_INCLUDED := 1
+
+ifeq ($(HAVE_VERBS),1)
+PLUGIN_IB_SRCS := plugin/transport_ib.c plugin/ib_init.c plugin/ib_connect.c plugin/ib_p2p.c \
+                  plugin/ib_gdr.c plugin/ibvwrap.c plugin/mr_cache.c
+EXTRA_CFLAGS_plugin_ += $(VERBS_CFLAGS)
+else
+PLUGIN_IB_SRCS := plugin/ib_stub.c plugin/mr_cache.c
+endif
+
+endif

@@ -1,0 +1,585 @@
+/* Verbs connection setup and teardown.  The out-of-band exchange runs over
+ * one nonce-checked TCP connection (sock.h's dial/rendezvous, no data
+ * streams) as non-blocking state machines: listen/connect/accept never
+ * block and return success with a NULL comm until ready.
+ *
+ *   connector (send side)              listener (recv side)
+ *   dial, create QPs (INIT)   --info-->  create QPs (INIT), post RECVs,
+ *                                        RTR/RTS against the sender's QPs
+ *   RTR/RTS                   <--info--
+ *   send "ready"              --ready->  comm returned
+ *
+ * accept waits for "ready" so the receiver never writes a FIFO slot into a
+ * QP that is not yet RTR.  The TCP connection stays open afterwards: its
+ * EOF is how a waiting side notices a dead peer that owes it data. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+#include "railnet/check.h"
+#include "railnet/param.h"
+#include "ib_priv.h"
+
+#define RN_IB_INFO_MAGIC 0x726e6962u /* "rnib" */
+#define RN_IB_INFO_VERSION 1
+
+/* What each side tells the other, once. */
+struct rn_ib_rail_info {
+  uint8_t gid[16];
+  uint32_t rkey;            /* control block */
+  uint16_t lid;
+  uint8_t link;             /* IBV_LINK_LAYER_* */
+  uint8_t mtu;              /* enum ibv_mtu */
+};
+struct rn_ib_conn_info {
+  uint32_t magic;
+  uint16_t version;
+  uint8_t nrails;
+  uint8_t nqps;
+  uint64_t ctl_addr;
+  char dev[32];             /* first rail's name, for messages */
+  struct rn_ib_rail_info rail[RN_MAX_RAILS];
+  uint32_t qpn[RN_MAX_RAILS][RN_IB_MAX_QPS];
+};
+
+/* What the handle payload carries: the listener's bootstrap address. */
+struct rn_ib_payload {
+  struct rn_wire_addr addr;
+};
+static_assert(sizeof(struct rn_ib_payload) <= RN_HANDLE_PAYLOAD, "handle payload is 108 bytes");
+
+struct rn_ib_listen_comm {
+  struct rn_comm_base base;
+  struct rn_rails rails;
+  int lfd;
+  struct rn_rdv *rdv;
+  char addr[64];
+  /* the connection being accepted */
+  enum rn_ib_accept_stage stage;
+  int fd;
+  size_t off;
+  struct rn_ib_conn_info rinfo, linfo;
+  struct rn_ib_comm *comm;
+  uint8_t ready;
+};
+
+enum rn_ib_connect_stage { RN_IB_CON_DIAL = 0, RN_IB_CON_SEND_INFO, RN_IB_CON_RECV_INFO,
+                           RN_IB_CON_SEND_READY };
+struct rn_ib_connect_state {
+  enum rn_ib_connect_stage stage;
+  struct rn_dial *dial;
+  int fd;
+  size_t off;
+  struct rn_ib_conn_info linfo, rinfo;
+  struct rn_ib_comm *comm;
+  char peer[64];
+};
+
+/* --- addresses ---------------------------------------------------------- */
+
+static int rn_ib_ifaddr(const struct ifaddrs *ifs, const char *name, int family, int skip_lo,
+                        union rn_sockaddr *out)
+{
+  for (const struct ifaddrs *i = ifs; i; i = i->ifa_next) {
+    if (!i->ifa_addr || i->ifa_addr->sa_family != family || !(i->ifa_flags & IFF_UP)) continue;
+    if (name && strcmp(i->ifa_name, name) != 0) continue;
+    if (skip_lo && (i->ifa_flags & IFF_LOOPBACK)) continue;
+    if (family == AF_INET6 && IN6_IS_ADDR_LINKLOCAL(&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr))
+      continue;
+    memset(out, 0, sizeof(*out));
+    memcpy(out, i->ifa_addr, family == AF_INET ? sizeof(struct sockaddr_in)
+                                               : sizeof(struct sockaddr_in6));
+    return 0;
+  }
+  return -1;
+}
+
+/* The bootstrap address peers dial: the first rail's netdev (IPv4, then
+ * IPv6), else any other up interface, else loopback. */
+static ncclResult_t rn_ib_listen_addr(const struct rn_rails *r, union rn_sockaddr *sa)
+{
+  struct ifaddrs *ifs = NULL;
+  if (getifaddrs(&ifs) == 0) {
+    int found = 0;
+    for (int k = 0; k < r->n && !found; k++) {
+      const char *nd = r->nic[k]->netdev;
+      if (!nd[0]) continue;
+      found = rn_ib_ifaddr(ifs, nd, AF_INET, 0, sa) == 0 || rn_ib_ifaddr(ifs, nd, AF_INET6, 0, sa) == 0;
+    }
+    if (!found)
+      found = rn_ib_ifaddr(ifs, NULL, AF_INET, 1, sa) == 0 || rn_ib_ifaddr(ifs, NULL, AF_INET6, 1, sa) == 0;
+    freeifaddrs(ifs);
+    if (found) return ncclSuccess;
+  }
+  memset(sa, 0, sizeof(*sa));
+  sa->in.sin_family = AF_INET;
+  sa->in.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  return ncclSuccess;
+}
+
+/* --- QPs ---------------------------------------------------------------- */
+
+static ncclResult_t rn_ib_qp_create(struct rn_ib_rail *rl, struct ibv_qp **qp)
+{
+  struct rn_ib_ctx *x = rl->dev->ctx;
+  struct ibv_qp_init_attr ia;
+  memset(&ia, 0, sizeof(ia));
+  ia.send_cq = rl->cq;
+  ia.recv_cq = rl->cq;
+  ia.qp_type = IBV_QPT_RC;
+  ia.cap.max_send_wr = RN_IB_SEND_DEPTH < x->attr.max_qp_wr ? RN_IB_SEND_DEPTH : x->attr.max_qp_wr;
+  ia.cap.max_recv_wr = RN_IB_RECV_DEPTH;
+  ia.cap.max_send_sge = 1;
+  ia.cap.max_recv_sge = 1;
+  RN_CHECK(rn_ibv_create_qp(x->pd, &ia, qp));
+  struct ibv_qp_attr a;
+  memset(&a, 0, sizeof(a));
+  a.qp_state = IBV_QPS_INIT;
+  a.pkey_index = 0;
+  a.port_num = (uint8_t)rl->dev->port;
+  a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+  ncclResult_t res = rn_ibv_modify_qp(*qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+                                                   IBV_QP_ACCESS_FLAGS);
+  if (res != ncclSuccess) {
+    (void)rn_ibv_destroy_qp(*qp);
+    *qp = NULL;
+  }
+  return res;
+}
+
+static ncclResult_t rn_ib_qp_connect(struct ibv_qp *qp, const struct rn_ib_dev *dev,
+                                     const struct rn_ib_rail_info *rem, uint32_t rqpn)
+{
+  const struct rn_params *p = rn_params();
+  struct ibv_qp_attr a;
+  memset(&a, 0, sizeof(a));
+  a.qp_state = IBV_QPS_RTR;
+  a.path_mtu = dev->mtu < (enum ibv_mtu)rem->mtu ? dev->mtu : (enum ibv_mtu)rem->mtu;
+  a.dest_qp_num = rqpn;
+  a.rq_psn = 0;
+  a.max_dest_rd_atomic = 1;
+  a.min_rnr_timer = 12;
+  a.ah_attr.port_num = (uint8_t)dev->port;
+  if (dev->link == IBV_LINK_LAYER_ETHERNET) {
+    a.ah_attr.is_global = 1;
+    memcpy(a.ah_attr.grh.dgid.raw, rem->gid, 16);
+    a.ah_attr.grh.sgid_index = (uint8_t)dev->gid_index;
+    a.ah_attr.grh.hop_limit = 255;
+  } else {
+    a.ah_attr.dlid = rem->lid;
+  }
+  RN_CHECK(rn_ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                                        IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
+                                        IBV_QP_MIN_RNR_TIMER));
+  memset(&a, 0, sizeof(a));
+  a.qp_state = IBV_QPS_RTS;
+  a.timeout = (uint8_t)p->ib_timeout;
+  a.retry_cnt = (uint8_t)p->ib_retry_cnt;
+  a.rnr_retry = 7;
+  a.sq_psn = 0;
+  a.max_rd_atomic = 1;
+  RN_CHECK(rn_ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+                                        IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC));
+  return ncclSuccess;
+}
+
+static void rn_ib_rail_info_fill(const struct rn_ib_rail *rl, struct rn_ib_rail_info *ri)
+{
+  memcpy(ri->gid, rl->dev->gid.raw, 16);
+  ri->rkey = rl->ctl_mr->rkey;
+  ri->lid = rl->dev->lid;
+  ri->link = (uint8_t)rl->dev->link;
+  ri->mtu = (uint8_t)rl->dev->mtu;
+}
+
+/* --- comms -------------------------------------------------------------- */
+
+static void rn_ib_comm_free(struct rn_ib_comm *c)
+{
+  if (!c) return;
+  for (int r = c->nlocal - 1; r >= 0; r--) {
+    struct rn_ib_rail *rl = &c->rail[r];
+    if (rl->flush_qp) (void)rn_ibv_destroy_qp(rl->flush_qp);
+    for (int k = c->nqps - 1; k >= 0; k--)
+      if (rl->qp[k]) (void)rn_ibv_destroy_qp(rl->qp[k]);
+    if (rl->cq) (void)rn_ibv_destroy_cq(rl->cq);
+    if (rl->ctl_mr) (void)rn_ibv_dereg_mr(rl->ctl_mr);
+  }
+  free(c->ctl);
+  if (c->ctrl_fd >= 0) close(c->ctrl_fd);
+  for (size_t i = 0; i < sizeof(c->sreq) / sizeof(c->sreq[0]); i++) c->sreq[i].base.magic = 0;
+  for (int i = 0; i < RN_IB_SLOTS; i++) c->rreq[i].base.magic = c->freq[i].base.magic = 0;
+  free(c);
+}
+
+/* Allocate a comm with CQs, QPs (INIT) and the registered control block on
+ * the first nrails rails. */
+static ncclResult_t rn_ib_comm_create(const struct rn_rails *rails, int nrails, int nqps,
+                                      struct rn_ib_comm **out)
+{
+  ncclResult_t res = ncclSuccess;
+  struct rn_ib_comm *c = calloc(1, sizeof(*c));
+  if (!c) {
+    RN_WARN("IB : out of memory for a comm");
+    return ncclSystemError;
+  }
+  c->ctrl_fd = -1;
+  c->nqps = nqps;
+  c->nrails = nrails;
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  if (posix_memalign((void **)&c->ctl, page, sizeof(*c->ctl))) {
+    RN_WARN("IB : out of memory for a control block");
+    res = ncclSystemError;
+    goto out_free;
+  }
+  memset(c->ctl, 0, sizeof(*c->ctl));
+  for (int r = 0; r < nrails; r++) {
+    struct rn_ib_rail *rl = &c->rail[r];
+    rl->dev = rn_ib_dev_of(rails->nic[r]);
+    if (!rl->dev) {
+      RN_WARN("IB : rail %d (%s) is not a verbs NIC", r, rails->nic[r]->name);
+      res = ncclInternalError;
+      goto out_free;
+    }
+    c->nlocal = r + 1;
+    struct rn_ib_ctx *x = rl->dev->ctx;
+    int cqe = RN_IB_CQ_DEPTH < x->attr.max_cqe ? RN_IB_CQ_DEPTH : x->attr.max_cqe;
+    RN_CHECK_GOTO(rn_ibv_create_cq(x->ctx, cqe, &rl->cq), res, out_free);
+    RN_CHECK_GOTO(rn_ibv_reg_mr(x->pd, c->ctl, sizeof(*c->ctl),
+                                IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                                    IBV_ACCESS_REMOTE_READ,
+                                &rl->ctl_mr),
+                  res, out_free);
+    for (int k = 0; k < nqps; k++) RN_CHECK_GOTO(rn_ib_qp_create(rl, &rl->qp[k]), res, out_free);
+  }
+  *out = c;
+  return ncclSuccess;
+out_free:
+  rn_ib_comm_free(c);
+  return res;
+}
+
+static void rn_ib_info_fill(const struct rn_ib_comm *c, struct rn_ib_conn_info *info)
+{
+  memset(info, 0, sizeof(*info));
+  info->magic = RN_IB_INFO_MAGIC;
+  info->version = RN_IB_INFO_VERSION;
+  info->nrails = (uint8_t)c->nrails;
+  info->nqps = (uint8_t)c->nqps;
+  info->ctl_addr = (uint64_t)(uintptr_t)c->ctl;
+  rn_ib_strcpy(info->dev, sizeof(info->dev), rn_ib_nic_of(c->rail[0].dev)->name);
+  for (int r = 0; r < c->nrails; r++) {
+    rn_ib_rail_info_fill(&c->rail[r], &info->rail[r]);
+    for (int k = 0; k < c->nqps; k++) info->qpn[r][k] = c->rail[r].qp[k]->qp_num;
+  }
+}
+
+static ncclResult_t rn_ib_info_check(const struct rn_ib_conn_info *i, const char *peer)
+{
+  if (i->magic != RN_IB_INFO_MAGIC || i->version != RN_IB_INFO_VERSION || i->nrails < 1 ||
+      i->nrails > RN_MAX_RAILS || i->nqps < 1 || i->nqps > RN_IB_MAX_QPS) {
+    RN_WARN("IB : bad connection info from %s (magic %08x version %u, %u rails, %u QPs)", peer,
+            i->magic, i->version, i->nrails, i->nqps);
+    return ncclRemoteError;
+  }
+  return ncclSuccess;
+}
+
+/* Move every QP of the first c->nrails rails to RTS against the peer's. */
+static ncclResult_t rn_ib_comm_connect(struct rn_ib_comm *c, const struct rn_ib_conn_info *rem)
+{
+  for (int r = 0; r < c->nrails; r++) {
+    const struct rn_ib_dev *d = c->rail[r].dev;
+    if (rem->rail[r].link != d->link) {
+      RN_WARN("IB : rail %d: %s is %s but the peer's NIC is %s", r, rn_ib_nic_of(d)->name,
+              d->link == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand",
+              rem->rail[r].link == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand");
+      return ncclInvalidUsage;
+    }
+    c->rail[r].rem_rkey = rem->rail[r].rkey;
+    for (int k = 0; k < c->nqps; k++)
+      RN_CHECK(rn_ib_qp_connect(c->rail[r].qp[k], d, &rem->rail[r], rem->qpn[r][k]));
+  }
+  c->rem_ctl = rem->ctl_addr;
+  return ncclSuccess;
+}
+
+/* Loopback QPs for GDR flush READs, on rails whose NIC can see GPU memory. */
+static ncclResult_t rn_ib_flush_setup(struct rn_ib_comm *c)
+{
+  for (int r = 0; r < c->nrails; r++) {
+    struct rn_ib_rail *rl = &c->rail[r];
+    if (!(rn_ib_nic_of(rl->dev)->ptr_support & (NCCL_PTR_CUDA | NCCL_PTR_DMABUF))) continue;
+    RN_CHECK(rn_ib_qp_create(rl, &rl->flush_qp));
+    struct rn_ib_rail_info self;
+    rn_ib_rail_info_fill(rl, &self);
+    RN_CHECK(rn_ib_qp_connect(rl->flush_qp, rl->dev, &self, rl->flush_qp->qp_num));
+  }
+  return ncclSuccess;
+}
+
+static uint64_t rn_ib_now_ms(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+ncclResult_t rn_ib_peer_alive(struct rn_ib_comm *c)
+{
+  uint64_t now = rn_ib_now_ms();
+  if (now < c->next_alive_ms) return ncclSuccess;
+  c->next_alive_ms = now + RN_IB_ALIVE_CHECK_MS;
+  if (c->ctrl_fd < 0) return ncclSuccess;
+  char b;
+  ssize_t n = recv(c->ctrl_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)))
+    return ncclSuccess;
+  return ncclRemoteError; /* EOF or reset: the caller re-polls, then WARNs */
+}
+
+/* --- listen / accept ---------------------------------------------------- */
+
+ncclResult_t rn_ib_listen(const struct rn_rails *r, struct rn_handle *h, void **lcomm)
+{
+  ncclResult_t res = ncclSuccess;
+  struct rn_ib_listen_comm *l = calloc(1, sizeof(*l));
+  if (!l) {
+    RN_WARN("IB : out of memory for a listen comm");
+    return ncclSystemError;
+  }
+  l->rails = *r;
+  l->fd = -1;
+  l->lfd = -1;
+  union rn_sockaddr sa, bound;
+  RN_CHECK_GOTO(rn_ib_listen_addr(r, &sa), res, out_free);
+  RN_CHECK_GOTO(rn_sock_listen(&sa, &l->lfd, &bound), res, out_free);
+  RN_CHECK_GOTO(rn_rdv_create(&l->lfd, 1, h->nonce, &l->rdv), res, out_close);
+  struct rn_ib_payload pl;
+  memset(&pl, 0, sizeof(pl));
+  rn_sockaddr_to_wire(&bound, &pl.addr);
+  memcpy(h->payload, &pl, sizeof(pl));
+  rn_sockaddr_str(&bound, l->addr, sizeof(l->addr));
+  RN_INFO(NCCL_NET, "IB : listening on %s for %s (%d rail(s))", l->addr, r->nic[0]->name, r->n);
+  *lcomm = l;
+  return ncclSuccess;
+out_close:
+  close(l->lfd);
+out_free:
+  free(l);
+  return res;
+}
+
+static ncclResult_t rn_ib_accept_step(struct rn_ib_listen_comm *l, void **rcomm)
+{
+  const struct rn_params *p = rn_params();
+  (void)p;
+  for (;;) {
+    switch (l->stage) {
+    case RN_IB_ACC_RDV: {
+      struct rn_rdv_conn conn;
+      int ready = 0;
+      RN_CHECK(rn_rdv_poll(l->rdv, &conn, &ready));
+      if (!ready) return ncclSuccess;
+      l->fd = conn.ctrl_fd;
+      l->off = 0;
+      l->stage = RN_IB_ACC_RECV_INFO;
+      break;
+    }
+    case RN_IB_ACC_RECV_INFO: {
+      RN_CHECK(rn_sock_recv_some(l->fd, &l->rinfo, sizeof(l->rinfo), &l->off));
+      if (l->off < sizeof(l->rinfo)) return ncclSuccess;
+      char peer[64];
+      snprintf(peer, sizeof(peer), "%s", l->rinfo.dev);
+      RN_CHECK(rn_ib_info_check(&l->rinfo, peer));
+      int nrails = l->rinfo.nrails < l->rails.n ? l->rinfo.nrails : l->rails.n;
+      if (l->rinfo.nrails != l->rails.n)
+        RN_INFO(NCCL_NET, "IB : peer %s has %d rail(s), %s has %d: using %d", l->rinfo.dev,
+                l->rinfo.nrails, l->rails.nic[0]->name, l->rails.n, nrails);
+      RN_CHECK(rn_ib_comm_create(&l->rails, nrails, l->rinfo.nqps, &l->comm));
+      struct rn_ib_comm *c = l->comm;
+      snprintf(c->peer, sizeof(c->peer), "%s", l->rinfo.dev);
+      /* RECVs before RTR: an immediate must never find an empty queue. */
+      for (int r = 0; r < c->nrails; r++)
+        for (int k = 0; k < c->nqps; k++) RN_CHECK(rn_ib_post_recvs(c, r, k, RN_IB_RECV_DEPTH));
+      RN_CHECK(rn_ib_comm_connect(c, &l->rinfo));
+      RN_CHECK(rn_ib_flush_setup(c));
+      rn_ib_info_fill(c, &l->linfo);
+      l->off = 0;
+      l->stage = RN_IB_ACC_SEND_INFO;
+      break;
+    }
+    case RN_IB_ACC_SEND_INFO:
+      RN_CHECK(rn_sock_send_some(l->fd, &l->linfo, sizeof(l->linfo), &l->off));
+      if (l->off < sizeof(l->linfo)) return ncclSuccess;
+      l->off = 0;
+      l->stage = RN_IB_ACC_RECV_READY;
+      break;
+    case RN_IB_ACC_RECV_READY:
+      RN_CHECK(rn_sock_recv_some(l->fd, &l->ready, 1, &l->off));
+      if (l->off < 1) return ncclSuccess;
+      l->comm->ctrl_fd = l->fd;
+      l->fd = -1;
+      RN_INFO(NCCL_NET, "IB : accepted %s: %d rail(s) x %d QP(s), first QP %u", l->comm->peer,
+              l->comm->nrails, l->comm->nqps, l->comm->rail[0].qp[0]->qp_num);
+      *rcomm = l->comm;
+      l->comm = NULL;
+      l->stage = RN_IB_ACC_RDV;
+      return ncclSuccess;
+    }
+  }
+}
+
+ncclResult_t rn_ib_accept(void *lcomm, void **rcomm)
+{
+  struct rn_ib_listen_comm *l = lcomm;
+  *rcomm = NULL;
+  ncclResult_t res = rn_ib_accept_step(l, rcomm);
+  if (res != ncclSuccess) {
+    /* Drop the half-accepted connection; the listener stays usable. */
+    rn_ib_comm_free(l->comm);
+    l->comm = NULL;
+    if (l->fd >= 0) close(l->fd);
+    l->fd = -1;
+    l->stage = RN_IB_ACC_RDV;
+  }
+  return res;
+}
+
+ncclResult_t rn_ib_close_listen(void *lcomm)
+{
+  struct rn_ib_listen_comm *l = lcomm;
+  if (!l) return ncclSuccess;
+  rn_ib_comm_free(l->comm);
+  if (l->fd >= 0) close(l->fd);
+  if (l->rdv) rn_rdv_destroy(l->rdv);
+  if (l->lfd >= 0) close(l->lfd);
+  free(l);
+  return ncclSuccess;
+}
+
+/* --- connect ------------------------------------------------------------ */
+
+static void rn_ib_connect_free(struct rn_ib_connect_state *s)
+{
+  if (!s) return;
+  rn_ib_comm_free(s->comm);
+  if (s->fd >= 0) close(s->fd);
+  if (s->dial) rn_dial_destroy(s->dial);
+  free(s);
+}
+
+void rn_ib_connect_abort(void *state) { rn_ib_connect_free(state); }
+
+static ncclResult_t rn_ib_connect_step(struct rn_ib_connect_state *s, const struct rn_rails *r,
+                                       void **scomm)
+{
+  for (;;) {
+    switch (s->stage) {
+    case RN_IB_CON_DIAL: {
+      struct rn_rdv_conn conn;
+      int ready = 0;
+      RN_CHECK(rn_dial_poll(s->dial, &conn, &ready));
+      if (!ready) return ncclSuccess;
+      s->fd = conn.ctrl_fd;
+      RN_CHECK(rn_ib_comm_create(r, r->n, (int)rn_params()->ib_qps, &s->comm));
+      rn_ib_info_fill(s->comm, &s->linfo);
+      s->off = 0;
+      s->stage = RN_IB_CON_SEND_INFO;
+      break;
+    }
+    case RN_IB_CON_SEND_INFO:
+      RN_CHECK(rn_sock_send_some(s->fd, &s->linfo, sizeof(s->linfo), &s->off));
+      if (s->off < sizeof(s->linfo)) return ncclSuccess;
+      s->off = 0;
+      s->stage = RN_IB_CON_RECV_INFO;
+      break;
+    case RN_IB_CON_RECV_INFO: {
+      RN_CHECK(rn_sock_recv_some(s->fd, &s->rinfo, sizeof(s->rinfo), &s->off));
+      if (s->off < sizeof(s->rinfo)) return ncclSuccess;
+      RN_CHECK(rn_ib_info_check(&s->rinfo, s->peer));
+      struct rn_ib_comm *c = s->comm;
+      if (s->rinfo.nrails > c->nlocal || s->rinfo.nqps != c->nqps) {
+        RN_WARN("IB : %s answered %u rail(s) x %u QP(s); offered %d x %d", s->peer,
+                s->rinfo.nrails, s->rinfo.nqps, c->nlocal, c->nqps);
+        return ncclRemoteError;
+      }
+      c->nrails = s->rinfo.nrails;
+      rn_ib_strcpy(c->peer, 32, s->rinfo.dev);
+      size_t pl = strlen(c->peer);
+      c->peer[pl++] = '@';
+      rn_ib_strcpy(c->peer + pl, sizeof(c->peer) - pl, s->peer);
+      RN_CHECK(rn_ib_comm_connect(c, &s->rinfo));
+      s->off = 0;
+      s->stage = RN_IB_CON_SEND_READY;
+      break;
+    }
+    case RN_IB_CON_SEND_READY: {
+      static const uint8_t ready = 1;
+      RN_CHECK(rn_sock_send_some(s->fd, &ready, 1, &s->off));
+      if (s->off < 1) return ncclSuccess;
+      s->comm->ctrl_fd = s->fd;
+      s->fd = -1;
+      RN_INFO(NCCL_NET, "IB : connected to %s: %d rail(s) x %d QP(s), first QP %u", s->comm->peer,
+              s->comm->nrails, s->comm->nqps, s->comm->rail[0].qp[0]->qp_num);
+      *scomm = s->comm;
+      s->comm = NULL;
+      return ncclSuccess;
+    }
+    }
+  }
+}
+
+ncclResult_t rn_ib_connect(const struct rn_rails *r, const struct rn_handle *h, void **state,
+                           void **scomm)
+{
+  ncclResult_t res = ncclSuccess;
+  struct rn_ib_connect_state *s = *state;
+  *scomm = NULL;
+  if (!s) {
+    struct rn_ib_payload pl;
+    union rn_sockaddr sa;
+    memcpy(&pl, h->payload, sizeof(pl));
+    if (rn_sockaddr_from_wire(&pl.addr, &sa)) {
+      RN_WARN("IB : connect: the handle carries no valid address");
+      return ncclInvalidArgument;
+    }
+    s = calloc(1, sizeof(*s));
+    if (!s) {
+      RN_WARN("IB : out of memory for a connect");
+      return ncclSystemError;
+    }
+    s->fd = -1;
+    rn_sockaddr_str(&sa, s->peer, sizeof(s->peer));
+    RN_CHECK_GOTO(rn_dial_create(&sa, 1, h->nonce, 0, &s->dial), res, out_free);
+    *state = s;
+  }
+  RN_CHECK_GOTO(rn_ib_connect_step(s, r, scomm), res, out_free);
+  if (*scomm) {
+    rn_ib_connect_free(s);
+    *state = NULL;
+  }
+  return ncclSuccess;
+out_free:
+  rn_ib_connect_free(s);
+  *state = NULL;
+  return res;
+}
+
+ncclResult_t rn_ib_close_send(void *scomm)
+{
+  rn_ib_comm_free(scomm);
+  return ncclSuccess;
+}
+
+ncclResult_t rn_ib_close_recv(void *rcomm)
+{
+  rn_ib_comm_free(rcomm);
+  return ncclSuccess;
+}

@@ -1,0 +1,320 @@
+/* Verbs discovery: devices, ACTIVE ports, link layer, speed, PCI path,
+ * netdev, RoCE GID choice.  The table is built once per init (the core
+ * calls init once under its lock and refcounts it) and read-only after. */
+#include <arpa/inet.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <dirent.h>
+#include <unistd.h>
+#include "railnet/check.h"
+#include "railnet/param.h"
+#include "railnet/sysfs.h"
+#include "ib_priv.h"
+
+static struct rn_nic rn_ib_nics[RN_MAX_NICS];
+static struct rn_ib_dev rn_ib_devs[RN_MAX_NICS];
+static struct rn_ib_ctx rn_ib_ctxs[RN_MAX_NICS];
+static int rn_ib_ndevs, rn_ib_nctx;
+
+struct rn_ib_dev *rn_ib_dev_of(const struct rn_nic *nic)
+{
+  if (nic->tidx >= 0 && nic->tidx < rn_ib_ndevs && &rn_ib_nics[nic->tidx] == nic)
+    return &rn_ib_devs[nic->tidx];
+  if (nic >= rn_ib_nics && nic < rn_ib_nics + rn_ib_ndevs) return &rn_ib_devs[nic - rn_ib_nics];
+  for (int i = 0; i < rn_ib_ndevs; i++)
+    if (strcmp(rn_ib_nics[i].name, nic->name) == 0) return &rn_ib_devs[i];
+  return NULL;
+}
+
+const struct rn_nic *rn_ib_nic_of(const struct rn_ib_dev *dev) { return &rn_ib_nics[dev - rn_ib_devs]; }
+
+/* Read one sysfs attribute through the plugin's sysfs root; 0 on success. */
+static int rn_ib_sysfs_read(char *buf, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int rn_ib_sysfs_read(char *buf, size_t len, const char *fmt, ...)
+{
+  char path[PATH_MAX];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(path, sizeof(path), fmt, ap);
+  va_end(ap);
+  return rn_sysfs_read(path, buf, len);
+}
+
+/* Per-lane Mbps for ibv_port_attr.active_speed, and lanes for active_width. */
+static int rn_ib_speed_mbps(uint8_t speed, uint8_t width)
+{
+  int lane;
+  switch (speed) {
+  case 1: lane = 2500; break;     /* SDR */
+  case 2: lane = 5000; break;     /* DDR */
+  case 4: lane = 10000; break;    /* QDR */
+  case 8: lane = 10000; break;    /* FDR10 */
+  case 16: lane = 14000; break;   /* FDR */
+  case 32: lane = 25000; break;   /* EDR */
+  case 64: lane = 50000; break;   /* HDR */
+  case 128: lane = 100000; break; /* NDR */
+  default: lane = 10000; break;   /* unknown: assume QDR-like */
+  }
+  int lanes;
+  switch (width) {
+  case 1: lanes = 1; break;
+  case 2: lanes = 4; break;
+  case 4: lanes = 8; break;
+  case 8: lanes = 12; break;
+  case 16: lanes = 2; break;
+  default: lanes = 1; break;
+  }
+  return lane * lanes;
+}
+
+static int rn_ib_mtu_bytes(enum ibv_mtu m) { return 128 << ((int)m); }
+
+static int rn_ib_gid_is_v4(const union ibv_gid *g)
+{
+  static const uint8_t pfx[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  return memcmp(g->raw, pfx, sizeof(pfx)) == 0;
+}
+static int rn_ib_gid_is_zero(const union ibv_gid *g)
+{
+  static const uint8_t z[16];
+  return memcmp(g->raw, z, 16) == 0;
+}
+static int rn_ib_gid_is_linklocal(const union ibv_gid *g)
+{
+  return g->raw[0] == 0xfe && (g->raw[1] & 0xc0) == 0x80;
+}
+
+/* GID entry i: 0 and its RoCE version (2, 1, or 0 when IB/unknown) when it exists. */
+static int rn_ib_gid_entry(struct rn_ib_ctx *ctx, int port, int i, union ibv_gid *gid, int *v2)
+{
+  struct ibv_gid_entry e;
+  int rc = rn_ibv_query_gid_ex(ctx->ctx, (uint32_t)port, (uint32_t)i, &e);
+  if (rc == 0) {
+    *gid = e.gid;
+    *v2 = e.gid_type == IBV_GID_TYPE_ROCE_V2;
+    return rn_ib_gid_is_zero(gid) ? -1 : 0;
+  }
+  if (rc != EOPNOTSUPP) return -1; /* ENODATA: empty slot */
+  char type[32];
+  if (rn_ib_sysfs_read(type, sizeof(type), "/sys/class/infiniband/%s/ports/%d/gid_attrs/types/%d",
+                       ctx->name, port, i))
+    return -1;
+  if (rn_ibv_query_gid(ctx->ctx, (uint8_t)port, i, gid) != ncclSuccess) return -1;
+  *v2 = strcmp(type, "RoCE v2") == 0;
+  return rn_ib_gid_is_zero(gid) ? -1 : 0;
+}
+
+/* The RoCE GID: RAILNET_IB_GID_INDEX when set, else the RoCE v2 GID of the
+ * configured address family (IPv4-mapped, or a global IPv6 one before a
+ * link-local one), else any RoCE v2 GID, else index 0. */
+static ncclResult_t rn_ib_pick_gid(struct rn_ib_ctx *ctx, int port, int tbl_len,
+                                   struct rn_ib_dev *dev, char *why, size_t whylen)
+{
+  const struct rn_params *p = rn_params();
+  if (p->ib_gid_index[0]) {
+    char *end;
+    long idx = strtol(p->ib_gid_index, &end, 10);
+    if (*end || idx < 0 || idx >= tbl_len) {
+      RN_WARN("IB : %s:%d: RAILNET_IB_GID_INDEX=%s is not an index below %d", ctx->name, port,
+              p->ib_gid_index, tbl_len);
+      return ncclInvalidUsage;
+    }
+    dev->gid_index = (int)idx;
+    RN_CHECK(rn_ibv_query_gid(ctx->ctx, (uint8_t)port, (int)idx, &dev->gid));
+    snprintf(why, whylen, "RAILNET_IB_GID_INDEX");
+    return ncclSuccess;
+  }
+  int want6 = strcmp(p->ib_addr_family, "AF_INET6") == 0;
+  int best = -1, best_rank = 0;
+  union ibv_gid best_gid;
+  memset(&best_gid, 0, sizeof(best_gid));
+  for (int i = 0; i < tbl_len && i < 1024; i++) {
+    union ibv_gid g;
+    int v2 = 0;
+    if (rn_ib_gid_entry(ctx, port, i, &g, &v2)) continue;
+    int rank = 1; /* anything */
+    if (v2) {
+      rank = 2;
+      if (!want6 && rn_ib_gid_is_v4(&g)) rank = 5;
+      if (want6 && !rn_ib_gid_is_v4(&g)) rank = rn_ib_gid_is_linklocal(&g) ? 3 : 4;
+    }
+    if (rank > best_rank) {
+      best = i;
+      best_rank = rank;
+      best_gid = g;
+    }
+  }
+  if (best < 0) {
+    dev->gid_index = 0;
+    RN_CHECK(rn_ibv_query_gid(ctx->ctx, (uint8_t)port, 0, &dev->gid));
+    snprintf(why, whylen, "no usable GID found, index 0");
+    return ncclSuccess;
+  }
+  dev->gid_index = best;
+  dev->gid = best_gid;
+  snprintf(why, whylen, "%s", best_rank >= 3 ? (want6 ? "RoCE v2, AF_INET6" : "RoCE v2, AF_INET")
+                              : best_rank == 2 ? "RoCE v2, other family" : "not RoCE v2");
+  return ncclSuccess;
+}
+
+static void rn_ib_netdev(struct rn_ib_ctx *ctx, struct rn_ib_dev *dev, char *out, size_t len)
+{
+  char buf[64];
+  out[0] = '\0';
+  if (dev->link == IBV_LINK_LAYER_ETHERNET &&
+      rn_ib_sysfs_read(buf, sizeof(buf), "/sys/class/infiniband/%s/ports/%d/gid_attrs/ndevs/%d",
+                       ctx->name, dev->port, dev->gid_index) == 0 && buf[0]) {
+    rn_ib_strcpy(out, len, buf);
+    return;
+  }
+  char path[PATH_MAX];
+  snprintf(path, sizeof(path), "/sys/class/infiniband/%s/device/net", ctx->name);
+  DIR *d = opendir(path);
+  if (!d) return;
+  struct dirent *de;
+  while ((de = readdir(d))) {
+    if (de->d_name[0] == '.') continue;
+    rn_ib_strcpy(out, len, de->d_name);
+    break;
+  }
+  closedir(d);
+}
+
+static void rn_ib_pci(const char *name, struct rn_nic *nic)
+{
+  char path[PATH_MAX], real[PATH_MAX];
+  snprintf(path, sizeof(path), "/sys/class/infiniband/%s/device", name);
+  nic->pci_path[0] = nic->busid[0] = '\0';
+  if (rn_sysfs_realpath(path, real, sizeof(real))) return; /* rxe/siw: no device */
+  if (rn_sysfs_pci_parent(real, nic->pci_path, sizeof(nic->pci_path), nic->busid,
+                          sizeof(nic->busid)))
+    nic->pci_path[0] = nic->busid[0] = '\0';
+}
+
+static void rn_ib_ctx_close(struct rn_ib_ctx *c)
+{
+  if (c->mrc) rn_mr_cache_destroy(c->mrc);
+  if (c->pd) (void)rn_ibv_dealloc_pd(c->pd);
+  if (c->ctx) (void)rn_ibv_close_device(c->ctx);
+  memset(c, 0, sizeof(*c));
+}
+
+/* Open one device and add its ACTIVE ports. */
+static ncclResult_t rn_ib_add_device(struct ibv_device *d, int *nactive_seen)
+{
+  ncclResult_t res = ncclSuccess;
+  struct rn_ib_ctx *c = &rn_ib_ctxs[rn_ib_nctx];
+  memset(c, 0, sizeof(*c));
+  snprintf(c->name, sizeof(c->name), "%s", rn_ibv_get_device_name(d));
+  RN_CHECK_GOTO(rn_ibv_open_device(d, &c->ctx), res, out_close);
+  RN_CHECK_GOTO(rn_ibv_query_device(c->ctx, &c->attr), res, out_close);
+  int first = rn_ib_ndevs;
+  for (int port = 1; port <= c->attr.phys_port_cnt && rn_ib_ndevs < RN_MAX_NICS; port++) {
+    struct ibv_port_attr pa;
+    if (rn_ibv_query_port(c->ctx, (uint8_t)port, &pa) != ncclSuccess) continue;
+    if (pa.state != IBV_PORT_ACTIVE) {
+      RN_INFO(NCCL_INIT | NCCL_NET, "IB : %s:%d is not ACTIVE (state %d), skipped", c->name, port,
+              (int)pa.state);
+      continue;
+    }
+    if (pa.link_layer != IBV_LINK_LAYER_INFINIBAND && pa.link_layer != IBV_LINK_LAYER_ETHERNET) {
+      RN_INFO(NCCL_INIT | NCCL_NET, "IB : %s:%d link layer %d unsupported, skipped", c->name, port,
+              (int)pa.link_layer);
+      continue;
+    }
+    (*nactive_seen)++;
+    struct rn_ib_dev *dev = &rn_ib_devs[rn_ib_ndevs];
+    struct rn_nic *nic = &rn_ib_nics[rn_ib_ndevs];
+    memset(dev, 0, sizeof(*dev));
+    memset(nic, 0, sizeof(*nic));
+    dev->ctx = c;
+    dev->port = port;
+    dev->link = pa.link_layer;
+    dev->mtu = pa.active_mtu;
+    dev->lid = pa.lid;
+    char gidwhy[64] = "IB: LID routed";
+    if (dev->link == IBV_LINK_LAYER_ETHERNET) {
+      RN_CHECK_GOTO(rn_ib_pick_gid(c, port, pa.gid_tbl_len, dev, gidwhy, sizeof(gidwhy)), res,
+                    out_close);
+    } else {
+      dev->gid_index = 0;
+      (void)rn_ibv_query_gid(c->ctx, (uint8_t)port, 0, &dev->gid);
+    }
+    if (c->attr.phys_port_cnt > 1)
+      snprintf(nic->name, sizeof(nic->name), "%s:%d", c->name, port);
+    else
+      snprintf(nic->name, sizeof(nic->name), "%s", c->name);
+    rn_ib_netdev(c, dev, nic->netdev, sizeof(nic->netdev));
+    rn_ib_pci(c->name, nic);
+    nic->guid = c->attr.node_guid;
+    nic->port = port;
+    nic->speed_mbps = rn_ib_speed_mbps(pa.active_speed, pa.active_width);
+    nic->link = dev->link == IBV_LINK_LAYER_INFINIBAND ? RN_LINK_IB : RN_LINK_ETH;
+    nic->max_comms = c->attr.max_qp;
+    nic->force_flush = 0;
+    nic->tidx = rn_ib_ndevs;
+    char gidstr[INET6_ADDRSTRLEN] = "";
+    inet_ntop(AF_INET6, dev->gid.raw, gidstr, sizeof(gidstr));
+    RN_INFO(NCCL_INIT | NCCL_NET,
+            "IB : %s port %d %s, %d Mbps, MTU %d, GID %d %s (%s), netdev %s, PCI %s", nic->name,
+            port, nic->link == RN_LINK_IB ? "InfiniBand" : "RoCE", nic->speed_mbps,
+            rn_ib_mtu_bytes(dev->mtu), dev->gid_index, gidstr, gidwhy,
+            nic->netdev[0] ? nic->netdev : "(none)", nic->pci_path[0] ? nic->pci_path : "(none)");
+    rn_ib_ndevs++;
+  }
+  if (rn_ib_ndevs == first) goto out_close; /* no usable port: not kept */
+  RN_CHECK_GOTO(rn_ibv_alloc_pd(c->ctx, &c->pd), res, out_unwind);
+  RN_CHECK_GOTO(rn_mr_cache_create((size_t)sysconf(_SC_PAGESIZE), (int)rn_params()->mr_cache,
+                                   rn_ib_mr_reg_cb, rn_ib_mr_dereg_cb, c, &c->mrc),
+                res, out_unwind);
+  char why[256];
+  int ptr = NCCL_PTR_HOST | rn_ib_probe_ptr_support(c, why, sizeof(why));
+  for (int i = first; i < rn_ib_ndevs; i++) rn_ib_nics[i].ptr_support = ptr;
+  RN_INFO(NCCL_INIT | NCCL_NET, "IB : %s GPU memory: %s%s%s", c->name,
+          (ptr & NCCL_PTR_CUDA) ? "CUDA (peermem) " : "", (ptr & NCCL_PTR_DMABUF) ? "DMABUF " : "",
+          why);
+  rn_ib_nctx++;
+  return ncclSuccess;
+out_unwind:
+  rn_ib_ndevs = first;
+out_close:
+  rn_ib_ctx_close(c);
+  return res;
+}
+
+ncclResult_t rn_ib_init(const struct rn_nic **nics, int *n)
+{
+  *nics = rn_ib_nics;
+  *n = 0;
+  rn_ib_ndevs = rn_ib_nctx = 0;
+  if (rn_ibv_load() != ncclSuccess) return ncclSuccess; /* logged once by the loader */
+  struct ibv_device **list;
+  int ndev = 0;
+  if (rn_ibv_get_device_list(&list, &ndev) != ncclSuccess) {
+    RN_INFO(NCCL_INIT | NCCL_NET, "IB : no verbs device list: no verbs NICs");
+    return ncclSuccess;
+  }
+  int nactive = 0;
+  for (int i = 0; i < ndev && rn_ib_nctx < RN_MAX_NICS && rn_ib_ndevs < RN_MAX_NICS; i++) {
+    if (rn_ib_add_device(list[i], &nactive) != ncclSuccess)
+      RN_INFO(NCCL_INIT | NCCL_NET, "IB : device %s skipped", rn_ibv_get_device_name(list[i]));
+  }
+  rn_ibv_free_device_list(list);
+  if (rn_ib_ndevs == 0)
+    RN_INFO(NCCL_INIT | NCCL_NET, "IB : %d verbs device(s), no ACTIVE port: no verbs NICs", ndev);
+  else
+    RN_INFO(NCCL_INIT | NCCL_NET, "IB : %d NIC(s) on %d device(s)", rn_ib_ndevs, rn_ib_nctx);
+  *n = rn_ib_ndevs;
+  return ncclSuccess;
+}
+
+void rn_ib_fini(void)
+{
+  for (int i = 0; i < rn_ib_nctx; i++) rn_ib_ctx_close(&rn_ib_ctxs[i]);
+  rn_ib_nctx = rn_ib_ndevs = 0;
+}

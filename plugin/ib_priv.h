@@ -1,0 +1,223 @@
+/* Private to the verbs transport (plugin/transport_ib.c and plugin/ib_*.c).
+ *
+ * Data path, receiver-driven like NCCL's net_ib: irecv RDMA-writes a FIFO
+ * slot (address, per-rail rkeys, size, tag of each buffer; group size;
+ * sequence) into the sender's registered control block; isend matches the
+ * slot of its sequence by tag, RDMA-writes the data (split across the
+ * connection's QPs and rails), writes the sizes into the receiver's control
+ * block, and ends each QP's chain with a zero-byte WRITE_WITH_IMM whose
+ * immediate names the slot, the number of QPs used and an error bit.  The
+ * receiver keeps RECVs posted on every QP and counts immediates per slot. */
+#ifndef RN_IB_PRIV_H
+#define RN_IB_PRIV_H
+
+#include <assert.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+#include "railnet/ibvwrap.h"
+#include "railnet/mr_cache.h"
+#include "railnet/sock.h"
+#include "railnet/transport.h"
+
+#define RN_IB_MAX_QPS 16        /* per rail: params.def's IB_QPS upper bound */
+#define RN_IB_SLOTS 32          /* receive groups in flight per comm (NCCL needs >= 32 requests) */
+#define RN_IB_MAX_RECVS 8       /* buffers per grouped receive */
+#define RN_IB_RECV_DEPTH 64     /* standing RECVs per QP: >= RN_IB_SLOTS immediates in flight */
+#define RN_IB_SEND_DEPTH 512    /* per QP: <= 10 WRs per group x RN_IB_SLOTS, plus FIFO writes */
+#define RN_IB_CQ_DEPTH 4096
+#define RN_IB_SPLIT_MIN 65536   /* bytes per QP before a message is split over one more QP */
+#define RN_IB_ALIVE_CHECK_MS 100 /* how often a waiting comm looks at the peer's control socket */
+
+static_assert((RN_IB_SLOTS & (RN_IB_SLOTS - 1)) == 0 && RN_IB_SLOTS <= 32,
+              "the slot index is 5 bits of the immediate");
+static_assert(RN_MAX_RAILS * RN_IB_MAX_QPS <= 128, "QPs used is 7 bits of the immediate");
+
+/* Immediate data of the WRITE_WITH_IMM closing a group on each QP. */
+#define RN_IB_IMM_SLOT(imm) ((imm) & 31u)
+#define RN_IB_IMM_NUSED(imm) ((((imm) >> 5) & 127u) + 1)
+#define RN_IB_IMM_INLINE (1u << 12)         /* bits 13..30 carry the size of a 1-buffer group */
+#define RN_IB_IMM_SIZE(imm) (((imm) >> 13) & 0x3ffffu)
+#define RN_IB_IMM_INLINE_MAX 0x3ffffu
+#define RN_IB_IMM_ERROR (1u << 31)          /* the sender refused the group: sizes tell why */
+
+/* Work request ids: kind in the high half, an index in the low half. */
+enum rn_ib_wr_kind { RN_IB_WR_SEND = 1, RN_IB_WR_FIFO = 2, RN_IB_WR_RECV = 3, RN_IB_WR_FLUSH = 4 };
+#define RN_IB_WRID(kind, idx) (((uint64_t)(kind) << 32) | (uint32_t)(idx))
+
+/* One FIFO element, written by the receiver into the sender's control
+ * block.  64 bytes so a slot never straddles a cache line oddly. */
+struct rn_ib_fifo_elem {
+  uint64_t addr;
+  uint64_t size;
+  uint32_t rkey[RN_MAX_RAILS];
+  int32_t tag;
+  uint16_t n;             /* buffers in the group */
+  uint16_t reserved;
+  uint64_t idx;           /* sequence + 1: written last, checked by the sender */
+};
+static_assert(sizeof(struct rn_ib_fifo_elem) == 64, "FIFO element layout is on the wire");
+
+/* NIC-visible memory of one comm, registered once per rail.  The same
+ * layout on both sides: the sender's fifo is written by the receiver, the
+ * receiver's sizes are written by the sender; the other halves are local
+ * sources for those writes.  flush is the landing byte of flush READs. */
+struct rn_ib_ctl {
+  struct rn_ib_fifo_elem fifo[RN_IB_SLOTS][RN_IB_MAX_RECVS];
+  uint64_t sizes[RN_IB_SLOTS][RN_IB_MAX_RECVS];
+  uint64_t flush[8];
+};
+
+/* An opened device (shared by its ports).  Owner: ib_init.c's table. */
+struct rn_ib_ctx {
+  char name[64];
+  struct ibv_context *ctx;
+  struct ibv_pd *pd;
+  struct rn_mr_cache *mrc;
+  struct ibv_device_attr attr;
+};
+
+/* One reported NIC (device, ACTIVE port).  Owner: ib_init.c's table;
+ * immutable after init. */
+struct rn_ib_dev {
+  struct rn_ib_ctx *ctx;
+  int port;
+  int link;               /* IBV_LINK_LAYER_* */
+  enum ibv_mtu mtu;
+  uint16_t lid;
+  int gid_index;
+  union ibv_gid gid;
+};
+
+/* Bounded copy that always terminates (truncation is fine for names). */
+static inline void rn_ib_strcpy(char *dst, size_t len, const char *src)
+{
+  size_t n = strlen(src);
+  if (n >= len) n = len - 1;
+  memcpy(dst, src, n);
+  dst[n] = '\0';
+}
+
+/* Device table (ib_init.c). */
+struct rn_ib_dev *rn_ib_dev_of(const struct rn_nic *nic);
+const struct rn_nic *rn_ib_nic_of(const struct rn_ib_dev *dev);
+
+/* A registration: one cache entry per rail of the comm it was made on.
+ * Owner: the caller of reg_mr, until dereg_mr. */
+struct rn_ib_mh {
+  int type;               /* NCCL_PTR_* */
+  int nrails;
+  struct rn_ib_ctx *ctx[RN_MAX_RAILS];
+  struct rn_mr_entry *ent[RN_MAX_RAILS];
+};
+static inline struct ibv_mr *rn_ib_mh_mr(const struct rn_ib_mh *mh, int rail)
+{
+  return (struct ibv_mr *)mh->ent[rail]->handle;
+}
+
+/* One rail of a connection. */
+struct rn_ib_rail {
+  struct rn_ib_dev *dev;
+  struct ibv_cq *cq;
+  struct ibv_qp *qp[RN_IB_MAX_QPS];
+  struct ibv_qp *flush_qp;  /* receiver, GDR-capable rails only */
+  struct ibv_mr *ctl_mr;
+  uint32_t rem_rkey;        /* the peer's control block on this rail */
+};
+
+/* One request, of any kind.  Preallocated in the comm; kind 0 = free. */
+enum rn_ib_req_kind { RN_IB_REQ_SEND = 1, RN_IB_REQ_RECV = 2, RN_IB_REQ_FLUSH = 3 };
+struct rn_ib_comm;
+struct rn_ib_req {
+  struct rn_req_base base;
+  int kind;
+  struct rn_ib_comm *comm;
+  int slot;
+  int n;
+  int got, expected;        /* immediates (recv) or READs (flush) */
+  int inline_size;          /* recv: -1 unless the immediate carried the size */
+  int error;                /* recv: the sender flagged the group */
+  size_t size[RN_IB_MAX_RECVS];
+  int tag[RN_IB_MAX_RECVS];
+};
+
+/* A matched send group (sender side), one per slot. */
+struct rn_ib_sgroup {
+  int n;                    /* buffers in the group, from the FIFO */
+  int matched;
+  int pending;              /* signaled completions still expected */
+  struct rn_ib_req *req[RN_IB_MAX_RECVS];
+  void *data[RN_IB_MAX_RECVS];
+  struct rn_ib_mh *mh[RN_IB_MAX_RECVS];
+  size_t size[RN_IB_MAX_RECVS];
+};
+
+/* A connection (either side).  Owner: the core, between connect/accept and
+ * close_*; everything inside is freed by close in reverse order. */
+struct rn_ib_comm {
+  struct rn_comm_base base;
+  int nlocal;               /* local rails with resources */
+  int nrails;               /* rails connected (min of both sides) */
+  int nqps;                 /* QPs per rail */
+  struct rn_ib_rail rail[RN_MAX_RAILS];
+  struct rn_ib_ctl *ctl;
+  uint64_t rem_ctl;         /* the peer's control block address */
+  int ctrl_fd;              /* bootstrap socket, kept to notice a dead peer */
+  char peer[64];
+  ncclResult_t error;       /* sticky: set by the first failure */
+  uint64_t seq;             /* next group */
+  uint64_t next_alive_ms;
+  /* sender */
+  struct rn_ib_sgroup group[RN_IB_SLOTS];
+  struct rn_ib_req sreq[RN_IB_SLOTS * RN_IB_MAX_RECVS];
+  /* receiver */
+  struct rn_ib_req rreq[RN_IB_SLOTS];       /* recv request of sequence s sits at s % SLOTS */
+  struct rn_ib_req freq[RN_IB_SLOTS];       /* flushes */
+};
+
+static inline int rn_ib_nq(const struct rn_ib_comm *c) { return c->nrails * c->nqps; }
+/* QP number q of the connection: rails interleave, so using the first m
+ * QPs spreads over rails first. */
+static inline struct ibv_qp *rn_ib_qp(const struct rn_ib_comm *c, int q, int *rail)
+{
+  *rail = q % c->nrails;
+  return c->rail[*rail].qp[q / c->nrails];
+}
+
+/* Listen comm. */
+enum rn_ib_accept_stage { RN_IB_ACC_RDV = 0, RN_IB_ACC_RECV_INFO, RN_IB_ACC_SEND_INFO,
+                          RN_IB_ACC_RECV_READY };
+struct rn_ib_listen_comm;
+
+/* ib_init.c */
+ncclResult_t rn_ib_init(const struct rn_nic **nics, int *n);
+void rn_ib_fini(void);
+/* ib_gdr.c: probes, run once per device at init. */
+int rn_ib_probe_ptr_support(struct rn_ib_ctx *ctx, char *why, size_t whylen);
+/* ib_connect.c */
+ncclResult_t rn_ib_listen(const struct rn_rails *r, struct rn_handle *h, void **lcomm);
+ncclResult_t rn_ib_connect(const struct rn_rails *r, const struct rn_handle *h, void **state,
+                           void **scomm);
+void rn_ib_connect_abort(void *state);
+ncclResult_t rn_ib_accept(void *lcomm, void **rcomm);
+ncclResult_t rn_ib_close_send(void *scomm);
+ncclResult_t rn_ib_close_recv(void *rcomm);
+ncclResult_t rn_ib_close_listen(void *lcomm);
+ncclResult_t rn_ib_peer_alive(struct rn_ib_comm *c);
+/* ib_p2p.c */
+ncclResult_t rn_ib_reg_mr(void *comm, void *data, size_t size, int type, void **mh);
+ncclResult_t rn_ib_reg_mr_dmabuf(void *comm, void *data, size_t size, int type, uint64_t offset,
+                                 int fd, void **mh);
+ncclResult_t rn_ib_dereg_mr(void *comm, void *mh);
+ncclResult_t rn_ib_isend(void *scomm, void *data, size_t size, int tag, void *mh, void **req);
+ncclResult_t rn_ib_irecv(void *rcomm, int n, void **data, const size_t *sizes, const int *tags,
+                         void **mhs, void **req);
+ncclResult_t rn_ib_iflush(void *rcomm, int n, void **data, const int *sizes, void **mhs,
+                          void **req);
+ncclResult_t rn_ib_test(void *req, int *done, size_t *sizes, int *nsizes);
+ncclResult_t rn_ib_post_recvs(struct rn_ib_comm *c, int rail, int qpi, int count);
+/* The mr cache callbacks for a device (ib_p2p.c). */
+ncclResult_t rn_ib_mr_reg_cb(void *ctx, uintptr_t addr, size_t len, const void *arg, void **handle);
+void rn_ib_mr_dereg_cb(void *ctx, void *handle);
+
+#endif
