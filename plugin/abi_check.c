@@ -18,7 +18,7 @@ _Static_assert(sizeof(ncclNet_v10_t) == 160, "v10 table has v9's members");
 _Static_assert(sizeof(ncclNet_v11_t) == 176, "v11 table adds finalize and setNetAttr");
 _Static_assert(offsetof(ncclNet_v11_t, finalize) == 160, "v11 finalize offset");
 #endif
-_Static_assert(sizeof(struct rn_handle) <= NCCL_NET_HANDLE_MAXSIZE,
+_Static_assert(sizeof(struct rn_handle) == NCCL_NET_HANDLE_MAXSIZE,
                "the handle travels in NCCL's 128-byte buffer");
 _Static_assert(NCCL_PTR_HOST == 1 && NCCL_PTR_CUDA == 2 && NCCL_PTR_DMABUF == 4, "ptr bits");
 _Static_assert(ncclRemoteError == 6 && ncclInvalidUsage == 5, "result codes");

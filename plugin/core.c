@@ -2,6 +2,7 @@
  * and dispatch to the chosen transport.  Only the device table and the
  * pending-connect list are global, both under rn_core.lock. */
 #include <limits.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -119,7 +120,10 @@ static void rn_core_teardown(void) {
   rn_core.ready = 0;
 }
 
-static ncclResult_t rn_core_ensure(ncclDebugLogger_t logger) {
+/* Build the device table if needed and take a reference (*ref += 1) in
+ * the same critical section, so a concurrent finalize cannot tear the
+ * table down between the two. */
+static ncclResult_t rn_core_ensure(ncclDebugLogger_t logger, int *ref) {
   ncclResult_t res = ncclSuccess;
   rn_log_set(logger);
   pthread_mutex_lock(&rn_core.lock);
@@ -127,18 +131,13 @@ static ncclResult_t rn_core_ensure(ncclDebugLogger_t logger) {
     if (rn_core.nctx == 0 && !rn_core.legacy) rn_params_reload();
     res = rn_core_setup();
   }
+  if (res == ncclSuccess) (*ref)++;
   pthread_mutex_unlock(&rn_core.lock);
   return res;
 }
 
 ncclResult_t rn_core_init(ncclDebugLogger_t logger) {
-  ncclResult_t res = rn_core_ensure(logger);
-  if (res == ncclSuccess) {
-    pthread_mutex_lock(&rn_core.lock);
-    rn_core.legacy = 1;
-    pthread_mutex_unlock(&rn_core.lock);
-  }
-  return res;
+  return rn_core_ensure(logger, &rn_core.legacy);
 }
 
 ncclResult_t rn_core_init_ctx(ncclDebugLogger_t logger, uint64_t comm_id, int traffic_class,
@@ -150,7 +149,7 @@ ncclResult_t rn_core_init_ctx(ncclDebugLogger_t logger, uint64_t comm_id, int tr
     RN_WARN("init: out of memory");
     return ncclSystemError;
   }
-  ncclResult_t res = rn_core_ensure(logger);
+  ncclResult_t res = rn_core_ensure(logger, &rn_core.nctx);
   if (res != ncclSuccess) {
     free(c);
     return res;
@@ -158,9 +157,6 @@ ncclResult_t rn_core_init_ctx(ncclDebugLogger_t logger, uint64_t comm_id, int tr
   c->magic = RN_CTX_MAGIC;
   c->comm_id = comm_id;
   c->traffic_class = traffic_class;
-  pthread_mutex_lock(&rn_core.lock);
-  rn_core.nctx++;
-  pthread_mutex_unlock(&rn_core.lock);
   RN_INFO(NCCL_INIT | NCCL_NET, "context for comm %016llx created", (unsigned long long)comm_id);
   *ctx = c;
   return ncclSuccess;
@@ -312,6 +308,13 @@ static void rn_core_stamp(void *comm, enum rn_comm_kind kind, int dev) {
   b->vdev = dev;
 }
 
+static uint32_t rn_handle_check(const struct rn_handle *h) {
+  const uint8_t *b = (const uint8_t *)h;
+  uint32_t x = 2166136261u;
+  for (size_t i = 0; i < offsetof(struct rn_handle, check); i++) x = (x ^ b[i]) * 16777619u;
+  return x;
+}
+
 ncclResult_t rn_core_listen(void *ctx, int dev, void *handle, void **lcomm) {
   struct rn_vdev *v;
   RN_CHECK(rn_core_check_ctx(ctx, "listen"));
@@ -325,6 +328,7 @@ ncclResult_t rn_core_listen(void *ctx, int dev, void *handle, void **lcomm) {
   h->nrails = (uint8_t)v->rails.n;
   h->nonce = rn_random64();
   RN_CHECK(rn_core.t->listen(&v->rails, h, lcomm));
+  h->check = rn_handle_check(h);
   rn_core_stamp(*lcomm, RN_COMM_LISTEN, dev);
   return ncclSuccess;
 }
@@ -347,6 +351,10 @@ ncclResult_t rn_core_connect(void *ctx, int dev, void *handle, void **scomm,
   if (h->magic != RN_HANDLE_MAGIC || h->transport >= RN_NTRANSPORTS || h->nrails == 0 ||
       h->nrails > RN_MAX_RAILS) {
     RN_WARN("connect: handle %p is not a railnet handle (magic %08x)", handle, h->magic);
+    return ncclInvalidArgument;
+  }
+  if (h->check != rn_handle_check(h)) {
+    RN_WARN("connect: handle %p is corrupted (checksum mismatch); was it copied whole?", handle);
     return ncclInvalidArgument;
   }
   if (h->transport != rn_core.tidx) {

@@ -36,7 +36,7 @@ struct rn_nic {
 /* The handle NCCL carries between ranks.  The core owns the header; the
  * transport fills payload with its listen addresses. */
 #define RN_HANDLE_MAGIC 0x524e4831u /* "RNH1" */
-#define RN_HANDLE_PAYLOAD 108
+#define RN_HANDLE_PAYLOAD 104
 struct rn_handle {
   uint32_t magic;
   uint8_t transport;    /* index into the transport list */
@@ -44,6 +44,7 @@ struct rn_handle {
   uint16_t reserved;
   uint64_t nonce;       /* random per listen; accept admits only this */
   uint8_t payload[RN_HANDLE_PAYLOAD];
+  uint32_t check;       /* FNV-1a of the bytes above: a corrupted handle is refused */
 };
 
 /* Common first member of every transport comm, reached by the core. */
