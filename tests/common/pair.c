@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,7 +25,10 @@ int peer_fail(struct rn_peer *p, const char *fmt, ...) {
 static int write_full(int fd, const void *buf, size_t len) {
   const char *b = buf;
   while (len > 0) {
-    ssize_t w = write(fd, b, len);
+    /* the channels are socketpairs so a dead peer is EPIPE here, never a
+     * SIGPIPE that would be blamed on the plugin */
+    ssize_t w = send(fd, b, len, MSG_NOSIGNAL);
+    if (w < 0 && errno == ENOTSOCK) w = write(fd, b, len);
     if (w < 0) {
       if (errno == EINTR) continue;
       return -1;
@@ -56,6 +60,10 @@ static int read_full(int fd, void *buf, size_t len, double timeout_s) {
 
 int peer_write(struct rn_peer *p, const void *buf, size_t len) {
   return write_full(p->to_peer, buf, len);
+}
+
+int peer_to_parent(struct rn_peer *p, const void *buf, size_t len) {
+  return write_full(p->to_parent, buf, len);
 }
 
 int peer_read(struct rn_peer *p, void *buf, size_t len, double timeout_s) {
@@ -309,11 +317,12 @@ static int wait_children(pid_t *pid, int n, struct rn_pair_opts *o, char *why, s
 int rn_run_pair(rn_peer_fn recv_fn, rn_peer_fn send_fn, struct rn_pair_opts *o, char *why,
                 size_t whylen) {
   int a[2], b[2], par[2] = {-1, -1};
-  if (pipe(a) != 0 || pipe(b) != 0) {
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, a) != 0 ||
+      socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, b) != 0) {
     snprintf(why, whylen, "pipe: %s", strerror(errno));
     return -1;
   }
-  if (o->want_parent_pipe && pipe(par) != 0) {
+  if (o->want_parent_pipe && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, par) != 0) {
     snprintf(why, whylen, "pipe: %s", strerror(errno));
     return -1;
   }

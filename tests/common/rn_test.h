@@ -163,6 +163,7 @@ int rn_run_single(rn_peer_fn fn, struct rn_pair_opts *o, char *why, size_t whyle
 /* Peer pipe helpers, bounded by timeout_s: 0 ok, -1 error/timeout. */
 int peer_write(struct rn_peer *p, const void *buf, size_t len);
 int peer_read(struct rn_peer *p, void *buf, size_t len, double timeout_s);
+int peer_to_parent(struct rn_peer *p, const void *buf, size_t len);
 int peer_sync(struct rn_peer *p, double timeout_s); /* barrier between the two */
 
 /* Establish n comms receiver<-sender: the receiver listens n times, sends
@@ -204,6 +205,7 @@ struct rn_stream {
   int null_sizes;                 /* pass sizes=NULL to test */
   int verify;                     /* fill/check the pattern (0 in bench) */
   int post_all_first;             /* post `window` requests before any test */
+  int single_buffer;              /* every slot shares one buffer (bench only) */
   uint64_t seed;
   /* state */
   unsigned char *arena;

@@ -10,6 +10,7 @@
 
 int rn_stream_setup(struct rn_stream *s) {
   struct rn_peer *p = s->p;
+  if (s->single_buffer) s->verify = 0;
   if (s->window < 1 || s->window > RN_STREAM_MAX_WINDOW)
     return peer_fail(p, "stream window %d out of range", s->window);
   size_t maxsz = 1;
@@ -18,7 +19,7 @@ int rn_stream_setup(struct rn_stream *s) {
     if (z > maxsz) maxsz = z;
   }
   s->slot_bytes = (maxsz + 4095) & ~(size_t)4095;
-  size_t total = s->slot_bytes * (size_t)s->window;
+  size_t total = s->slot_bytes * (size_t)(s->single_buffer ? 1 : s->window);
   if (posix_memalign((void **)&s->arena, 4096, total) != 0)
     return peer_fail(p, "cannot allocate %zu bytes", total);
   memset(s->arena, 0, total);
@@ -57,7 +58,7 @@ static int post_some(struct rn_stream *s) {
     int seq = s->next_post;
     int slot = seq % s->window;
     if (s->req_seq[slot] != -1) break;
-    unsigned char *buf = s->arena + (size_t)slot * s->slot_bytes;
+    unsigned char *buf = s->arena + (s->single_buffer ? 0 : (size_t)slot * s->slot_bytes);
     size_t sz = s->sizes[seq];
     void *req = NULL;
     ncclResult_t r;

@@ -5,8 +5,8 @@
  *
  *   conformance [--api v8|v9|v10|v11|all|LIST] [--seed N] [--only SUBSTR] [--list]
  *
- * Default: the full suite through ncclNetPlugin_v8 and ncclNetPlugin_v11,
- * a smoke subset through v9 and v10.  Environment: RN_PLUGIN (the .so),
+ * Default: the full suite through ncclNetPlugin_v8, _v11, _v9 and _v10
+ * (--smoke: a subset through v9 and v10).  Environment: RN_PLUGIN (the .so),
  * RN_CONF_RECV_ENV / RN_CONF_SEND_ENV ("K=V,K=V" applied in the receiver /
  * sender before it loads the plugin), RN_CONF_DEV (device, default 0),
  * RN_CONF_VERBOSE=1 (plugin log on stderr), RN_CONF_TIMEOUT_SCALE (x1).
@@ -754,13 +754,14 @@ static int probe_fn(struct rn_peer *p) {
 
 static void usage(void) {
   fprintf(stderr,
-          "usage: conformance [--api v8|v9|v10|v11|all|v8,v11] [--seed N] [--only SUBSTR] [--full] [--list]\n");
+          "usage: conformance [--api v8|v9|v10|v11|all|v8,v11] [--seed N] [--only SUBSTR] [--smoke] [--list]\n"
+          "  --smoke: only the smoke subset through v9 and v10\n");
 }
 
 int main(int argc, char **argv) {
   const char *api = "v8,v11,v9,v10";
   const char *only = NULL;
-  int full = 0, list = 0;
+  int full = 1, list = 0;
   uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 16);
   if (getenv("RN_CONF_SEED")) seed = (uint64_t)strtoull(getenv("RN_CONF_SEED"), NULL, 0);
   for (int i = 1; i < argc; i++) {
@@ -768,6 +769,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 0);
     else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
     else if (!strcmp(argv[i], "--full")) full = 1;
+    else if (!strcmp(argv[i], "--smoke")) full = 0;
     else if (!strcmp(argv[i], "--list")) list = 1;
     else {
       usage();
