@@ -1,0 +1,305 @@
+/* Plugin-level checks and numbers over verbs, through ncclNetPlugin_v11
+ * exactly as NCCL loads it (tests/common helpers):
+ *
+ *   ib_bench [verify] [bw] [lat]     (default: all three)
+ *
+ * verify: sizes 0 B..16 MiB and 32 in flight, every byte checked;
+ * bw: RN_BENCH_SIZE (1 MiB) x RN_BENCH_ITERS, RN_BENCH_WINDOW in flight;
+ * lat: 8-byte ping-pong, half the round trip (as ib_write_lat reports).
+ * RN_IB_VDEV="0,1" fuses those devices with makeVDevice and runs on the
+ * result (multi-rail).  Per-process env: RN_CONF_RECV_ENV / RN_CONF_SEND_ENV.
+ * Results also go to stdout as "# RESULT name value" for scripts. */
+#include "../common/rn_test.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define KB ((size_t)1024)
+#define MB (KB * KB)
+#define TMO 120.0
+
+static int pick_dev(struct rn_peer *p)
+{
+  const char *v = getenv("RN_IB_VDEV");
+  p->dev = 0;
+  if (!v || !*v) return 0;
+  ncclNetVDeviceProps_t vp;
+  memset(&vp, 0, sizeof(vp));
+  for (const char *s = v; *s && vp.ndevs < NCCL_NET_MAX_DEVS_PER_NIC;) {
+    vp.devs[vp.ndevs++] = atoi(s);
+    s = strchr(s, ',');
+    if (!s) break;
+    s++;
+  }
+  int d = -1;
+  ncclResult_t r = p->net.t.v11->makeVDevice(&d, &vp);
+  if (r != ncclSuccess) return peer_fail(p, "makeVDevice(%s): %s", v, rn_result_str(r));
+  p->dev = d;
+  if (rn_net_props(&p->net, d, &p->props) != ncclSuccess) return peer_fail(p, "props of vdev %d", d);
+  note("%s: vdev %d = %s (%d rails), %d Mbps", p->role == RN_RECEIVER ? "receiver" : "sender", d,
+       p->props.name, p->props.vndevs, p->props.speed);
+  return 0;
+}
+
+struct bufs { char *buf; void *mh; size_t len; };
+static int bufs_get(struct rn_peer *p, void *comm, size_t len, struct bufs *b)
+{
+  b->len = len;
+  b->buf = aligned_alloc(4096, len);
+  if (!b->buf) return peer_fail(p, "out of memory");
+  memset(b->buf, 0, len);
+  if (rn_net_regmr(&p->net, comm, b->buf, len, NCCL_PTR_HOST, &b->mh) != ncclSuccess)
+    return peer_fail(p, "regMr %zu bytes", len);
+  return 0;
+}
+static void bufs_put(struct rn_peer *p, void *comm, struct bufs *b)
+{
+  if (b->mh) rn_net_deregmr(&p->net, comm, b->mh);
+  free(b->buf);
+}
+
+/* ---- verify ---------------------------------------------------------- */
+static const size_t vsizes[] = {0, 1, 7, 4095, 4096, 65536, 65537, 262143, 1 * MB, 4 * MB + 3,
+                                16 * MB};
+#define NV (sizeof(vsizes) / sizeof(vsizes[0]))
+#define INFL 32
+
+static int verify_side(struct rn_peer *p)
+{
+  if (pick_dev(p)) return 1;
+  void *comm;
+  if (peer_connect(p, 1, &comm, NULL, TMO)) return 1;
+  int rc = 1;
+  struct bufs b = {0};
+  if (bufs_get(p, comm, 16 * MB + 4096, &b)) goto out;
+  for (size_t i = 0; i < NV; i++) {
+    size_t n = vsizes[i];
+    void *req = NULL;
+    int sz = -1;
+    uint64_t key = pattern_key(p->seed, i, n);
+    if (p->role == RN_SENDER) pattern_fill(b.buf, n, key);
+    double end = now_s() + TMO;
+    while (!req && now_s() < end) {
+      ncclResult_t r;
+      if (p->role == RN_SENDER) {
+        r = rn_net_isend(&p->net, comm, b.buf, n, 1, b.mh, &req);
+      } else {
+        void *d[1] = {b.buf};
+        size_t s[1] = {b.len};
+        int t[1] = {1};
+        void *m[1] = {b.mh};
+        r = rn_net_irecv(&p->net, comm, 1, d, s, t, m, &req);
+      }
+      if (r != ncclSuccess) { peer_fail(p, "post %zu: %s", n, rn_result_str(r)); goto out; }
+    }
+    if (peer_wait(p, req, &sz, TMO) != ncclSuccess) goto out;
+    if (p->role == RN_RECEIVER) {
+      if ((size_t)sz != n) { peer_fail(p, "size %zu reported as %d", n, sz); goto out; }
+      size_t bad = pattern_check(b.buf, n, key);
+      if (bad != (size_t)-1) { peer_fail(p, "%zu bytes: byte %zu differs", n, bad); goto out; }
+    }
+  }
+  /* 32 messages of 256 KiB in flight at once, then checked. */
+  size_t m = 256 * KB;
+  void *reqs[INFL] = {0};
+  for (int i = 0; i < INFL; i++) {
+    char *at = b.buf + (size_t)i * m * 2;
+    if (p->role == RN_SENDER) pattern_fill(at, m, pattern_key(p->seed, 1000 + (uint64_t)i, m));
+    double end = now_s() + TMO;
+    while (!reqs[i] && now_s() < end) {
+      ncclResult_t r;
+      if (p->role == RN_SENDER) {
+        r = rn_net_isend(&p->net, comm, at, m, 2, b.mh, &reqs[i]);
+      } else {
+        void *d[1] = {at};
+        size_t s[1] = {m};
+        int t[1] = {2};
+        void *mm[1] = {b.mh};
+        r = rn_net_irecv(&p->net, comm, 1, d, s, t, mm, &reqs[i]);
+      }
+      if (r != ncclSuccess) { peer_fail(p, "post #%d: %s", i, rn_result_str(r)); goto out; }
+    }
+    if (!reqs[i]) { peer_fail(p, "request %d never posted", i); goto out; }
+  }
+  for (int i = INFL - 1; i >= 0; i--) {
+    int sz = -1;
+    if (peer_wait(p, reqs[i], &sz, TMO) != ncclSuccess) goto out;
+    if (p->role == RN_RECEIVER &&
+        pattern_check(b.buf + (size_t)i * m * 2, m, pattern_key(p->seed, 1000 + (uint64_t)i, m)) !=
+            (size_t)-1) {
+      peer_fail(p, "in-flight message %d corrupt", i);
+      goto out;
+    }
+  }
+  rc = 0;
+out:
+  bufs_put(p, comm, &b);
+  if (p->role == RN_SENDER) rn_net_close_send(&p->net, comm);
+  else rn_net_close_recv(&p->net, comm);
+  return rc;
+}
+
+/* ---- bandwidth ------------------------------------------------------- */
+static int bw_side(struct rn_peer *p)
+{
+  size_t size = (size_t)rn_env_long("RN_BENCH_SIZE", (long)MB);
+  int iters = (int)rn_env_long("RN_BENCH_ITERS", 200);
+  int win = (int)rn_env_long("RN_BENCH_WINDOW", 8);
+  if (win > 32) win = 32;
+  if (pick_dev(p)) return 1;
+  void *comm;
+  if (peer_connect(p, 1, &comm, NULL, TMO)) return 1;
+  int rc = 1;
+  struct bufs b = {0};
+  if (bufs_get(p, comm, size * (size_t)win, &b)) goto out;
+  void *reqs[32] = {0};
+  for (int rep = 0; rep < 2; rep++) { /* rep 0 warms up */
+    int n = rep == 0 ? win * 2 : iters, posted = 0, done = 0;
+    if (peer_sync(p, TMO)) goto out;
+    double t0 = now_s(), end = t0 + TMO * 4;
+    while (done < n) {
+      if (now_s() > end) { peer_fail(p, "bandwidth run timed out (%d/%d)", done, n); goto out; }
+      while (posted < n && posted - done < win) {
+        void *req = NULL;
+        char *at = b.buf + (size_t)(posted % win) * size;
+        ncclResult_t r;
+        if (p->role == RN_SENDER) {
+          r = rn_net_isend(&p->net, comm, at, size, 3, b.mh, &req);
+        } else {
+          void *d[1] = {at};
+          size_t s[1] = {size};
+          int t[1] = {3};
+          void *mm[1] = {b.mh};
+          r = rn_net_irecv(&p->net, comm, 1, d, s, t, mm, &req);
+        }
+        if (r != ncclSuccess) { peer_fail(p, "post: %s", rn_result_str(r)); goto out; }
+        if (!req) break;
+        reqs[posted % win] = req;
+        posted++;
+      }
+      if (done < posted) {
+        int fin = 0, sz[8];
+        ncclResult_t r = rn_net_test(&p->net, reqs[done % win], &fin, sz);
+        if (r != ncclSuccess) { peer_fail(p, "test: %s", rn_result_str(r)); goto out; }
+        if (fin) done++;
+      }
+    }
+    double dt = now_s() - t0;
+    if (rep == 1 && p->role == RN_SENDER)
+      note("RESULT plugin_bw_MBps %.2f (size %zu, %d iters, window %d, %.3f s)",
+           (double)size * n / dt / 1e6, size, n, win, dt);
+  }
+  rc = 0;
+out:
+  bufs_put(p, comm, &b);
+  if (p->role == RN_SENDER) rn_net_close_send(&p->net, comm);
+  else rn_net_close_recv(&p->net, comm);
+  return rc;
+}
+
+/* ---- latency --------------------------------------------------------- */
+static ncclResult_t post_wait(struct rn_peer *p, int send, void *comm, struct bufs *b, size_t n)
+{
+  void *req = NULL;
+  double end = now_s() + TMO;
+  while (!req) {
+    ncclResult_t r;
+    if (send) {
+      r = rn_net_isend(&p->net, comm, b->buf, n, 4, b->mh, &req);
+    } else {
+      void *d[1] = {b->buf};
+      size_t s[1] = {b->len};
+      int t[1] = {4};
+      void *mm[1] = {b->mh};
+      r = rn_net_irecv(&p->net, comm, 1, d, s, t, mm, &req);
+    }
+    if (r != ncclSuccess) return r;
+    if (now_s() > end) return ncclInternalError;
+  }
+  int done = 0, sz[8];
+  while (!done) {
+    ncclResult_t r = rn_net_test(&p->net, req, &done, sz);
+    if (r != ncclSuccess) return r;
+    if (now_s() > end) return ncclInternalError;
+  }
+  return ncclSuccess;
+}
+
+static int lat_side(struct rn_peer *p)
+{
+  int iters = (int)rn_env_long("RN_BENCH_LAT_ITERS", 2000);
+  size_t n = 8;
+  if (pick_dev(p)) return 1;
+  void *fwd, *rev;
+  if (peer_connect(p, 1, &fwd, NULL, TMO)) return 1;
+  /* The reverse direction: roles swapped for the second comm. */
+  enum rn_role me = p->role;
+  p->role = me == RN_SENDER ? RN_RECEIVER : RN_SENDER;
+  int crc = peer_connect(p, 1, &rev, NULL, TMO);
+  p->role = me;
+  if (crc) return 1;
+  void *sc = me == RN_SENDER ? fwd : rev, *rc_ = me == RN_SENDER ? rev : fwd;
+  struct bufs bs = {0}, br = {0};
+  int rc = 1;
+  if (bufs_get(p, sc, 4096, &bs) || bufs_get(p, rc_, 4096, &br)) goto out;
+  for (int rep = 0; rep < 2; rep++) {
+    int k = rep == 0 ? 100 : iters;
+    if (peer_sync(p, TMO)) goto out;
+    double t0 = now_s();
+    for (int i = 0; i < k; i++) {
+      ncclResult_t r;
+      if (me == RN_SENDER) {
+        if ((r = post_wait(p, 1, sc, &bs, n)) || (r = post_wait(p, 0, rc_, &br, n))) {
+          peer_fail(p, "ping %d: %s", i, rn_result_str(r));
+          goto out;
+        }
+      } else {
+        if ((r = post_wait(p, 0, rc_, &br, n)) || (r = post_wait(p, 1, sc, &bs, n))) {
+          peer_fail(p, "pong %d: %s", i, rn_result_str(r));
+          goto out;
+        }
+      }
+    }
+    double dt = now_s() - t0;
+    if (rep == 1 && me == RN_SENDER)
+      note("RESULT plugin_lat_us %.2f (%zu bytes, %d round trips, half the round trip)",
+           dt / k / 2 * 1e6, n, k);
+  }
+  rc = 0;
+out:
+  bufs_put(p, sc, &bs);
+  bufs_put(p, rc_, &br);
+  rn_net_close_send(&p->net, sc);
+  rn_net_close_recv(&p->net, rc_);
+  return rc;
+}
+
+int main(int argc, char **argv)
+{
+  int want[3] = {argc <= 1, argc <= 1, argc <= 1};
+  static const char *names[3] = {"verify", "bw", "lat"};
+  static const rn_peer_fn fns[3] = {verify_side, bw_side, lat_side};
+  for (int i = 1; i < argc; i++)
+    for (int k = 0; k < 3; k++)
+      if (strcmp(argv[i], names[k]) == 0) want[k] = 1;
+  rn_default_env();
+  int n = want[0] + want[1] + want[2];
+  tap_plan(n);
+  const char *vdev = getenv("RN_IB_VDEV");
+  for (int k = 0; k < 3; k++) {
+    if (!want[k]) continue;
+    struct rn_pair_opts o;
+    memset(&o, 0, sizeof(o));
+    o.version = 11;
+    o.timeout_s = 600;
+    o.init = 1;
+    o.seed = 42;
+    char why[512] = "";
+    double t0 = now_s();
+    int rc = rn_run_pair(fns[k], fns[k], &o, why, sizeof(why));
+    tap_result(rc == 0, "%s over verbs%s%s (%.1f s)%s%s", names[k], vdev ? " on vdev " : "",
+               vdev ? vdev : "", now_s() - t0, rc ? ": " : "", rc ? why : "");
+  }
+  return tap_failed() ? 1 : 0;
+}
