@@ -9,7 +9,7 @@ here=$(cd "$(dirname "$0")/../.." && pwd)
 build=${RN_BUILD:-build}
 case $build in /*) ;; *) build=$here/$build ;; esac
 bin=$build/tests/railnet-bench
-export RN_BUILD=$build
+export RN_BUILD="$build"
 : "${RAILNET_SOCKET_IFNAME:=lo}"
 export RAILNET_SOCKET_IFNAME
 if [ ! -x "$bin" ]; then
