@@ -204,9 +204,66 @@ static int rn_hw_init(hwloc_topology_t *topo, int keep_all)
   return 0;
 }
 
+/* hwloc 3.0 made osdev_type a bitmask (STORAGE 1, MEMORY 2, GPU 4, COPROC 8,
+ * NETWORK 16, OPENFABRICS 32, DMA 64); hwloc 2.x reads an enum (BLOCK 0,
+ * GPU 1, NETWORK 2, OPENFABRICS 3, DMA 4, COPROC 5, MEMORY 6). */
+static const char *rn_hw_osdev_v2(unsigned long mask)
+{
+  if (mask & 32) return "3";
+  if (mask & 16) return "2";
+  if (mask & 8) return "5";
+  if (mask & 4) return "1";
+  if (mask & 64) return "4";
+  if (mask & 2) return "6";
+  return "0";
+}
+
+static int rn_hw_downgrade_v3(struct rn_topo_xml_node *n)
+{
+  for (; n; n = n->next) {
+    const char *ty = rn_topo_xml_attr(n, "osdev_type");
+    if (ty && strcmp(n->name, "object") == 0) {
+      char *end;
+      unsigned long mask = strtoul(ty, &end, 10);
+      if (*end == '\0' && rn_topo_xml_set_attr(n, "osdev_type", rn_hw_osdev_v2(mask))) return -1;
+    }
+    if (n->child && rn_hw_downgrade_v3(n->child)) return -1;
+  }
+  return 0;
+}
+
+/* The installed hwloc (2.x) refuses version="3.0" documents.  Their
+ * objects are the same apart from osdev_type, so translate the tree and let
+ * hwloc read the result.  Returns 0 with *buf set, 1 if not a v3 file (err
+ * then says why hwloc failed), -1 on error. */
+static int rn_hw_xml_v3_as_v2(const char *path, char **buf, size_t *len, char *err, size_t errlen)
+{
+  struct rn_topo_xml_node *root = NULL;
+  if (rn_topo_xml_parse_file(path, &root, err, errlen)) return -1;
+  const char *ver = rn_topo_xml_attr(root, "version");
+  int rc = 1;
+  if (strcmp(root->name, "topology") != 0 || !ver || strtol(ver, NULL, 10) != 3) {
+    rn_topo_errf(err, errlen, "%s:%d: hwloc rejected the topology (not a valid hwloc XML document)", path,
+                 root->line);
+    goto out_free_tree;
+  }
+  rc = -1;
+  if (rn_topo_xml_set_attr(root, "version", "2.0") || rn_hw_downgrade_v3(root->child) ||
+      rn_topo_xml_write(root, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n", buf, len)) {
+    rn_topo_errf(err, errlen, "%s: out of memory", path);
+    goto out_free_tree;
+  }
+  rc = 0;
+out_free_tree:
+  rn_topo_xml_free(root);
+  return rc;
+}
+
 int rn_topo_load_hwloc_xml(const char *path, struct rn_topo **out, char *err, size_t errlen)
 {
   struct rn_hw h;
+  char *v2 = NULL;
+  size_t v2len = 0;
   memset(&h, 0, sizeof(h));
   *out = NULL;
   if (rn_hw_init(&h.topo, 1)) {
@@ -214,14 +271,21 @@ int rn_topo_load_hwloc_xml(const char *path, struct rn_topo **out, char *err, si
     return -1;
   }
   if (hwloc_topology_set_xml(h.topo, path) || hwloc_topology_load(h.topo)) {
-    /* hwloc does not say where; our XML reader does for syntax errors. */
-    struct rn_topo_xml_node *root = NULL;
-    if (rn_topo_xml_parse_file(path, &root, err, errlen) == 0)
-      rn_topo_errf(err, errlen, "%s:%d: hwloc rejected the topology (not a valid hwloc XML document)", path,
-                   root->line);
-    rn_topo_xml_free(root);
+    /* hwloc does not say where it failed; our XML reader does. */
     hwloc_topology_destroy(h.topo);
-    return -1;
+    if (rn_hw_xml_v3_as_v2(path, &v2, &v2len, err, errlen)) return -1;
+    if (rn_hw_init(&h.topo, 1)) {
+      free(v2);
+      rn_topo_errf(err, errlen, "%s: hwloc init failed", path);
+      return -1;
+    }
+    int bad = hwloc_topology_set_xmlbuffer(h.topo, v2, (int)v2len + 1) || hwloc_topology_load(h.topo);
+    free(v2);
+    if (bad) {
+      hwloc_topology_destroy(h.topo);
+      rn_topo_errf(err, errlen, "%s:1: hwloc rejected the hwloc 3.0 topology", path);
+      return -1;
+    }
   }
   h.t = rn_topo_alloc("hwloc-xml");
   if (!h.t) {

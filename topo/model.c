@@ -210,18 +210,28 @@ static int rn_nic_cmp(const void *a, const void *b)
 int rn_topo_finalize(struct rn_topo *t, char *err, size_t errlen)
 {
   int merged = 0;
+  /* A switch something sits on directly (merged files can do that) is
+   * never folded: the device must keep a node. */
+  unsigned char *holds = calloc((size_t)t->nnodes + 1, 1);
+  if (!holds) {
+    rn_topo_errf(err, errlen, "out of memory");
+    return -1;
+  }
+  for (int i = 0; i < t->ngpus; i++) holds[t->gpus[i].node] = 1;
+  for (int i = 0; i < t->nnics; i++) holds[t->nics[i].node] = 1;
   /* Parents are always created before their children, so one forward pass
    * sees every parent already settled. */
   for (int i = 1; i < t->nnodes; i++) {
     struct rn_node *n = &t->nodes[i];
     if (n->parent < 0 || n->parent >= i) {
+      free(holds);
       rn_topo_errf(err, errlen, "internal: node %d has parent %d", i, n->parent);
       return -1;
     }
     while (t->nodes[n->parent].depth < 0)
       n->parent = t->nodes[n->parent].parent; /* parent was folded away */
     struct rn_node *p = &t->nodes[n->parent];
-    if (rn_is_bcm_sub_switch(p, n)) {
+    if (!holds[i] && rn_is_bcm_sub_switch(p, n)) {
       n->depth = -1; /* folded: children re-parent to p */
       merged++;
       continue;
@@ -230,6 +240,7 @@ int rn_topo_finalize(struct rn_topo *t, char *err, size_t errlen)
     if (n->cpu < 0) n->cpu = p->cpu;
     if (n->numa < 0) n->numa = p->numa;
   }
+  free(holds);
   for (int i = 0; i < t->ngpus; i++) {
     struct rn_node *n = &t->nodes[t->gpus[i].node];
     t->gpus[i].pub.cpu = n->cpu;
@@ -298,10 +309,13 @@ enum rn_path rn_topo_node_path(const struct rn_topo *t, int a, int b, int *hops,
 {
   const struct rn_node *N = t->nodes;
   int x = a, y = b, h = 0, nsw = 0, hba = 0, hbb = 0;
+  if (hops) *hops = 0;
+  if (lca) *lca = 0;
   while (x != y) {
     if (N[x].depth >= N[y].depth) x = N[x].parent;
     else y = N[y].parent;
     h++;
+    if (x < 0 || y < 0) return RN_PATH_SYS; /* cannot happen after finalize */
   }
   /* The switches a path crosses are those strictly above each endpoint up
    * to and including the LCA: at most one is PIX (NCCL's rule). */

@@ -85,6 +85,8 @@ void rn_topo_node_describe(const struct rn_topo *t, int node, char *buf, size_t 
 /* Format loaders (one file each). */
 int rn_topo_load_ncclxml(const char *const *paths, int npaths, struct rn_topo **out, char *err,
                          size_t errlen);
+/* The same from memory (the fuzz target's entry). */
+int rn_topo_load_ncclxml_buf(const char *buf, size_t len, struct rn_topo **out, char *err, size_t errlen);
 int rn_topo_load_hwloc_xml(const char *path, struct rn_topo **out, char *err, size_t errlen);
 int rn_topo_load_smi(const char *path, struct rn_topo **out, char *err, size_t errlen);
 

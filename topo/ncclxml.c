@@ -55,10 +55,16 @@ static int rn_nx_new_node(struct rn_nx *x, int parent, enum rn_node_kind kind, c
   return n;
 }
 
-static int rn_nx_find_busid(const struct rn_topo *t, const char *busid)
+/* Bus ids are unique per host only: fused multi-host dumps (GB300 trays)
+ * repeat them, told apart by the CPU's host_hash. */
+static int rn_nx_find_busid(const struct rn_topo *t, const char *busid, int cpu)
 {
-  for (int i = 1; i < t->nnodes; i++)
-    if (strcmp(t->nodes[i].busid, busid) == 0) return i;
+  for (int i = 1; i < t->nnodes; i++) {
+    if (t->nodes[i].kind == RN_NODE_CPU || strcmp(t->nodes[i].busid, busid) != 0) continue;
+    int c = i;
+    while (c > 0 && t->nodes[c].kind != RN_NODE_CPU) c = t->nodes[c].parent;
+    if (c > 0 && strcmp(t->nodes[c].busid, t->nodes[cpu].busid) == 0) return i;
+  }
   return -1;
 }
 
@@ -174,7 +180,9 @@ static int rn_nx_pci(struct rn_nx *x, const struct rn_topo_xml_node *e, int pare
                   (npci || (ids.class_code >> 8) == 0x0604);
 
   /* Merging: a bus id seen before is the same device (NCCL's rule). */
-  int node = rn_nx_find_busid(x->t, busid);
+  int cpu = parent;
+  while (cpu > 0 && x->t->nodes[cpu].kind != RN_NODE_CPU) cpu = x->t->nodes[cpu].parent;
+  int node = rn_nx_find_busid(x->t, busid, cpu);
   if (node >= 0) {
     if (ids.class_code || is_gpu || is_nic || npci) x->pending[node] = 0;
     if (is_switch && x->t->nodes[node].kind == RN_NODE_DEV && !x->attached[node])
@@ -228,8 +236,10 @@ static int rn_nx_system(struct rn_nx *x, const struct rn_topo_xml_node *root)
   return 0;
 }
 
-int rn_topo_load_ncclxml(const char *const *paths, int npaths, struct rn_topo **out, char *err,
-                         size_t errlen)
+/* Interprets each parsed document in turn (files or one buffer), then
+ * resolves the classless leaves and finalises. */
+static int rn_nx_run(const char *const *paths, const char *buf, size_t len, int ndocs, struct rn_topo **out,
+                     char *err, size_t errlen)
 {
   struct rn_nx x;
   memset(&x, 0, sizeof(x));
@@ -242,10 +252,12 @@ int rn_topo_load_ncclxml(const char *const *paths, int npaths, struct rn_topo **
     return -1;
   }
   if (rn_nx_track(&x)) goto out_oom;
-  for (int f = 0; f < npaths; f++) {
+  for (int f = 0; f < ndocs; f++) {
     struct rn_topo_xml_node *root;
-    x.path = paths[f];
-    if (rn_topo_xml_parse_file(paths[f], &root, err, errlen)) goto out_fail;
+    x.path = paths ? paths[f] : "<buffer>";
+    int prc = paths ? rn_topo_xml_parse_file(paths[f], &root, err, errlen)
+                    : rn_topo_xml_parse_buf(buf, len, x.path, &root, err, errlen);
+    if (prc) goto out_fail;
     int rc = rn_nx_system(&x, root);
     rn_topo_xml_free(root);
     if (rc) goto out_fail;
@@ -258,7 +270,6 @@ int rn_topo_load_ncclxml(const char *const *paths, int npaths, struct rn_topo **
     int haschild = 0;
     for (int j = i + 1; j < x.t->nnodes && !haschild; j++) haschild = x.t->nodes[j].parent == i;
     if (haschild) continue;
-    x.path = paths[npaths - 1];
     if (rn_nx_add_net(&x, i, NULL, 0)) goto out_fail;
     assumed++;
   }
@@ -276,4 +287,15 @@ out_fail:
   free(x.attached);
   rn_topo_free(x.t);
   return -1;
+}
+
+int rn_topo_load_ncclxml(const char *const *paths, int npaths, struct rn_topo **out, char *err,
+                         size_t errlen)
+{
+  return rn_nx_run(paths, NULL, 0, npaths, out, err, errlen);
+}
+
+int rn_topo_load_ncclxml_buf(const char *buf, size_t len, struct rn_topo **out, char *err, size_t errlen)
+{
+  return rn_nx_run(NULL, buf, len, 1, out, err, errlen);
 }

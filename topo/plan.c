@@ -299,7 +299,7 @@ static void rn_reason(struct rn_pl *s, int g, struct rn_plan_rail *rail)
   const struct rn_topo *t = s->t;
   const struct rn_topo_gpu *gp = &t->gpus[g].pub;
   const struct rn_topo_nic *np = &t->nics[rail->nic].pub;
-  char via[96], why[96] = "", gdr[64];
+  char via[96], why[96] = "", gdr[64], gname[24];
   enum rn_path lvl = s->o->gdr_level;
   rn_topo_path(t, g, rail->nic, via, sizeof(via));
   if (s->how[g] == RN_HOW_SHARE) {
@@ -317,8 +317,13 @@ static void rn_reason(struct rn_pl *s, int g, struct rn_plan_rail *rail)
   else
     snprintf(gdr, sizeof(gdr), "GDR %s (%s %s %s)", rail->gdr ? "yes" : "no", rn_path_name(rail->path),
              rail->gdr ? "<=" : ">", rn_path_name(lvl));
-  snprintf(rail->reason, sizeof(rail->reason), "GPU %s -> %s: %s via %s%s, %s", gp->busid, np->name,
-           rn_path_name(rail->path), via, why, gdr);
+  /* Sources without bus ids (nvidia-smi) name GPUs by model index. */
+  if (gp->busid[0]) snprintf(gname, sizeof(gname), "%s", gp->busid);
+  else snprintf(gname, sizeof(gname), "GPU%d", g);
+  int w = snprintf(rail->reason, sizeof(rail->reason), "GPU %s -> %s: %s via %s%s, %s", gname, np->name,
+                   rn_path_name(rail->path), via, why, gdr);
+  if (w >= (int)sizeof(rail->reason)) /* long names: mark the cut */
+    memcpy(rail->reason + sizeof(rail->reason) - 4, "...", 4);
 }
 
 static int rn_same_set(const int *a, int na, const int *b, int nb)

@@ -75,6 +75,21 @@ static void XMLCALL rn_topo_xml_end(void *ud, const XML_Char *name)
   c->depth--;
 }
 
+static void XMLCALL rn_topo_xml_text(void *ud, const XML_Char *s, int len)
+{
+  struct rn_topo_xml_ctx *c = ud;
+  struct rn_topo_xml_node *n = c->cur;
+  if (!n || len <= 0) return;
+  /* Whitespace between elements is layout, not content. */
+  if (!n->text && strspn(s, " \t\r\n") >= (size_t)len) return;
+  char *t = realloc(n->text, n->textlen + (size_t)len + 1);
+  if (!t) return rn_topo_xml_fail(c, "out of memory");
+  memcpy(t + n->textlen, s, (size_t)len);
+  n->textlen += (size_t)len;
+  t[n->textlen] = '\0';
+  n->text = t;
+}
+
 void rn_topo_xml_free(struct rn_topo_xml_node *root)
 {
   /* Iterative post-order walk: no recursion on untrusted depth. */
@@ -88,6 +103,7 @@ void rn_topo_xml_free(struct rn_topo_xml_node *root)
     int last = n == root;
     for (int i = 0; n->attrs && n->attrs[i]; i++) free(n->attrs[i]);
     free(n->attrs);
+    free(n->text);
     free(n->name);
     if (parent) parent->child = next;
     free(n);
@@ -120,6 +136,7 @@ int rn_topo_xml_parse_buf(const char *buf, size_t len, const char *name, struct 
   }
   XML_SetUserData(c.p, &c);
   XML_SetElementHandler(c.p, rn_topo_xml_start, rn_topo_xml_end);
+  XML_SetCharacterDataHandler(c.p, rn_topo_xml_text);
   /* Never fetch external entities or DTDs (the default, made explicit). */
   XML_SetParamEntityParsing(c.p, XML_PARAM_ENTITY_PARSING_NEVER);
   enum XML_Status st = XML_Parse(c.p, buf, (int)len, XML_TRUE);
@@ -209,4 +226,113 @@ void rn_topo_xml_root_name(const char *buf, size_t len, char *out, size_t outlen
   /* A prefix: not final, so a cut-off document is not an error here. */
   (void)XML_Parse(k.p, buf, (int)len, XML_FALSE);
   XML_ParserFree(k.p);
+}
+
+int rn_topo_xml_set_attr(struct rn_topo_xml_node *n, const char *name, const char *value)
+{
+  char *v = strdup(value);
+  if (!v) return -1;
+  for (int i = 0; i < n->nattrs; i++) {
+    if (strcmp(n->attrs[2 * i], name) == 0) {
+      free(n->attrs[2 * i + 1]);
+      n->attrs[2 * i + 1] = v;
+      return 0;
+    }
+  }
+  char *k = strdup(name);
+  char **na = realloc(n->attrs, (size_t)(2 * n->nattrs + 3) * sizeof(char *));
+  if (!k || !na) {
+    free(k);
+    free(v);
+    if (na) n->attrs = na;
+    return -1;
+  }
+  n->attrs = na;
+  n->attrs[2 * n->nattrs] = k;
+  n->attrs[2 * n->nattrs + 1] = v;
+  n->attrs[2 * n->nattrs + 2] = NULL;
+  n->nattrs++;
+  return 0;
+}
+
+struct rn_topo_xml_out {
+  char *buf;
+  size_t len, cap;
+  int oom;
+};
+
+static void rn_topo_xml_put(struct rn_topo_xml_out *o, const char *s, size_t n)
+{
+  if (o->oom) return;
+  if (o->len + n + 1 > o->cap) {
+    size_t cap = o->cap ? o->cap : 4096;
+    while (o->len + n + 1 > cap) cap *= 2;
+    char *b = realloc(o->buf, cap);
+    if (!b) {
+      o->oom = 1;
+      return;
+    }
+    o->buf = b;
+    o->cap = cap;
+  }
+  memcpy(o->buf + o->len, s, n);
+  o->len += n;
+  o->buf[o->len] = '\0';
+}
+
+static void rn_topo_xml_puts(struct rn_topo_xml_out *o, const char *s) { rn_topo_xml_put(o, s, strlen(s)); }
+
+static void rn_topo_xml_put_escaped(struct rn_topo_xml_out *o, const char *s)
+{
+  char tmp[16];
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '&') rn_topo_xml_puts(o, "&amp;");
+    else if (c == '<') rn_topo_xml_puts(o, "&lt;");
+    else if (c == '>') rn_topo_xml_puts(o, "&gt;");
+    else if (c == '"') rn_topo_xml_puts(o, "&quot;");
+    else if (c < 0x20) {
+      snprintf(tmp, sizeof(tmp), "&#x%x;", c);
+      rn_topo_xml_puts(o, tmp);
+    } else rn_topo_xml_put(o, s, 1);
+  }
+}
+
+/* Recursion is bounded by RN_TOPO_XML_MAX_DEPTH, enforced when parsing. */
+static void rn_topo_xml_write_node(struct rn_topo_xml_out *o, const struct rn_topo_xml_node *n)
+{
+  rn_topo_xml_puts(o, "<");
+  rn_topo_xml_puts(o, n->name);
+  for (int i = 0; i < n->nattrs; i++) {
+    rn_topo_xml_puts(o, " ");
+    rn_topo_xml_puts(o, n->attrs[2 * i]);
+    rn_topo_xml_puts(o, "=\"");
+    rn_topo_xml_put_escaped(o, n->attrs[2 * i + 1]);
+    rn_topo_xml_puts(o, "\"");
+  }
+  if (!n->child && !n->text) {
+    rn_topo_xml_puts(o, "/>\n");
+    return;
+  }
+  rn_topo_xml_puts(o, ">");
+  if (n->text) rn_topo_xml_put_escaped(o, n->text);
+  if (n->child) rn_topo_xml_puts(o, "\n");
+  for (const struct rn_topo_xml_node *c = n->child; c; c = c->next) rn_topo_xml_write_node(o, c);
+  rn_topo_xml_puts(o, "</");
+  rn_topo_xml_puts(o, n->name);
+  rn_topo_xml_puts(o, ">\n");
+}
+
+int rn_topo_xml_write(const struct rn_topo_xml_node *root, const char *prolog, char **buf, size_t *len)
+{
+  struct rn_topo_xml_out o = {NULL, 0, 0, 0};
+  if (prolog) rn_topo_xml_puts(&o, prolog);
+  rn_topo_xml_write_node(&o, root);
+  if (o.oom) {
+    free(o.buf);
+    return -1;
+  }
+  *buf = o.buf;
+  *len = o.len;
+  return 0;
 }
