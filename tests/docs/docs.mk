@@ -1,0 +1,2 @@
+# Documentation checks.
+TEST_SCRIPTS += tests/docs/env-table.sh
