@@ -70,6 +70,17 @@ out_put:
 
 ncclResult_t rn_ib_reg_mr(void *comm, void *data, size_t size, int type, void **mh)
 {
+  struct rn_ib_comm *c = comm;
+  /* CUDA pointers go through plain ibv_reg_mr only with peermem loaded. */
+  for (int r = 0; r < c->nrails && type == NCCL_PTR_CUDA; r++) {
+    const struct rn_nic *nic = rn_ib_nic_of(c->rail[r].dev);
+    if (!(nic->ptr_support & NCCL_PTR_CUDA)) {
+      RN_WARN("IB : regMr of CUDA memory %p (%zu bytes) on %s, which cannot register GPU memory "
+              "without nvidia-peermem (use regMrDmaBuf if DMABUF is advertised)",
+              data, size, nic->name);
+      return ncclInvalidArgument;
+    }
+  }
   return rn_ib_reg(comm, data, size, type, NULL, 0, mh);
 }
 

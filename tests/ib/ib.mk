@@ -19,3 +19,5 @@ $(IB_BENCH): $(BUILD)/tests/ib/ib_bench.o \
 	$(CC) $(LDFLAGS_COMMON) -o $@ $^ -ldl -lpthread
 
 BENCH_PROGS += $(IB_BENCH)
+
+TEST_SCRIPTS += tests/ib/softroce.sh

@@ -1,0 +1,45 @@
+#!/bin/sh
+# Runs INSIDE the Soft-RoCE VM (after rxe-test.sh made rxe0..rxe3 on two
+# veth pairs): the plugin's verbs transport under the conformance and fault
+# suites and the multi-rail driver.  Usage: ib-suite.sh BUILD OUTDIR [bench]
+# Writes OUTDIR/results ("ok NAME (N s)" / "not ok NAME ...") and one log
+# per check; the host turns them into TAP.  "bench" adds the numbers run.
+B=${1:-build}; O=${2:-/tmp}; MODE=${3:-}
+R=$O/results; : >"$R"
+export RAILNET_TRANSPORT=ib
+T=${RN_SUITE_TIMEOUT:-240}
+
+check() { # NAME RECV_ENV SEND_ENV CMD...
+  name=$1; renv=$2; senv=$3; shift 3
+  t0=$(date +%s)
+  RN_CONF_RECV_ENV="$renv" RN_CONF_SEND_ENV="$senv" timeout "$T" "$@" >"$O/$name.log" 2>&1
+  rc=$?; t=$(( $(date +%s) - t0 ))
+  if [ $rc -eq 0 ]; then echo "ok $name (${t} s)" >>"$R"
+  else echo "not ok $name (exit $rc after ${t} s; see $name.log)" >>"$R"
+    grep -E '^not ok|WARN' "$O/$name.log" | head -20 | sed 's/^/#   /' >>"$R"; fi
+}
+
+ONE_R="RAILNET_NICS==rxe0"; ONE_S="RAILNET_NICS==rxe1"
+TWO_R="RAILNET_NICS==rxe0,rxe2"; TWO_S="RAILNET_NICS==rxe1,rxe3"
+if [ "$MODE" = bench ]; then
+  G=1   # RoCE v2 IPv4 GID; ib_bench's plugin finds it itself
+  for n in 0 1 2 3 4 5 6 7; do
+    case $(cat /sys/class/infiniband/rxe0/ports/1/gids/$n) in 0000:0000:0000:0000:0000:ffff:*) G=$n; break;; esac
+  done
+  ITERS=${RN_BENCH_ITERS:-300}
+  ( timeout 120 ib_write_bw -d rxe0 -x $G -F -s 1048576 -n $ITERS >/dev/null 2>&1 & sleep 1
+    timeout 120 ib_write_bw -d rxe1 -x $G -F -s 1048576 -n $ITERS 10.77.0.1 ) >"$O/ib_write_bw.log" 2>&1
+  ( timeout 120 ib_write_lat -d rxe0 -x $G -F -s 8 -n 2000 >/dev/null 2>&1 & sleep 1
+    timeout 120 ib_write_lat -d rxe1 -x $G -F -s 8 -n 2000 10.77.0.1 ) >"$O/ib_write_lat.log" 2>&1
+  RN_BENCH_ITERS=$ITERS check bench-1rail "$ONE_R" "$ONE_S" "$B/tests/ib/ib_bench" bw lat
+  RN_BENCH_ITERS=$ITERS RAILNET_IB_QPS=4 check bench-1rail-4qp "$ONE_R,RAILNET_IB_QPS=4" "$ONE_S,RAILNET_IB_QPS=4" "$B/tests/ib/ib_bench" bw
+  RN_BENCH_ITERS=$ITERS RN_IB_VDEV=0,1 check bench-2rail "$TWO_R" "$TWO_S" "$B/tests/ib/ib_bench" bw lat
+  exit 0
+fi
+
+check conformance-1qp "$ONE_R" "$ONE_S" "$B/tests/conformance-test" --api v11
+check conformance-4qp "$ONE_R,RAILNET_IB_QPS=4" "$ONE_S,RAILNET_IB_QPS=4" "$B/tests/conformance-test" --api v11 --only messages
+check conformance-v8-2qp "$ONE_R,RAILNET_IB_QPS=2" "$ONE_S,RAILNET_IB_QPS=2" "$B/tests/conformance-test" --api v8 --only "in flight"
+RN_IB_VDEV=0,1 check verify-2rail-2qp "$TWO_R,RAILNET_IB_QPS=2" "$TWO_S,RAILNET_IB_QPS=2" "$B/tests/ib/ib_bench" verify
+check fault "$ONE_R" "$ONE_S" "$B/tests/fault-test" --api v11
+exit 0

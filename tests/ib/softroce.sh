@@ -1,0 +1,53 @@
+#!/bin/sh
+# TAP: the verbs transport on real verbs.  Builds (or reuses) the Soft-RoCE
+# VM assets in $RXEVM_DIR, boots the VM with a timeout, makes rxe0..rxe3 on
+# two veth pairs and runs scripts/softroce/ib-suite.sh inside: the
+# conformance suite with 1, 2 and 4 QPs, a 2-rail virtual device, and the
+# fault suite.  Skips only when qemu is missing and cannot be installed.
+cd "$(dirname "$0")/../.." || exit 1
+B=${RN_BUILD:-build}
+S=scripts/softroce
+export RXEVM_DIR=${RXEVM_DIR:-/tmp/rxevm}
+NAMES="conformance-1qp conformance-4qp conformance-v8-2qp verify-2rail-2qp fault"
+NT=5
+OUT=$(mktemp -d /tmp/rn-softroce.XXXXXX) || { echo "1..0 # SKIP no temp dir"; exit 0; }
+trap 'rm -rf "$OUT"' EXIT
+
+if ! sh $S/setup.sh >"$OUT/setup.log" 2>&1; then
+  if ! command -v qemu-system-x86_64 >/dev/null 2>&1; then
+    echo "1..0 # SKIP qemu-system-x86_64 missing and not installable: $(tail -1 "$OUT/setup.log")"
+    exit 0
+  fi
+  echo "1..1"
+  echo "not ok 1 - Soft-RoCE VM setup failed (RXEVM_DIR=$RXEVM_DIR)"
+  tail -15 "$OUT/setup.log" | sed 's/^/# /'
+  exit 1
+fi
+for f in "$B/libnccl-net-railnet.so" "$B/tests/conformance-test" "$B/tests/fault-test" "$B/tests/ib/ib_bench"; do
+  [ -e "$f" ] || { echo "1..1"; echo "not ok 1 - $f not built (run make first)"; exit 1; }
+done
+
+echo "1..$NT"
+t0=$(date +%s)
+RXEVM_OUT="$OUT" RXEVM_TIMEOUT=${RXEVM_TIMEOUT:-420} \
+  sh $S/run-vm.sh $S/rxe-test.sh 4 sh $S/ib-suite.sh "$B" "$OUT" >"$OUT/console.log" 2>&1
+rc=$?
+t=$(( $(date +%s) - t0 ))
+n=0
+for name in $NAMES; do
+  n=$((n + 1))
+  line=$(grep -E "^(not )?ok $name " "$OUT/results" 2>/dev/null | head -1)
+  if [ -z "$line" ]; then
+    echo "not ok $n - $name did not run (VM exit status $rc after $t s)"
+    continue
+  fi
+  case $line in
+    ok*) echo "ok $n - verbs $name ${line#ok $name }" ;;
+    *) echo "not ok $n - verbs $name ${line#not ok $name }"
+       # the failure's details, then the log's tail
+       awk -v n="$name" '$0 ~ "^(not )?ok "n" " {p=1; next} /^(not )?ok / {p=0} p' "$OUT/results"
+       [ -f "$OUT/$name.log" ] && grep -E '^not ok|WARN|^#' "$OUT/$name.log" | tail -15 | sed 's/^/#   /' ;;
+  esac
+done
+echo "# Soft-RoCE VM: $t s, exit status $rc"
+if [ $rc -ne 0 ]; then tail -20 "$OUT/console.log" | sed 's/^/# console: /'; fi
