@@ -410,8 +410,8 @@ static int rn_plan_fill(struct rn_pl *s, char *err, size_t errlen)
       rn_reason(s, g, r);
     }
     if (pg->nrails == 0) {
-      if (rn_plan_note(p, "GPU %s has no NIC: %s", t->gpus[g].pub.busid,
-                       ncand ? "no candidate NIC reachable" : "no candidate NIC in the model"))
+      /* Without any candidate NIC one plan-level note says it for all. */
+      if (ncand && rn_plan_note(p, "GPU %s has no NIC: no candidate NIC reachable", t->gpus[g].pub.busid))
         goto out_oom;
       continue;
     }

@@ -31,7 +31,7 @@ else
 fi
 mkdir -p "$T/corpus"
 cp tests/fuzz/corpus/* tests/topo/fixtures/*.xml "$T/corpus/" 2>/dev/null
-if "$BIN" -max_total_time="$SECS" -rss_limit_mb=1024 -max_len=16384 -artifact_prefix="$T/" \
+if "$BIN" -max_total_time="$SECS" -print_final_stats=1 -rss_limit_mb=1024 -max_len=16384 -artifact_prefix="$T/" \
      -dict=tests/fuzz/ncclxml.dict "$T/corpus" >"$T/fuzz.log" 2>&1; then
   echo "ok 3 - ${SECS}s of fuzzing found nothing ($(grep -o 'stat::number_of_executed_units: [0-9]*' "$T/fuzz.log" | cut -d' ' -f2) runs)"
 else
