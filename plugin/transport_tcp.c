@@ -41,7 +41,10 @@
 #define RN_TCP_CTL_Q 512       /* control messages queued for output */
 
 enum rn_tcp_msg { RN_TCP_CTS = 1, RN_TCP_DATA = 2 };
-enum { RN_TCP_F_TOO_BIG = 1 };
+enum {
+  RN_TCP_F_TOO_BIG = 1,  /* the send exceeds the posted buffer: fail both sides */
+  RN_TCP_F_STREAMED = 2, /* the payload follows on the data streams */
+};
 
 struct rn_tcp_cts {
   uint32_t type;
@@ -155,6 +158,9 @@ struct rn_tcp_comm {
   atomic_int stop;
   _Atomic int error;       /* first asynchronous error (ncclResult_t) */
   atomic_int peer_closed;  /* orderly EOF seen */
+  /* Without helper threads the caller polls the data streams only while
+   * they have work: chunks queued (send) or announced messages (recv). */
+  atomic_int stream_work;
   size_t inline_max, chunk;
   unsigned rr;             /* next stream for a chunk */
   /* control output: messages in order, payloads referenced, not copied */
@@ -263,6 +269,7 @@ static int rn_tcp_stream_send(struct rn_tcp_comm *c, struct rn_tcp_stream *s) {
       return -1;
     }
     atomic_fetch_sub(&w->req->unsent, (size_t)w->hdr.len);
+    atomic_fetch_sub(&c->stream_work, 1);
     s->off = 0;
     pthread_mutex_lock(&s->qlock);
     s->qhead = (s->qhead + 1) % RN_TCP_QUEUE;
@@ -335,6 +342,7 @@ static int rn_tcp_stream_recv(struct rn_tcp_comm *c, struct rn_tcp_stream *s) {
     size_t now = atomic_fetch_add_explicit(arrived, s->rhdr.len, memory_order_acq_rel) + s->rhdr.len;
     if (now == s->rhdr.total) {
       r->got[s->rhdr.idx] = s->rhdr.total;
+      atomic_fetch_sub(&c->stream_work, 1);
       atomic_fetch_sub_explicit(&r->pending, 1, memory_order_release);
     }
     s->off = 0;
@@ -648,36 +656,52 @@ static ncclResult_t rn_tcp_dereg_mr(void *comm, void *mh) {
 
 /* ---------------------------------------------------- control channel */
 
+/* Write queued control messages, as many per sendmsg as fit in one iovec
+ * array, so a clear-to-send and the data behind it leave in one segment. */
 static ncclResult_t rn_tcp_flush_out(struct rn_tcp_comm *c) {
+  enum { RN_TCP_FLUSH_IOV = 64 };
   while (c->oq_head != c->oq_tail) {
-    struct rn_tcp_ctl_out *e = &c->oq[c->oq_head];
-    size_t total = e->hlen + e->plen;
-    while (e->off < total) {
-      struct iovec iov[2];
-      int niov = 0;
+    struct iovec iov[RN_TCP_FLUSH_IOV];
+    int niov = 0;
+    for (int i = c->oq_head; i != c->oq_tail && niov + 2 <= RN_TCP_FLUSH_IOV;
+         i = (i + 1) % RN_TCP_CTL_Q) {
+      struct rn_tcp_ctl_out *e = &c->oq[i];
       if (e->off < e->hlen) {
         iov[niov++] = (struct iovec){(char *)&e->hdr + e->off, e->hlen - e->off};
         if (e->plen) iov[niov++] = (struct iovec){(void *)e->payload, e->plen};
       } else {
-        iov[niov++] = (struct iovec){(void *)(e->payload + (e->off - e->hlen)), total - e->off};
+        size_t done = e->off - e->hlen;
+        iov[niov++] = (struct iovec){(void *)(e->payload + done), e->plen - done};
       }
-      struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)niov};
-      ssize_t k = sendmsg(c->ctrl_fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (k > 0) {
-        e->off += (size_t)k;
-        continue;
-      }
-      if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return ncclSuccess;
-      if (k < 0 && errno == EINTR) continue;
+    }
+    struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)niov};
+    ssize_t k = sendmsg(c->ctrl_fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return ncclSuccess;
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) {
       RN_WARN("socket: control connection lost while sending: %s",
               k < 0 ? strerror(errno) : "closed");
       rn_tcp_set_error(c, ncclRemoteError);
       return ncclRemoteError;
     }
-    if (e->req != NULL) e->req->ctl_pending = 0;
-    c->oq_head = (c->oq_head + 1) % RN_TCP_CTL_Q;
+    /* Retire what went out. */
+    size_t left = (size_t)k;
+    while (left > 0) {
+      struct rn_tcp_ctl_out *e = &c->oq[c->oq_head];
+      size_t rest = e->hlen + e->plen - e->off;
+      size_t take = left < rest ? left : rest;
+      e->off += take;
+      left -= take;
+      if (e->off < e->hlen + e->plen) break;
+      if (e->req != NULL) e->req->ctl_pending = 0;
+      c->oq_head = (c->oq_head + 1) % RN_TCP_CTL_Q;
+    }
   }
   return ncclSuccess;
+}
+
+static int rn_tcp_ctl_room(const struct rn_tcp_comm *c) {
+  return (c->oq_tail + 1) % RN_TCP_CTL_Q != c->oq_head;
 }
 
 /* Queue a control message; 0 when the queue is full (retry later). */
@@ -729,6 +753,10 @@ static ncclResult_t rn_tcp_on_data(struct rn_tcp_comm *c, const struct rn_tcp_da
     rn_tcp_set_error(c, ncclRemoteError);
     return ncclRemoteError;
   }
+  if (d->flags & RN_TCP_F_STREAMED) {
+    atomic_fetch_add(&c->stream_work, 1); /* completed by the chunks */
+    return ncclSuccess;
+  }
   if ((d->flags & RN_TCP_F_TOO_BIG) || d->size > r->posted[d->idx]) {
     RN_WARN("socket: peer sent %llu bytes but the posted receive (tag %d) holds only %zu bytes",
             (unsigned long long)d->size, r->tag[d->idx], r->posted[d->idx]);
@@ -761,7 +789,9 @@ static void rn_tcp_drive_streams(struct rn_tcp_comm *c);
  * data streams) can move now.  Never blocks. */
 static ncclResult_t rn_tcp_progress(struct rn_tcp_comm *c) {
   RN_CHECK(rn_tcp_flush_out(c));
-  if (c->nthreads == 0) rn_tcp_drive_streams(c);
+  /* Once the peer is gone, drive the streams too so their EOF is seen. */
+  if (c->nthreads == 0 && (atomic_load(&c->stream_work) != 0 || atomic_load(&c->peer_closed)))
+    rn_tcp_drive_streams(c);
   for (;;) {
     if (c->rx_left > 0) {
       size_t got = 0;
@@ -858,6 +888,7 @@ static int rn_tcp_enqueue(struct rn_tcp_comm *c, struct rn_tcp_req *r, const cha
         .hdr = {.seq = seq, .idx = idx, .len = (uint32_t)len, .offset = off, .total = size},
         .data = data + off};
     s->qtail = (s->qtail + 1) % RN_TCP_QUEUE;
+    atomic_fetch_add(&c->stream_work, 1);
     pthread_mutex_unlock(&s->qlock);
     if (c->nthreads > 0) touched |= 1u << (sidx % c->nthreads);
   }
@@ -913,13 +944,15 @@ static ncclResult_t rn_tcp_isend(void *scomm, void *data, size_t size, int tag, 
                           .idx = (uint32_t)idx,
                           .seq = m->seq,
                           .size = size,
-                          .flags = too_big ? RN_TCP_F_TOO_BIG : 0,
+                          .flags = too_big ? RN_TCP_F_TOO_BIG : inl ? 0 : RN_TCP_F_STREAMED,
                           .inline_len = (inl && !too_big) ? (uint32_t)size : 0};
-  if (inl ? !rn_tcp_queue_ctl(c, &d, sizeof(d), data, d.inline_len, r)
-          : !rn_tcp_enqueue(c, r, data, size, m->seq, (uint32_t)idx)) {
+  /* The header always goes on the control connection: it carries inline
+   * payloads, and announces streamed ones so the receiver knows to poll. */
+  if (!rn_tcp_ctl_room(c) || (!inl && !rn_tcp_enqueue(c, r, data, size, m->seq, (uint32_t)idx))) {
     rn_tcp_req_free(r); /* queues full: retry later */
     goto out_unlock;
   }
+  rn_tcp_queue_ctl(c, &d, sizeof(d), data, d.inline_len, r);
   if (too_big) {
     RN_WARN("socket: send of %zu bytes exceeds the posted receive of %llu bytes (tag %d)", size,
             (unsigned long long)m->sizes[idx], tag);
@@ -965,6 +998,8 @@ static ncclResult_t rn_tcp_irecv(void *rcomm, int n, void **data, const size_t *
   }
   atomic_store_explicit(&c->ring[slot], r, memory_order_release);
   c->recv_seq++;
+  /* Send the clear-to-send now: the peer may be waiting on it, and the
+   * caller may not come back to this comm for a while. */
   RN_CHECK_GOTO(rn_tcp_flush_out(c), res, out_unlock);
   *req = r;
 out_unlock:
