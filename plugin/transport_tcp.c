@@ -913,8 +913,9 @@ static ncclResult_t rn_tcp_isend(void *scomm, void *data, size_t size, int tag, 
   ncclResult_t res = ncclSuccess;
   RN_CHECK(rn_tcp_comm_error(c, "isend"));
   pthread_mutex_lock(&c->lock);
-  RN_CHECK_GOTO(rn_tcp_progress(c), res, out_unlock);
   int slot = (int)(c->send_seq % RN_TCP_RING);
+  /* Look for the clear-to-send only when it has not arrived yet. */
+  if (!c->cts_valid[slot]) RN_CHECK_GOTO(rn_tcp_progress(c), res, out_unlock);
   if (!c->cts_valid[slot]) {
     if (atomic_load(&c->peer_closed)) {
       RN_WARN("socket: isend: the receiver closed the connection");
@@ -1017,6 +1018,11 @@ static int rn_tcp_peer_gone(struct rn_tcp_comm *c) {
   return 1;
 }
 
+static int rn_tcp_req_complete(struct rn_tcp_req *r) {
+  if (r->is_recv) return atomic_load_explicit(&r->pending, memory_order_acquire) == 0;
+  return atomic_load_explicit(&r->unsent, memory_order_acquire) == 0 && !r->ctl_pending;
+}
+
 static ncclResult_t rn_tcp_test(void *request, int *done, size_t *sizes, int *nsizes) {
   struct rn_tcp_req *r = request;
   struct rn_tcp_comm *c = r->comm;
@@ -1028,10 +1034,13 @@ static ncclResult_t rn_tcp_test(void *request, int *done, size_t *sizes, int *ns
     res = ncclInvalidArgument;
     goto out_unlock;
   }
-  res = rn_tcp_progress(c);
-  int complete = r->is_recv ? atomic_load_explicit(&r->pending, memory_order_acquire) == 0
-                            : atomic_load_explicit(&r->unsent, memory_order_acquire) == 0 &&
-                                  !r->ctl_pending;
+  /* Progress only when needed: a send that left in isend is done without
+   * another system call. */
+  int complete = rn_tcp_req_complete(r);
+  if (!complete) {
+    res = rn_tcp_progress(c);
+    complete = rn_tcp_req_complete(r);
+  }
   if (!complete) {
     int e = atomic_load(&c->error);
     if (e == ncclSuccess && res == ncclSuccess && rn_tcp_peer_gone(c)) e = ncclRemoteError;
