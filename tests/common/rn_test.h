@@ -45,6 +45,9 @@ void rn_default_env(void);
  * else build/libnccl-net-railnet.so. */
 const char *rn_plugin_path(void);
 long rn_env_long(const char *name, long dflt);
+/* Multiplier for every time bound: RN_TIMEOUT_SCALE (set by `make
+ * valgrind`) or RN_CONF_TIMEOUT_SCALE, whichever is larger; >= 1. */
+double rn_timeout_scale(void);
 
 /* ---- data patterns --------------------------------------------------- */
 /* Deterministic bytes from key; every byte depends on (key, offset). */

@@ -200,3 +200,9 @@ size_t pattern_check(const void *buf, size_t len, uint64_t key) {
   }
   return (size_t)-1;
 }
+
+double rn_timeout_scale(void) {
+  long a = rn_env_long("RN_CONF_TIMEOUT_SCALE", 1), b = rn_env_long("RN_TIMEOUT_SCALE", 1);
+  long s = a > b ? a : b;
+  return s < 1 ? 1.0 : (double)s;
+}

@@ -76,10 +76,7 @@ static void *thr_main(void *a) {
   return NULL;
 }
 
-static double tscale(void) {
-  long s = rn_env_long("RN_CONF_TIMEOUT_SCALE", 1);
-  return s < 1 ? 1.0 : (double)s;
-}
+static double tscale(void) { return rn_timeout_scale(); }
 
 /* Both roles: connect ncomms, run one stream per comm, close. */
 static int stream_case(struct rn_peer *p) {

@@ -9,11 +9,14 @@ $(CONFORMANCE): $(CONFORMANCE_OBJS) | $(PLUGIN_SO)
 
 TEST_PROGS += $(CONFORMANCE)
 
-# `make valgrind`: the conformance suite (v8 and v11) under memcheck.  The
-# harness forks without exec, so valgrind follows both children; any
-# memcheck error makes that child exit 99, which fails its case.
-VALGRIND ?= valgrind
-valgrind: $(CONFORMANCE) $(PLUGIN_SO)
-	RN_BUILD=$(BUILD) RN_CONF_TIMEOUT_SCALE=20 $(VALGRIND) -q --error-exitcode=99 --leak-check=full \
-	  --errors-for-leak-kinds=definite --show-leak-kinds=definite --child-silent-after-fork=no \
-	  $(CONFORMANCE) --api v8,v11
+# `make valgrind`: the conformance and fault suites under memcheck.  The
+# harness forks without exec, so memcheck follows every child; an error or
+# a definite/indirect leak in any process makes it exit 99, which fails
+# that case.  Time bounds are scaled by RN_TIMEOUT_SCALE.
+RN_MEMCHECK := valgrind -q --error-exitcode=99 --leak-check=full \
+  --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect \
+  $(if $(wildcard tests/valgrind.supp),--suppressions=tests/valgrind.supp)
+RN_MEMCHECK_PROGS := $(CONFORMANCE) $(BUILD)/tests/fault-test
+.PHONY: valgrind
+valgrind: $(RN_MEMCHECK_PROGS) $(PLUGIN_SO)
+	RN_BUILD=$(BUILD) RN_TIMEOUT_SCALE=10 RN_VALGRIND=1 HWLOC_COMPONENTS=-x86 prove -f --exec '$(RN_MEMCHECK)' $(RN_MEMCHECK_PROGS)

@@ -28,10 +28,7 @@
 #define DEATH_BOUND_S 10.0   /* a dead peer must surface within this */
 #define CLOSE_BOUND_S 2.0    /* close with requests outstanding */
 
-static double tscale(void) {
-  long s = rn_env_long("RN_CONF_TIMEOUT_SCALE", 1);
-  return s < 1 ? 1.0 : (double)s;
-}
+static double tscale(void) { return rn_timeout_scale(); }
 
 static int is_peer_error(ncclResult_t r) { return r == ncclRemoteError || r == ncclSystemError; }
 
