@@ -20,3 +20,5 @@ RN_MEMCHECK_PROGS := $(CONFORMANCE) $(BUILD)/tests/fault-test
 .PHONY: valgrind
 valgrind: $(RN_MEMCHECK_PROGS) $(PLUGIN_SO)
 	RN_BUILD=$(BUILD) RN_TIMEOUT_SCALE=10 RN_VALGRIND=1 HWLOC_COMPONENTS=-x86 prove -f --exec '$(RN_MEMCHECK)' $(RN_MEMCHECK_PROGS)
+# (also named for a tests.mk that runs VALGRIND_PROGS itself)
+VALGRIND_PROGS += $(RN_MEMCHECK_PROGS)
