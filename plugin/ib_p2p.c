@@ -264,6 +264,18 @@ static ncclResult_t rn_ib_post_group(struct rn_ib_comm *c, int slot, struct rn_i
       wr[nwr].wr.rdma.rkey = f[i].rkey[rail];
       nwr++;
     }
+    /* The last data chunk on this QP carries the immediate (one packet
+     * fewer; a small message is a single WRITE_WITH_IMM).  The sizes
+     * write goes before it: RC keeps one QP's writes in order. */
+    struct ibv_send_wr last;
+    struct ibv_sge last_sge;
+    int have_last = nwr > 0;
+    if (have_last) {
+      nwr--;
+      last = wr[nwr];
+      last_sge = sge[nwr];
+      memset(&wr[nwr], 0, sizeof(wr[nwr]));
+    }
     if (j == 0 && !inl) {
       sge[nwr] = (struct ibv_sge){.addr = (uintptr_t)c->ctl->sizes[slot],
                                   .length = (uint32_t)(sizeof(uint64_t) * (size_t)g->n),
@@ -275,14 +287,19 @@ static ncclResult_t rn_ib_post_group(struct rn_ib_comm *c, int slot, struct rn_i
       wr[nwr].wr.rdma.rkey = rl->rem_rkey;
       nwr++;
     }
-    /* Zero-byte write: the immediate is the message; RC orders it after
-     * the writes before it on this QP. */
+    if (have_last) {
+      sge[nwr] = last_sge;
+      wr[nwr] = last;
+      wr[nwr].sg_list = &sge[nwr];
+    } else {
+      /* No data on this QP: a zero-byte write carries the immediate. */
+      wr[nwr].num_sge = 0;
+      wr[nwr].wr.rdma.remote_addr = rem_sizes;
+      wr[nwr].wr.rdma.rkey = rl->rem_rkey;
+    }
     wr[nwr].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-    wr[nwr].num_sge = 0;
     wr[nwr].imm_data = htonl(imm);
     wr[nwr].send_flags = IBV_SEND_SIGNALED;
-    wr[nwr].wr.rdma.remote_addr = rem_sizes;
-    wr[nwr].wr.rdma.rkey = rl->rem_rkey;
     wr[nwr].wr_id = err ? RN_IB_WRID(RN_IB_WR_FIFO, 0)
                         : RN_IB_WRID(RN_IB_WR_SEND, (uint32_t)(lead - c->sreq));
     nwr++;

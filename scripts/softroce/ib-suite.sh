@@ -21,7 +21,17 @@ check() { # NAME RECV_ENV SEND_ENV CMD...
 
 ONE_R="RAILNET_NICS==rxe0"; ONE_S="RAILNET_NICS==rxe1"
 TWO_R="RAILNET_NICS==rxe0,rxe2"; TWO_S="RAILNET_NICS==rxe1,rxe3"
+counters() { # nonzero rxe hw counters (drops, retries, RNR) into a log
+  for d in rxe0 rxe1 rxe2 rxe3; do
+    for f in /sys/class/infiniband/$d/ports/1/hw_counters/*; do
+      [ -r "$f" ] && v=$(cat "$f") && [ "$v" != 0 ] && echo "# $d $(basename "$f") $v"
+    done
+  done
+}
 if [ "$MODE" = bench ]; then
+  # perftest's default QP timeout (14: 67 ms) so a dropped packet costs the
+  # same on both sides of the comparison.
+  export RAILNET_IB_TIMEOUT=${RAILNET_IB_TIMEOUT:-14}
   G=1   # RoCE v2 IPv4 GID; ib_bench's plugin finds it itself
   for n in 0 1 2 3 4 5 6 7; do
     case $(cat /sys/class/infiniband/rxe0/ports/1/gids/$n) in 0000:0000:0000:0000:0000:ffff:*) G=$n; break;; esac
@@ -31,9 +41,11 @@ if [ "$MODE" = bench ]; then
     timeout 120 ib_write_bw -d rxe1 -x $G -F -s 1048576 -n $ITERS 10.77.0.1 ) >"$O/ib_write_bw.log" 2>&1
   ( timeout 120 ib_write_lat -d rxe0 -x $G -F -s 8 -n 2000 >/dev/null 2>&1 & sleep 1
     timeout 120 ib_write_lat -d rxe1 -x $G -F -s 8 -n 2000 10.77.0.1 ) >"$O/ib_write_lat.log" 2>&1
+  counters >"$O/counters-perftest.log"
   RN_BENCH_ITERS=$ITERS check bench-1rail "$ONE_R" "$ONE_S" "$B/tests/ib/ib_bench" bw lat
   RN_BENCH_ITERS=$ITERS RAILNET_IB_QPS=4 check bench-1rail-4qp "$ONE_R,RAILNET_IB_QPS=4" "$ONE_S,RAILNET_IB_QPS=4" "$B/tests/ib/ib_bench" bw
   RN_BENCH_ITERS=$ITERS RN_IB_VDEV=0,1 check bench-2rail "$TWO_R" "$TWO_S" "$B/tests/ib/ib_bench" bw lat
+  counters >"$O/counters-all.log"
   exit 0
 fi
 

@@ -173,7 +173,7 @@ static int bw_side(struct rn_peer *p)
           void *mm[1] = {b.mh};
           r = rn_net_irecv(&p->net, comm, 1, d, s, t, mm, &req);
         }
-        if (r != ncclSuccess) { peer_fail(p, "post: %s", rn_result_str(r)); goto out; }
+        if (r != ncclSuccess) { peer_fail(p, "post: %s (last WARN: %s)", rn_result_str(r), rn_log_last_warn()); goto out; }
         if (!req) break;
         reqs[posted % win] = req;
         posted++;
@@ -181,7 +181,7 @@ static int bw_side(struct rn_peer *p)
       if (done < posted) {
         int fin = 0, sz[8];
         ncclResult_t r = rn_net_test(&p->net, reqs[done % win], &fin, sz);
-        if (r != ncclSuccess) { peer_fail(p, "test: %s", rn_result_str(r)); goto out; }
+        if (r != ncclSuccess) { peer_fail(p, "test: %s (last WARN: %s)", rn_result_str(r), rn_log_last_warn()); goto out; }
         if (fin) done++;
       }
     }
@@ -199,31 +199,46 @@ out:
 }
 
 /* ---- latency --------------------------------------------------------- */
-static ncclResult_t post_wait(struct rn_peer *p, int send, void *comm, struct bufs *b, size_t n)
+static ncclResult_t post_one(struct rn_peer *p, int send, void *comm, struct bufs *b, size_t n,
+                             void **req)
 {
-  void *req = NULL;
+  *req = NULL;
   double end = now_s() + TMO;
-  while (!req) {
+  while (!*req) {
     ncclResult_t r;
     if (send) {
-      r = rn_net_isend(&p->net, comm, b->buf, n, 4, b->mh, &req);
+      r = rn_net_isend(&p->net, comm, b->buf, n, 4, b->mh, req);
     } else {
       void *d[1] = {b->buf};
       size_t s[1] = {b->len};
       int t[1] = {4};
       void *mm[1] = {b->mh};
-      r = rn_net_irecv(&p->net, comm, 1, d, s, t, mm, &req);
+      r = rn_net_irecv(&p->net, comm, 1, d, s, t, mm, req);
     }
     if (r != ncclSuccess) return r;
     if (now_s() > end) return ncclInternalError;
   }
+  return ncclSuccess;
+}
+
+static ncclResult_t wait_one(struct rn_peer *p, void *req)
+{
   int done = 0, sz[8];
+  double end = now_s() + TMO;
   while (!done) {
     ncclResult_t r = rn_net_test(&p->net, req, &done, sz);
     if (r != ncclSuccess) return r;
     if (now_s() > end) return ncclInternalError;
   }
   return ncclSuccess;
+}
+
+#define SQ_RING 16
+
+static int cmp_double(const void *a, const void *b)
+{
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
 }
 
 static int lat_side(struct rn_peer *p)
@@ -243,30 +258,58 @@ static int lat_side(struct rn_peer *p)
   struct bufs bs = {0}, br = {0};
   int rc = 1;
   if (bufs_get(p, sc, 4096, &bs) || bufs_get(p, rc_, 4096, &br)) goto out;
+  double *rtt = calloc((size_t)iters, sizeof(double));
+  if (!rtt) { peer_fail(p, "out of memory"); goto out; }
   for (int rep = 0; rep < 2; rep++) {
     int k = rep == 0 ? 100 : iters;
-    if (peer_sync(p, TMO)) goto out;
+    if (peer_sync(p, TMO)) goto out_free;
     double t0 = now_s();
-    for (int i = 0; i < k; i++) {
-      ncclResult_t r;
+    /* As NCCL does, receives are posted ahead (the ping posts its receive
+     * before sending, the pong keeps one posted) and send completions are
+     * reaped off the critical path (up to SQ_RING outstanding), as
+     * ib_write_lat never waits for its own ACKs either. */
+    void *rq = NULL, *sring[SQ_RING] = {0};
+    int shead = 0, stail = 0;
+    ncclResult_t r = ncclSuccess;
+    if (me == RN_RECEIVER) r = post_one(p, 0, rc_, &br, n, &rq);
+    for (int i = 0; i < k && r == ncclSuccess; i++) {
+      double ti = now_s();
+      if (shead - stail == SQ_RING && (r = wait_one(p, sring[stail++ % SQ_RING]))) break;
       if (me == RN_SENDER) {
-        if ((r = post_wait(p, 1, sc, &bs, n)) || (r = post_wait(p, 0, rc_, &br, n))) {
-          peer_fail(p, "ping %d: %s", i, rn_result_str(r));
-          goto out;
-        }
+        if ((r = post_one(p, 0, rc_, &br, n, &rq)) ||
+            (r = post_one(p, 1, sc, &bs, n, &sring[shead++ % SQ_RING])) || (r = wait_one(p, rq)))
+          break;
+        if (rep == 1) rtt[i] = now_s() - ti;
       } else {
-        if ((r = post_wait(p, 0, rc_, &br, n)) || (r = post_wait(p, 1, sc, &bs, n))) {
-          peer_fail(p, "pong %d: %s", i, rn_result_str(r));
-          goto out;
-        }
+        if ((r = wait_one(p, rq))) break;
+        if (i + 1 < k && (r = post_one(p, 0, rc_, &br, n, &rq))) break;
+        if ((r = post_one(p, 1, sc, &bs, n, &sring[shead++ % SQ_RING]))) break;
+      }
+      /* reap finished sends without blocking */
+      while (r == ncclSuccess && stail < shead) {
+        int fin = 0, sz[8];
+        r = rn_net_test(&p->net, sring[stail % SQ_RING], &fin, sz);
+        if (!fin) break;
+        stail++;
       }
     }
+    while (r == ncclSuccess && stail < shead) r = wait_one(p, sring[stail++ % SQ_RING]);
+    if (r != ncclSuccess) {
+      peer_fail(p, "ping-pong: %s (last WARN: %s)", rn_result_str(r), rn_log_last_warn());
+      goto out_free;
+    }
     double dt = now_s() - t0;
-    if (rep == 1 && me == RN_SENDER)
-      note("RESULT plugin_lat_us %.2f (%zu bytes, %d round trips, half the round trip)",
-           dt / k / 2 * 1e6, n, k);
+    if (rep == 1 && me == RN_SENDER) {
+      qsort(rtt, (size_t)k, sizeof(double), cmp_double);
+      note("RESULT plugin_lat_typical_us %.2f (median; %zu bytes, %d round trips, half the round trip)",
+           rtt[k / 2] / 2 * 1e6, n, k);
+      note("RESULT plugin_lat_avg_us %.2f (min %.2f, max %.2f)", dt / k / 2 * 1e6,
+           rtt[0] / 2 * 1e6, rtt[k - 1] / 2 * 1e6);
+    }
   }
   rc = 0;
+out_free:
+  free(rtt);
 out:
   bufs_put(p, sc, &bs);
   bufs_put(p, rc_, &br);
