@@ -745,6 +745,18 @@ static void rn_tcp_req_free(struct rn_tcp_req *r) {
  * the rest is read straight into the buffer by rn_tcp_rx_payload. */
 static ncclResult_t rn_tcp_on_data(struct rn_tcp_comm *c, const struct rn_tcp_data *d,
                                    const char *payload, size_t avail) {
+  if (d->flags & RN_TCP_F_STREAMED) {
+    /* With helper threads the chunks may already have completed (and the
+     * request been reaped); only the counting matters here. */
+    if (d->seq >= c->recv_seq) {
+      RN_WARN("socket: protocol error: announcement for seq %llu, which was never posted",
+              (unsigned long long)d->seq);
+      rn_tcp_set_error(c, ncclRemoteError);
+      return ncclRemoteError;
+    }
+    atomic_fetch_add(&c->stream_work, 1);
+    return ncclSuccess;
+  }
   struct rn_tcp_req *r = atomic_load(&c->ring[d->seq % RN_TCP_RING]);
   if (r == NULL || r->seq != d->seq || d->idx >= (uint32_t)r->n ||
       d->inline_len > r->posted[d->idx] || d->inline_len > d->size) {
@@ -752,10 +764,6 @@ static ncclResult_t rn_tcp_on_data(struct rn_tcp_comm *c, const struct rn_tcp_da
             (unsigned long long)d->seq, d->idx);
     rn_tcp_set_error(c, ncclRemoteError);
     return ncclRemoteError;
-  }
-  if (d->flags & RN_TCP_F_STREAMED) {
-    atomic_fetch_add(&c->stream_work, 1); /* completed by the chunks */
-    return ncclSuccess;
   }
   if ((d->flags & RN_TCP_F_TOO_BIG) || d->size > r->posted[d->idx]) {
     RN_WARN("socket: peer sent %llu bytes but the posted receive (tag %d) holds only %zu bytes",
