@@ -123,7 +123,8 @@ ncclResult_t rn_sock_listen(const union rn_sockaddr *addr, int *fd, union rn_soc
   return ncclSuccess;
 }
 
-ncclResult_t rn_sock_connect_start(const union rn_sockaddr *addr, int *fd) {
+ncclResult_t rn_sock_connect_start(const union rn_sockaddr *addr, const union rn_sockaddr *local,
+                                   int *fd) {
   char str[64];
   int s = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (s < 0) {
@@ -132,6 +133,19 @@ ncclResult_t rn_sock_connect_start(const union rn_sockaddr *addr, int *fd) {
     return ncclSystemError;
   }
   rn_sock_tune(s, 0);
+  if (local != NULL && local->sa.sa_family == addr->sa.sa_family) {
+    union rn_sockaddr l = *local;
+    if (l.sa.sa_family == AF_INET6)
+      l.in6.sin6_port = 0;
+    else
+      l.in.sin_port = 0;
+    if (bind(s, &l.sa, rn_sockaddr_len(&l)) != 0) {
+      RN_WARN("bind to local rail %s failed: %s", rn_sockaddr_str(&l, str, sizeof(str)),
+              strerror(errno));
+      close(s);
+      return ncclSystemError;
+    }
+  }
   if (connect(s, &addr->sa, rn_sockaddr_len(addr)) != 0 && errno != EINPROGRESS &&
       errno != EINTR) {
     RN_WARN("connect to %s failed: %s", rn_sockaddr_str(addr, str, sizeof(str)), strerror(errno));
@@ -398,6 +412,12 @@ struct rn_dial {
 
 ncclResult_t rn_dial_create(const union rn_sockaddr *addrs, int naddrs, uint64_t nonce,
                             int nstreams, struct rn_dial **out) {
+  return rn_dial_create_from(addrs, naddrs, NULL, 0, nonce, nstreams, out);
+}
+
+ncclResult_t rn_dial_create_from(const union rn_sockaddr *addrs, int naddrs,
+                                 const union rn_sockaddr *locals, int nlocals, uint64_t nonce,
+                                 int nstreams, struct rn_dial **out) {
   ncclResult_t res = ncclSuccess;
   if (naddrs < 1 || nstreams < 0 || nstreams > RN_RDV_MAX_STREAMS) return ncclInternalError;
   struct rn_dial *d = calloc(1, sizeof(*d));
@@ -418,8 +438,10 @@ ncclResult_t rn_dial_create(const union rn_sockaddr *addrs, int naddrs, uint64_t
     h->conn_id = conn_id;
     h->nstreams = (uint32_t)nstreams;
     /* The control connection goes to the lead rail; stream k to rail k mod n. */
-    const union rn_sockaddr *a = &addrs[i == 0 ? 0 : (i - 1) % naddrs];
-    RN_CHECK_GOTO(rn_sock_connect_start(a, &d->fd[i]), res, out_free);
+    int rail = i == 0 ? 0 : i - 1;
+    const union rn_sockaddr *a = &addrs[rail % naddrs];
+    const union rn_sockaddr *l = nlocals > 0 ? &locals[rail % nlocals] : NULL;
+    RN_CHECK_GOTO(rn_sock_connect_start(a, l, &d->fd[i]), res, out_free);
   }
   *out = d;
   return ncclSuccess;

@@ -544,7 +544,6 @@ static void rn_tcp_connect_abort(void *state) {
 
 static ncclResult_t rn_tcp_connect(const struct rn_rails *r, const struct rn_handle *h,
                                    void **state, void **scomm) {
-  (void)r; /* the kernel's routing picks the local interface */
   struct rn_tcp_connecting *k = *state;
   ncclResult_t res = ncclSuccess;
   if (k == NULL) {
@@ -564,7 +563,11 @@ static ncclResult_t rn_tcp_connect(const struct rn_rails *r, const struct rn_han
     }
     clock_gettime(CLOCK_MONOTONIC, &k->start);
     rn_sockaddr_str(&addrs[0], k->peer, sizeof(k->peer));
-    RN_CHECK_GOTO(rn_dial_create(addrs, n, h->nonce, (int)rn_params()->socket_nstreams, &k->dial),
+    /* Leave from this device's own rails, in step with the peer's. */
+    union rn_sockaddr locals[RN_MAX_RAILS];
+    for (int i = 0; i < r->n; i++) locals[i] = rn_tcp_ifs[r->nic[i]->tidx].addr;
+    RN_CHECK_GOTO(rn_dial_create_from(addrs, n, locals, r->n, h->nonce,
+                                      (int)rn_params()->socket_nstreams, &k->dial),
                   res, out_free);
   }
   struct rn_rdv_conn conn;

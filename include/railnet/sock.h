@@ -32,8 +32,11 @@ const char *rn_sockaddr_str(const union rn_sockaddr *sa, char *buf, size_t len);
 /* Listening socket bound to addr (port 0 = any), non-blocking; *bound gets
  * the real address. */
 ncclResult_t rn_sock_listen(const union rn_sockaddr *addr, int *fd, union rn_sockaddr *bound);
-/* Start a non-blocking connect; *fd valid on success. */
-ncclResult_t rn_sock_connect_start(const union rn_sockaddr *addr, int *fd);
+/* Start a non-blocking connect, from `local` (port 0) when it is non-NULL
+ * and of the same family, so the bytes leave through that interface; *fd
+ * valid on success. */
+ncclResult_t rn_sock_connect_start(const union rn_sockaddr *addr, const union rn_sockaddr *local,
+                                   int *fd);
 /* *ready=1 once connected; error when the connect failed. */
 ncclResult_t rn_sock_connect_poll(int fd, int *ready);
 /* Move bytes without blocking, advancing *off.  A closed or reset peer is
@@ -79,6 +82,11 @@ void rn_rdv_destroy(struct rn_rdv *r); /* closes pending fds, not the listening 
 struct rn_dial;
 ncclResult_t rn_dial_create(const union rn_sockaddr *addrs, int naddrs, uint64_t nonce,
                             int nstreams, struct rn_dial **out);
+/* The same, with stream i leaving from locals[i % nlocals] (the sender's
+ * own rails), so traffic stays on the rails of the chosen device. */
+ncclResult_t rn_dial_create_from(const union rn_sockaddr *addrs, int naddrs,
+                                 const union rn_sockaddr *locals, int nlocals, uint64_t nonce,
+                                 int nstreams, struct rn_dial **out);
 ncclResult_t rn_dial_poll(struct rn_dial *d, struct rn_rdv_conn *conn, int *ready);
 void rn_dial_destroy(struct rn_dial *d); /* closes fds not yet handed out */
 
