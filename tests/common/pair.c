@@ -103,6 +103,7 @@ int peer_connect(struct rn_peer *p, int n, void **comms, void **lcomms, double t
       goto out;
     }
   }
+  if (p->setup_delay_ms > 0) sleep_us(p->setup_delay_ms * 1000L);
   double end = now_s() + timeout_s;
   long spins = 0;
   for (;;) {

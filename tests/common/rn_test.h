@@ -136,6 +136,8 @@ struct rn_peer {
   int to_parent;                  /* pipe to the runner, -1 if unused */
   uint64_t seed;
   void *arg;
+  int setup_delay_ms;             /* peer_connect: wait this long after the
+                                   * handle exchange before polling */
   char why[256];                  /* failure reason, printed by the child */
 };
 

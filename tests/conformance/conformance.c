@@ -37,6 +37,8 @@ struct scfg {
   int ncomms;
   int threads;          /* 1: one thread per comm; 0: one thread for all */
   int want_inflight;    /* receiver must reach this many posted at once */
+  int accept_delay_ms;  /* receiver starts polling accept this late */
+  int connect_delay_ms; /* sender starts polling connect this late */
 };
 
 static size_t *make_sizes(const struct scfg *c, uint64_t seed, int comm) {
@@ -84,6 +86,7 @@ static int stream_case(struct rn_peer *p) {
   int n = c->ncomms > 0 ? c->ncomms : 1;
   void *comms[64] = {0}, *lcomms[64] = {0};
   double tmo = 30 * tscale();
+  p->setup_delay_ms = p->role == RN_RECEIVER ? c->accept_delay_ms : c->connect_delay_ms;
   if (peer_connect(p, n, comms, lcomms, tmo) != 0) return -1;
   int rc = 0;
   struct thr *t = calloc((size_t)n, sizeof *t);
@@ -717,6 +720,9 @@ static const struct scfg c_thr = {.nmsg = 64, .maxrand = 2 * MB, .window = 8, .n
                                   .order = RN_ORDER_RANDOM};
 static const struct scfg c_one = {.nmsg = 32, .maxrand = 2 * MB, .window = 8, .ncomms = 4};
 static const struct scfg c_many = {.nmsg = 4, .maxrand = 256 * KB, .window = 2, .ncomms = 16};
+static const struct scfg c_64c = {.nmsg = 2, .maxrand = 64 * KB, .window = 2, .ncomms = 64};
+static const struct scfg c_lateacc = {.nmsg = 8, .maxrand = 1 * MB, .window = 4, .ncomms = 2, .accept_delay_ms = 1500};
+static const struct scfg c_lateconn = {.nmsg = 8, .maxrand = 1 * MB, .window = 4, .ncomms = 2, .connect_delay_ms = 1500};
 
 static const struct tcase cases[] = {
     {"properties are sane on every device", case_props, NULL, NULL, 30, 8, 1, 1},
@@ -736,6 +742,9 @@ static const struct tcase cases[] = {
     {"4 threads, one comm each, at once", stream_case, stream_case, &c_thr, 120, 8, 1, 1},
     {"4 comms driven from one thread", stream_case, stream_case, &c_one, 120, 8, 0, 1},
     {"16 comms set up and used at once", stream_case, stream_case, &c_many, 60, 8, 0, 1},
+    {"64 comms set up and used at once", stream_case, stream_case, &c_64c, 90, 8, 0, 1},
+    {"accept first polled 1.5 s after the sender started connecting", stream_case, stream_case, &c_lateacc, 60, 8, 0, 1},
+    {"connect first polled 1.5 s after the receiver started accepting", stream_case, stream_case, &c_lateconn, 60, 8, 0, 1},
     {"both processes send and receive at once", case_bidir, case_bidir, NULL, 90, 8, 0, 1},
     {"repeated and overlapping regMr, deregMr in another order", case_regmr, case_regmr, NULL, 60, 8, 0, 1},
     {"irecv with *request == 0x1 returns a real request", case_req_preset_recv, case_req_preset_send, NULL, 60, 9, 1, 1},
