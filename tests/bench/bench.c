@@ -60,63 +60,80 @@ static int iters_for(size_t size, int ncomms) {
 static int window_for(size_t size) { return size >= 64 * MB ? 4 : 8; }
 
 /* ---- railnet bandwidth: both roles ------------------------------------- */
+/* One timed phase: nmsg messages of `size` on each of nc comms, all driven
+ * from this thread.  Registration happens before the barrier; *secs runs
+ * from the barrier to the last completion here. */
+static int bw_phase(struct rn_peer *p, void **comms, int nc, size_t size, int nmsg, double *secs) {
+  size_t *sizes = malloc(sizeof(size_t) * (size_t)nmsg);
+  if (sizes == NULL) return peer_fail(p, "oom");
+  for (int i = 0; i < nmsg; i++) sizes[i] = size;
+  struct rn_stream s[4];
+  struct rn_peer pp[4];
+  int rc = 0;
+  for (int c = 0; c < nc; c++) {
+    pp[c] = *p;
+    memset(&s[c], 0, sizeof s[c]);
+    s[c].p = &pp[c];
+    s[c].comm = comms[c];
+    s[c].is_send = p->role == RN_SENDER;
+    s[c].nmsg = nmsg;
+    s[c].sizes = sizes;
+    s[c].window = window_for(size);
+    s[c].single_buffer = 1;
+    s[c].seed = 1;
+    if (rn_stream_setup(&s[c]) != 0) {
+      free(sizes);
+      return peer_fail(p, "setup: %s", pp[c].why);
+    }
+  }
+  if (peer_sync(p, 60) != 0) rc = peer_fail(p, "sync lost");
+  double t0 = now_s();
+  int left = rc == 0 ? nc : 0, done[4] = {0};
+  while (left > 0) {
+    for (int c = 0; c < nc; c++) {
+      if (done[c]) continue;
+      int r = rn_stream_step(&s[c]);
+      if (r < 0) {
+        rc = peer_fail(p, "size %zu comm %d: %s", size, c, pp[c].why);
+        left = 0;
+        break;
+      }
+      if (r == 1) done[c] = 1, left--;
+    }
+    if (left > 0 && now_s() - t0 > 300) {
+      rc = peer_fail(p, "size %zu: not done after 300 s", size);
+      break;
+    }
+  }
+  *secs = now_s() - t0;
+  for (int c = 0; c < nc; c++) rn_stream_teardown(&s[c]);
+  free(sizes);
+  return rc;
+}
+
 static int bw_role(struct rn_peer *p) {
   static const int comm_counts[] = {1, 4};
-  int rc = 0;
-  for (int ci = 0; ci < 2 && rc == 0; ci++) {
+  for (int ci = 0; ci < 2; ci++) {
     int nc = comm_counts[ci];
     void *comms[4] = {0}, *lcomms[4] = {0};
     if (peer_connect(p, nc, comms, p->role == RN_RECEIVER ? lcomms : NULL, 30) != 0) return -1;
-    for (int si = 0; si < nsizes * reps && rc == 0; si++) {
+    for (int si = 0; si < nsizes * reps; si++) {
       size_t size = bench_sizes[si / reps];
       int iters = iters_for(size, nc);
       int warm = iters / 10 < 2 ? 2 : iters / 10;
-      int total = iters + warm;
-      size_t *sizes = malloc(sizeof(size_t) * (size_t)total);
-      for (int i = 0; i < total; i++) sizes[i] = size;
-      struct rn_stream s[4];
-      struct rn_peer pp[4];
-      for (int c = 0; c < nc; c++) {
-        pp[c] = *p;
-        memset(&s[c], 0, sizeof s[c]);
-        s[c].p = &pp[c];
-        s[c].comm = comms[c];
-        s[c].is_send = p->role == RN_SENDER;
-        s[c].nmsg = total;
-        s[c].sizes = sizes;
-        s[c].window = window_for(size);
-        s[c].single_buffer = 1;
-        s[c].seed = 1;
-        if (rn_stream_setup(&s[c]) != 0) return peer_fail(p, "setup: %s", pp[c].why);
-      }
-      if (peer_sync(p, 60) != 0) return peer_fail(p, "sync lost");
-      double t0 = 0, t1 = 0, tstart = now_s();
-      int left = nc, done[4] = {0};
-      while (left > 0) {
-        int completed = 0;
-        for (int c = 0; c < nc; c++) {
-          if (!done[c]) {
-            int r = rn_stream_step(&s[c]);
-            if (r < 0) return peer_fail(p, "size %zu comm %d: %s", size, c, pp[c].why);
-            if (r == 1) done[c] = 1, left--;
-          }
-          completed += s[c].ncomplete;
-        }
-        if (t0 == 0 && completed >= warm * nc) t0 = now_s();
-        if (now_s() - tstart > 300) return peer_fail(p, "size %zu: not done after 300 s", size);
-      }
-      t1 = now_s();
-      for (int c = 0; c < nc; c++) rn_stream_teardown(&s[c]);
-      free(sizes);
+      double secs = 0;
+      /* a separate warm-up phase, then the timed one */
+      if (bw_phase(p, comms, nc, size, warm, &secs) != 0) return -1;
+      if (bw_phase(p, comms, nc, size, iters, &secs) != 0) return -1;
       if (p->role == RN_RECEIVER) {
-        struct bw_row row = {nc, size, (double)size * iters * nc / (t1 - t0) / 1e9, iters};
+        struct bw_row row = {nc, size, (double)size * iters * nc / secs / 1e9, iters};
         if (peer_to_parent(p, &row, sizeof row) != 0) return peer_fail(p, "parent pipe");
       }
     }
     if (peer_sync(p, 30) != 0) return peer_fail(p, "sync lost");
     peer_close(p, nc, comms, p->role == RN_RECEIVER ? lcomms : NULL);
   }
-  return rc;
+  return 0;
 }
 
 /* ---- railnet latency: ping-pong over a comm pair each way --------------- */
