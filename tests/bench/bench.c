@@ -344,8 +344,22 @@ static double plain_tcp_gbps(int nstreams, double secs) {
   return gbps;
 }
 
-/* 8-byte ping-pong between two processes, blocking sockets, TCP_NODELAY. */
-static struct lat_res plain_tcp_pingpong(int iters) {
+/* read exactly len bytes, spinning on MSG_DONTWAIT like a polling proxy */
+static int spin_read(int fd, void *buf, size_t len) {
+  char *b = buf;
+  while (len > 0) {
+    ssize_t n = recv(fd, b, len, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+    if (n <= 0) return -1;
+    b += n;
+    len -= (size_t)n;
+  }
+  return 0;
+}
+
+/* 8-byte ping-pong between two processes, TCP_NODELAY; blocking reads, or
+ * (spin) non-blocking reads polled in a loop as NCCL's proxy polls test(). */
+static struct lat_res plain_tcp_pingpong_mode(int iters, int spin) {
   struct lat_res res = {0, 0, 0, iters};
   int port;
   int lfd = tcp_listen_any(&port);
@@ -357,7 +371,7 @@ static struct lat_res plain_tcp_pingpong(int iters) {
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     char b[8];
     for (int i = 0; i < iters + warm; i++) {
-      if (read_all_fd(fd, b, 8) != 0) _exit(1);
+      if ((spin ? spin_read(fd, b, 8) : read_all_fd(fd, b, 8)) != 0) _exit(1);
       if (send(fd, b, 8, MSG_NOSIGNAL) != 8) _exit(1);
     }
     _exit(0);
@@ -369,7 +383,7 @@ static struct lat_res plain_tcp_pingpong(int iters) {
   char b[8] = "pingpong";
   for (int i = 0; i < iters + warm; i++) {
     double t0 = now_s();
-    if (send(fd, b, 8, MSG_NOSIGNAL) != 8 || read_all_fd(fd, b, 8) != 0) break;
+    if (send(fd, b, 8, MSG_NOSIGNAL) != 8 || (spin ? spin_read(fd, b, 8) : read_all_fd(fd, b, 8)) != 0) break;
     if (i >= warm) rtt[i - warm] = (now_s() - t0) * 1e6, sum += rtt[i - warm];
   }
   close(fd);
@@ -381,6 +395,8 @@ static struct lat_res plain_tcp_pingpong(int iters) {
   free(rtt);
   return res;
 }
+
+static struct lat_res plain_tcp_pingpong(int iters) { return plain_tcp_pingpong_mode(iters, 0); }
 
 /* iperf3 -P n over loopback, client and server as separate processes. */
 static double iperf3_gbps(int n, int secs) {
@@ -432,7 +448,7 @@ static const char *human(size_t s, char *buf, size_t len) {
 }
 
 int main(int argc, char **argv) {
-  int version = 8, ceiling = 1;
+  int version = 8, ceiling = 1, lat_only = 0;
   size_t maxsz = 256 * MB;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--api") && i + 1 < argc) version = rn_parse_version(argv[++i]);
@@ -440,10 +456,11 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--quick")) quick = 1, reps = 1;
     else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--no-ceiling")) ceiling = 0;
+    else if (!strcmp(argv[i], "--latency-only")) lat_only = 1, ceiling = 0;
     else version = 0;
   }
   if (version == 0 || reps < 1 || reps > 16) {
-    fprintf(stderr, "usage: railnet-bench [--api v8|v9|v10|v11] [--max BYTES] [--reps N] [--quick] [--no-ceiling]\n");
+    fprintf(stderr, "usage: railnet-bench [--api v8|v9|v10|v11] [--max BYTES] [--reps N] [--quick] [--no-ceiling] [--latency-only]\n");
     return 2;
   }
   signal(SIGPIPE, SIG_IGN);
@@ -470,7 +487,7 @@ int main(int argc, char **argv) {
 
   /* ceilings first, so the plugin run does not warm anything for them */
   double ip1 = 0, ip4 = 0, tc1 = 0, tc4 = 0;
-  struct lat_res tcl = {0, 0, 0, 0};
+  struct lat_res tcl = {0, 0, 0, 0}, tcs = {0, 0, 0, 0};
   if (ceiling) {
     int secs = quick ? 1 : 3;
     ip1 = iperf3_gbps(1, secs);
@@ -478,12 +495,13 @@ int main(int argc, char **argv) {
     tc1 = plain_tcp_gbps(1, secs);
     tc4 = plain_tcp_gbps(4, secs);
     tcl = plain_tcp_pingpong(quick ? 2000 : LAT_ITERS);
+    tcs = plain_tcp_pingpong_mode(quick ? 2000 : LAT_ITERS, 1);
   }
 
   /* railnet bandwidth */
   static struct bw_row rows[2 * MAX_SIZES * 16];
   int nrows = 0;
-  {
+  if (!lat_only) {
     int fd = -1;
     struct rn_pair_opts o = {.version = version, .timeout_s = 1200, .init = 1, .want_parent_pipe = 1,
                              .parent_fd = &fd};
@@ -554,6 +572,9 @@ int main(int argc, char **argv) {
          "plain TCP p50 %.1f us (mean %.1f, min %.1f); ratio p50 %.2fx\n",
          rnl.p50_us, rnl.mean_us, rnl.min_us, rnl.iters, tcl.p50_us, tcl.mean_us, tcl.min_us,
          tcl.p50_us > 0 ? rnl.p50_us / tcl.p50_us : 0);
+  if (tcs.p50_us > 0)
+    printf("# (plain TCP polling with MSG_DONTWAIT, as a proxy thread polls: p50 %.1f us, mean %.1f)\n", tcs.p50_us,
+           tcs.mean_us);
   char hb[32];
   if (any4)
     printf("# target throughput >= 4 MiB at >= 80%% of iperf3's best: %s (worst %.0f%% at %s)\n",
