@@ -294,8 +294,11 @@ static ncclResult_t rn_ib_info_check(const struct rn_ib_conn_info *i, const char
 /* Move every QP of the first c->nrails rails to RTS against the peer's. */
 static ncclResult_t rn_ib_comm_connect(struct rn_ib_comm *c, const struct rn_ib_conn_info *rem)
 {
+  c->mtu_bytes = 1 << 30;
   for (int r = 0; r < c->nrails; r++) {
     const struct rn_ib_dev *d = c->rail[r].dev;
+    enum ibv_mtu m = d->mtu < (enum ibv_mtu)rem->rail[r].mtu ? d->mtu : (enum ibv_mtu)rem->rail[r].mtu;
+    if ((128 << (int)m) < c->mtu_bytes) c->mtu_bytes = 128 << (int)m;
     if (rem->rail[r].link != d->link) {
       RN_WARN("IB : rail %d: %s is %s but the peer's NIC is %s", r, rn_ib_nic_of(d)->name,
               d->link == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand",

@@ -269,7 +269,10 @@ static ncclResult_t rn_ib_post_group(struct rn_ib_comm *c, int slot, struct rn_i
      * write goes before it: RC keeps one QP's writes in order. */
     struct ibv_send_wr last;
     struct ibv_sge last_sge;
-    int have_last = nwr > 0;
+    /* Only a single-packet chunk: Soft-RoCE (6.1) mishandles go-back-N
+     * retransmits inside multi-packet WRITE_WITH_IMM (remote invalid
+     * request), so longer tails keep a separate zero-byte immediate. */
+    int have_last = nwr > 0 && sge[nwr - 1].length <= (uint32_t)c->mtu_bytes;
     if (have_last) {
       nwr--;
       last = wr[nwr];

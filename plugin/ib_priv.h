@@ -159,6 +159,7 @@ struct rn_ib_comm {
   int nlocal;               /* local rails with resources */
   int nrails;               /* rails connected (min of both sides) */
   int nqps;                 /* QPs per rail */
+  int mtu_bytes;            /* smallest path MTU over the connected rails */
   struct rn_ib_rail rail[RN_MAX_RAILS];
   struct rn_ib_ctl *ctl;
   uint64_t rem_ctl;         /* the peer's control block address */
