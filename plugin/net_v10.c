@@ -14,14 +14,14 @@ static ncclResult_t rn_v10_connect(int dev, ncclNetCommConfig_v10_t *config, voi
   return rn_core_connect(NULL, dev, handle, scomm, dev_comm);
 }
 
-static ncclResult_t rn_v10_isend(void *scomm, void *data, size_t size, int tag, void *mh,
-                                 void *phandle, void **req) {
+ncclResult_t rn_net_isend_v10(void *scomm, void *data, size_t size, int tag, void *mh,
+                              void *phandle, void **req) {
   (void)phandle;
   return rn_core_isend(scomm, data, size, tag, mh, req);
 }
 
-static ncclResult_t rn_v10_irecv(void *rcomm, int n, void **data, size_t *sizes, int *tags,
-                                 void **mhs, void **phandles, void **req) {
+ncclResult_t rn_net_irecv_v10(void *rcomm, int n, void **data, size_t *sizes, int *tags,
+                              void **mhs, void **phandles, void **req) {
   (void)phandles;
   return rn_core_irecv(rcomm, n, data, sizes, tags, mhs, req);
 }
@@ -37,8 +37,8 @@ RN_EXPORT const ncclNet_v10_t ncclNetPlugin_v10 = {
     .regMr = rn_core_reg_mr,
     .regMrDmaBuf = rn_core_reg_mr_dmabuf,
     .deregMr = rn_core_dereg_mr,
-    .isend = rn_v10_isend,
-    .irecv = rn_v10_irecv,
+    .isend = rn_net_isend_v10,
+    .irecv = rn_net_irecv_v10,
     .iflush = rn_net_iflush,
     .test = rn_core_test,
     .closeSend = rn_core_close_send,

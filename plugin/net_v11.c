@@ -15,22 +15,7 @@ static ncclResult_t rn_v11_get_properties(int dev, ncclNetProperties_v11_t *prop
   struct rn_props p;
   RN_CHECK_ARG(props != NULL, "getProperties: NULL properties pointer");
   RN_CHECK(rn_core_get_properties(dev, &p));
-  props->name = p.name;
-  props->pciPath = p.pci_path;
-  props->guid = p.guid;
-  props->ptrSupport = p.ptr_support;
-  props->regIsGlobal = p.reg_is_global;
-  props->forceFlush = p.force_flush;
-  props->speed = p.speed;
-  props->port = p.port;
-  props->latency = p.latency;
-  props->maxComms = p.max_comms;
-  props->maxRecvs = p.max_recvs;
-  props->netDeviceType = NCCL_NET_DEVICE_HOST;
-  props->netDeviceVersion = 0;
-  props->vProps = p.vprops;
-  props->maxP2pBytes = p.max_p2p_bytes;
-  props->maxCollBytes = p.max_coll_bytes;
+  RN_PROPS_COPY_V9(props, &p);
   props->maxMultiRequestSize = p.max_multi_request_size;
   return ncclSuccess;
 }
@@ -42,18 +27,6 @@ static ncclResult_t rn_v11_listen(void *ctx, int dev, void *handle, void **lcomm
 static ncclResult_t rn_v11_connect(void *ctx, int dev, void *handle, void **scomm,
                                    ncclNetDeviceHandle_t **dev_comm) {
   return rn_core_connect(ctx, dev, handle, scomm, dev_comm);
-}
-
-static ncclResult_t rn_v11_isend(void *scomm, void *data, size_t size, int tag, void *mh,
-                                 void *phandle, void **req) {
-  (void)phandle;
-  return rn_core_isend(scomm, data, size, tag, mh, req);
-}
-
-static ncclResult_t rn_v11_irecv(void *rcomm, int n, void **data, size_t *sizes, int *tags,
-                                 void **mhs, void **phandles, void **req) {
-  (void)phandles;
-  return rn_core_irecv(rcomm, n, data, sizes, tags, mhs, req);
 }
 
 static ncclResult_t rn_v11_set_net_attr(void *ctx, ncclNetAttr_v11_t *attr) {
@@ -73,8 +46,8 @@ RN_EXPORT const ncclNet_v11_t ncclNetPlugin_v11 = {
     .regMr = rn_core_reg_mr,
     .regMrDmaBuf = rn_core_reg_mr_dmabuf,
     .deregMr = rn_core_dereg_mr,
-    .isend = rn_v11_isend,
-    .irecv = rn_v11_irecv,
+    .isend = rn_net_isend_v10,
+    .irecv = rn_net_irecv_v10,
     .iflush = rn_net_iflush,
     .test = rn_core_test,
     .closeSend = rn_core_close_send,

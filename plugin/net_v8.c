@@ -31,18 +31,7 @@ static ncclResult_t rn_v8_get_properties(int dev, ncclNetProperties_v8_t *props)
   struct rn_props p;
   RN_CHECK_ARG(props != NULL, "getProperties: NULL properties pointer");
   RN_CHECK(rn_core_get_properties(dev, &p));
-  props->name = p.name;
-  props->pciPath = p.pci_path;
-  props->guid = p.guid;
-  props->ptrSupport = p.ptr_support;
-  props->regIsGlobal = p.reg_is_global;
-  props->speed = p.speed;
-  props->port = p.port;
-  props->latency = p.latency;
-  props->maxComms = p.max_comms;
-  props->maxRecvs = p.max_recvs;
-  props->netDeviceType = NCCL_NET_DEVICE_HOST;
-  props->netDeviceVersion = 0;
+  RN_PROPS_COPY_V8(props, &p);
   return ncclSuccess;
 }
 

@@ -7,22 +7,7 @@ ncclResult_t rn_props_v9(int dev, ncclNetProperties_v9_t *props) {
   struct rn_props p;
   RN_CHECK_ARG(props != NULL, "getProperties: NULL properties pointer");
   RN_CHECK(rn_core_get_properties(dev, &p));
-  props->name = p.name;
-  props->pciPath = p.pci_path;
-  props->guid = p.guid;
-  props->ptrSupport = p.ptr_support;
-  props->regIsGlobal = p.reg_is_global;
-  props->forceFlush = p.force_flush;
-  props->speed = p.speed;
-  props->port = p.port;
-  props->latency = p.latency;
-  props->maxComms = p.max_comms;
-  props->maxRecvs = p.max_recvs;
-  props->netDeviceType = NCCL_NET_DEVICE_HOST;
-  props->netDeviceVersion = 0;
-  props->vProps = p.vprops;
-  props->maxP2pBytes = p.max_p2p_bytes;
-  props->maxCollBytes = p.max_coll_bytes;
+  RN_PROPS_COPY_V9(props, &p);
   return ncclSuccess;
 }
 
