@@ -31,6 +31,7 @@
 
 static_assert((RN_IB_SLOTS & (RN_IB_SLOTS - 1)) == 0 && RN_IB_SLOTS <= 32,
               "the slot index is 5 bits of the immediate");
+static_assert(RN_IB_MAX_RECVS == RN_MAX_RECVS, "grouped receives: the core's maxRecvs");
 static_assert(RN_MAX_RAILS * RN_IB_MAX_QPS <= 128, "QPs used is 7 bits of the immediate");
 
 /* Immediate data of the WRITE_WITH_IMM closing a group on each QP. */
