@@ -149,6 +149,7 @@ struct rn_tcp_thread {
 /* A send or receive comm.  Owner: NCCL between connect/accept and close. */
 struct rn_tcp_comm {
   struct rn_comm_base base;
+  struct rn_tcp_comm *prev, *next; /* rn_tcp_live, under rn_tcp_live_lock */
   pthread_mutex_t lock;
   int is_recv;
   int ctrl_fd;
@@ -228,7 +229,44 @@ static ncclResult_t rn_tcp_init(const struct rn_nic **nics, int *n) {
   return ncclSuccess;
 }
 
-static void rn_tcp_fini(void) { rn_tcp_nifs = 0; }
+/* Comms not yet closed, so that finalize or unload can still stop their
+ * threads before the code they run is unmapped. */
+static pthread_mutex_t rn_tcp_live_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct rn_tcp_comm *rn_tcp_live;
+
+static void rn_tcp_live_add(struct rn_tcp_comm *c) {
+  pthread_mutex_lock(&rn_tcp_live_lock);
+  c->prev = NULL;
+  c->next = rn_tcp_live;
+  if (rn_tcp_live != NULL) rn_tcp_live->prev = c;
+  rn_tcp_live = c;
+  pthread_mutex_unlock(&rn_tcp_live_lock);
+}
+
+static void rn_tcp_live_del(struct rn_tcp_comm *c) {
+  pthread_mutex_lock(&rn_tcp_live_lock);
+  if (c->prev != NULL) c->prev->next = c->next;
+  else if (rn_tcp_live == c) rn_tcp_live = c->next;
+  if (c->next != NULL) c->next->prev = c->prev;
+  c->prev = c->next = NULL;
+  pthread_mutex_unlock(&rn_tcp_live_lock);
+}
+
+static void rn_tcp_comm_free(struct rn_tcp_comm *c);
+
+static void rn_tcp_fini(void) {
+  int n = 0;
+  for (;;) {
+    pthread_mutex_lock(&rn_tcp_live_lock);
+    struct rn_tcp_comm *c = rn_tcp_live;
+    pthread_mutex_unlock(&rn_tcp_live_lock);
+    if (c == NULL) break;
+    rn_tcp_comm_free(c);
+    n++;
+  }
+  if (n > 0) RN_INFO(NCCL_INIT | NCCL_NET, "socket: closed %d comm(s) left open at finalize", n);
+  rn_tcp_nifs = 0;
+}
 
 /* ------------------------------------------------------------ threads */
 
@@ -415,6 +453,7 @@ static void *rn_tcp_thread_main(void *arg) {
 }
 
 static void rn_tcp_comm_free(struct rn_tcp_comm *c) {
+  rn_tcp_live_del(c);
   atomic_store(&c->stop, 1);
   for (int i = 0; i < c->nthreads; i++) {
     if (!c->thread[i].started) continue;
@@ -488,6 +527,7 @@ static ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_re
     }
     t->started = 1;
   }
+  rn_tcp_live_add(c);
   *out = c;
   return ncclSuccess;
 out_nomem:
