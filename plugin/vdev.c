@@ -59,8 +59,12 @@ ncclResult_t rn_vdev_build(const struct rn_transport *t, const struct rn_nic *ni
   if (nnics > RN_MAX_NICS) nnics = RN_MAX_NICS;
   if (nnics == 0) return ncclSuccess;
 
-  int rc = p->topo_file[0] ? rn_topo_load_file(p->topo_file, &topo, err, sizeof(err))
-                           : rn_topo_load_live(&topo, err, sizeof(err));
+  int rc = -1;
+  if (p->topo_file[0]) {
+    rc = rn_topo_load_file(p->topo_file, &topo, err, sizeof(err));
+    if (rc != 0) RN_WARN("topology file unusable, reading the live machine instead: %s", err);
+  }
+  if (rc != 0) rc = rn_topo_load_live(&topo, err, sizeof(err));
   if (rc != 0) {
     RN_INFO(NCCL_INIT | NCCL_NET, "topology unavailable (%s): one device per NIC, GDR left to NCCL",
             err);

@@ -1,0 +1,140 @@
+/* makeVDevice through the v9 ABI: NCCL's NIC fusion merges two of our
+ * devices into one, which must list, describe and carry traffic across
+ * both rails; bad merge requests fail with a WARN. */
+#include <dlfcn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "nccl/net_v9.h"
+
+static int failures, count, warns;
+
+__attribute__((format(printf, 2, 3))) static void ok(int cond, const char *fmt, ...) {
+  va_list ap;
+  count++;
+  if (!cond) failures++;
+  printf("%sok %d - ", cond ? "" : "not ", count);
+  va_start(ap, fmt);
+  vprintf(fmt, ap);
+  va_end(ap);
+  printf("\n");
+}
+
+static void logger(ncclDebugLogLevel level, unsigned long flags, const char *file, int line,
+                   const char *fmt, ...) {
+  (void)flags, (void)file, (void)line;
+  if (level != NCCL_LOG_WARN) return;
+  warns++;
+  va_list ap;
+  va_start(ap, fmt);
+  printf("# WARN ");
+  vprintf(fmt, ap);
+  printf("\n");
+  va_end(ap);
+}
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* Listen and connect on dev in this process, send len bytes, verify. */
+static int traffic(const ncclNet_v9_t *n, int dev, size_t len) {
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  void *lc = NULL, *sc = NULL, *rc = NULL, *smh = NULL, *rmh = NULL;
+  if (n->listen(dev, handle, &lc) != ncclSuccess) return -1;
+  double end = now() + 20;
+  while ((sc == NULL || rc == NULL) && now() < end) {
+    if (sc == NULL && n->connect(dev, handle, &sc, NULL) != ncclSuccess) return -1;
+    if (rc == NULL && n->accept(lc, &rc, NULL) != ncclSuccess) return -1;
+  }
+  if (sc == NULL || rc == NULL) return -1;
+  unsigned char *src = malloc(len), *dst = calloc(1, len);
+  for (size_t i = 0; i < len; i++) src[i] = (unsigned char)(i * 31 + 7);
+  n->regMr(sc, src, len, NCCL_PTR_HOST, &smh);
+  n->regMr(rc, dst, len, NCCL_PTR_HOST, &rmh);
+  void *rreq = NULL, *sreq = NULL, *d = dst;
+  size_t sz = len;
+  int tag = 3, rdone = 0, sdone = 0, got = -1, rcode = 0;
+  while (rreq == NULL && now() < end) n->irecv(rc, 1, &d, &sz, &tag, &rmh, &rreq);
+  while (!(rdone && sdone) && now() < end) {
+    if (sreq == NULL) n->isend(sc, src, len, tag, smh, &sreq);
+    if (sreq != NULL && !sdone && n->test(sreq, &sdone, NULL) != ncclSuccess) rcode = -1;
+    if (!rdone && n->test(rreq, &rdone, &got) != ncclSuccess) rcode = -1;
+    if (rcode) break;
+  }
+  if (!(rdone && sdone) || (size_t)got != len || memcmp(src, dst, len) != 0) rcode = -1;
+  n->deregMr(sc, smh);
+  n->deregMr(rc, rmh);
+  n->closeSend(sc);
+  n->closeRecv(rc);
+  n->closeListen(lc);
+  free(src);
+  free(dst);
+  return rcode;
+}
+
+int main(void) {
+  const char *b = getenv("RN_BUILD");
+  char so[512];
+  snprintf(so, sizeof(so), "%s/libnccl-net-railnet.so", b ? b : "build");
+  /* Two TCP interfaces: loopback and the first other one up. */
+  char ifs[128] = "";
+  FILE *f = popen("ls /sys/class/net | grep -v '^lo$' | head -1", "r");
+  if (f != NULL) {
+    if (fgets(ifs, sizeof(ifs), f) == NULL) ifs[0] = '\0';
+    pclose(f);
+  }
+  ifs[strcspn(ifs, "\n")] = '\0';
+  if (ifs[0] == '\0') {
+    printf("1..0 # SKIP needs a second network interface besides lo\n");
+    return 0;
+  }
+  char spec[160];
+  snprintf(spec, sizeof(spec), "=lo,%s", ifs);
+  setenv("RAILNET_TRANSPORT", "socket", 1);
+  setenv("RAILNET_SOCKET_IFNAME", spec, 1);
+  setenv("RAILNET_NICS", spec + 1, 1);
+  void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+  if (h == NULL) {
+    printf("1..1\nnot ok 1 - dlopen %s: %s\n", so, dlerror());
+    return 1;
+  }
+  const ncclNet_v9_t *n = dlsym(h, "ncclNetPlugin_v9");
+  printf("1..9\n");
+  int nd = 0;
+  int c = n != NULL && n->init(logger) == ncclSuccess && n->devices(&nd) == ncclSuccess && nd == 2;
+  ok(c, "init with RAILNET_SOCKET_IFNAME=%s gives 2 devices (%d)", spec, nd);
+  if (nd != 2) return 1;
+  ncclNetProperties_v9_t p0, p1, pm;
+  n->getProperties(0, &p0);
+  n->getProperties(1, &p1);
+  ncclNetVDeviceProps_t vp = {.ndevs = 2, .devs = {0, 1}};
+  int d = -1;
+  c = n->makeVDevice(&d, &vp) == ncclSuccess && d == 2;
+  ok(c, "makeVDevice({0,1}) returns the next index (%d)", d);
+  int nd2 = 0;
+  n->devices(&nd2);
+  ok(nd2 == 3, "devices() then counts it (%d)", nd2);
+  c = n->getProperties(d, &pm) == ncclSuccess;
+  ok(c && strchr(pm.name, '+') != NULL &&
+         pm.speed == p0.speed + p1.speed && pm.vProps.ndevs == 2 && pm.vProps.devs[0] == 0 &&
+         pm.vProps.devs[1] == 1,
+     "merged device %s: speeds summed (%d), vProps {2,{0,1}}", pm.name, pm.speed);
+  ok(traffic(n, d, 24u << 20) == 0, "%s", "24 MiB over the merged device's two rails, verified");
+  ok(traffic(n, 0, 1u << 20) == 0, "%s", "the original devices still work");
+  int w = warns;
+  ncclNetVDeviceProps_t bad = {.ndevs = 0};
+  ok(n->makeVDevice(&d, &bad) != ncclSuccess && warns > w, "%s", "0 devices: error with a WARN");
+  w = warns;
+  bad = (ncclNetVDeviceProps_t){.ndevs = 2, .devs = {1, 1}};
+  ok(n->makeVDevice(&d, &bad) != ncclSuccess && warns > w, "%s", "a repeated device: error with a WARN");
+  w = warns;
+  bad = (ncclNetVDeviceProps_t){.ndevs = 1, .devs = {42}};
+  ok(n->makeVDevice(&d, &bad) != ncclSuccess && warns > w, "%s", "an unknown device: error with a WARN");
+  printf("# %d passed, %d failed\n", count - failures, failures);
+  return failures != 0;
+}

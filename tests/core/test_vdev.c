@@ -1,0 +1,122 @@
+/* The plugin's device table built from the rail planner (plugin/vdev.c),
+ * against the team's topology fixtures: one device per rail set, fused
+ * devices named with '+', storage NICs left out, GDR from the plan. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "railnet/core.h"
+#include "railnet/param.h"
+#include "railnet/topo.h"
+
+static int failures, count;
+
+__attribute__((format(printf, 2, 3))) static void ok(int cond, const char *fmt, ...) {
+  va_list ap;
+  count++;
+  if (!cond) failures++;
+  printf("%sok %d - ", cond ? "" : "not ", count);
+  va_start(ap, fmt);
+  vprintf(fmt, ap);
+  va_end(ap);
+  printf("\n");
+}
+
+/* NICs as a verbs transport would report them: every NIC in the file,
+ * each with a made-up sysfs path ending in its bus id. */
+static int fake_nics(const char *file, struct rn_nic *nics) {
+  char err[512];
+  struct rn_topo *t;
+  if (rn_topo_load_file(file, &t, err, sizeof(err)) != 0) {
+    printf("# %s\n", err);
+    return -1;
+  }
+  int n = rn_topo_nnics(t);
+  for (int i = 0; i < n && i < RN_MAX_NICS; i++) {
+    const struct rn_topo_nic *m = rn_topo_nic(t, i);
+    memset(&nics[i], 0, sizeof(nics[i]));
+    snprintf(nics[i].name, sizeof(nics[i].name), "%s", m->name);
+    snprintf(nics[i].busid, sizeof(nics[i].busid), "%s", m->busid);
+    snprintf(nics[i].pci_path, sizeof(nics[i].pci_path), "/sys/devices/pci0000:00/%s", m->busid);
+    nics[i].speed_mbps = m->speed_mbps;
+    nics[i].ptr_support = NCCL_PTR_HOST | NCCL_PTR_CUDA;
+    nics[i].max_comms = 1024;
+    nics[i].tidx = i;
+  }
+  rn_topo_free(t);
+  return n;
+}
+
+static int build(const char *file, const char *env_extra, struct rn_nic *nics, int nnics,
+                 struct rn_vdev *v, int *nv) {
+  setenv("RAILNET_TOPO_FILE", file, 1);
+  unsetenv("RAILNET_NICS");
+  unsetenv("RAILNET_GDR_LEVEL");
+  if (env_extra != NULL) putenv((char *)env_extra);
+  rn_params_reload();
+  return rn_vdev_build(&rn_transport_tcp, nics, nnics, v, nv) == ncclSuccess ? 0 : -1;
+}
+
+static int has_vdev(const struct rn_vdev *v, int nv, const char *name) {
+  for (int i = 0; i < nv; i++)
+    if (strcmp(v[i].name, name) == 0) return i;
+  return -1;
+}
+
+int main(void) {
+  static struct rn_nic nics[RN_MAX_NICS];
+  static struct rn_vdev v[RN_MAX_VDEVS];
+  int nv = 0;
+  printf("1..14\n");
+  const char *dgx = "tests/topo/fixtures/dgx-h100-like.xml";
+  int n = fake_nics(dgx, nics);
+  ok(n == 12, "DGX-H100-like fixture gives 12 NICs (%s)", dgx);
+  ok(build(dgx, NULL, nics, n, v, &nv) == 0 && nv == 8, "%s", "one device per GPU rail set: 8");
+  int i0 = has_vdev(v, nv, "mlx5_0");
+  ok(i0 >= 0 && v[i0].rails.n == 1 && (v[i0].ptr_support & NCCL_PTR_CUDA) &&
+         strstr(v[i0].why, "PIX") != NULL,
+     "mlx5_0 is a one-rail device with GDR, and says why: %s", i0 >= 0 ? v[i0].why : "-");
+  ok(i0 >= 0 && strcmp(v[i0].pci_path, "/sys/devices/pci0000:00/0000:18:00.0") == 0,
+     "pciPath is the lead NIC's sysfs path (%s)", i0 >= 0 ? v[i0].pci_path : "-");
+  ok(has_vdev(v, nv, "mlx5_1") < 0 && has_vdev(v, nv, "mlx5_2") < 0 && has_vdev(v, nv, "mlx5_7") < 0 &&
+         has_vdev(v, nv, "mlx5_8") < 0,
+     "%s", "storage NICs mlx5_1/2/7/8 are not exposed");
+  ok(build(dgx, "RAILNET_NICS=mlx5_0,mlx5_1", nics, n, v, &nv) == 0 &&
+         has_vdev(v, nv, "mlx5_1") >= 0 && has_vdev(v, nv, "mlx5_0") >= 0 &&
+         has_vdev(v, nv, "mlx5_3") < 0,
+     "%s", "RAILNET_NICS=mlx5_0,mlx5_1 exposes exactly what it names");
+  ok(build(dgx, "RAILNET_GDR_LEVEL=0", nics, n, v, &nv) == 0 && nv == 8 &&
+         !(v[0].ptr_support & NCCL_PTR_CUDA),
+     "%s", "RAILNET_GDR_LEVEL=0 (LOC) turns GDR off for PIX rails");
+  struct rn_nic only_host[RN_MAX_NICS];
+  memcpy(only_host, nics, sizeof(only_host));
+  for (int i = 0; i < n; i++) only_host[i].ptr_support = NCCL_PTR_HOST;
+  ok(build(dgx, NULL, only_host, n, v, &nv) == 0 && nv == 8 && v[0].ptr_support == NCCL_PTR_HOST,
+     "%s", "a NIC whose probe found no GDR stays HOST-only even on a PIX path");
+
+  const char *p5 = "tests/topo/fixtures/p5-like.xml";
+  n = fake_nics(p5, nics);
+  ok(n == 32 && build(p5, NULL, nics, n, v, &nv) == 0 && nv == 8, "p5-like: 8 devices from 32 NICs (%s)", p5);
+  int f = has_vdev(v, nv, "rdmap79s0+rdmap80s0+rdmap81s0+rdmap82s0");
+  ok(f >= 0 && v[f].rails.n == 4 && v[f].speed == 400000,
+     "%s", "p5-like: 4 NICs fused into one device named with '+', speeds summed");
+
+  /* A transport NIC the topology does not know (a veth, say). */
+  n = fake_nics(dgx, nics);
+  memset(&nics[n], 0, sizeof(nics[n]));
+  snprintf(nics[n].name, sizeof(nics[n].name), "veth0");
+  nics[n].speed_mbps = 10000;
+  nics[n].ptr_support = NCCL_PTR_HOST;
+  ok(build(dgx, NULL, nics, n + 1, v, &nv) == 0 && has_vdev(v, nv, "veth0") < 0 && nv == 8,
+     "%s", "a NIC outside the topology stays hidden when GPUs have planned rails");
+  ok(build(dgx, "RAILNET_NICS=veth0,mlx5_0", nics, n + 1, v, &nv) == 0 &&
+         has_vdev(v, nv, "veth0") >= 0,
+     "%s", "... and is exposed when RAILNET_NICS names it");
+  ok(build("tests/topo/fixtures/no-nics.xml", NULL, nics + n, 1, v, &nv) == 0 && nv == 1 &&
+         strcmp(v[0].name, "veth0") == 0,
+     "%s", "with no planned rails every transport NIC is its own device");
+  ok(build("/nonexistent/topo.xml", NULL, nics, n, v, &nv) == 0 && nv >= 1,
+     "%s", "an unreadable RAILNET_TOPO_FILE warns and falls back to the live machine");
+  printf("# %d passed, %d failed\n", count - failures, failures);
+  return failures != 0;
+}
