@@ -693,6 +693,51 @@ static int case_reload(struct rn_peer *p) {
   return 0;
 }
 
+/* NCCL's abort path: finalize/dlclose with comms still open and a large
+ * transfer in flight.  Helper threads must be gone before the code is. */
+static int case_unload_open(struct rn_peer *p) {
+  char err[512];
+  rn_net_close(&p->net); /* the runner's handle would keep the code mapped */
+  setenv("RAILNET_SOCKET_NTHREADS", "2", 0); /* make sure helper threads exist */
+  struct rn_net n;
+  if (rn_net_open(&n, p->version, err, sizeof err) != 0) return peer_fail(p, "open: %s", err);
+  ncclResult_t r = rn_net_init(&n);
+  int nd = 0;
+  if (r != ncclSuccess || rn_net_devices(&n, &nd) != ncclSuccess || nd <= 0)
+    return peer_fail(p, "init: %s, %d devices", rn_result_str(r), nd);
+  struct rn_peer q = *p;
+  q.net = n;
+  void *lc, *sc, *rcm;
+  if (peer_loopback(&q, &lc, &sc, &rcm, 20 * tscale()) != 0) return peer_fail(p, "%s", q.why);
+  size_t sz = 64 * MB;
+  unsigned char *sb = malloc(sz), *rb = malloc(sz);
+  if (sb == NULL || rb == NULL) return peer_fail(p, "oom");
+  memset(sb, 1, sz);
+  void *smh = NULL, *rmh = NULL, *sreq = NULL, *rreq = NULL;
+  if (rn_net_regmr(&n, sc, sb, sz, NCCL_PTR_HOST, &smh) != ncclSuccess ||
+      rn_net_regmr(&n, rcm, rb, sz, NCCL_PTR_HOST, &rmh) != ncclSuccess)
+    return peer_fail(p, "regMr failed");
+  void *d = rb;
+  int tag = 1;
+  double end = now_s() + 10 * tscale();
+  while (rreq == NULL && now_s() < end)
+    if ((r = rn_net_irecv(&n, rcm, 1, &d, &sz, &tag, &rmh, &rreq)) != ncclSuccess)
+      return peer_fail(p, "irecv: %s", rn_result_str(r));
+  while (sreq == NULL && now_s() < end)
+    if ((r = rn_net_isend(&n, sc, sb, sz, 1, smh, &sreq)) != ncclSuccess)
+      return peer_fail(p, "isend: %s", rn_result_str(r));
+  int done = 0;
+  rn_net_test(&n, sreq, &done, NULL);
+  /* abandon everything: no test to completion, no deregMr, no close */
+  if ((r = rn_net_finalize(&n)) != ncclSuccess) return peer_fail(p, "finalize with comms open: %s", rn_result_str(r));
+  rn_net_close(&n);
+  sleep_us(300000); /* a thread left running in unmapped code would crash by now */
+  free(sb);
+  free(rb);
+  if (rn_net_open(&p->net, p->version, err, sizeof err) != 0) return peer_fail(p, "reopen: %s", err);
+  return 0;
+}
+
 /* ---- the table ---------------------------------------------------------- */
 struct tcase {
   const char *name;
@@ -750,6 +795,7 @@ static const struct tcase cases[] = {
     {"irecv with *request == 0x1 returns a real request", case_req_preset_recv, case_req_preset_send, NULL, 60, 9, 1, 1},
     {"v11 init/finalize repeated, concurrent, per context", case_v11_lifecycle, NULL, NULL, 90, 11, 0, 0},
     {"dlclose and dlopen again: init and traffic work", case_reload, NULL, NULL, 90, 8, 0, 0},
+    {"finalize and dlclose with comms open and a transfer in flight: no crash", case_unload_open, NULL, NULL, 60, 8, 0, 0},
 };
 #define NCASES (int)(sizeof cases / sizeof cases[0])
 

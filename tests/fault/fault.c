@@ -177,6 +177,44 @@ static int survivor(struct rn_peer *p) {
   return rc;
 }
 
+/* The listener dies after handing out its handle, before accepting: the
+ * connector must get an error (or at worst keep returning NULL) — never
+ * crash; an error within DEATH_BOUND_S is what NCCL needs to stop. */
+static int dead_listener_r(struct rn_peer *p) {
+  char handle[NCCL_NET_HANDLE_MAXSIZE] = {0};
+  void *lc = NULL;
+  ncclResult_t r = rn_net_listen(&p->net, p->dev, handle, &lc);
+  if (r != ncclSuccess) return peer_fail(p, "listen: %s", rn_result_str(r));
+  if (peer_write(p, handle, sizeof handle) != 0) return peer_fail(p, "pipe");
+  die_now(p);
+  return 0;
+}
+
+static int dead_listener_s(struct rn_peer *p) {
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  double t_kill = 0;
+  if (peer_read(p, handle, sizeof handle, 30) != 0) return peer_fail(p, "no handle");
+  if (peer_read(p, &t_kill, sizeof t_kill, 30) != 0) return peer_fail(p, "no death notice");
+  /* the listener is dead now: start connecting */
+  void *sc = NULL;
+  ncclResult_t r = ncclSuccess;
+  double end = now_s() + DEATH_BOUND_S * tscale();
+  int calls = 0;
+  while (now_s() < end) {
+    r = rn_net_connect(&p->net, p->dev, handle, &sc);
+    calls++;
+    if (r != ncclSuccess || sc != NULL) break;
+    sleep_us(1000);
+  }
+  note("sender: connect to a dead listener: %s after %d calls, %.3f s", rn_result_str(r), calls, now_s() - t_kill);
+  if (r == ncclSuccess && sc != NULL) {
+    /* a comm to a dead peer: it must fail on first use */
+    return peer_fail(p, "connect to a dead listener returned a comm");
+  }
+  if (r == ncclSuccess) return peer_fail(p, "connect to a dead listener still returns NULL after %.0f s (NCCL would hang)", DEATH_BOUND_S);
+  return 0;
+}
+
 /* ---- close with requests outstanding ------------------------------------- */
 static int timed_close(struct rn_peer *p, void *comm, void *lc, const char *what) {
   double t0 = now_s();
@@ -750,6 +788,7 @@ static const struct fcase fcases[] = {
     {"receiver SIGKILLed mid-transfer: sender's test() errors within 10 s", victim, survivor, &k_busy, 90, {SIGKILL, 0}},
     {"sender SIGKILLed before sending: posted receive errors within 10 s", survivor, victim, &k_idle, 90, {0, SIGKILL}},
     {"receiver SIGKILLed with nothing posted: sender's isend/test errors within 10 s", victim, survivor, &k_idle, 90, {SIGKILL, 0}},
+    {"listener SIGKILLed before accepting: connect errors within 10 s", dead_listener_r, dead_listener_s, NULL, 60, {SIGKILL, 0}},
     {"closeRecv with receives outstanding returns within 2 s", close_recv_r, close_recv_s, NULL, 60, {0, 0}},
     {"closeSend with 64 MiB sends outstanding returns within 2 s", close_send_r, close_send_s, NULL, 60, {0, 0}},
     {"send larger than the posted receive fails on both sides, WARN names both sizes", oversize, oversize, NULL, 60, {0, 0}},
