@@ -539,9 +539,9 @@ int main(int argc, char **argv) {
   double ipbest = ip1 > ip4 ? ip1 : ip4;
   double tcbest = tc1 > tc4 ? tc1 : tc4;
 
-  printf("#\n# %10s %12s %12s %12s %12s %10s\n", "size", "railnet 1c", "railnet 4c", "iperf3 best", "TCP best",
-         "rn/iperf3");
-  printf("# %10s %12s %12s %12s %12s %10s\n", "", "GB/s", "GB/s", "GB/s", "GB/s", "");
+  printf("#\n# %10s %12s %12s %12s %12s %10s %8s\n", "size", "railnet 1c", "railnet 4c", "iperf3 best", "TCP best",
+         "rn/iperf3", "rn/TCP");
+  printf("# %10s %12s %12s %12s %12s %10s %8s\n", "", "GB/s", "GB/s", "GB/s", "GB/s", "", "");
   int met_bw = ipbest > 0, any4 = 0;
   double worst = 1e9;
   size_t worst_size = 0;
@@ -557,8 +557,8 @@ int main(int argc, char **argv) {
     char hb[32], c1[32], c4[32];
     snprintf(c1, sizeof c1, g1 < 0 ? "-" : "%.3f", g1);
     snprintf(c4, sizeof c4, g4 < 0 ? "-" : "%.3f", g4);
-    printf("  %10s %12s %12s %12.3f %12.3f %9.0f%%\n", human(bench_sizes[si], hb, sizeof hb), c1, c4, ipbest,
-           tcbest, ratio * 100);
+    printf("  %10s %12s %12s %12.3f %12.3f %9.0f%% %7.0f%%\n", human(bench_sizes[si], hb, sizeof hb), c1, c4,
+           ipbest, tcbest, ratio * 100, tcbest > 0 && best >= 0 ? best / tcbest * 100 : 0);
     if (bench_sizes[si] >= 4 * MB) {
       any4 = 1;
       if (best < 0 || ratio < 0.8) met_bw = 0;
