@@ -14,6 +14,8 @@
  * EOF is how a waiting side notices a dead peer that owes it data. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <pthread.h>
+#include <stddef.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <stdio.h>
@@ -56,6 +58,7 @@ static_assert(sizeof(struct rn_ib_payload) <= RN_HANDLE_PAYLOAD, "handle payload
 
 struct rn_ib_listen_comm {
   struct rn_comm_base base;
+  struct rn_ib_live live;
   struct rn_rails rails;
   int lfd;
   struct rn_rdv *rdv;
@@ -80,6 +83,33 @@ struct rn_ib_connect_state {
   struct rn_ib_comm *comm;
   char peer[64];
 };
+
+/* --- open comms -------------------------------------------------------- */
+
+static pthread_mutex_t rn_ib_live_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct rn_ib_live rn_ib_live_head = {&rn_ib_live_head, &rn_ib_live_head, 0};
+
+static void rn_ib_live_add(struct rn_ib_live *l, int is_listen)
+{
+  pthread_mutex_lock(&rn_ib_live_lock);
+  l->is_listen = is_listen;
+  l->next = &rn_ib_live_head;
+  l->prev = rn_ib_live_head.prev;
+  l->prev->next = l;
+  rn_ib_live_head.prev = l;
+  pthread_mutex_unlock(&rn_ib_live_lock);
+}
+
+static void rn_ib_live_del(struct rn_ib_live *l)
+{
+  pthread_mutex_lock(&rn_ib_live_lock);
+  if (l->next) {
+    l->prev->next = l->next;
+    l->next->prev = l->prev;
+    l->next = l->prev = NULL;
+  }
+  pthread_mutex_unlock(&rn_ib_live_lock);
+}
 
 /* --- addresses ---------------------------------------------------------- */
 
@@ -203,6 +233,7 @@ static void rn_ib_rail_info_fill(const struct rn_ib_rail *rl, struct rn_ib_rail_
 static void rn_ib_comm_free(struct rn_ib_comm *c)
 {
   if (!c) return;
+  rn_ib_live_del(&c->live);
   for (int r = c->nlocal - 1; r >= 0; r--) {
     struct rn_ib_rail *rl = &c->rail[r];
     if (rl->flush_qp) (void)rn_ibv_destroy_qp(rl->flush_qp);
@@ -370,6 +401,7 @@ ncclResult_t rn_ib_listen(const struct rn_rails *r, struct rn_handle *h, void **
   memcpy(h->payload, &pl, sizeof(pl));
   rn_sockaddr_str(&bound, l->addr, sizeof(l->addr));
   RN_INFO(NCCL_NET, "IB : listening on %s for %s (%d rail(s))", l->addr, r->nic[0]->name, r->n);
+  rn_ib_live_add(&l->live, 1);
   *lcomm = l;
   return ncclSuccess;
 out_close:
@@ -431,6 +463,7 @@ static ncclResult_t rn_ib_accept_step(struct rn_ib_listen_comm *l, void **rcomm)
       l->fd = -1;
       RN_INFO(NCCL_NET, "IB : accepted %s: %d rail(s) x %d QP(s), first QP %u", l->comm->peer,
               l->comm->nrails, l->comm->nqps, l->comm->rail[0].qp[0]->qp_num);
+      rn_ib_live_add(&l->comm->live, 0);
       *rcomm = l->comm;
       l->comm = NULL;
       l->stage = RN_IB_ACC_RDV;
@@ -459,6 +492,7 @@ ncclResult_t rn_ib_close_listen(void *lcomm)
 {
   struct rn_ib_listen_comm *l = lcomm;
   if (!l) return ncclSuccess;
+  rn_ib_live_del(&l->live);
   rn_ib_comm_free(l->comm);
   if (l->fd >= 0) close(l->fd);
   if (l->rdv) rn_rdv_destroy(l->rdv);
@@ -531,6 +565,7 @@ static ncclResult_t rn_ib_connect_step(struct rn_ib_connect_state *s, const stru
       s->fd = -1;
       RN_INFO(NCCL_NET, "IB : connected to %s: %d rail(s) x %d QP(s), first QP %u", s->comm->peer,
               s->comm->nrails, s->comm->nqps, s->comm->rail[0].qp[0]->qp_num);
+      rn_ib_live_add(&s->comm->live, 0);
       *scomm = s->comm;
       s->comm = NULL;
       return ncclSuccess;
@@ -585,4 +620,21 @@ ncclResult_t rn_ib_close_recv(void *rcomm)
 {
   rn_ib_comm_free(rcomm);
   return ncclSuccess;
+}
+
+int rn_ib_close_all(void)
+{
+  int n = 0;
+  for (;;) {
+    pthread_mutex_lock(&rn_ib_live_lock);
+    struct rn_ib_live *l = rn_ib_live_head.next;
+    pthread_mutex_unlock(&rn_ib_live_lock);
+    if (l == &rn_ib_live_head) break;
+    if (l->is_listen)
+      (void)rn_ib_close_listen((char *)l - offsetof(struct rn_ib_listen_comm, live));
+    else
+      rn_ib_comm_free((struct rn_ib_comm *)((char *)l - offsetof(struct rn_ib_comm, live)));
+    n++;
+  }
+  return n;
 }

@@ -315,6 +315,10 @@ ncclResult_t rn_ib_init(const struct rn_nic **nics, int *n)
 
 void rn_ib_fini(void)
 {
+  /* Comms left open (abort, unload) hold QPs, CQs and MRs on the devices:
+   * free them first, never waiting on a peer. */
+  int n = rn_ib_close_all();
+  if (n > 0) RN_INFO(NCCL_INIT | NCCL_NET, "IB : closed %d comm(s) left open at finalize", n);
   for (int i = 0; i < rn_ib_nctx; i++) rn_ib_ctx_close(&rn_ib_ctxs[i]);
   rn_ib_nctx = rn_ib_ndevs = 0;
 }

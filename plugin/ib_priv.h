@@ -126,6 +126,13 @@ struct rn_ib_rail {
   uint32_t rem_rkey;        /* the peer's control block on this rail */
 };
 
+/* Comms and listen comms handed to the core, so finalize (or unload) can
+ * close what the caller left open. */
+struct rn_ib_live {
+  struct rn_ib_live *prev, *next;
+  int is_listen;
+};
+
 /* One request, of any kind.  Preallocated in the comm; kind 0 = free. */
 enum rn_ib_req_kind { RN_IB_REQ_SEND = 1, RN_IB_REQ_RECV = 2, RN_IB_REQ_FLUSH = 3 };
 struct rn_ib_comm;
@@ -157,6 +164,7 @@ struct rn_ib_sgroup {
  * close_*; everything inside is freed by close in reverse order. */
 struct rn_ib_comm {
   struct rn_comm_base base;
+  struct rn_ib_live live;
   int nlocal;               /* local rails with resources */
   int nrails;               /* rails connected (min of both sides) */
   int nqps;                 /* QPs per rail */
@@ -206,6 +214,7 @@ ncclResult_t rn_ib_close_send(void *scomm);
 ncclResult_t rn_ib_close_recv(void *rcomm);
 ncclResult_t rn_ib_close_listen(void *lcomm);
 ncclResult_t rn_ib_peer_alive(struct rn_ib_comm *c);
+int rn_ib_close_all(void); /* at fini: frees what is still open, returns how many */
 /* ib_p2p.c */
 ncclResult_t rn_ib_reg_mr(void *comm, void *data, size_t size, int type, void **mh);
 ncclResult_t rn_ib_reg_mr_dmabuf(void *comm, void *data, size_t size, int type, uint64_t offset,
