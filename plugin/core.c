@@ -72,8 +72,12 @@ static ncclResult_t rn_core_setup(void) {
     want_ib = 0;
     want_tcp = 1;
   } else {
-    RN_WARN("RAILNET_TRANSPORT=%s is not one of auto, ib, socket", p->transport);
-    return ncclInvalidUsage;
+    /* Not a failed init: NCCL 2.28.9 then calls finalize through a NULL
+     * pointer.  Zero devices with a WARN makes NCCL move on visibly. */
+    RN_WARN("RAILNET_TRANSPORT=%s is not one of auto, ib, socket: railnet offers no devices",
+            p->transport);
+    rn_core.nvdevs = 0;
+    return ncclSuccess;
   }
   rn_core.t = NULL;
   if (want_ib) {
@@ -86,8 +90,9 @@ static ncclResult_t rn_core_setup(void) {
     } else if (!want_tcp) {
       rn_transport_ib.fini();
       RN_WARN("RAILNET_TRANSPORT=ib but no usable verbs device (no libibverbs, no device, or no "
-              "ACTIVE port)");
-      return ncclInvalidUsage;
+              "ACTIVE port): railnet offers no devices");
+      rn_core.nvdevs = 0;
+      return ncclSuccess;
     } else {
       rn_transport_ib.fini();
       RN_INFO(NCCL_INIT | NCCL_NET, "transport socket: verbs unavailable (no ACTIVE port), using TCP");
@@ -326,6 +331,7 @@ ncclResult_t rn_core_listen(void *ctx, int dev, void *handle, void **lcomm) {
   h->magic = RN_HANDLE_MAGIC;
   h->transport = (uint8_t)rn_core.tidx;
   h->nrails = (uint8_t)v->rails.n;
+  h->wire = RN_WIRE_VERSION;
   h->nonce = rn_random64();
   RN_CHECK(rn_core.t->listen(&v->rails, h, lcomm));
   h->check = rn_handle_check(h);
@@ -356,6 +362,12 @@ ncclResult_t rn_core_connect(void *ctx, int dev, void *handle, void **scomm,
   if (h->check != rn_handle_check(h)) {
     RN_WARN("connect: handle %p is corrupted (checksum mismatch); was it copied whole?", handle);
     return ncclInvalidArgument;
+  }
+  if (h->wire != RN_WIRE_VERSION) {
+    RN_WARN("connect: the peer's railnet speaks wire version %u, this one %u; use the same "
+            "railnet build on every node",
+            h->wire, RN_WIRE_VERSION);
+    return ncclInvalidUsage;
   }
   if (h->transport != rn_core.tidx) {
     RN_WARN("connect: peer uses transport %s, this process uses %s; set RAILNET_TRANSPORT alike "

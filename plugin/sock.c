@@ -15,8 +15,9 @@
 #include "railnet/check.h"
 #include "railnet/param.h"
 #include "railnet/sock.h"
+#include "railnet/transport.h"
 
-#define RN_HELLO_VERSION 1
+#define RN_HELLO_VERSION RN_WIRE_VERSION
 #define RN_RDV_MAX_PENDING 256
 #define RN_RDV_MAX_GROUPS 64
 

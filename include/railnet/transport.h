@@ -36,12 +36,16 @@ struct rn_nic {
 /* The handle NCCL carries between ranks.  The core owns the header; the
  * transport fills payload with its listen addresses. */
 #define RN_HANDLE_MAGIC 0x524e4831u /* "RNH1" */
+/* The on-the-wire protocol of every transport.  Bump it with any change to
+ * a hello, handle or control message, so mixed builds refuse each other at
+ * connect instead of misreading each other's bytes. */
+#define RN_WIRE_VERSION 2
 #define RN_HANDLE_PAYLOAD 104
 struct rn_handle {
   uint32_t magic;
   uint8_t transport;    /* index into the transport list */
   uint8_t nrails;
-  uint16_t reserved;
+  uint16_t wire;        /* RN_WIRE_VERSION of the build that listened */
   uint64_t nonce;       /* random per listen; accept admits only this */
   uint8_t payload[RN_HANDLE_PAYLOAD];
   uint32_t check;       /* FNV-1a of the bytes above: a corrupted handle is refused */
