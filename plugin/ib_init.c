@@ -319,6 +319,8 @@ void rn_ib_fini(void)
    * free them first, never waiting on a peer. */
   int n = rn_ib_close_all();
   if (n > 0) RN_INFO(NCCL_INIT | NCCL_NET, "IB : closed %d comm(s) left open at finalize", n);
+  n = rn_ib_mh_free_all();
+  if (n > 0) RN_INFO(NCCL_INIT | NCCL_NET, "IB : released %d registration(s) left at finalize", n);
   for (int i = 0; i < rn_ib_nctx; i++) rn_ib_ctx_close(&rn_ib_ctxs[i]);
   rn_ib_nctx = rn_ib_ndevs = 0;
 }

@@ -2,6 +2,7 @@
  * polled from the comm's CQs inside test() (and isend/irecv when they need
  * room); there is no progress thread.  See ib_priv.h for the protocol. */
 #include <arpa/inet.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +45,42 @@ void rn_ib_mr_dereg_cb(void *ctx, void *handle)
   (void)rn_ibv_dereg_mr(handle);
 }
 
+static pthread_mutex_t rn_ib_mh_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct rn_ib_mh *rn_ib_mh_list;
+
+static void rn_ib_mh_link(struct rn_ib_mh *mh)
+{
+  pthread_mutex_lock(&rn_ib_mh_lock);
+  mh->prev = NULL;
+  mh->next = rn_ib_mh_list;
+  if (mh->next) mh->next->prev = mh;
+  rn_ib_mh_list = mh;
+  pthread_mutex_unlock(&rn_ib_mh_lock);
+}
+
+static void rn_ib_mh_unlink(struct rn_ib_mh *mh)
+{
+  pthread_mutex_lock(&rn_ib_mh_lock);
+  if (mh->prev) mh->prev->next = mh->next;
+  else rn_ib_mh_list = mh->next;
+  if (mh->next) mh->next->prev = mh->prev;
+  pthread_mutex_unlock(&rn_ib_mh_lock);
+}
+
+int rn_ib_mh_free_all(void)
+{
+  int n = 0;
+  pthread_mutex_lock(&rn_ib_mh_lock);
+  while (rn_ib_mh_list) {
+    struct rn_ib_mh *mh = rn_ib_mh_list;
+    rn_ib_mh_list = mh->next;
+    free(mh);
+    n++;
+  }
+  pthread_mutex_unlock(&rn_ib_mh_lock);
+  return n;
+}
+
 static ncclResult_t rn_ib_reg(struct rn_ib_comm *c, void *data, size_t size, int type,
                               const struct rn_ib_dmabuf_arg *d, int flags, void **out)
 {
@@ -60,6 +97,7 @@ static ncclResult_t rn_ib_reg(struct rn_ib_comm *c, void *data, size_t size, int
                   out_put);
     mh->nrails = r + 1;
   }
+  rn_ib_mh_link(mh);
   *out = mh;
   return ncclSuccess;
 out_put:
@@ -98,6 +136,7 @@ ncclResult_t rn_ib_dereg_mr(void *comm, void *mhp)
 {
   (void)comm;
   struct rn_ib_mh *mh = mhp;
+  rn_ib_mh_unlink(mh);
   for (int r = mh->nrails - 1; r >= 0; r--) rn_mr_cache_put(mh->ctx[r]->mrc, mh->ent[r]);
   free(mh);
   return ncclSuccess;

@@ -106,6 +106,7 @@ const struct rn_nic *rn_ib_nic_of(const struct rn_ib_dev *dev);
 /* A registration: one cache entry per rail of the comm it was made on.
  * Owner: the caller of reg_mr, until dereg_mr. */
 struct rn_ib_mh {
+  struct rn_ib_mh *prev, *next; /* registrations alive, freed at fini */
   int type;               /* NCCL_PTR_* */
   int nrails;
   struct rn_ib_ctx *ctx[RN_MAX_RAILS];
@@ -227,6 +228,9 @@ ncclResult_t rn_ib_iflush(void *rcomm, int n, void **data, const int *sizes, voi
                           void **req);
 ncclResult_t rn_ib_test(void *req, int *done, size_t *sizes, int *nsizes);
 ncclResult_t rn_ib_post_recvs(struct rn_ib_comm *c, int rail, int qpi, int count);
+/* At fini: frees registrations the caller never deregistered (the caches,
+ * destroyed after, deregister their MRs); returns how many. */
+int rn_ib_mh_free_all(void);
 /* The mr cache callbacks for a device (ib_p2p.c). */
 ncclResult_t rn_ib_mr_reg_cb(void *ctx, uintptr_t addr, size_t len, const void *arg, void **handle);
 void rn_ib_mr_dereg_cb(void *ctx, void *handle);

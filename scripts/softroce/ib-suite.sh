@@ -7,6 +7,7 @@
 B=${1:-build}; O=${2:-/tmp}; MODE=${3:-}
 R=$O/results; : >"$R"
 export RAILNET_TRANSPORT=ib
+export RN_BUILD="$B"   # the test programs load $RN_BUILD/libnccl-net-railnet.so
 T=${RN_SUITE_TIMEOUT:-240}
 
 check() { # NAME RECV_ENV SEND_ENV CMD...
