@@ -170,6 +170,18 @@ ncclResult_t rn_sock_connect_poll(int fd, int *ready) {
     RN_WARN("connect failed: %s", strerror(err));
     return ncclRemoteError;
   }
+  /* A connect to a dead listener's port can pick that same port as its own
+   * ephemeral port and "succeed" by connecting to itself (TCP simultaneous
+   * open).  That is a refused connection. */
+  union rn_sockaddr me, peer;
+  socklen_t ml = sizeof(me), pl = sizeof(peer);
+  if (getsockname(fd, &me.sa, &ml) == 0 && getpeername(fd, &peer.sa, &pl) == 0 && ml == pl &&
+      memcmp(&me, &peer, ml) == 0) {
+    char str[64];
+    RN_WARN("connect to %s reached itself: nothing listens there any more",
+            rn_sockaddr_str(&peer, str, sizeof(str)));
+    return ncclRemoteError;
+  }
   *ready = 1;
   return ncclSuccess;
 }

@@ -40,10 +40,16 @@
 #define RN_TCP_CTL_BUF 65536   /* control input buffer */
 #define RN_TCP_CTL_Q 512       /* control messages queued for output */
 
-enum rn_tcp_msg { RN_TCP_CTS = 1, RN_TCP_DATA = 2 };
+/* Small messages sent before their clear-to-send arrived, unmatched at the
+ * sender and possibly unexpected at the receiver, at most this many. */
+#define RN_TCP_EAGER_WINDOW 64
+#define RN_TCP_EAGER_MAX 1024
+
+enum rn_tcp_msg { RN_TCP_CTS = 1, RN_TCP_DATA = 2, RN_TCP_NACK = 3 };
 enum {
   RN_TCP_F_TOO_BIG = 1,  /* the send exceeds the posted buffer: fail both sides */
   RN_TCP_F_STREAMED = 2, /* the payload follows on the data streams */
+  RN_TCP_F_EAGER = 4,    /* sent before its clear-to-send: seq/idx unknown, match by tag */
 };
 
 struct rn_tcp_cts {
@@ -62,6 +68,24 @@ struct rn_tcp_data {
   uint64_t size;
   uint32_t flags;
   uint32_t inline_len;
+  int32_t tag;
+  uint32_t reserved;
+};
+
+/* Receiver to sender: an eager message did not fit its buffer. */
+struct rn_tcp_nack {
+  uint32_t type;
+  int32_t tag;
+  uint64_t size;
+  uint64_t posted;
+};
+
+/* An eager message that arrived before its receive was posted. */
+struct rn_tcp_unexp {
+  int32_t tag;
+  int ready;          /* payload complete */
+  uint64_t size;
+  char data[RN_TCP_EAGER_MAX];
 };
 
 /* Data-stream chunk header; `len` payload bytes follow. */
@@ -96,7 +120,8 @@ struct rn_tcp_req {
   int n;
   void *buf[RN_MAX_RECVS];
   size_t posted[RN_MAX_RECVS];
-  int tag[RN_MAX_RECVS];
+  int32_t tag[RN_MAX_RECVS];
+  uint32_t taken;                     /* buffers matched to a message */
   size_t got[RN_MAX_RECVS];           /* message size per buffer, once known */
   _Atomic size_t arrived[RN_MAX_RECVS]; /* bytes landed through streams */
   _Atomic int pending;                /* buffers not yet complete */
@@ -176,6 +201,19 @@ struct rn_tcp_comm {
   struct rn_tcp_req *rx_req;
   uint32_t rx_idx;
   uint64_t rx_size;
+  struct rn_tcp_unexp *rx_unexp;  /* payload being read into the unexpected queue */
+  size_t eager_max;
+  atomic_int lazy;                /* a clear-to-send waits in oq (rn_tcp_flush_lazy) */
+  /* recv side: messages are matched to buffers in arrival order, filling
+   * group match_seq; eager ones whose group is not posted wait in uq */
+  uint64_t match_seq;
+  int match_cnt;
+  struct rn_tcp_unexp *uq;        /* RN_TCP_EAGER_WINDOW entries, allocated on first use */
+  int uq_head, uq_tail;
+  char *discard;                  /* payload of a message too big for its buffer */
+  /* send side: tags of eager messages not yet matched to a clear-to-send */
+  int32_t ua_tag[RN_TCP_EAGER_WINDOW];
+  int ua_head, ua_tail;
   /* send side: CTS ring indexed by seq % RN_TCP_RING */
   uint64_t send_seq;
   struct rn_tcp_cts cts[RN_TCP_RING];
@@ -189,13 +227,21 @@ struct rn_tcp_comm {
 
 struct rn_tcp_listen {
   struct rn_comm_base base;
+  struct rn_tcp_listen *prev, *next; /* rn_tcp_live_listens, under rn_tcp_live_lock */
   int nfds;
   int fd[RN_MAX_RAILS];
   struct rn_rdv *rdv;
 };
 
+/* The byte the accepting side sends once it has taken the connection, so
+ * connect returns a comm only to a peer that is really there (a listening
+ * socket completes handshakes even for a process about to die). */
+#define RN_TCP_ACCEPT_ACK 0xa5
+
 struct rn_tcp_connecting {
   struct rn_dial *dial;
+  int dialed;                /* all sockets up and hellos sent: awaiting the ack */
+  struct rn_rdv_conn conn;
   struct timespec start;
   char peer[64];
 };
@@ -233,6 +279,7 @@ static ncclResult_t rn_tcp_init(const struct rn_nic **nics, int *n) {
  * threads before the code they run is unmapped. */
 static pthread_mutex_t rn_tcp_live_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct rn_tcp_comm *rn_tcp_live;
+static struct rn_tcp_listen *rn_tcp_live_listens;
 
 static void rn_tcp_live_add(struct rn_tcp_comm *c) {
   pthread_mutex_lock(&rn_tcp_live_lock);
@@ -252,10 +299,47 @@ static void rn_tcp_live_del(struct rn_tcp_comm *c) {
   pthread_mutex_unlock(&rn_tcp_live_lock);
 }
 
+static ncclResult_t rn_tcp_flush_out(struct rn_tcp_comm *c);
+
+/* Set when some comm holds a deferred clear-to-send. */
+static atomic_int rn_tcp_nlazy;
+
+/* Send the clear-to-sends that receives of small buffers deferred.  Called
+ * at the end of every isend, without the caller's comm lock (a deferred
+ * one also leaves with any progress on its own comm, e.g. the test() of
+ * that receive); other comms are only try-locked, so no thread waits. */
+static void rn_tcp_flush_lazy(void) {
+  if (!atomic_load(&rn_tcp_nlazy)) return;
+  int left = 0;
+  pthread_mutex_lock(&rn_tcp_live_lock);
+  atomic_store(&rn_tcp_nlazy, 0);
+  for (struct rn_tcp_comm *c = rn_tcp_live; c != NULL; c = c->next) {
+    if (!atomic_load(&c->lazy)) continue;
+    if (pthread_mutex_trylock(&c->lock) != 0) {
+      left = 1;
+      continue;
+    }
+    atomic_store(&c->lazy, 0);
+    rn_tcp_flush_out(c); /* errors surface through this comm's own calls */
+    pthread_mutex_unlock(&c->lock);
+  }
+  if (left) atomic_store(&rn_tcp_nlazy, 1);
+  pthread_mutex_unlock(&rn_tcp_live_lock);
+}
+
 static void rn_tcp_comm_free(struct rn_tcp_comm *c);
+static ncclResult_t rn_tcp_close_listen(void *lcomm);
 
 static void rn_tcp_fini(void) {
   int n = 0;
+  for (;;) {
+    pthread_mutex_lock(&rn_tcp_live_lock);
+    struct rn_tcp_listen *l = rn_tcp_live_listens;
+    pthread_mutex_unlock(&rn_tcp_live_lock);
+    if (l == NULL) break;
+    rn_tcp_close_listen(l);
+    n++;
+  }
   for (;;) {
     pthread_mutex_lock(&rn_tcp_live_lock);
     struct rn_tcp_comm *c = rn_tcp_live;
@@ -264,7 +348,8 @@ static void rn_tcp_fini(void) {
     rn_tcp_comm_free(c);
     n++;
   }
-  if (n > 0) RN_INFO(NCCL_INIT | NCCL_NET, "socket: closed %d comm(s) left open at finalize", n);
+  if (n > 0)
+    RN_INFO(NCCL_INIT | NCCL_NET, "socket: closed %d comm(s) left open at finalize", n);
   rn_tcp_nifs = 0;
 }
 
@@ -473,6 +558,8 @@ static void rn_tcp_comm_free(struct rn_tcp_comm *c) {
   for (int i = 0; i < RN_TCP_NREQS; i++) c->reqs[i].base.magic = 0;
   pthread_mutex_destroy(&c->lock);
   free(c->in);
+  free(c->uq);
+  free(c->discard);
   free(c);
 }
 
@@ -501,8 +588,10 @@ static ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_re
   c->nstreams = conn->nstreams;
   c->nthreads = rn_tcp_nthreads(c->nstreams);
   c->inline_max = (size_t)p->socket_inline;
+  c->eager_max = c->inline_max < RN_TCP_EAGER_MAX ? c->inline_max : RN_TCP_EAGER_MAX;
   c->chunk = (size_t)p->socket_chunk;
   c->in = malloc(RN_TCP_CTL_BUF);
+  c->discard = malloc(RN_TCP_EAGER_MAX);
   for (int i = 0; i < c->nstreams; i++) {
     c->stream[i].fd = conn->data_fd[i];
     pthread_mutex_init(&c->stream[i].qlock, NULL);
@@ -510,7 +599,7 @@ static ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_re
   }
   for (int i = 0; i < c->nthreads; i++) c->thread[i].efd = -1;
   rn_sock_tune(c->ctrl_fd, 0);
-  if (c->in == NULL) {
+  if (c->in == NULL || c->discard == NULL) {
     rn_tcp_comm_free(c);
     goto out_nomem;
   }
@@ -561,6 +650,11 @@ static ncclResult_t rn_tcp_listen(const struct rn_rails *r, struct rn_handle *h,
   }
   h->nrails = (uint8_t)n;
   RN_CHECK_GOTO(rn_rdv_create(l->fd, l->nfds, h->nonce, &l->rdv), res, out_close);
+  pthread_mutex_lock(&rn_tcp_live_lock);
+  l->next = rn_tcp_live_listens;
+  if (l->next != NULL) l->next->prev = l;
+  rn_tcp_live_listens = l;
+  pthread_mutex_unlock(&rn_tcp_live_lock);
   *lcomm = l;
   return ncclSuccess;
 out_close:
@@ -575,9 +669,16 @@ static double rn_tcp_elapsed(const struct timespec *t0) {
   return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) * 1e-9;
 }
 
+static void rn_tcp_conn_close(const struct rn_rdv_conn *conn) {
+  if (conn->ctrl_fd >= 0) close(conn->ctrl_fd);
+  for (int i = 0; i < conn->nstreams; i++)
+    if (conn->data_fd[i] >= 0) close(conn->data_fd[i]);
+}
+
 static void rn_tcp_connect_abort(void *state) {
   struct rn_tcp_connecting *k = state;
   if (k == NULL) return;
+  if (k->dialed) rn_tcp_conn_close(&k->conn);
   rn_dial_destroy(k->dial);
   free(k);
 }
@@ -610,9 +711,21 @@ static ncclResult_t rn_tcp_connect(const struct rn_rails *r, const struct rn_han
                                       (int)rn_params()->socket_nstreams, &k->dial),
                   res, out_free);
   }
-  struct rn_rdv_conn conn;
   int ready = 0;
-  RN_CHECK_GOTO(rn_dial_poll(k->dial, &conn, &ready), res, out_free);
+  if (!k->dialed) {
+    RN_CHECK_GOTO(rn_dial_poll(k->dial, &k->conn, &k->dialed), res, out_free);
+  }
+  if (k->dialed) {
+    uint8_t ack = 0;
+    size_t got = 0;
+    if (rn_sock_recv_some(k->conn.ctrl_fd, &ack, 1, &got) != ncclSuccess ||
+        (got == 1 && ack != RN_TCP_ACCEPT_ACK)) {
+      RN_WARN("socket: %s closed the connection before accepting it", k->peer);
+      res = ncclRemoteError;
+      goto out_free;
+    }
+    ready = got == 1;
+  }
   if (!ready) {
     if (rn_tcp_elapsed(&k->start) * 1000 > (double)rn_params()->connect_timeout_ms) {
       RN_WARN("socket: connect to %s timed out after %lld ms", k->peer,
@@ -624,7 +737,8 @@ static ncclResult_t rn_tcp_connect(const struct rn_rails *r, const struct rn_han
     return ncclSuccess;
   }
   struct rn_tcp_comm *c;
-  RN_CHECK_GOTO(rn_tcp_comm_create(&conn, 0, &c), res, out_free);
+  k->dialed = 0; /* the comm owns the sockets from here, also on failure */
+  RN_CHECK_GOTO(rn_tcp_comm_create(&k->conn, 0, &c), res, out_free);
   RN_INFO(NCCL_NET, "socket: connected to %s with %d streams, %d helper threads", k->peer,
           c->nstreams, c->nthreads);
   rn_tcp_connect_abort(k);
@@ -643,6 +757,14 @@ static ncclResult_t rn_tcp_accept(void *lcomm, void **rcomm) {
   int ready = 0;
   RN_CHECK(rn_rdv_poll(l->rdv, &conn, &ready));
   if (!ready) return ncclSuccess;
+  uint8_t ack = RN_TCP_ACCEPT_ACK;
+  size_t sent = 0;
+  if (rn_sock_send_some(conn.ctrl_fd, &ack, 1, &sent) != ncclSuccess || sent != 1) {
+    /* The connector is gone already: drop it and keep listening. */
+    RN_INFO(NCCL_NET, "socket: a connecting peer vanished before its accept completed");
+    rn_tcp_conn_close(&conn);
+    return ncclSuccess;
+  }
   struct rn_tcp_comm *c;
   RN_CHECK(rn_tcp_comm_create(&conn, 1, &c));
   RN_INFO(NCCL_NET, "socket: accepted a connection with %d streams, %d helper threads",
@@ -653,6 +775,11 @@ static ncclResult_t rn_tcp_accept(void *lcomm, void **rcomm) {
 
 static ncclResult_t rn_tcp_close_listen(void *lcomm) {
   struct rn_tcp_listen *l = lcomm;
+  pthread_mutex_lock(&rn_tcp_live_lock);
+  if (l->prev != NULL) l->prev->next = l->next;
+  else if (rn_tcp_live_listens == l) rn_tcp_live_listens = l->next;
+  if (l->next != NULL) l->next->prev = l->prev;
+  pthread_mutex_unlock(&rn_tcp_live_lock);
   rn_rdv_destroy(l->rdv);
   for (int i = 0; i < l->nfds; i++) close(l->fd[i]);
   free(l);
@@ -666,6 +793,10 @@ static ncclResult_t rn_tcp_close(void *comm) {
 
 /* ------------------------------------------------------ registration */
 
+/* TCP moves host memory through the CPU: a registration has no state, so
+ * every one is the same token (nothing to leak when a comm is abandoned). */
+static const struct rn_tcp_mr rn_tcp_mr_host = {.magic = RN_TCP_MR_MAGIC, .type = NCCL_PTR_HOST};
+
 static ncclResult_t rn_tcp_reg_mr(void *comm, void *data, size_t size, int type, void **mh) {
   (void)comm;
   (void)data;
@@ -674,30 +805,18 @@ static ncclResult_t rn_tcp_reg_mr(void *comm, void *data, size_t size, int type,
     RN_WARN("socket: regMr of memory type %d: TCP reaches host memory only", type);
     return ncclInternalError;
   }
-  struct rn_tcp_mr *m = malloc(sizeof(*m));
-  if (m == NULL) {
-    RN_WARN("socket: out of memory in regMr");
-    return ncclSystemError;
-  }
-  m->magic = RN_TCP_MR_MAGIC;
-  m->type = type;
-  *mh = m;
+  *mh = (void *)&rn_tcp_mr_host;
   return ncclSuccess;
 }
 
 static ncclResult_t rn_tcp_dereg_mr(void *comm, void *mh) {
   (void)comm;
-  struct rn_tcp_mr *m = mh;
-  if (m->magic != RN_TCP_MR_MAGIC) {
+  if (mh != &rn_tcp_mr_host) {
     RN_WARN("socket: deregMr of %p, which is not a railnet registration", mh);
     return ncclInvalidArgument;
   }
-  m->magic = 0;
-  free(m);
   return ncclSuccess;
 }
-
-/* ---------------------------------------------------- control channel */
 
 /* Write queued control messages, as many per sendmsg as fit in one iovec
  * array, so a clear-to-send and the data behind it leave in one segment. */
@@ -784,51 +903,157 @@ static void rn_tcp_req_free(struct rn_tcp_req *r) {
   r->state = RN_TCP_REQ_FREE;
 }
 
+/* NCCL's matching rule, applied alike by sender and receiver: the next
+ * message of a group takes the first buffer not yet taken whose tag is its
+ * own.  *mismatch when none is (the first free buffer is taken anyway, so
+ * both sides keep counting alike). */
+static int rn_tcp_pick(int n, const int32_t *tags, uint32_t taken, int tag, int *mismatch) {
+  int first = -1;
+  for (int i = 0; i < n; i++) {
+    if (taken & (1u << i)) continue;
+    if (tags[i] == tag) {
+      *mismatch = 0;
+      return i;
+    }
+    if (first < 0) first = i;
+  }
+  *mismatch = 1;
+  return first;
+}
+
+/* Take buffer idx of the group being filled; advance when it is full. */
+static void rn_tcp_take(struct rn_tcp_comm *c, struct rn_tcp_req *r, int idx) {
+  r->taken |= 1u << idx;
+  if (++c->match_cnt == r->n) {
+    c->match_seq++;
+    c->match_cnt = 0;
+  }
+}
+
+static struct rn_tcp_req *rn_tcp_filling(struct rn_tcp_comm *c) {
+  struct rn_tcp_req *r = atomic_load(&c->ring[c->match_seq % RN_TCP_RING]);
+  return (r != NULL && r->seq == c->match_seq) ? r : NULL;
+}
+
+static void rn_tcp_nack(struct rn_tcp_comm *c, int tag, uint64_t size, uint64_t posted) {
+  struct rn_tcp_nack m = {.type = RN_TCP_NACK, .tag = tag, .size = size, .posted = posted};
+  if (!rn_tcp_queue_ctl(c, &m, sizeof(m), NULL, 0, NULL))
+    RN_WARN("socket: control queue full; the sender will not hear of the oversized message");
+}
+
+/* A message of `size` bytes for buffer idx: 0 when it fits, else both
+ * sizes are logged and the request fails. */
+static int rn_tcp_fits(struct rn_tcp_comm *c, struct rn_tcp_req *r, int idx, uint64_t size,
+                       int eager) {
+  if (size <= r->posted[idx]) return 1;
+  RN_WARN("socket: peer sent %llu bytes but the posted receive (tag %d) holds only %zu bytes",
+          (unsigned long long)size, r->tag[idx], r->posted[idx]);
+  r->error = ncclInvalidUsage;
+  if (eager) rn_tcp_nack(c, r->tag[idx], size, r->posted[idx]);
+  return 0;
+}
+
+/* Deliver queued eager messages whose receive is now posted, in order. */
+static void rn_tcp_drain_unexpected(struct rn_tcp_comm *c) {
+  while (c->uq_head != c->uq_tail && c->uq[c->uq_head].ready) {
+    struct rn_tcp_unexp *e = &c->uq[c->uq_head];
+    struct rn_tcp_req *r = rn_tcp_filling(c);
+    if (r == NULL) return;
+    int mismatch, idx = rn_tcp_pick(r->n, r->tag, r->taken, e->tag, &mismatch);
+    if (mismatch) {
+      RN_WARN("socket: message with tag %d matches no buffer of the posted receive", e->tag);
+      r->error = ncclInvalidUsage;
+    }
+    rn_tcp_take(c, r, idx);
+    if (rn_tcp_fits(c, r, idx, e->size, 1)) {
+      memcpy(r->buf[idx], e->data, e->size);
+      r->got[idx] = e->size;
+    }
+    atomic_fetch_sub(&r->pending, 1);
+    c->uq_head = (c->uq_head + 1) % RN_TCP_EAGER_WINDOW;
+  }
+}
+
+static ncclResult_t rn_tcp_protocol_error(struct rn_tcp_comm *c, const char *what,
+                                          const struct rn_tcp_data *d) {
+  RN_WARN("socket: protocol error: %s (seq %llu buffer %u, %llu bytes, flags %u)", what,
+          (unsigned long long)d->seq, d->idx, (unsigned long long)d->size, d->flags);
+  rn_tcp_set_error(c, ncclRemoteError);
+  return ncclRemoteError;
+}
+
 /* Receiver: a DATA header arrived; `avail` payload bytes are at `payload`,
- * the rest is read straight into the buffer by rn_tcp_rx_payload. */
+ * the rest is read straight into its destination by rn_tcp_progress. */
 static ncclResult_t rn_tcp_on_data(struct rn_tcp_comm *c, const struct rn_tcp_data *d,
                                    const char *payload, size_t avail) {
-  if (d->flags & RN_TCP_F_STREAMED) {
-    /* With helper threads the chunks may already have completed (and the
-     * request been reaped); only the counting matters here. */
-    if (d->seq >= c->recv_seq) {
-      RN_WARN("socket: protocol error: announcement for seq %llu, which was never posted",
-              (unsigned long long)d->seq);
-      rn_tcp_set_error(c, ncclRemoteError);
-      return ncclRemoteError;
+  struct rn_tcp_req *r = NULL;
+  int idx = 0;
+  char *dst;
+  if (d->flags & RN_TCP_F_EAGER) {
+    if (d->inline_len != d->size || d->size > RN_TCP_EAGER_MAX)
+      return rn_tcp_protocol_error(c, "eager message with a bad length", d);
+    /* Behind queued messages, or before its receive is posted: queue it. */
+    if (c->uq_head != c->uq_tail || (r = rn_tcp_filling(c)) == NULL) {
+      if (c->uq == NULL && (c->uq = calloc(RN_TCP_EAGER_WINDOW, sizeof(*c->uq))) == NULL) {
+        RN_WARN("socket: out of memory for unexpected messages");
+        rn_tcp_set_error(c, ncclSystemError);
+        return ncclSystemError;
+      }
+      int next = (c->uq_tail + 1) % RN_TCP_EAGER_WINDOW;
+      if (next == c->uq_head) return rn_tcp_protocol_error(c, "eager window exceeded", d);
+      struct rn_tcp_unexp *e = &c->uq[c->uq_tail];
+      e->tag = d->tag;
+      e->size = d->size;
+      e->ready = 0;
+      c->uq_tail = next;
+      c->rx_unexp = e;
+      dst = e->data;
+      goto out_payload;
     }
-    atomic_fetch_add(&c->stream_work, 1);
+    int mismatch;
+    idx = rn_tcp_pick(r->n, r->tag, r->taken, d->tag, &mismatch);
+    if (mismatch) {
+      RN_WARN("socket: message with tag %d matches no buffer of the posted receive", d->tag);
+      r->error = ncclInvalidUsage;
+    }
+  } else {
+    r = rn_tcp_filling(c);
+    if (r == NULL || d->seq != c->match_seq || d->idx >= (uint32_t)r->n ||
+        (r->taken & (1u << d->idx)) || d->inline_len > d->size)
+      return rn_tcp_protocol_error(c, "data matches no posted receive", d);
+    idx = (int)d->idx;
+  }
+  rn_tcp_take(c, r, idx);
+  if (d->flags & RN_TCP_F_STREAMED) {
+    atomic_fetch_add(&c->stream_work, 1); /* the chunks complete it */
     return ncclSuccess;
   }
-  struct rn_tcp_req *r = atomic_load(&c->ring[d->seq % RN_TCP_RING]);
-  if (r == NULL || r->seq != d->seq || d->idx >= (uint32_t)r->n ||
-      d->inline_len > r->posted[d->idx] || d->inline_len > d->size) {
-    RN_WARN("socket: protocol error: data for seq %llu buffer %u matches no posted receive",
-            (unsigned long long)d->seq, d->idx);
-    rn_tcp_set_error(c, ncclRemoteError);
-    return ncclRemoteError;
-  }
-  if ((d->flags & RN_TCP_F_TOO_BIG) || d->size > r->posted[d->idx]) {
-    RN_WARN("socket: peer sent %llu bytes but the posted receive (tag %d) holds only %zu bytes",
-            (unsigned long long)d->size, r->tag[d->idx], r->posted[d->idx]);
-    r->error = ncclInvalidUsage;
-  }
-  size_t take = avail < d->inline_len ? avail : d->inline_len;
-  if (take) memcpy(r->buf[d->idx], payload, take);
+  dst = rn_tcp_fits(c, r, idx, d->size, (d->flags & RN_TCP_F_EAGER) != 0)
+            ? (char *)r->buf[idx]
+            : c->discard;
   c->rx_req = r;
-  c->rx_idx = d->idx;
+  c->rx_idx = (uint32_t)idx;
   c->rx_size = d->size;
-  c->rx_dst = (char *)r->buf[d->idx] + take;
+out_payload:;
+  size_t take = avail < d->inline_len ? avail : d->inline_len;
+  if (take) memcpy(dst, payload, take);
+  c->rx_dst = dst + take;
   c->rx_left = d->inline_len - take;
   return ncclSuccess;
 }
 
 /* Finish the inline payload in progress; 1 when done. */
 static int rn_tcp_rx_done(struct rn_tcp_comm *c) {
-  if (c->rx_req == NULL) return 1;
   if (c->rx_left > 0) return 0;
+  if (c->rx_unexp != NULL) {
+    c->rx_unexp->ready = 1;
+    c->rx_unexp = NULL;
+    rn_tcp_drain_unexpected(c);
+    return 1;
+  }
+  if (c->rx_req == NULL) return 1;
   struct rn_tcp_req *r = c->rx_req;
-  if (r->error == ncclSuccess) r->got[c->rx_idx] = c->rx_size;
+  if (c->rx_size <= r->posted[c->rx_idx]) r->got[c->rx_idx] = c->rx_size;
   atomic_fetch_sub(&r->pending, 1);
   c->rx_req = NULL;
   return 1;
@@ -861,7 +1086,7 @@ static ncclResult_t rn_tcp_progress(struct rn_tcp_comm *c) {
     ncclResult_t res = rn_sock_recv_some(c->ctrl_fd, c->in, RN_TCP_CTL_BUF, &c->in_len);
     if (res != ncclSuccess) atomic_store(&c->peer_closed, 1);
     size_t pos = 0;
-    while (c->rx_req == NULL && c->in_len - pos >= sizeof(uint32_t)) {
+    while (c->rx_req == NULL && c->rx_unexp == NULL && c->in_len - pos >= sizeof(uint32_t)) {
       uint32_t type;
       memcpy(&type, c->in + pos, sizeof(type));
       if (type == RN_TCP_CTS && !c->is_recv) {
@@ -879,6 +1104,15 @@ static ncclResult_t rn_tcp_progress(struct rn_tcp_comm *c) {
         c->cts[slot] = m;
         c->cts_valid[slot] = true;
         c->cts_used[slot] = 0;
+      } else if (type == RN_TCP_NACK && !c->is_recv) {
+        struct rn_tcp_nack m;
+        if (c->in_len - pos < sizeof(m)) break;
+        memcpy(&m, c->in + pos, sizeof(m));
+        pos += sizeof(m);
+        RN_WARN("socket: the receiver refused a send of %llu bytes (tag %d): its posted buffer "
+                "holds %llu bytes",
+                (unsigned long long)m.size, m.tag, (unsigned long long)m.posted);
+        rn_tcp_set_error(c, ncclInvalidUsage);
       } else if (type == RN_TCP_DATA && c->is_recv) {
         struct rn_tcp_data d;
         if (c->in_len - pos < sizeof(d)) break;
@@ -957,6 +1191,48 @@ static ncclResult_t rn_tcp_comm_error(struct rn_tcp_comm *c, const char *what) {
   return ncclSuccess;
 }
 
+/* Sender: match eager messages to the clear-to-sends that have arrived
+ * since, by the receiver's rule, so later sends pick the same buffers. */
+static void rn_tcp_assign_eager(struct rn_tcp_comm *c) {
+  while (c->ua_head != c->ua_tail) {
+    int slot = (int)(c->send_seq % RN_TCP_RING);
+    if (!c->cts_valid[slot]) return;
+    struct rn_tcp_cts *m = &c->cts[slot];
+    int mismatch, idx = rn_tcp_pick((int)m->n, m->tags, c->cts_used[slot], c->ua_tag[c->ua_head],
+                                    &mismatch);
+    c->ua_head = (c->ua_head + 1) % RN_TCP_EAGER_WINDOW;
+    c->cts_used[slot] |= 1u << idx;
+    if (c->cts_used[slot] == (1u << m->n) - 1) {
+      c->cts_valid[slot] = false;
+      c->send_seq++;
+    }
+  }
+}
+
+static int rn_tcp_unassigned(const struct rn_tcp_comm *c) {
+  return (c->ua_tail - c->ua_head + RN_TCP_EAGER_WINDOW) % RN_TCP_EAGER_WINDOW;
+}
+
+/* A small message whose clear-to-send has not arrived goes at once; the
+ * receiver matches it by tag (or holds it until its receive is posted). */
+static ncclResult_t rn_tcp_isend_eager(struct rn_tcp_comm *c, void *data, size_t size, int tag,
+                                       void **req) {
+  if (rn_tcp_unassigned(c) == RN_TCP_EAGER_WINDOW - 1 || !rn_tcp_ctl_room(c)) return ncclSuccess;
+  struct rn_tcp_req *r = rn_tcp_req_alloc(c, 0);
+  if (r == NULL) return ncclSuccess;
+  r->size = size;
+  struct rn_tcp_data d = {.type = RN_TCP_DATA,
+                          .size = size,
+                          .flags = RN_TCP_F_EAGER,
+                          .inline_len = (uint32_t)size,
+                          .tag = tag};
+  rn_tcp_queue_ctl(c, &d, sizeof(d), data, size, r);
+  c->ua_tag[c->ua_tail] = tag;
+  c->ua_tail = (c->ua_tail + 1) % RN_TCP_EAGER_WINDOW;
+  *req = r;
+  return ncclSuccess;
+}
+
 static ncclResult_t rn_tcp_isend(void *scomm, void *data, size_t size, int tag, void *mh,
                                  void **req) {
   (void)mh;
@@ -966,22 +1242,24 @@ static ncclResult_t rn_tcp_isend(void *scomm, void *data, size_t size, int tag, 
   pthread_mutex_lock(&c->lock);
   int slot = (int)(c->send_seq % RN_TCP_RING);
   /* Look for the clear-to-send only when it has not arrived yet. */
-  if (!c->cts_valid[slot]) RN_CHECK_GOTO(rn_tcp_progress(c), res, out_unlock);
-  if (!c->cts_valid[slot]) {
+  if (!c->cts_valid[slot] || c->ua_head != c->ua_tail) {
+    RN_CHECK_GOTO(rn_tcp_progress(c), res, out_unlock);
+    rn_tcp_assign_eager(c);
+    slot = (int)(c->send_seq % RN_TCP_RING);
+  }
+  if (!c->cts_valid[slot] || c->ua_head != c->ua_tail) {
     if (atomic_load(&c->peer_closed)) {
       RN_WARN("socket: isend: the receiver closed the connection");
       res = ncclRemoteError;
+    } else if (size <= c->eager_max) {
+      RN_CHECK_GOTO(rn_tcp_isend_eager(c, data, size, tag, req), res, out_unlock);
+      RN_CHECK_GOTO(rn_tcp_flush_out(c), res, out_unlock);
     }
-    goto out_unlock; /* no receive posted yet: *req stays NULL, NCCL retries */
+    goto out_unlock; /* else no receive posted yet: *req stays NULL, NCCL retries */
   }
   struct rn_tcp_cts *m = &c->cts[slot];
-  int idx = -1;
-  for (uint32_t i = 0; i < m->n; i++)
-    if (m->tags[i] == tag && !(c->cts_used[slot] & (1u << i))) {
-      idx = (int)i;
-      break;
-    }
-  if (idx < 0) {
+  int mismatch, idx = rn_tcp_pick((int)m->n, m->tags, c->cts_used[slot], tag, &mismatch);
+  if (mismatch) {
     RN_WARN("socket: isend with tag %d matches no buffer of the posted receive (seq %llu)", tag,
             (unsigned long long)m->seq);
     res = ncclInvalidUsage;
@@ -997,7 +1275,8 @@ static ncclResult_t rn_tcp_isend(void *scomm, void *data, size_t size, int tag, 
                           .seq = m->seq,
                           .size = size,
                           .flags = too_big ? RN_TCP_F_TOO_BIG : inl ? 0 : RN_TCP_F_STREAMED,
-                          .inline_len = (inl && !too_big) ? (uint32_t)size : 0};
+                          .inline_len = (inl && !too_big) ? (uint32_t)size : 0,
+                          .tag = tag};
   /* The header always goes on the control connection: it carries inline
    * payloads, and announces streamed ones so the receiver knows to poll. */
   if (!rn_tcp_ctl_room(c) || (!inl && !rn_tcp_enqueue(c, r, data, size, m->seq, (uint32_t)idx))) {
@@ -1019,6 +1298,7 @@ static ncclResult_t rn_tcp_isend(void *scomm, void *data, size_t size, int tag, 
   *req = r;
 out_unlock:
   pthread_mutex_unlock(&c->lock);
+  rn_tcp_flush_lazy();
   return res;
 }
 
@@ -1050,9 +1330,21 @@ static ncclResult_t rn_tcp_irecv(void *rcomm, int n, void **data, const size_t *
   }
   atomic_store_explicit(&c->ring[slot], r, memory_order_release);
   c->recv_seq++;
-  /* Send the clear-to-send now: the peer may be waiting on it, and the
-   * caller may not come back to this comm for a while. */
-  RN_CHECK_GOTO(rn_tcp_flush_out(c), res, out_unlock);
+  rn_tcp_drain_unexpected(c);
+  /* A receive of small buffers only needs its clear-to-send for the
+   * sender's credit (small sends go eagerly), so it may wait for this
+   * process's next isend, or the test() of this receive: in a
+   * request/response exchange it then
+   * leaves after the response instead of delaying it.  A larger receive
+   * sends it now, since a large send waits for it. */
+  int small = 1;
+  for (int i = 0; i < n; i++) small &= sizes[i] <= c->eager_max;
+  if (small) {
+    atomic_store(&c->lazy, 1);
+    atomic_store(&rn_tcp_nlazy, 1);
+  } else {
+    RN_CHECK_GOTO(rn_tcp_flush_out(c), res, out_unlock);
+  }
   *req = r;
 out_unlock:
   pthread_mutex_unlock(&c->lock);
@@ -1070,7 +1362,12 @@ static int rn_tcp_peer_gone(struct rn_tcp_comm *c) {
 }
 
 static int rn_tcp_req_complete(struct rn_tcp_req *r) {
-  if (r->is_recv) return atomic_load_explicit(&r->pending, memory_order_acquire) == 0;
+  /* A receive is done when every buffer's bytes landed and every message
+   * of the group has been matched on the control connection (with helper
+   * threads a streamed message's chunks can beat its header). */
+  if (r->is_recv)
+    return atomic_load_explicit(&r->pending, memory_order_acquire) == 0 &&
+           r->comm->match_seq > r->seq;
   return atomic_load_explicit(&r->unsent, memory_order_acquire) == 0 && !r->ctl_pending;
 }
 
