@@ -1060,6 +1060,7 @@ static int rn_tcp_rx_done(struct rn_tcp_comm *c) {
 }
 
 static void rn_tcp_drive_streams(struct rn_tcp_comm *c);
+static void rn_tcp_assign_eager(struct rn_tcp_comm *c);
 
 /* Move whatever the control connection (and, without helper threads, the
  * data streams) can move now.  Never blocks. */
@@ -1104,6 +1105,9 @@ static ncclResult_t rn_tcp_progress(struct rn_tcp_comm *c) {
         c->cts[slot] = m;
         c->cts_valid[slot] = true;
         c->cts_used[slot] = 0;
+        /* Eager sends waiting for this group take their buffers now, so the
+         * slot is free again before the receiver can reuse it. */
+        rn_tcp_assign_eager(c);
       } else if (type == RN_TCP_NACK && !c->is_recv) {
         struct rn_tcp_nack m;
         if (c->in_len - pos < sizeof(m)) break;
