@@ -1155,6 +1155,10 @@ static int rn_tcp_enqueue(struct rn_tcp_comm *c, struct rn_tcp_req *r, const cha
   size_t chunk = (size + (size_t)c->nstreams - 1) / (size_t)c->nstreams;
   if (chunk < RN_TCP_MIN_CHUNK) chunk = RN_TCP_MIN_CHUNK;
   if (chunk > c->chunk) chunk = c->chunk;
+  /* A huge message on few streams uses larger chunks, so that it always
+   * fits in a quarter of each stream's queue. */
+  size_t cap = (size_t)c->nstreams * (RN_TCP_QUEUE / 4);
+  if ((size + chunk - 1) / chunk > cap) chunk = (size + cap - 1) / cap;
   size_t nchunks = (size + chunk - 1) / chunk;
   /* Check room first so a message is queued whole or not at all. */
   size_t per = nchunks / (size_t)c->nstreams + 1;
