@@ -106,6 +106,12 @@ ncclResult_t rn_ibv_get_device_list(struct ibv_device ***list, int *n)
 {
   errno = 0;
   *list = syms.get_device_list(n);
+  if (*list == NULL && (errno == ENOSYS || errno == ENODEV || errno == ENOENT)) {
+    /* No RDMA subsystem on this host (no /sys/class/infiniband): an
+     * expected condition, not an error. */
+    RN_INFO(NCCL_INIT | NCCL_NET, "IB : no RDMA devices on this host (%s)", strerror(errno));
+    return ncclSystemError;
+  }
   if (!*list) RN_IBV_FAIL("ibv_get_device_list", rn_ibv_errno());
   return ncclSuccess;
 }
