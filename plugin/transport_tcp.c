@@ -1249,6 +1249,16 @@ static ncclResult_t rn_tcp_isend(void *scomm, void *data, size_t size, int tag, 
   RN_CHECK(rn_tcp_comm_error(c, "isend"));
   pthread_mutex_lock(&c->lock);
   int slot = (int)(c->send_seq % RN_TCP_RING);
+  /* A small send goes eagerly without first reading the control
+   * connection (one system call less on the round trip); clear-to-sends
+   * are collected in batches, at the latest when half the eager window is
+   * used. */
+  if (size <= c->eager_max && rn_tcp_unassigned(c) < RN_TCP_EAGER_WINDOW / 2 &&
+      !atomic_load(&c->peer_closed) && (!c->cts_valid[slot] || c->ua_head != c->ua_tail)) {
+    RN_CHECK_GOTO(rn_tcp_isend_eager(c, data, size, tag, req), res, out_unlock);
+    RN_CHECK_GOTO(rn_tcp_flush_out(c), res, out_unlock);
+    goto out_unlock;
+  }
   /* Look for the clear-to-send only when it has not arrived yet. */
   if (!c->cts_valid[slot] || c->ua_head != c->ua_tail) {
     RN_CHECK_GOTO(rn_tcp_progress(c), res, out_unlock);
