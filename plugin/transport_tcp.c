@@ -1137,7 +1137,9 @@ static ncclResult_t rn_tcp_progress(struct rn_tcp_comm *c) {
     if (c->rx_left > 0) continue;
     if (c->in_len == before || res != ncclSuccess) break;
   }
-  return ncclSuccess;
+  /* Replies queued while parsing (a refusal) leave now, not at the next
+   * call, which may never come. */
+  return c->oq_head != c->oq_tail ? rn_tcp_flush_out(c) : ncclSuccess;
 }
 
 /* ------------------------------------------------------------ data path */
@@ -1193,7 +1195,7 @@ static int rn_tcp_enqueue(struct rn_tcp_comm *c, struct rn_tcp_req *r, const cha
 static ncclResult_t rn_tcp_comm_error(struct rn_tcp_comm *c, const char *what) {
   int e = atomic_load(&c->error);
   if (e != ncclSuccess) {
-    RN_WARN("socket: %s on a comm whose connection failed (error %d)", what, e);
+    RN_WARN("socket: %s on a comm that already failed (error %d)", what, e);
     return (ncclResult_t)e;
   }
   return ncclSuccess;
