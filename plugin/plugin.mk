@@ -2,7 +2,7 @@
 PLUGIN_SO := $(BUILD)/libnccl-net-railnet.so
 include plugin/ib.mk
 PLUGIN_SRCS := plugin/net_v8.c plugin/net_v9.c plugin/net_v10.c plugin/net_v11.c \
-  plugin/abi_check.c plugin/core.c plugin/vdev.c plugin/log.c plugin/param.c plugin/sysfs.c \
+  plugin/abi_check.c plugin/core.c plugin/vdev.c plugin/log.c plugin/param.c  \
   plugin/sock.c plugin/transport.c plugin/tcp_if.c plugin/transport_tcp.c $(PLUGIN_IB_SRCS)
 PLUGIN_OBJS := $(PLUGIN_SRCS:%.c=$(BUILD)/%.o)
 EXTRA_CFLAGS_plugin_ += -fvisibility=hidden

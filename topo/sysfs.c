@@ -1,5 +1,7 @@
 /* The one sysfs reader (see topo/sysfs.h).  Paths are joined under a root
  * so a captured tree can stand in for /sys. */
+#include <ctype.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,6 +9,7 @@
 
 #include "model.h"
 #include "sysfs.h"
+#include "railnet/sysfs.h"
 
 const char *rn_topo_sysfs_root(void)
 {
@@ -101,4 +104,51 @@ int rn_topo_sysfs_gdr_probe(const char *root, char *why, size_t len)
   else
     snprintf(why, len, "NVIDIA driver not loaded");
   return 0;
+}
+
+/* ---- the public helpers (include/railnet/sysfs.h), rooted the same way ---- */
+
+int rn_sysfs_read(const char *path, char *buf, size_t len)
+{
+  return rn_topo_sysfs_read(rn_topo_sysfs_root(), path, buf, len);
+}
+
+int rn_sysfs_realpath(const char *path, char *buf, size_t len)
+{
+  char full[1024], res[PATH_MAX];
+  const char *root = rn_topo_sysfs_root();
+  if (rn_topo_sysfs_join(root, path, full, sizeof(full)) || realpath(full, res) == NULL) return -1;
+  size_t rl = strlen(root);
+  while (rl > 0 && root[rl - 1] == '/') rl--;
+  const char *rel = (rl > 0 && strncmp(res, root, rl) == 0) ? res + rl : res;
+  return (size_t)snprintf(buf, len, "%s", rel) >= len ? -1 : 0;
+}
+
+/* "0000:18:00.0": 4 hex, ':', 2 hex, ':', 2 hex, '.', 1 digit. */
+static int rn_sysfs_is_bdf(const char *s)
+{
+  static const char pat[] = "xxxx:xx:xx.x";
+  if (strlen(s) != sizeof(pat) - 1) return 0;
+  for (size_t i = 0; i < sizeof(pat) - 1; i++)
+    if (pat[i] == 'x' ? !isxdigit((unsigned char)s[i]) : s[i] != pat[i]) return 0;
+  return 1;
+}
+
+int rn_sysfs_pci_parent(const char *devpath, char *pci_path, size_t len, char *busid,
+                        size_t busidlen)
+{
+  char p[PATH_MAX];
+  snprintf(p, sizeof(p), "%s", devpath);
+  for (;;) {
+    char *slash = strrchr(p, '/');
+    if (slash == NULL) return -1;
+    if (rn_sysfs_is_bdf(slash + 1)) {
+      if ((size_t)snprintf(pci_path, len, "%s", p) >= len) return -1;
+      snprintf(busid, busidlen, "%s", slash + 1);
+      for (char *c = busid; *c; c++) *c = (char)tolower((unsigned char)*c);
+      return 0;
+    }
+    if (slash == p) return -1;
+    *slash = '\0';
+  }
 }

@@ -1,5 +1,6 @@
 /* sysfs/proc reads relative to a root (RAILNET_FSROOT, default "/"), so
- * tests can replay a captured machine. */
+ * tests can replay a captured machine.  Implemented in topo/sysfs.c, the
+ * one sysfs reader, which the topology loaders use too. */
 #ifndef RN_SYSFS_H
 #define RN_SYSFS_H
 
