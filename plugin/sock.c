@@ -243,8 +243,8 @@ struct rn_rdv {
   uint64_t dropped;
 };
 
-static void rn_rdv_conn_close(struct rn_rdv_conn *c, int have_ctrl) {
-  if (have_ctrl && c->ctrl_fd >= 0) close(c->ctrl_fd);
+void rn_sock_conn_close(const struct rn_rdv_conn *c) {
+  if (c->ctrl_fd >= 0) close(c->ctrl_fd);
   for (int i = 0; i < RN_RDV_MAX_STREAMS; i++)
     if (c->data_fd[i] >= 0) close(c->data_fd[i]);
 }
@@ -252,7 +252,7 @@ static void rn_rdv_conn_close(struct rn_rdv_conn *c, int have_ctrl) {
 static void rn_rdv_group_drop(struct rn_rdv *r, int i, const char *why) {
   RN_INFO(NCCL_NET, "dropping incomplete connection %016llx: %s",
           (unsigned long long)r->group[i].conn_id, why);
-  rn_rdv_conn_close(&r->group[i].conn, r->group[i].have_ctrl);
+  rn_sock_conn_close(&r->group[i].conn);
   r->group[i] = r->group[--r->ngroups];
 }
 
@@ -407,7 +407,7 @@ ncclResult_t rn_rdv_poll(struct rn_rdv *r, struct rn_rdv_conn *conn, int *ready)
 void rn_rdv_destroy(struct rn_rdv *r) {
   if (r == NULL) return;
   for (int i = 0; i < r->npending; i++) close(r->pending[i].fd);
-  for (int i = 0; i < r->ngroups; i++) rn_rdv_conn_close(&r->group[i].conn, r->group[i].have_ctrl);
+  for (int i = 0; i < r->ngroups; i++) rn_sock_conn_close(&r->group[i].conn);
   free(r);
 }
 

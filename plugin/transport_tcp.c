@@ -102,7 +102,7 @@ static int rn_tcp_nifs;
 
 struct rn_tcp_comm;
 
-enum rn_tcp_req_state { RN_TCP_REQ_FREE = 0, RN_TCP_REQ_ACTIVE, RN_TCP_REQ_FAILED };
+enum rn_tcp_req_state { RN_TCP_REQ_FREE = 0, RN_TCP_REQ_ACTIVE };
 
 /* Owner: the comm's pool.  Atomics are shared with the helper threads. */
 struct rn_tcp_req {
@@ -600,8 +600,9 @@ static ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_re
   for (int i = 0; i < c->nthreads; i++) c->thread[i].efd = -1;
   rn_sock_tune(c->ctrl_fd, 0);
   if (c->in == NULL || c->discard == NULL) {
-    rn_tcp_comm_free(c);
-    goto out_nomem;
+    RN_WARN("socket: out of memory creating a comm");
+    rn_tcp_comm_free(c); /* owns and closes the sockets by now */
+    return ncclSystemError;
   }
   for (int i = 0; i < c->nthreads; i++) {
     struct rn_tcp_thread *t = &c->thread[i];
@@ -621,9 +622,7 @@ static ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_re
   return ncclSuccess;
 out_nomem:
   RN_WARN("socket: out of memory creating a comm");
-  if (conn->ctrl_fd >= 0) close(conn->ctrl_fd);
-  for (int i = 0; i < conn->nstreams; i++)
-    if (conn->data_fd[i] >= 0) close(conn->data_fd[i]);
+  rn_sock_conn_close(conn);
   return ncclSystemError;
 }
 
@@ -669,16 +668,10 @@ static double rn_tcp_elapsed(const struct timespec *t0) {
   return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) * 1e-9;
 }
 
-static void rn_tcp_conn_close(const struct rn_rdv_conn *conn) {
-  if (conn->ctrl_fd >= 0) close(conn->ctrl_fd);
-  for (int i = 0; i < conn->nstreams; i++)
-    if (conn->data_fd[i] >= 0) close(conn->data_fd[i]);
-}
-
 static void rn_tcp_connect_abort(void *state) {
   struct rn_tcp_connecting *k = state;
   if (k == NULL) return;
-  if (k->dialed) rn_tcp_conn_close(&k->conn);
+  if (k->dialed) rn_sock_conn_close(&k->conn);
   rn_dial_destroy(k->dial);
   free(k);
 }
@@ -762,7 +755,7 @@ static ncclResult_t rn_tcp_accept(void *lcomm, void **rcomm) {
   if (rn_sock_send_some(conn.ctrl_fd, &ack, 1, &sent) != ncclSuccess || sent != 1) {
     /* The connector is gone already: drop it and keep listening. */
     RN_INFO(NCCL_NET, "socket: a connecting peer vanished before its accept completed");
-    rn_tcp_conn_close(&conn);
+    rn_sock_conn_close(&conn);
     return ncclSuccess;
   }
   struct rn_tcp_comm *c;
@@ -1059,7 +1052,6 @@ static int rn_tcp_rx_done(struct rn_tcp_comm *c) {
   return 1;
 }
 
-static void rn_tcp_drive_streams(struct rn_tcp_comm *c);
 static void rn_tcp_assign_eager(struct rn_tcp_comm *c);
 
 /* Move whatever the control connection (and, without helper threads, the
@@ -1201,6 +1193,16 @@ static ncclResult_t rn_tcp_comm_error(struct rn_tcp_comm *c, const char *what) {
   return ncclSuccess;
 }
 
+/* Sender: buffer idx of the current clear-to-send is spoken for; the next
+ * group starts once all of its buffers are. */
+static void rn_tcp_cts_take(struct rn_tcp_comm *c, int slot, int idx) {
+  c->cts_used[slot] |= 1u << idx;
+  if (c->cts_used[slot] == (1u << c->cts[slot].n) - 1) {
+    c->cts_valid[slot] = false;
+    c->send_seq++;
+  }
+}
+
 /* Sender: match eager messages to the clear-to-sends that have arrived
  * since, by the receiver's rule, so later sends pick the same buffers. */
 static void rn_tcp_assign_eager(struct rn_tcp_comm *c) {
@@ -1211,11 +1213,7 @@ static void rn_tcp_assign_eager(struct rn_tcp_comm *c) {
     int mismatch, idx = rn_tcp_pick((int)m->n, m->tags, c->cts_used[slot], c->ua_tag[c->ua_head],
                                     &mismatch);
     c->ua_head = (c->ua_head + 1) % RN_TCP_EAGER_WINDOW;
-    c->cts_used[slot] |= 1u << idx;
-    if (c->cts_used[slot] == (1u << m->n) - 1) {
-      c->cts_valid[slot] = false;
-      c->send_seq++;
-    }
+    rn_tcp_cts_take(c, slot, idx);
   }
 }
 
@@ -1309,11 +1307,7 @@ static ncclResult_t rn_tcp_isend(void *scomm, void *data, size_t size, int tag, 
             (unsigned long long)m->sizes[idx], tag);
     r->error = ncclInvalidUsage;
   }
-  c->cts_used[slot] |= 1u << idx;
-  if (c->cts_used[slot] == (1u << m->n) - 1) {
-    c->cts_valid[slot] = false;
-    c->send_seq++;
-  }
+  rn_tcp_cts_take(c, slot, idx);
   RN_CHECK_GOTO(rn_tcp_flush_out(c), res, out_unlock);
   *req = r;
 out_unlock:

@@ -71,6 +71,9 @@ struct rn_rdv_conn {
   int nstreams;
   int data_fd[RN_RDV_MAX_STREAMS];
 };
+/* Close every socket of a connection (unused slots hold -1). */
+void rn_sock_conn_close(const struct rn_rdv_conn *c);
+
 struct rn_rdv;
 ncclResult_t rn_rdv_create(const int *lfds, int nlfds, uint64_t nonce, struct rn_rdv **out);
 /* Returns one complete connection in *conn (and *ready=1) when available. */
