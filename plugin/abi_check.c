@@ -9,7 +9,8 @@ _Static_assert(sizeof(ncclNetProperties_v8_t) == 64, "v8 properties are 64 bytes
 _Static_assert(sizeof(ncclNet_v8_t) == 152, "v8 table is 152 bytes (19 members) on LP64");
 _Static_assert(offsetof(ncclNetProperties_v8_t, latency) == 40, "v8 latency offset");
 _Static_assert(offsetof(ncclNetProperties_v8_t, netDeviceVersion) == 56, "v8 last field");
-_Static_assert(offsetof(ncclNetProperties_v9_t, forceFlush) == 32, "v9 forceFlush after regIsGlobal");
+_Static_assert(offsetof(ncclNetProperties_v9_t, forceFlush) == 32,
+               "v9 forceFlush after regIsGlobal");
 _Static_assert(offsetof(ncclNetProperties_v9_t, maxP2pBytes) == 88, "v9 maxP2pBytes offset");
 _Static_assert(sizeof(ncclNetProperties_v9_t) == 104, "v9 properties size");
 _Static_assert(sizeof(ncclNetProperties_v11_t) == 112, "v11 properties size");

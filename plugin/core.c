@@ -23,7 +23,7 @@ struct rn_ctx {
 };
 
 struct rn_pending_connect {
-  const void *handle;   /* NCCL passes the same pointer on every call */
+  const void *handle; /* NCCL passes the same pointer on every call */
   uint64_t nonce;
   void *state;
 };
@@ -33,10 +33,10 @@ static const struct rn_transport *const rn_transports[] = {&rn_transport_tcp, &r
 
 static struct {
   pthread_mutex_t lock;
-  int ready;            /* device table built */
-  int legacy;           /* a v8-v10 init happened: never torn down before unload */
-  int nctx;             /* live v11 contexts */
-  int tidx;             /* index of the chosen transport */
+  int ready;  /* device table built */
+  int legacy; /* a v8-v10 init happened: never torn down before unload */
+  int nctx;   /* live v11 contexts */
+  int tidx;   /* index of the chosen transport */
   const struct rn_transport *t;
   int nvdevs;
   struct rn_vdev vdevs[RN_MAX_VDEVS];
@@ -89,13 +89,15 @@ static ncclResult_t rn_core_setup(void) {
               want_tcp ? " (RAILNET_TRANSPORT=auto prefers verbs)" : " (forced)");
     } else if (!want_tcp) {
       rn_transport_ib.fini();
-      RN_WARN("RAILNET_TRANSPORT=ib but no usable verbs device (no libibverbs, no device, or no "
-              "ACTIVE port): railnet offers no devices");
+      RN_WARN(
+          "RAILNET_TRANSPORT=ib but no usable verbs device (no libibverbs, no device, or no "
+          "ACTIVE port): railnet offers no devices");
       rn_core.nvdevs = 0;
       return ncclSuccess;
     } else {
       rn_transport_ib.fini();
-      RN_INFO(NCCL_INIT | NCCL_NET, "transport socket: verbs unavailable (no ACTIVE port), using TCP");
+      RN_INFO(NCCL_INIT | NCCL_NET,
+              "transport socket: verbs unavailable (no ACTIVE port), using TCP");
     }
   }
   if (rn_core.t == NULL) {
@@ -364,15 +366,17 @@ ncclResult_t rn_core_connect(void *ctx, int dev, void *handle, void **scomm,
     return ncclInvalidArgument;
   }
   if (h->wire != RN_WIRE_VERSION) {
-    RN_WARN("connect: the peer's railnet speaks wire version %u, this one %u; use the same "
-            "railnet build on every node",
-            h->wire, RN_WIRE_VERSION);
+    RN_WARN(
+        "connect: the peer's railnet speaks wire version %u, this one %u; use the same "
+        "railnet build on every node",
+        h->wire, RN_WIRE_VERSION);
     return ncclInvalidUsage;
   }
   if (h->transport != rn_core.tidx) {
-    RN_WARN("connect: peer uses transport %s, this process uses %s; set RAILNET_TRANSPORT alike "
-            "on every node",
-            rn_transports[h->transport]->name, rn_core.t->name);
+    RN_WARN(
+        "connect: peer uses transport %s, this process uses %s; set RAILNET_TRANSPORT alike "
+        "on every node",
+        rn_transports[h->transport]->name, rn_core.t->name);
     return ncclInvalidUsage;
   }
   /* connect state is keyed by the handle's address, not stored in it, so

@@ -34,10 +34,10 @@
 /* What each side tells the other, once. */
 struct rn_ib_rail_info {
   uint8_t gid[16];
-  uint32_t rkey;            /* control block */
+  uint32_t rkey; /* control block */
   uint16_t lid;
-  uint8_t link;             /* IBV_LINK_LAYER_* */
-  uint8_t mtu;              /* enum ibv_mtu */
+  uint8_t link; /* IBV_LINK_LAYER_* */
+  uint8_t mtu;  /* enum ibv_mtu */
 };
 struct rn_ib_conn_info {
   uint32_t magic;
@@ -45,7 +45,7 @@ struct rn_ib_conn_info {
   uint8_t nrails;
   uint8_t nqps;
   uint64_t ctl_addr;
-  char dev[32];             /* first rail's name, for messages */
+  char dev[32]; /* first rail's name, for messages */
   struct rn_ib_rail_info rail[RN_MAX_RAILS];
   uint32_t qpn[RN_MAX_RAILS][RN_IB_MAX_QPS];
 };
@@ -72,8 +72,12 @@ struct rn_ib_listen_comm {
   uint8_t ready;
 };
 
-enum rn_ib_connect_stage { RN_IB_CON_DIAL = 0, RN_IB_CON_SEND_INFO, RN_IB_CON_RECV_INFO,
-                           RN_IB_CON_SEND_READY };
+enum rn_ib_connect_stage {
+  RN_IB_CON_DIAL = 0,
+  RN_IB_CON_SEND_INFO,
+  RN_IB_CON_RECV_INFO,
+  RN_IB_CON_SEND_READY
+};
 struct rn_ib_connect_state {
   enum rn_ib_connect_stage stage;
   struct rn_dial *dial;
@@ -89,8 +93,7 @@ struct rn_ib_connect_state {
 static pthread_mutex_t rn_ib_live_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct rn_ib_live rn_ib_live_head = {&rn_ib_live_head, &rn_ib_live_head, 0};
 
-static void rn_ib_live_add(struct rn_ib_live *l, int is_listen)
-{
+static void rn_ib_live_add(struct rn_ib_live *l, int is_listen) {
   pthread_mutex_lock(&rn_ib_live_lock);
   l->is_listen = is_listen;
   l->next = &rn_ib_live_head;
@@ -100,8 +103,7 @@ static void rn_ib_live_add(struct rn_ib_live *l, int is_listen)
   pthread_mutex_unlock(&rn_ib_live_lock);
 }
 
-static void rn_ib_live_del(struct rn_ib_live *l)
-{
+static void rn_ib_live_del(struct rn_ib_live *l) {
   pthread_mutex_lock(&rn_ib_live_lock);
   if (l->next) {
     l->prev->next = l->next;
@@ -114,17 +116,17 @@ static void rn_ib_live_del(struct rn_ib_live *l)
 /* --- addresses ---------------------------------------------------------- */
 
 static int rn_ib_ifaddr(const struct ifaddrs *ifs, const char *name, int family, int skip_lo,
-                        union rn_sockaddr *out)
-{
+                        union rn_sockaddr *out) {
   for (const struct ifaddrs *i = ifs; i; i = i->ifa_next) {
     if (!i->ifa_addr || i->ifa_addr->sa_family != family || !(i->ifa_flags & IFF_UP)) continue;
     if (name && strcmp(i->ifa_name, name) != 0) continue;
     if (skip_lo && (i->ifa_flags & IFF_LOOPBACK)) continue;
-    if (family == AF_INET6 && IN6_IS_ADDR_LINKLOCAL(&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr))
+    if (family == AF_INET6 &&
+        IN6_IS_ADDR_LINKLOCAL(&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr))
       continue;
     memset(out, 0, sizeof(*out));
-    memcpy(out, i->ifa_addr, family == AF_INET ? sizeof(struct sockaddr_in)
-                                               : sizeof(struct sockaddr_in6));
+    memcpy(out, i->ifa_addr,
+           family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6));
     return 0;
   }
   return -1;
@@ -132,18 +134,19 @@ static int rn_ib_ifaddr(const struct ifaddrs *ifs, const char *name, int family,
 
 /* The bootstrap address peers dial: the first rail's netdev (IPv4, then
  * IPv6), else any other up interface, else loopback. */
-static ncclResult_t rn_ib_listen_addr(const struct rn_rails *r, union rn_sockaddr *sa)
-{
+static ncclResult_t rn_ib_listen_addr(const struct rn_rails *r, union rn_sockaddr *sa) {
   struct ifaddrs *ifs = NULL;
   if (getifaddrs(&ifs) == 0) {
     int found = 0;
     for (int k = 0; k < r->n && !found; k++) {
       const char *nd = r->nic[k]->netdev;
       if (!nd[0]) continue;
-      found = rn_ib_ifaddr(ifs, nd, AF_INET, 0, sa) == 0 || rn_ib_ifaddr(ifs, nd, AF_INET6, 0, sa) == 0;
+      found =
+          rn_ib_ifaddr(ifs, nd, AF_INET, 0, sa) == 0 || rn_ib_ifaddr(ifs, nd, AF_INET6, 0, sa) == 0;
     }
     if (!found)
-      found = rn_ib_ifaddr(ifs, NULL, AF_INET, 1, sa) == 0 || rn_ib_ifaddr(ifs, NULL, AF_INET6, 1, sa) == 0;
+      found = rn_ib_ifaddr(ifs, NULL, AF_INET, 1, sa) == 0 ||
+              rn_ib_ifaddr(ifs, NULL, AF_INET6, 1, sa) == 0;
     freeifaddrs(ifs);
     if (found) return ncclSuccess;
   }
@@ -155,8 +158,7 @@ static ncclResult_t rn_ib_listen_addr(const struct rn_rails *r, union rn_sockadd
 
 /* --- QPs ---------------------------------------------------------------- */
 
-static ncclResult_t rn_ib_qp_create(struct rn_ib_rail *rl, struct ibv_qp **qp)
-{
+static ncclResult_t rn_ib_qp_create(struct rn_ib_rail *rl, struct ibv_qp **qp) {
   struct rn_ib_ctx *x = rl->dev->ctx;
   struct ibv_qp_init_attr ia;
   memset(&ia, 0, sizeof(ia));
@@ -174,8 +176,8 @@ static ncclResult_t rn_ib_qp_create(struct rn_ib_rail *rl, struct ibv_qp **qp)
   a.pkey_index = 0;
   a.port_num = (uint8_t)rl->dev->port;
   a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-  ncclResult_t res = rn_ibv_modify_qp(*qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-                                                   IBV_QP_ACCESS_FLAGS);
+  ncclResult_t res = rn_ibv_modify_qp(
+      *qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
   if (res != ncclSuccess) {
     (void)rn_ibv_destroy_qp(*qp);
     *qp = NULL;
@@ -184,8 +186,7 @@ static ncclResult_t rn_ib_qp_create(struct rn_ib_rail *rl, struct ibv_qp **qp)
 }
 
 static ncclResult_t rn_ib_qp_connect(struct ibv_qp *qp, const struct rn_ib_dev *dev,
-                                     const struct rn_ib_rail_info *rem, uint32_t rqpn)
-{
+                                     const struct rn_ib_rail_info *rem, uint32_t rqpn) {
   const struct rn_params *p = rn_params();
   struct ibv_qp_attr a;
   memset(&a, 0, sizeof(a));
@@ -204,9 +205,9 @@ static ncclResult_t rn_ib_qp_connect(struct ibv_qp *qp, const struct rn_ib_dev *
   } else {
     a.ah_attr.dlid = rem->lid;
   }
-  RN_CHECK(rn_ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                                        IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-                                        IBV_QP_MIN_RNR_TIMER));
+  RN_CHECK(rn_ibv_modify_qp(qp, &a,
+                            IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                                IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER));
   memset(&a, 0, sizeof(a));
   a.qp_state = IBV_QPS_RTS;
   a.timeout = (uint8_t)p->ib_timeout;
@@ -214,13 +215,13 @@ static ncclResult_t rn_ib_qp_connect(struct ibv_qp *qp, const struct rn_ib_dev *
   a.rnr_retry = 7;
   a.sq_psn = 0;
   a.max_rd_atomic = 1;
-  RN_CHECK(rn_ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                                        IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC));
+  RN_CHECK(rn_ibv_modify_qp(qp, &a,
+                            IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                                IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC));
   return ncclSuccess;
 }
 
-static void rn_ib_rail_info_fill(const struct rn_ib_rail *rl, struct rn_ib_rail_info *ri)
-{
+static void rn_ib_rail_info_fill(const struct rn_ib_rail *rl, struct rn_ib_rail_info *ri) {
   memcpy(ri->gid, rl->dev->gid.raw, 16);
   ri->rkey = rl->ctl_mr->rkey;
   ri->lid = rl->dev->lid;
@@ -230,8 +231,7 @@ static void rn_ib_rail_info_fill(const struct rn_ib_rail *rl, struct rn_ib_rail_
 
 /* --- comms -------------------------------------------------------------- */
 
-static void rn_ib_comm_free(struct rn_ib_comm *c)
-{
+static void rn_ib_comm_free(struct rn_ib_comm *c) {
   if (!c) return;
   rn_ib_live_del(&c->live);
   for (int r = c->nlocal - 1; r >= 0; r--) {
@@ -252,8 +252,7 @@ static void rn_ib_comm_free(struct rn_ib_comm *c)
 /* Allocate a comm with CQs, QPs (INIT) and the registered control block on
  * the first nrails rails. */
 static ncclResult_t rn_ib_comm_create(const struct rn_rails *rails, int nrails, int nqps,
-                                      struct rn_ib_comm **out)
-{
+                                      struct rn_ib_comm **out) {
   ncclResult_t res = ncclSuccess;
   struct rn_ib_comm *c = calloc(1, sizeof(*c));
   if (!c) {
@@ -282,11 +281,11 @@ static ncclResult_t rn_ib_comm_create(const struct rn_rails *rails, int nrails, 
     struct rn_ib_ctx *x = rl->dev->ctx;
     int cqe = RN_IB_CQ_DEPTH < x->attr.max_cqe ? RN_IB_CQ_DEPTH : x->attr.max_cqe;
     RN_CHECK_GOTO(rn_ibv_create_cq(x->ctx, cqe, &rl->cq), res, out_free);
-    RN_CHECK_GOTO(rn_ibv_reg_mr(x->pd, c->ctl, sizeof(*c->ctl),
-                                IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                                    IBV_ACCESS_REMOTE_READ,
-                                &rl->ctl_mr),
-                  res, out_free);
+    RN_CHECK_GOTO(
+        rn_ibv_reg_mr(x->pd, c->ctl, sizeof(*c->ctl),
+                      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ,
+                      &rl->ctl_mr),
+        res, out_free);
     for (int k = 0; k < nqps; k++) RN_CHECK_GOTO(rn_ib_qp_create(rl, &rl->qp[k]), res, out_free);
   }
   *out = c;
@@ -296,8 +295,7 @@ out_free:
   return res;
 }
 
-static void rn_ib_info_fill(const struct rn_ib_comm *c, struct rn_ib_conn_info *info)
-{
+static void rn_ib_info_fill(const struct rn_ib_comm *c, struct rn_ib_conn_info *info) {
   memset(info, 0, sizeof(*info));
   info->magic = RN_IB_INFO_MAGIC;
   info->version = RN_IB_INFO_VERSION;
@@ -311,8 +309,7 @@ static void rn_ib_info_fill(const struct rn_ib_comm *c, struct rn_ib_conn_info *
   }
 }
 
-static ncclResult_t rn_ib_info_check(const struct rn_ib_conn_info *i, const char *peer)
-{
+static ncclResult_t rn_ib_info_check(const struct rn_ib_conn_info *i, const char *peer) {
   if (i->magic != RN_IB_INFO_MAGIC || i->version != RN_IB_INFO_VERSION || i->nrails < 1 ||
       i->nrails > RN_MAX_RAILS || i->nqps < 1 || i->nqps > RN_IB_MAX_QPS) {
     RN_WARN("IB : bad connection info from %s (magic %08x version %u, %u rails, %u QPs)", peer,
@@ -323,12 +320,12 @@ static ncclResult_t rn_ib_info_check(const struct rn_ib_conn_info *i, const char
 }
 
 /* Move every QP of the first c->nrails rails to RTS against the peer's. */
-static ncclResult_t rn_ib_comm_connect(struct rn_ib_comm *c, const struct rn_ib_conn_info *rem)
-{
+static ncclResult_t rn_ib_comm_connect(struct rn_ib_comm *c, const struct rn_ib_conn_info *rem) {
   c->mtu_bytes = 1 << 30;
   for (int r = 0; r < c->nrails; r++) {
     const struct rn_ib_dev *d = c->rail[r].dev;
-    enum ibv_mtu m = d->mtu < (enum ibv_mtu)rem->rail[r].mtu ? d->mtu : (enum ibv_mtu)rem->rail[r].mtu;
+    enum ibv_mtu m =
+        d->mtu < (enum ibv_mtu)rem->rail[r].mtu ? d->mtu : (enum ibv_mtu)rem->rail[r].mtu;
     if ((128 << (int)m) < c->mtu_bytes) c->mtu_bytes = 128 << (int)m;
     if (rem->rail[r].link != d->link) {
       RN_WARN("IB : rail %d: %s is %s but the peer's NIC is %s", r, rn_ib_nic_of(d)->name,
@@ -345,8 +342,7 @@ static ncclResult_t rn_ib_comm_connect(struct rn_ib_comm *c, const struct rn_ib_
 }
 
 /* Loopback QPs for GDR flush READs, on rails whose NIC can see GPU memory. */
-static ncclResult_t rn_ib_flush_setup(struct rn_ib_comm *c)
-{
+static ncclResult_t rn_ib_flush_setup(struct rn_ib_comm *c) {
   for (int r = 0; r < c->nrails; r++) {
     struct rn_ib_rail *rl = &c->rail[r];
     if (!(rn_ib_nic_of(rl->dev)->ptr_support & (NCCL_PTR_CUDA | NCCL_PTR_DMABUF))) continue;
@@ -358,15 +354,13 @@ static ncclResult_t rn_ib_flush_setup(struct rn_ib_comm *c)
   return ncclSuccess;
 }
 
-static uint64_t rn_ib_now_ms(void)
-{
+static uint64_t rn_ib_now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
   return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-ncclResult_t rn_ib_peer_alive(struct rn_ib_comm *c)
-{
+ncclResult_t rn_ib_peer_alive(struct rn_ib_comm *c) {
   uint64_t now = rn_ib_now_ms();
   if (now < c->next_alive_ms) return ncclSuccess;
   c->next_alive_ms = now + RN_IB_ALIVE_CHECK_MS;
@@ -380,8 +374,7 @@ ncclResult_t rn_ib_peer_alive(struct rn_ib_comm *c)
 
 /* --- listen / accept ---------------------------------------------------- */
 
-ncclResult_t rn_ib_listen(const struct rn_rails *r, struct rn_handle *h, void **lcomm)
-{
+ncclResult_t rn_ib_listen(const struct rn_rails *r, struct rn_handle *h, void **lcomm) {
   ncclResult_t res = ncclSuccess;
   struct rn_ib_listen_comm *l = calloc(1, sizeof(*l));
   if (!l) {
@@ -411,69 +404,67 @@ out_free:
   return res;
 }
 
-static ncclResult_t rn_ib_accept_step(struct rn_ib_listen_comm *l, void **rcomm)
-{
+static ncclResult_t rn_ib_accept_step(struct rn_ib_listen_comm *l, void **rcomm) {
   const struct rn_params *p = rn_params();
   (void)p;
   for (;;) {
     switch (l->stage) {
-    case RN_IB_ACC_RDV: {
-      struct rn_rdv_conn conn;
-      int ready = 0;
-      RN_CHECK(rn_rdv_poll(l->rdv, &conn, &ready));
-      if (!ready) return ncclSuccess;
-      l->fd = conn.ctrl_fd;
-      l->off = 0;
-      l->stage = RN_IB_ACC_RECV_INFO;
-      break;
-    }
-    case RN_IB_ACC_RECV_INFO: {
-      RN_CHECK(rn_sock_recv_some(l->fd, &l->rinfo, sizeof(l->rinfo), &l->off));
-      if (l->off < sizeof(l->rinfo)) return ncclSuccess;
-      char peer[64];
-      snprintf(peer, sizeof(peer), "%s", l->rinfo.dev);
-      RN_CHECK(rn_ib_info_check(&l->rinfo, peer));
-      int nrails = l->rinfo.nrails < l->rails.n ? l->rinfo.nrails : l->rails.n;
-      if (l->rinfo.nrails != l->rails.n)
-        RN_INFO(NCCL_NET, "IB : peer %s has %d rail(s), %s has %d: using %d", l->rinfo.dev,
-                l->rinfo.nrails, l->rails.nic[0]->name, l->rails.n, nrails);
-      RN_CHECK(rn_ib_comm_create(&l->rails, nrails, l->rinfo.nqps, &l->comm));
-      struct rn_ib_comm *c = l->comm;
-      snprintf(c->peer, sizeof(c->peer), "%s", l->rinfo.dev);
-      /* RECVs before RTR: an immediate must never find an empty queue. */
-      for (int r = 0; r < c->nrails; r++)
-        for (int k = 0; k < c->nqps; k++) RN_CHECK(rn_ib_post_recvs(c, r, k, RN_IB_RECV_DEPTH));
-      RN_CHECK(rn_ib_comm_connect(c, &l->rinfo));
-      RN_CHECK(rn_ib_flush_setup(c));
-      rn_ib_info_fill(c, &l->linfo);
-      l->off = 0;
-      l->stage = RN_IB_ACC_SEND_INFO;
-      break;
-    }
-    case RN_IB_ACC_SEND_INFO:
-      RN_CHECK(rn_sock_send_some(l->fd, &l->linfo, sizeof(l->linfo), &l->off));
-      if (l->off < sizeof(l->linfo)) return ncclSuccess;
-      l->off = 0;
-      l->stage = RN_IB_ACC_RECV_READY;
-      break;
-    case RN_IB_ACC_RECV_READY:
-      RN_CHECK(rn_sock_recv_some(l->fd, &l->ready, 1, &l->off));
-      if (l->off < 1) return ncclSuccess;
-      l->comm->ctrl_fd = l->fd;
-      l->fd = -1;
-      RN_INFO(NCCL_NET, "IB : accepted %s: %d rail(s) x %d QP(s), first QP %u", l->comm->peer,
-              l->comm->nrails, l->comm->nqps, l->comm->rail[0].qp[0]->qp_num);
-      rn_ib_live_add(&l->comm->live, 0);
-      *rcomm = l->comm;
-      l->comm = NULL;
-      l->stage = RN_IB_ACC_RDV;
-      return ncclSuccess;
+      case RN_IB_ACC_RDV: {
+        struct rn_rdv_conn conn;
+        int ready = 0;
+        RN_CHECK(rn_rdv_poll(l->rdv, &conn, &ready));
+        if (!ready) return ncclSuccess;
+        l->fd = conn.ctrl_fd;
+        l->off = 0;
+        l->stage = RN_IB_ACC_RECV_INFO;
+        break;
+      }
+      case RN_IB_ACC_RECV_INFO: {
+        RN_CHECK(rn_sock_recv_some(l->fd, &l->rinfo, sizeof(l->rinfo), &l->off));
+        if (l->off < sizeof(l->rinfo)) return ncclSuccess;
+        char peer[64];
+        snprintf(peer, sizeof(peer), "%s", l->rinfo.dev);
+        RN_CHECK(rn_ib_info_check(&l->rinfo, peer));
+        int nrails = l->rinfo.nrails < l->rails.n ? l->rinfo.nrails : l->rails.n;
+        if (l->rinfo.nrails != l->rails.n)
+          RN_INFO(NCCL_NET, "IB : peer %s has %d rail(s), %s has %d: using %d", l->rinfo.dev,
+                  l->rinfo.nrails, l->rails.nic[0]->name, l->rails.n, nrails);
+        RN_CHECK(rn_ib_comm_create(&l->rails, nrails, l->rinfo.nqps, &l->comm));
+        struct rn_ib_comm *c = l->comm;
+        snprintf(c->peer, sizeof(c->peer), "%s", l->rinfo.dev);
+        /* RECVs before RTR: an immediate must never find an empty queue. */
+        for (int r = 0; r < c->nrails; r++)
+          for (int k = 0; k < c->nqps; k++) RN_CHECK(rn_ib_post_recvs(c, r, k, RN_IB_RECV_DEPTH));
+        RN_CHECK(rn_ib_comm_connect(c, &l->rinfo));
+        RN_CHECK(rn_ib_flush_setup(c));
+        rn_ib_info_fill(c, &l->linfo);
+        l->off = 0;
+        l->stage = RN_IB_ACC_SEND_INFO;
+        break;
+      }
+      case RN_IB_ACC_SEND_INFO:
+        RN_CHECK(rn_sock_send_some(l->fd, &l->linfo, sizeof(l->linfo), &l->off));
+        if (l->off < sizeof(l->linfo)) return ncclSuccess;
+        l->off = 0;
+        l->stage = RN_IB_ACC_RECV_READY;
+        break;
+      case RN_IB_ACC_RECV_READY:
+        RN_CHECK(rn_sock_recv_some(l->fd, &l->ready, 1, &l->off));
+        if (l->off < 1) return ncclSuccess;
+        l->comm->ctrl_fd = l->fd;
+        l->fd = -1;
+        RN_INFO(NCCL_NET, "IB : accepted %s: %d rail(s) x %d QP(s), first QP %u", l->comm->peer,
+                l->comm->nrails, l->comm->nqps, l->comm->rail[0].qp[0]->qp_num);
+        rn_ib_live_add(&l->comm->live, 0);
+        *rcomm = l->comm;
+        l->comm = NULL;
+        l->stage = RN_IB_ACC_RDV;
+        return ncclSuccess;
     }
   }
 }
 
-ncclResult_t rn_ib_accept(void *lcomm, void **rcomm)
-{
+ncclResult_t rn_ib_accept(void *lcomm, void **rcomm) {
   struct rn_ib_listen_comm *l = lcomm;
   *rcomm = NULL;
   ncclResult_t res = rn_ib_accept_step(l, rcomm);
@@ -488,8 +479,7 @@ ncclResult_t rn_ib_accept(void *lcomm, void **rcomm)
   return res;
 }
 
-ncclResult_t rn_ib_close_listen(void *lcomm)
-{
+ncclResult_t rn_ib_close_listen(void *lcomm) {
   struct rn_ib_listen_comm *l = lcomm;
   if (!l) return ncclSuccess;
   rn_ib_live_del(&l->live);
@@ -503,8 +493,7 @@ ncclResult_t rn_ib_close_listen(void *lcomm)
 
 /* --- connect ------------------------------------------------------------ */
 
-static void rn_ib_connect_free(struct rn_ib_connect_state *s)
-{
+static void rn_ib_connect_free(struct rn_ib_connect_state *s) {
   if (!s) return;
   rn_ib_comm_free(s->comm);
   if (s->fd >= 0) close(s->fd);
@@ -515,68 +504,66 @@ static void rn_ib_connect_free(struct rn_ib_connect_state *s)
 void rn_ib_connect_abort(void *state) { rn_ib_connect_free(state); }
 
 static ncclResult_t rn_ib_connect_step(struct rn_ib_connect_state *s, const struct rn_rails *r,
-                                       void **scomm)
-{
+                                       void **scomm) {
   for (;;) {
     switch (s->stage) {
-    case RN_IB_CON_DIAL: {
-      struct rn_rdv_conn conn;
-      int ready = 0;
-      RN_CHECK(rn_dial_poll(s->dial, &conn, &ready));
-      if (!ready) return ncclSuccess;
-      s->fd = conn.ctrl_fd;
-      RN_CHECK(rn_ib_comm_create(r, r->n, (int)rn_params()->ib_qps, &s->comm));
-      rn_ib_info_fill(s->comm, &s->linfo);
-      s->off = 0;
-      s->stage = RN_IB_CON_SEND_INFO;
-      break;
-    }
-    case RN_IB_CON_SEND_INFO:
-      RN_CHECK(rn_sock_send_some(s->fd, &s->linfo, sizeof(s->linfo), &s->off));
-      if (s->off < sizeof(s->linfo)) return ncclSuccess;
-      s->off = 0;
-      s->stage = RN_IB_CON_RECV_INFO;
-      break;
-    case RN_IB_CON_RECV_INFO: {
-      RN_CHECK(rn_sock_recv_some(s->fd, &s->rinfo, sizeof(s->rinfo), &s->off));
-      if (s->off < sizeof(s->rinfo)) return ncclSuccess;
-      RN_CHECK(rn_ib_info_check(&s->rinfo, s->peer));
-      struct rn_ib_comm *c = s->comm;
-      if (s->rinfo.nrails > c->nlocal || s->rinfo.nqps != c->nqps) {
-        RN_WARN("IB : %s answered %u rail(s) x %u QP(s); offered %d x %d", s->peer,
-                s->rinfo.nrails, s->rinfo.nqps, c->nlocal, c->nqps);
-        return ncclRemoteError;
+      case RN_IB_CON_DIAL: {
+        struct rn_rdv_conn conn;
+        int ready = 0;
+        RN_CHECK(rn_dial_poll(s->dial, &conn, &ready));
+        if (!ready) return ncclSuccess;
+        s->fd = conn.ctrl_fd;
+        RN_CHECK(rn_ib_comm_create(r, r->n, (int)rn_params()->ib_qps, &s->comm));
+        rn_ib_info_fill(s->comm, &s->linfo);
+        s->off = 0;
+        s->stage = RN_IB_CON_SEND_INFO;
+        break;
       }
-      c->nrails = s->rinfo.nrails;
-      rn_ib_strcpy(c->peer, 32, s->rinfo.dev);
-      size_t pl = strlen(c->peer);
-      c->peer[pl++] = '@';
-      rn_ib_strcpy(c->peer + pl, sizeof(c->peer) - pl, s->peer);
-      RN_CHECK(rn_ib_comm_connect(c, &s->rinfo));
-      s->off = 0;
-      s->stage = RN_IB_CON_SEND_READY;
-      break;
-    }
-    case RN_IB_CON_SEND_READY: {
-      static const uint8_t ready = 1;
-      RN_CHECK(rn_sock_send_some(s->fd, &ready, 1, &s->off));
-      if (s->off < 1) return ncclSuccess;
-      s->comm->ctrl_fd = s->fd;
-      s->fd = -1;
-      RN_INFO(NCCL_NET, "IB : connected to %s: %d rail(s) x %d QP(s), first QP %u", s->comm->peer,
-              s->comm->nrails, s->comm->nqps, s->comm->rail[0].qp[0]->qp_num);
-      rn_ib_live_add(&s->comm->live, 0);
-      *scomm = s->comm;
-      s->comm = NULL;
-      return ncclSuccess;
-    }
+      case RN_IB_CON_SEND_INFO:
+        RN_CHECK(rn_sock_send_some(s->fd, &s->linfo, sizeof(s->linfo), &s->off));
+        if (s->off < sizeof(s->linfo)) return ncclSuccess;
+        s->off = 0;
+        s->stage = RN_IB_CON_RECV_INFO;
+        break;
+      case RN_IB_CON_RECV_INFO: {
+        RN_CHECK(rn_sock_recv_some(s->fd, &s->rinfo, sizeof(s->rinfo), &s->off));
+        if (s->off < sizeof(s->rinfo)) return ncclSuccess;
+        RN_CHECK(rn_ib_info_check(&s->rinfo, s->peer));
+        struct rn_ib_comm *c = s->comm;
+        if (s->rinfo.nrails > c->nlocal || s->rinfo.nqps != c->nqps) {
+          RN_WARN("IB : %s answered %u rail(s) x %u QP(s); offered %d x %d", s->peer,
+                  s->rinfo.nrails, s->rinfo.nqps, c->nlocal, c->nqps);
+          return ncclRemoteError;
+        }
+        c->nrails = s->rinfo.nrails;
+        rn_ib_strcpy(c->peer, 32, s->rinfo.dev);
+        size_t pl = strlen(c->peer);
+        c->peer[pl++] = '@';
+        rn_ib_strcpy(c->peer + pl, sizeof(c->peer) - pl, s->peer);
+        RN_CHECK(rn_ib_comm_connect(c, &s->rinfo));
+        s->off = 0;
+        s->stage = RN_IB_CON_SEND_READY;
+        break;
+      }
+      case RN_IB_CON_SEND_READY: {
+        static const uint8_t ready = 1;
+        RN_CHECK(rn_sock_send_some(s->fd, &ready, 1, &s->off));
+        if (s->off < 1) return ncclSuccess;
+        s->comm->ctrl_fd = s->fd;
+        s->fd = -1;
+        RN_INFO(NCCL_NET, "IB : connected to %s: %d rail(s) x %d QP(s), first QP %u", s->comm->peer,
+                s->comm->nrails, s->comm->nqps, s->comm->rail[0].qp[0]->qp_num);
+        rn_ib_live_add(&s->comm->live, 0);
+        *scomm = s->comm;
+        s->comm = NULL;
+        return ncclSuccess;
+      }
     }
   }
 }
 
 ncclResult_t rn_ib_connect(const struct rn_rails *r, const struct rn_handle *h, void **state,
-                           void **scomm)
-{
+                           void **scomm) {
   ncclResult_t res = ncclSuccess;
   struct rn_ib_connect_state *s = *state;
   *scomm = NULL;
@@ -610,20 +597,17 @@ out_free:
   return res;
 }
 
-ncclResult_t rn_ib_close_send(void *scomm)
-{
+ncclResult_t rn_ib_close_send(void *scomm) {
   rn_ib_comm_free(scomm);
   return ncclSuccess;
 }
 
-ncclResult_t rn_ib_close_recv(void *rcomm)
-{
+ncclResult_t rn_ib_close_recv(void *rcomm) {
   rn_ib_comm_free(rcomm);
   return ncclSuccess;
 }
 
-int rn_ib_close_all(void)
-{
+int rn_ib_close_all(void) {
   int n = 0;
   for (;;) {
     pthread_mutex_lock(&rn_ib_live_lock);

@@ -11,8 +11,7 @@
 #include "railnet/check.h"
 #include "ib_priv.h"
 
-static int rn_ib_peermem_loaded(const char **which)
-{
+static int rn_ib_peermem_loaded(const char **which) {
   static const char *paths[] = {"/sys/module/nvidia_peermem/version",
                                 "/sys/kernel/mm/memory_peers/nv_mem/version",
                                 "/sys/kernel/mm/memory_peers/nv_mem_nc/version"};
@@ -39,8 +38,7 @@ struct rn_cu {
   rn_cu_result (*get_handle)(void *, unsigned long long, size_t, int, unsigned long long);
 };
 
-static void *rn_cu_sym(void *lib, const char *v2, const char *v1)
-{
+static void *rn_cu_sym(void *lib, const char *v2, const char *v1) {
   void *p = v2 ? dlsym(lib, v2) : NULL;
   return p ? p : dlsym(lib, v1);
 }
@@ -49,8 +47,7 @@ static void *rn_cu_sym(void *lib, const char *v2, const char *v1)
 #define RN_CU_PROBE_BYTES (2u << 20)
 
 /* 1 when CUDA memory registers through dma-buf on ctx; why says otherwise. */
-static int rn_ib_dmabuf_probe(struct rn_ib_ctx *ctx, char *why, size_t len)
-{
+static int rn_ib_dmabuf_probe(struct rn_ib_ctx *ctx, char *why, size_t len) {
   struct ibv_mr *mr = NULL;
   if (!rn_ibv_has_dmabuf()) {
     snprintf(why, len, "no DMABUF: libibverbs lacks ibv_reg_dmabuf_mr");
@@ -74,7 +71,8 @@ static int rn_ib_dmabuf_probe(struct rn_ib_ctx *ctx, char *why, size_t len)
   *(void **)&cu.init = rn_cu_sym(lib, NULL, "cuInit");
   *(void **)&cu.device_get = rn_cu_sym(lib, NULL, "cuDeviceGet");
   *(void **)&cu.primary_retain = rn_cu_sym(lib, NULL, "cuDevicePrimaryCtxRetain");
-  *(void **)&cu.primary_release = rn_cu_sym(lib, "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease");
+  *(void **)&cu.primary_release =
+      rn_cu_sym(lib, "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease");
   *(void **)&cu.ctx_push = rn_cu_sym(lib, "cuCtxPushCurrent_v2", "cuCtxPushCurrent");
   *(void **)&cu.ctx_pop = rn_cu_sym(lib, "cuCtxPopCurrent_v2", "cuCtxPopCurrent");
   *(void **)&cu.mem_alloc = rn_cu_sym(lib, "cuMemAlloc_v2", "cuMemAlloc");
@@ -109,10 +107,9 @@ static int rn_ib_dmabuf_probe(struct rn_ib_ctx *ctx, char *why, size_t len)
     snprintf(why, len, "no DMABUF: cuMemGetHandleForAddressRange failed (CUresult %d)", rc);
     goto out_free;
   }
-  err = rn_ibv_reg_dmabuf_mr_probe(ctx->pd, 0, RN_CU_PROBE_BYTES, dptr, fd,
-                                   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                                       IBV_ACCESS_REMOTE_READ,
-                                   &mr);
+  err = rn_ibv_reg_dmabuf_mr_probe(
+      ctx->pd, 0, RN_CU_PROBE_BYTES, dptr, fd,
+      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ, &mr);
   if (err) {
     snprintf(why, len, "no DMABUF: ibv_reg_dmabuf_mr of CUDA memory on %s failed (%s)", ctx->name,
              strerror(err));
@@ -133,8 +130,7 @@ out_close_lib:
   return ok;
 }
 
-int rn_ib_probe_ptr_support(struct rn_ib_ctx *ctx, char *why, size_t len)
-{
+int rn_ib_probe_ptr_support(struct rn_ib_ctx *ctx, char *why, size_t len) {
   int bits = 0;
   const char *mod = NULL;
   char dwhy[160];

@@ -20,8 +20,7 @@ static struct rn_ib_dev rn_ib_devs[RN_MAX_NICS];
 static struct rn_ib_ctx rn_ib_ctxs[RN_MAX_NICS];
 static int rn_ib_ndevs, rn_ib_nctx;
 
-struct rn_ib_dev *rn_ib_dev_of(const struct rn_nic *nic)
-{
+struct rn_ib_dev *rn_ib_dev_of(const struct rn_nic *nic) {
   if (nic->tidx >= 0 && nic->tidx < rn_ib_ndevs && &rn_ib_nics[nic->tidx] == nic)
     return &rn_ib_devs[nic->tidx];
   if (nic >= rn_ib_nics && nic < rn_ib_nics + rn_ib_ndevs) return &rn_ib_devs[nic - rn_ib_nics];
@@ -30,13 +29,14 @@ struct rn_ib_dev *rn_ib_dev_of(const struct rn_nic *nic)
   return NULL;
 }
 
-const struct rn_nic *rn_ib_nic_of(const struct rn_ib_dev *dev) { return &rn_ib_nics[dev - rn_ib_devs]; }
+const struct rn_nic *rn_ib_nic_of(const struct rn_ib_dev *dev) {
+  return &rn_ib_nics[dev - rn_ib_devs];
+}
 
 /* Read one sysfs attribute through the plugin's sysfs root; 0 on success. */
 static int rn_ib_sysfs_read(char *buf, size_t len, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-static int rn_ib_sysfs_read(char *buf, size_t len, const char *fmt, ...)
-{
+static int rn_ib_sysfs_read(char *buf, size_t len, const char *fmt, ...) {
   char path[PATH_MAX];
   va_list ap;
   va_start(ap, fmt);
@@ -46,52 +46,77 @@ static int rn_ib_sysfs_read(char *buf, size_t len, const char *fmt, ...)
 }
 
 /* Per-lane Mbps for ibv_port_attr.active_speed, and lanes for active_width. */
-static int rn_ib_speed_mbps(uint8_t speed, uint8_t width)
-{
+static int rn_ib_speed_mbps(uint8_t speed, uint8_t width) {
   int lane;
   switch (speed) {
-  case 1: lane = 2500; break;     /* SDR */
-  case 2: lane = 5000; break;     /* DDR */
-  case 4: lane = 10000; break;    /* QDR */
-  case 8: lane = 10000; break;    /* FDR10 */
-  case 16: lane = 14000; break;   /* FDR */
-  case 32: lane = 25000; break;   /* EDR */
-  case 64: lane = 50000; break;   /* HDR */
-  case 128: lane = 100000; break; /* NDR */
-  default: lane = 10000; break;   /* unknown: assume QDR-like */
+    case 1:
+      lane = 2500;
+      break; /* SDR */
+    case 2:
+      lane = 5000;
+      break; /* DDR */
+    case 4:
+      lane = 10000;
+      break; /* QDR */
+    case 8:
+      lane = 10000;
+      break; /* FDR10 */
+    case 16:
+      lane = 14000;
+      break; /* FDR */
+    case 32:
+      lane = 25000;
+      break; /* EDR */
+    case 64:
+      lane = 50000;
+      break; /* HDR */
+    case 128:
+      lane = 100000;
+      break; /* NDR */
+    default:
+      lane = 10000;
+      break; /* unknown: assume QDR-like */
   }
   int lanes;
   switch (width) {
-  case 1: lanes = 1; break;
-  case 2: lanes = 4; break;
-  case 4: lanes = 8; break;
-  case 8: lanes = 12; break;
-  case 16: lanes = 2; break;
-  default: lanes = 1; break;
+    case 1:
+      lanes = 1;
+      break;
+    case 2:
+      lanes = 4;
+      break;
+    case 4:
+      lanes = 8;
+      break;
+    case 8:
+      lanes = 12;
+      break;
+    case 16:
+      lanes = 2;
+      break;
+    default:
+      lanes = 1;
+      break;
   }
   return lane * lanes;
 }
 
 static int rn_ib_mtu_bytes(enum ibv_mtu m) { return 128 << ((int)m); }
 
-static int rn_ib_gid_is_v4(const union ibv_gid *g)
-{
+static int rn_ib_gid_is_v4(const union ibv_gid *g) {
   static const uint8_t pfx[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
   return memcmp(g->raw, pfx, sizeof(pfx)) == 0;
 }
-static int rn_ib_gid_is_zero(const union ibv_gid *g)
-{
+static int rn_ib_gid_is_zero(const union ibv_gid *g) {
   static const uint8_t z[16];
   return memcmp(g->raw, z, 16) == 0;
 }
-static int rn_ib_gid_is_linklocal(const union ibv_gid *g)
-{
+static int rn_ib_gid_is_linklocal(const union ibv_gid *g) {
   return g->raw[0] == 0xfe && (g->raw[1] & 0xc0) == 0x80;
 }
 
 /* GID entry i: 0 and its RoCE version (2, 1, or 0 when IB/unknown) when it exists. */
-static int rn_ib_gid_entry(struct rn_ib_ctx *ctx, int port, int i, union ibv_gid *gid, int *v2)
-{
+static int rn_ib_gid_entry(struct rn_ib_ctx *ctx, int port, int i, union ibv_gid *gid, int *v2) {
   struct ibv_gid_entry e;
   int rc = rn_ibv_query_gid_ex(ctx->ctx, (uint32_t)port, (uint32_t)i, &e);
   if (rc == 0) {
@@ -113,8 +138,7 @@ static int rn_ib_gid_entry(struct rn_ib_ctx *ctx, int port, int i, union ibv_gid
  * configured address family (IPv4-mapped, or a global IPv6 one before a
  * link-local one), else any RoCE v2 GID, else index 0. */
 static ncclResult_t rn_ib_pick_gid(struct rn_ib_ctx *ctx, int port, int tbl_len,
-                                   struct rn_ib_dev *dev, char *why, size_t whylen)
-{
+                                   struct rn_ib_dev *dev, char *why, size_t whylen) {
   const struct rn_params *p = rn_params();
   if (p->ib_gid_index[0]) {
     char *end;
@@ -157,18 +181,20 @@ static ncclResult_t rn_ib_pick_gid(struct rn_ib_ctx *ctx, int port, int tbl_len,
   }
   dev->gid_index = best;
   dev->gid = best_gid;
-  snprintf(why, whylen, "%s", best_rank >= 3 ? (want6 ? "RoCE v2, AF_INET6" : "RoCE v2, AF_INET")
-                              : best_rank == 2 ? "RoCE v2, other family" : "not RoCE v2");
+  snprintf(why, whylen, "%s",
+           best_rank >= 3   ? (want6 ? "RoCE v2, AF_INET6" : "RoCE v2, AF_INET")
+           : best_rank == 2 ? "RoCE v2, other family"
+                            : "not RoCE v2");
   return ncclSuccess;
 }
 
-static void rn_ib_netdev(struct rn_ib_ctx *ctx, struct rn_ib_dev *dev, char *out, size_t len)
-{
+static void rn_ib_netdev(struct rn_ib_ctx *ctx, struct rn_ib_dev *dev, char *out, size_t len) {
   char buf[64];
   out[0] = '\0';
   if (dev->link == IBV_LINK_LAYER_ETHERNET &&
       rn_ib_sysfs_read(buf, sizeof(buf), "/sys/class/infiniband/%s/ports/%d/gid_attrs/ndevs/%d",
-                       ctx->name, dev->port, dev->gid_index) == 0 && buf[0]) {
+                       ctx->name, dev->port, dev->gid_index) == 0 &&
+      buf[0]) {
     rn_ib_strcpy(out, len, buf);
     return;
   }
@@ -185,8 +211,7 @@ static void rn_ib_netdev(struct rn_ib_ctx *ctx, struct rn_ib_dev *dev, char *out
   closedir(d);
 }
 
-static void rn_ib_pci(const char *name, struct rn_nic *nic)
-{
+static void rn_ib_pci(const char *name, struct rn_nic *nic) {
   char path[PATH_MAX], real[PATH_MAX];
   snprintf(path, sizeof(path), "/sys/class/infiniband/%s/device", name);
   nic->pci_path[0] = nic->busid[0] = '\0';
@@ -196,8 +221,7 @@ static void rn_ib_pci(const char *name, struct rn_nic *nic)
     nic->pci_path[0] = nic->busid[0] = '\0';
 }
 
-static void rn_ib_ctx_close(struct rn_ib_ctx *c)
-{
+static void rn_ib_ctx_close(struct rn_ib_ctx *c) {
   if (c->mrc) rn_mr_cache_destroy(c->mrc);
   if (c->pd) (void)rn_ibv_dealloc_pd(c->pd);
   if (c->ctx) (void)rn_ibv_close_device(c->ctx);
@@ -205,8 +229,7 @@ static void rn_ib_ctx_close(struct rn_ib_ctx *c)
 }
 
 /* Open one device and add its ACTIVE ports. */
-static ncclResult_t rn_ib_add_device(struct ibv_device *d, int *nactive_seen)
-{
+static ncclResult_t rn_ib_add_device(struct ibv_device *d, int *nactive_seen) {
   ncclResult_t res = ncclSuccess;
   struct rn_ib_ctx *c = &rn_ib_ctxs[rn_ib_nctx];
   memset(c, 0, sizeof(*c));
@@ -287,8 +310,7 @@ out_close:
   return res;
 }
 
-ncclResult_t rn_ib_init(const struct rn_nic **nics, int *n)
-{
+ncclResult_t rn_ib_init(const struct rn_nic **nics, int *n) {
   *nics = rn_ib_nics;
   *n = 0;
   rn_ib_ndevs = rn_ib_nctx = 0;
@@ -313,8 +335,7 @@ ncclResult_t rn_ib_init(const struct rn_nic **nics, int *n)
   return ncclSuccess;
 }
 
-void rn_ib_fini(void)
-{
+void rn_ib_fini(void) {
   /* Comms left open (abort, unload) hold QPs, CQs and MRs on the devices:
    * free them first, never waiting on a peer. */
   int n = rn_ib_close_all();

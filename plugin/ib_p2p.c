@@ -15,13 +15,13 @@
 /* --- registration ------------------------------------------------------- */
 
 struct rn_ib_dmabuf_arg {
-  uintptr_t data;           /* the address NCCL gave */
-  uint64_t offset;          /* its offset inside the dma-buf */
+  uintptr_t data;  /* the address NCCL gave */
+  uint64_t offset; /* its offset inside the dma-buf */
   int fd;
 };
 
-ncclResult_t rn_ib_mr_reg_cb(void *ctx, uintptr_t addr, size_t len, const void *arg, void **handle)
-{
+ncclResult_t rn_ib_mr_reg_cb(void *ctx, uintptr_t addr, size_t len, const void *arg,
+                             void **handle) {
   struct rn_ib_ctx *x = ctx;
   const struct rn_ib_dmabuf_arg *d = arg;
   struct ibv_mr *mr;
@@ -39,8 +39,7 @@ ncclResult_t rn_ib_mr_reg_cb(void *ctx, uintptr_t addr, size_t len, const void *
   return ncclSuccess;
 }
 
-void rn_ib_mr_dereg_cb(void *ctx, void *handle)
-{
+void rn_ib_mr_dereg_cb(void *ctx, void *handle) {
   (void)ctx;
   (void)rn_ibv_dereg_mr(handle);
 }
@@ -48,8 +47,7 @@ void rn_ib_mr_dereg_cb(void *ctx, void *handle)
 static pthread_mutex_t rn_ib_mh_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct rn_ib_mh *rn_ib_mh_list;
 
-static void rn_ib_mh_link(struct rn_ib_mh *mh)
-{
+static void rn_ib_mh_link(struct rn_ib_mh *mh) {
   pthread_mutex_lock(&rn_ib_mh_lock);
   mh->prev = NULL;
   mh->next = rn_ib_mh_list;
@@ -58,17 +56,17 @@ static void rn_ib_mh_link(struct rn_ib_mh *mh)
   pthread_mutex_unlock(&rn_ib_mh_lock);
 }
 
-static void rn_ib_mh_unlink(struct rn_ib_mh *mh)
-{
+static void rn_ib_mh_unlink(struct rn_ib_mh *mh) {
   pthread_mutex_lock(&rn_ib_mh_lock);
-  if (mh->prev) mh->prev->next = mh->next;
-  else rn_ib_mh_list = mh->next;
+  if (mh->prev)
+    mh->prev->next = mh->next;
+  else
+    rn_ib_mh_list = mh->next;
   if (mh->next) mh->next->prev = mh->prev;
   pthread_mutex_unlock(&rn_ib_mh_lock);
 }
 
-int rn_ib_mh_free_all(void)
-{
+int rn_ib_mh_free_all(void) {
   int n = 0;
   pthread_mutex_lock(&rn_ib_mh_lock);
   while (rn_ib_mh_list) {
@@ -82,8 +80,7 @@ int rn_ib_mh_free_all(void)
 }
 
 static ncclResult_t rn_ib_reg(struct rn_ib_comm *c, void *data, size_t size, int type,
-                              const struct rn_ib_dmabuf_arg *d, int flags, void **out)
-{
+                              const struct rn_ib_dmabuf_arg *d, int flags, void **out) {
   ncclResult_t res = ncclSuccess;
   struct rn_ib_mh *mh = calloc(1, sizeof(*mh));
   if (!mh) {
@@ -106,16 +103,16 @@ out_put:
   return res;
 }
 
-ncclResult_t rn_ib_reg_mr(void *comm, void *data, size_t size, int type, void **mh)
-{
+ncclResult_t rn_ib_reg_mr(void *comm, void *data, size_t size, int type, void **mh) {
   struct rn_ib_comm *c = comm;
   /* CUDA pointers go through plain ibv_reg_mr only with peermem loaded. */
   for (int r = 0; r < c->nrails && type == NCCL_PTR_CUDA; r++) {
     const struct rn_nic *nic = rn_ib_nic_of(c->rail[r].dev);
     if (!(nic->ptr_support & NCCL_PTR_CUDA)) {
-      RN_WARN("IB : regMr of CUDA memory %p (%zu bytes) on %s, which cannot register GPU memory "
-              "without nvidia-peermem (use regMrDmaBuf if DMABUF is advertised)",
-              data, size, nic->name);
+      RN_WARN(
+          "IB : regMr of CUDA memory %p (%zu bytes) on %s, which cannot register GPU memory "
+          "without nvidia-peermem (use regMrDmaBuf if DMABUF is advertised)",
+          data, size, nic->name);
       return ncclInvalidArgument;
     }
   }
@@ -123,8 +120,7 @@ ncclResult_t rn_ib_reg_mr(void *comm, void *data, size_t size, int type, void **
 }
 
 ncclResult_t rn_ib_reg_mr_dmabuf(void *comm, void *data, size_t size, int type, uint64_t offset,
-                                 int fd, void **mh)
-{
+                                 int fd, void **mh) {
   /* NCCL closes fd after this call: the MR keeps its own reference. */
   struct rn_ib_dmabuf_arg d = {.data = (uintptr_t)data, .offset = offset, .fd = fd};
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
@@ -132,8 +128,7 @@ ncclResult_t rn_ib_reg_mr_dmabuf(void *comm, void *data, size_t size, int type, 
   return rn_ib_reg(comm, data, size, type, &d, offset >= below ? 0 : RN_MR_EXACT, mh);
 }
 
-ncclResult_t rn_ib_dereg_mr(void *comm, void *mhp)
-{
+ncclResult_t rn_ib_dereg_mr(void *comm, void *mhp) {
   (void)comm;
   struct rn_ib_mh *mh = mhp;
   rn_ib_mh_unlink(mh);
@@ -144,8 +139,7 @@ ncclResult_t rn_ib_dereg_mr(void *comm, void *mhp)
 
 /* --- completions -------------------------------------------------------- */
 
-ncclResult_t rn_ib_post_recvs(struct rn_ib_comm *c, int rail, int qpi, int count)
-{
+ncclResult_t rn_ib_post_recvs(struct rn_ib_comm *c, int rail, int qpi, int count) {
   struct ibv_recv_wr wr[RN_IB_RECV_DEPTH];
   if (count > RN_IB_RECV_DEPTH) count = RN_IB_RECV_DEPTH;
   memset(wr, 0, sizeof(wr[0]) * (size_t)count);
@@ -156,27 +150,27 @@ ncclResult_t rn_ib_post_recvs(struct rn_ib_comm *c, int rail, int qpi, int count
   return rn_ibv_post_recv(c->rail[rail].qp[qpi], wr);
 }
 
-static ncclResult_t rn_ib_wc_result(enum ibv_wc_status s)
-{
+static ncclResult_t rn_ib_wc_result(enum ibv_wc_status s) {
   switch (s) {
-  case IBV_WC_RETRY_EXC_ERR:
-  case IBV_WC_RNR_RETRY_EXC_ERR:
-  case IBV_WC_REM_ACCESS_ERR:
-  case IBV_WC_REM_INV_REQ_ERR:
-  case IBV_WC_REM_OP_ERR:
-  case IBV_WC_REM_ABORT_ERR:
-  case IBV_WC_RESP_TIMEOUT_ERR:
-  case IBV_WC_REM_INV_RD_REQ_ERR:
-    return ncclRemoteError;
-  default:
-    return ncclSystemError;
+    case IBV_WC_RETRY_EXC_ERR:
+    case IBV_WC_RNR_RETRY_EXC_ERR:
+    case IBV_WC_REM_ACCESS_ERR:
+    case IBV_WC_REM_INV_REQ_ERR:
+    case IBV_WC_REM_OP_ERR:
+    case IBV_WC_REM_ABORT_ERR:
+    case IBV_WC_RESP_TIMEOUT_ERR:
+    case IBV_WC_REM_INV_RD_REQ_ERR:
+      return ncclRemoteError;
+    default:
+      return ncclSystemError;
   }
 }
 
-static void rn_ib_fail(struct rn_ib_comm *c, ncclResult_t res) { if (c->error == ncclSuccess) c->error = res; }
+static void rn_ib_fail(struct rn_ib_comm *c, ncclResult_t res) {
+  if (c->error == ncclSuccess) c->error = res;
+}
 
-static void rn_ib_wc_error(struct rn_ib_comm *c, int rail, const struct ibv_wc *wc)
-{
+static void rn_ib_wc_error(struct rn_ib_comm *c, int rail, const struct ibv_wc *wc) {
   /* After the first failure the QP flushes everything else: one WARN. */
   if (c->error != ncclSuccess && wc->status == IBV_WC_WR_FLUSH_ERR) return;
   const char *what[] = {"?", "send", "FIFO write", "receive", "flush read"};
@@ -187,47 +181,45 @@ static void rn_ib_wc_error(struct rn_ib_comm *c, int rail, const struct ibv_wc *
   rn_ib_fail(c, rn_ib_wc_result(wc->status));
 }
 
-static void rn_ib_on_wc(struct rn_ib_comm *c, int rail, const struct ibv_wc *wc)
-{
+static void rn_ib_on_wc(struct rn_ib_comm *c, int rail, const struct ibv_wc *wc) {
   if (wc->status != IBV_WC_SUCCESS) {
     rn_ib_wc_error(c, rail, wc);
     return;
   }
   uint32_t idx = (uint32_t)wc->wr_id;
   switch ((int)(wc->wr_id >> 32)) {
-  case RN_IB_WR_SEND: {
-    struct rn_ib_req *lead = &c->sreq[idx];
-    if (--lead->expected == 0)
-      for (int i = 0; i < lead->n; i++) c->sreq[lead->tag[i]].got = 1;
-    break;
-  }
-  case RN_IB_WR_RECV: {
-    uint32_t imm = ntohl(wc->imm_data);
-    struct rn_ib_req *r = &c->rreq[RN_IB_IMM_SLOT(imm)];
-    if (r->kind != RN_IB_REQ_RECV) {
-      RN_WARN("IB : %s QP %u: data for slot %u with no receive posted (peer %s)",
-              rn_ib_nic_of(c->rail[rail].dev)->name, wc->qp_num, RN_IB_IMM_SLOT(imm), c->peer);
-      rn_ib_fail(c, ncclInternalError);
+    case RN_IB_WR_SEND: {
+      struct rn_ib_req *lead = &c->sreq[idx];
+      if (--lead->expected == 0)
+        for (int i = 0; i < lead->n; i++) c->sreq[lead->tag[i]].got = 1;
       break;
     }
-    r->expected = (int)RN_IB_IMM_NUSED(imm);
-    r->got++;
-    if (imm & RN_IB_IMM_INLINE) r->inline_size = (int)RN_IB_IMM_SIZE(imm);
-    if (imm & RN_IB_IMM_ERROR) r->error = 1;
-    if (rn_ib_post_recvs(c, (int)(idx >> 8), (int)(idx & 0xff), 1) != ncclSuccess)
-      rn_ib_fail(c, ncclSystemError);
-    break;
-  }
-  case RN_IB_WR_FLUSH:
-    c->freq[idx].got++;
-    break;
-  default: /* FIFO writes and error notices: nothing waits on them */
-    break;
+    case RN_IB_WR_RECV: {
+      uint32_t imm = ntohl(wc->imm_data);
+      struct rn_ib_req *r = &c->rreq[RN_IB_IMM_SLOT(imm)];
+      if (r->kind != RN_IB_REQ_RECV) {
+        RN_WARN("IB : %s QP %u: data for slot %u with no receive posted (peer %s)",
+                rn_ib_nic_of(c->rail[rail].dev)->name, wc->qp_num, RN_IB_IMM_SLOT(imm), c->peer);
+        rn_ib_fail(c, ncclInternalError);
+        break;
+      }
+      r->expected = (int)RN_IB_IMM_NUSED(imm);
+      r->got++;
+      if (imm & RN_IB_IMM_INLINE) r->inline_size = (int)RN_IB_IMM_SIZE(imm);
+      if (imm & RN_IB_IMM_ERROR) r->error = 1;
+      if (rn_ib_post_recvs(c, (int)(idx >> 8), (int)(idx & 0xff), 1) != ncclSuccess)
+        rn_ib_fail(c, ncclSystemError);
+      break;
+    }
+    case RN_IB_WR_FLUSH:
+      c->freq[idx].got++;
+      break;
+    default: /* FIFO writes and error notices: nothing waits on them */
+      break;
   }
 }
 
-static ncclResult_t rn_ib_progress(struct rn_ib_comm *c)
-{
+static ncclResult_t rn_ib_progress(struct rn_ib_comm *c) {
   struct ibv_wc wc[16];
   for (int r = 0; r < c->nrails; r++) {
     int got;
@@ -241,8 +233,7 @@ static ncclResult_t rn_ib_progress(struct rn_ib_comm *c)
 
 /* --- send --------------------------------------------------------------- */
 
-static struct rn_ib_req *rn_ib_sreq_get(struct rn_ib_comm *c)
-{
+static struct rn_ib_req *rn_ib_sreq_get(struct rn_ib_comm *c) {
   for (size_t i = 0; i < sizeof(c->sreq) / sizeof(c->sreq[0]); i++) {
     if (c->sreq[i].kind) continue;
     struct rn_ib_req *r = &c->sreq[i];
@@ -261,8 +252,7 @@ static struct rn_ib_req *rn_ib_sreq_get(struct rn_ib_comm *c)
  * the group, telling the receiver through the immediate and the sizes. */
 static ncclResult_t rn_ib_post_group(struct rn_ib_comm *c, int slot, struct rn_ib_sgroup *g,
                                      volatile struct rn_ib_fifo_elem *f, struct rn_ib_req *lead,
-                                     int err)
-{
+                                     int err) {
   int nq = rn_ib_nq(c);
   size_t total = 0;
   for (int i = 0; i < g->n; i++) total += g->size[i];
@@ -278,8 +268,8 @@ static ncclResult_t rn_ib_post_group(struct rn_ib_comm *c, int slot, struct rn_i
   if (err) imm |= RN_IB_IMM_ERROR;
   if (!inl)
     for (int i = 0; i < g->n; i++) c->ctl->sizes[slot][i] = g->size[i];
-  uint64_t rem_sizes = c->rem_ctl + offsetof(struct rn_ib_ctl, sizes) +
-                       (uint64_t)slot * sizeof(c->ctl->sizes[0]);
+  uint64_t rem_sizes =
+      c->rem_ctl + offsetof(struct rn_ib_ctl, sizes) + (uint64_t)slot * sizeof(c->ctl->sizes[0]);
   for (int j = 0; j < nused; j++) {
     int rail;
     struct ibv_qp *qp = rn_ib_qp(c, (start + j) % nq, &rail);
@@ -294,7 +284,8 @@ static ncclResult_t rn_ib_post_group(struct rn_ib_comm *c, int slot, struct rn_i
       size_t off = chunk * (size_t)j;
       if (off >= g->size[i]) continue;
       size_t len = g->size[i] - off < chunk ? g->size[i] - off : chunk;
-      sge[nwr] = (struct ibv_sge){.addr = (uintptr_t)g->data[i] + off, .length = (uint32_t)len,
+      sge[nwr] = (struct ibv_sge){.addr = (uintptr_t)g->data[i] + off,
+                                  .length = (uint32_t)len,
                                   .lkey = rn_ib_mh_mr(g->mh[i], rail)->lkey};
       wr[nwr].opcode = IBV_WR_RDMA_WRITE;
       wr[nwr].sg_list = &sge[nwr];
@@ -342,8 +333,8 @@ static ncclResult_t rn_ib_post_group(struct rn_ib_comm *c, int slot, struct rn_i
     wr[nwr].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
     wr[nwr].imm_data = htonl(imm);
     wr[nwr].send_flags = IBV_SEND_SIGNALED;
-    wr[nwr].wr_id = err ? RN_IB_WRID(RN_IB_WR_FIFO, 0)
-                        : RN_IB_WRID(RN_IB_WR_SEND, (uint32_t)(lead - c->sreq));
+    wr[nwr].wr_id =
+        err ? RN_IB_WRID(RN_IB_WR_FIFO, 0) : RN_IB_WRID(RN_IB_WR_SEND, (uint32_t)(lead - c->sreq));
     nwr++;
     for (int w = 0; w + 1 < nwr; w++) wr[w].next = &wr[w + 1];
     RN_CHECK(rn_ibv_post_send(qp, wr));
@@ -352,16 +343,14 @@ static ncclResult_t rn_ib_post_group(struct rn_ib_comm *c, int slot, struct rn_i
   return ncclSuccess;
 }
 
-static ncclResult_t rn_ib_dead_peer(struct rn_ib_comm *c, const char *what)
-{
+static ncclResult_t rn_ib_dead_peer(struct rn_ib_comm *c, const char *what) {
   RN_WARN("IB : %s QP %u: peer %s closed the connection while a %s was pending",
           rn_ib_nic_of(c->rail[0].dev)->name, c->rail[0].qp[0]->qp_num, c->peer, what);
   rn_ib_fail(c, ncclRemoteError);
   return c->error;
 }
 
-ncclResult_t rn_ib_isend(void *scomm, void *data, size_t size, int tag, void *mhp, void **req)
-{
+ncclResult_t rn_ib_isend(void *scomm, void *data, size_t size, int tag, void *mhp, void **req) {
   struct rn_ib_comm *c = scomm;
   *req = NULL;
   if (c->error) return c->error;
@@ -435,8 +424,7 @@ ncclResult_t rn_ib_isend(void *scomm, void *data, size_t size, int tag, void *mh
 /* --- receive ------------------------------------------------------------ */
 
 ncclResult_t rn_ib_irecv(void *rcomm, int n, void **data, const size_t *sizes, const int *tags,
-                         void **mhs, void **req)
-{
+                         void **mhs, void **req) {
   struct rn_ib_comm *c = rcomm;
   *req = NULL;
   if (c->error) return c->error;
@@ -471,8 +459,8 @@ ncclResult_t rn_ib_irecv(void *rcomm, int n, void **data, const size_t *sizes, c
   wr.sg_list = &sge;
   wr.num_sge = 1;
   wr.send_flags = IBV_SEND_SIGNALED;
-  wr.wr.rdma.remote_addr = c->rem_ctl + offsetof(struct rn_ib_ctl, fifo) +
-                           (uint64_t)slot * sizeof(c->ctl->fifo[0]);
+  wr.wr.rdma.remote_addr =
+      c->rem_ctl + offsetof(struct rn_ib_ctl, fifo) + (uint64_t)slot * sizeof(c->ctl->fifo[0]);
   wr.wr.rdma.rkey = c->rail[rail].rem_rkey;
   ncclResult_t res = rn_ibv_post_send(qp, &wr);
   if (res != ncclSuccess) {
@@ -497,8 +485,7 @@ ncclResult_t rn_ib_irecv(void *rcomm, int n, void **data, const size_t *sizes, c
 }
 
 ncclResult_t rn_ib_iflush(void *rcomm, int n, void **data, const int *sizes, void **mhs,
-                          void **req)
-{
+                          void **req) {
   struct rn_ib_comm *c = rcomm;
   *req = NULL;
   if (c->error) return c->error;
@@ -522,8 +509,8 @@ ncclResult_t rn_ib_iflush(void *rcomm, int n, void **data, const int *sizes, voi
     if (!rl->flush_qp) continue;
     /* A 1-byte READ of the received buffer: it completes only after the
      * NIC's earlier writes to GPU memory have landed. */
-    struct ibv_sge sge = {.addr = (uintptr_t)&c->ctl->flush[0], .length = 1,
-                          .lkey = rl->ctl_mr->lkey};
+    struct ibv_sge sge = {
+        .addr = (uintptr_t)&c->ctl->flush[0], .length = 1, .lkey = rl->ctl_mr->lkey};
     struct ibv_send_wr wr;
     memset(&wr, 0, sizeof(wr));
     wr.wr_id = RN_IB_WRID(RN_IB_WR_FLUSH, (uint32_t)(r - c->freq));
@@ -551,18 +538,20 @@ ncclResult_t rn_ib_iflush(void *rcomm, int n, void **data, const int *sizes, voi
 
 /* --- test --------------------------------------------------------------- */
 
-static int rn_ib_req_done(const struct rn_ib_req *r)
-{
+static int rn_ib_req_done(const struct rn_ib_req *r) {
   switch (r->kind) {
-  case RN_IB_REQ_SEND: return r->got;
-  case RN_IB_REQ_RECV: return r->expected > 0 && r->got == r->expected;
-  case RN_IB_REQ_FLUSH: return r->got == r->expected;
-  default: return 0;
+    case RN_IB_REQ_SEND:
+      return r->got;
+    case RN_IB_REQ_RECV:
+      return r->expected > 0 && r->got == r->expected;
+    case RN_IB_REQ_FLUSH:
+      return r->got == r->expected;
+    default:
+      return 0;
   }
 }
 
-static ncclResult_t rn_ib_recv_sizes(struct rn_ib_comm *c, struct rn_ib_req *r, size_t *sizes)
-{
+static ncclResult_t rn_ib_recv_sizes(struct rn_ib_comm *c, struct rn_ib_req *r, size_t *sizes) {
   ncclResult_t res = ncclSuccess;
   for (int i = 0; i < r->n; i++) {
     size_t got = r->inline_size >= 0 ? (size_t)r->inline_size
@@ -582,8 +571,7 @@ static ncclResult_t rn_ib_recv_sizes(struct rn_ib_comm *c, struct rn_ib_req *r, 
   return res;
 }
 
-ncclResult_t rn_ib_test(void *req, int *done, size_t *sizes, int *nsizes)
-{
+ncclResult_t rn_ib_test(void *req, int *done, size_t *sizes, int *nsizes) {
   struct rn_ib_req *r = req;
   struct rn_ib_comm *c = r->comm;
   *done = 0;

@@ -20,13 +20,13 @@
 #include "railnet/sock.h"
 #include "railnet/transport.h"
 
-#define RN_IB_MAX_QPS 16        /* per rail: params.def's IB_QPS upper bound */
-#define RN_IB_SLOTS 32          /* receive groups in flight per comm (NCCL needs >= 32 requests) */
-#define RN_IB_MAX_RECVS 8       /* buffers per grouped receive */
-#define RN_IB_RECV_DEPTH 64     /* standing RECVs per QP: >= RN_IB_SLOTS immediates in flight */
-#define RN_IB_SEND_DEPTH 512    /* per QP: <= 10 WRs per group x RN_IB_SLOTS, plus FIFO writes */
+#define RN_IB_MAX_QPS 16     /* per rail: params.def's IB_QPS upper bound */
+#define RN_IB_SLOTS 32       /* receive groups in flight per comm (NCCL needs >= 32 requests) */
+#define RN_IB_MAX_RECVS 8    /* buffers per grouped receive */
+#define RN_IB_RECV_DEPTH 64  /* standing RECVs per QP: >= RN_IB_SLOTS immediates in flight */
+#define RN_IB_SEND_DEPTH 512 /* per QP: <= 10 WRs per group x RN_IB_SLOTS, plus FIFO writes */
 #define RN_IB_CQ_DEPTH 4096
-#define RN_IB_SPLIT_MIN 65536   /* bytes per QP before a message is split over one more QP */
+#define RN_IB_SPLIT_MIN 65536    /* bytes per QP before a message is split over one more QP */
 #define RN_IB_ALIVE_CHECK_MS 100 /* how often a waiting comm looks at the peer's control socket */
 
 static_assert((RN_IB_SLOTS & (RN_IB_SLOTS - 1)) == 0 && RN_IB_SLOTS <= 32,
@@ -35,12 +35,12 @@ static_assert(RN_IB_MAX_RECVS == RN_MAX_RECVS, "grouped receives: the core's max
 static_assert(RN_MAX_RAILS * RN_IB_MAX_QPS <= 128, "QPs used is 7 bits of the immediate");
 
 /* Immediate data of the WRITE_WITH_IMM closing a group on each QP. */
-#define RN_IB_IMM_SLOT(imm) ((imm) & 31u)
+#define RN_IB_IMM_SLOT(imm) ((imm)&31u)
 #define RN_IB_IMM_NUSED(imm) ((((imm) >> 5) & 127u) + 1)
-#define RN_IB_IMM_INLINE (1u << 12)         /* bits 13..30 carry the size of a 1-buffer group */
+#define RN_IB_IMM_INLINE (1u << 12) /* bits 13..30 carry the size of a 1-buffer group */
 #define RN_IB_IMM_SIZE(imm) (((imm) >> 13) & 0x3ffffu)
 #define RN_IB_IMM_INLINE_MAX 0x3ffffu
-#define RN_IB_IMM_ERROR (1u << 31)          /* the sender refused the group: sizes tell why */
+#define RN_IB_IMM_ERROR (1u << 31) /* the sender refused the group: sizes tell why */
 
 /* Work request ids: kind in the high half, an index in the low half. */
 enum rn_ib_wr_kind { RN_IB_WR_SEND = 1, RN_IB_WR_FIFO = 2, RN_IB_WR_RECV = 3, RN_IB_WR_FLUSH = 4 };
@@ -53,9 +53,9 @@ struct rn_ib_fifo_elem {
   uint64_t size;
   uint32_t rkey[RN_MAX_RAILS];
   int32_t tag;
-  uint16_t n;             /* buffers in the group */
+  uint16_t n; /* buffers in the group */
   uint16_t reserved;
-  uint64_t idx;           /* sequence + 1: written last, checked by the sender */
+  uint64_t idx; /* sequence + 1: written last, checked by the sender */
 };
 static_assert(sizeof(struct rn_ib_fifo_elem) == 64, "FIFO element layout is on the wire");
 
@@ -83,7 +83,7 @@ struct rn_ib_ctx {
 struct rn_ib_dev {
   struct rn_ib_ctx *ctx;
   int port;
-  int link;               /* IBV_LINK_LAYER_* */
+  int link; /* IBV_LINK_LAYER_* */
   enum ibv_mtu mtu;
   uint16_t lid;
   int gid_index;
@@ -91,8 +91,7 @@ struct rn_ib_dev {
 };
 
 /* Bounded copy that always terminates (truncation is fine for names). */
-static inline void rn_ib_strcpy(char *dst, size_t len, const char *src)
-{
+static inline void rn_ib_strcpy(char *dst, size_t len, const char *src) {
   size_t n = strlen(src);
   if (n >= len) n = len - 1;
   memcpy(dst, src, n);
@@ -107,13 +106,12 @@ const struct rn_nic *rn_ib_nic_of(const struct rn_ib_dev *dev);
  * Owner: the caller of reg_mr, until dereg_mr. */
 struct rn_ib_mh {
   struct rn_ib_mh *prev, *next; /* registrations alive, freed at fini */
-  int type;               /* NCCL_PTR_* */
+  int type;                     /* NCCL_PTR_* */
   int nrails;
   struct rn_ib_ctx *ctx[RN_MAX_RAILS];
   struct rn_mr_entry *ent[RN_MAX_RAILS];
 };
-static inline struct ibv_mr *rn_ib_mh_mr(const struct rn_ib_mh *mh, int rail)
-{
+static inline struct ibv_mr *rn_ib_mh_mr(const struct rn_ib_mh *mh, int rail) {
   return (struct ibv_mr *)mh->ent[rail]->handle;
 }
 
@@ -122,9 +120,9 @@ struct rn_ib_rail {
   struct rn_ib_dev *dev;
   struct ibv_cq *cq;
   struct ibv_qp *qp[RN_IB_MAX_QPS];
-  struct ibv_qp *flush_qp;  /* receiver, GDR-capable rails only */
+  struct ibv_qp *flush_qp; /* receiver, GDR-capable rails only */
   struct ibv_mr *ctl_mr;
-  uint32_t rem_rkey;        /* the peer's control block on this rail */
+  uint32_t rem_rkey; /* the peer's control block on this rail */
 };
 
 /* Comms and listen comms handed to the core, so finalize (or unload) can
@@ -143,18 +141,18 @@ struct rn_ib_req {
   struct rn_ib_comm *comm;
   int slot;
   int n;
-  int got, expected;        /* immediates (recv) or READs (flush) */
-  int inline_size;          /* recv: -1 unless the immediate carried the size */
-  int error;                /* recv: the sender flagged the group */
+  int got, expected; /* immediates (recv) or READs (flush) */
+  int inline_size;   /* recv: -1 unless the immediate carried the size */
+  int error;         /* recv: the sender flagged the group */
   size_t size[RN_IB_MAX_RECVS];
   int tag[RN_IB_MAX_RECVS];
 };
 
 /* A matched send group (sender side), one per slot. */
 struct rn_ib_sgroup {
-  int n;                    /* buffers in the group, from the FIFO */
+  int n; /* buffers in the group, from the FIFO */
   int matched;
-  int pending;              /* signaled completions still expected */
+  int pending; /* signaled completions still expected */
   struct rn_ib_req *req[RN_IB_MAX_RECVS];
   void *data[RN_IB_MAX_RECVS];
   struct rn_ib_mh *mh[RN_IB_MAX_RECVS];
@@ -166,38 +164,41 @@ struct rn_ib_sgroup {
 struct rn_ib_comm {
   struct rn_comm_base base;
   struct rn_ib_live live;
-  int nlocal;               /* local rails with resources */
-  int nrails;               /* rails connected (min of both sides) */
-  int nqps;                 /* QPs per rail */
-  int mtu_bytes;            /* smallest path MTU over the connected rails */
+  int nlocal;    /* local rails with resources */
+  int nrails;    /* rails connected (min of both sides) */
+  int nqps;      /* QPs per rail */
+  int mtu_bytes; /* smallest path MTU over the connected rails */
   struct rn_ib_rail rail[RN_MAX_RAILS];
   struct rn_ib_ctl *ctl;
-  uint64_t rem_ctl;         /* the peer's control block address */
-  int ctrl_fd;              /* bootstrap socket, kept to notice a dead peer */
+  uint64_t rem_ctl; /* the peer's control block address */
+  int ctrl_fd;      /* bootstrap socket, kept to notice a dead peer */
   char peer[64];
-  ncclResult_t error;       /* sticky: set by the first failure */
-  uint64_t seq;             /* next group */
+  ncclResult_t error; /* sticky: set by the first failure */
+  uint64_t seq;       /* next group */
   uint64_t next_alive_ms;
   /* sender */
   struct rn_ib_sgroup group[RN_IB_SLOTS];
   struct rn_ib_req sreq[RN_IB_SLOTS * RN_IB_MAX_RECVS];
   /* receiver */
-  struct rn_ib_req rreq[RN_IB_SLOTS];       /* recv request of sequence s sits at s % SLOTS */
-  struct rn_ib_req freq[RN_IB_SLOTS];       /* flushes */
+  struct rn_ib_req rreq[RN_IB_SLOTS]; /* recv request of sequence s sits at s % SLOTS */
+  struct rn_ib_req freq[RN_IB_SLOTS]; /* flushes */
 };
 
 static inline int rn_ib_nq(const struct rn_ib_comm *c) { return c->nrails * c->nqps; }
 /* QP number q of the connection: rails interleave, so using the first m
  * QPs spreads over rails first. */
-static inline struct ibv_qp *rn_ib_qp(const struct rn_ib_comm *c, int q, int *rail)
-{
+static inline struct ibv_qp *rn_ib_qp(const struct rn_ib_comm *c, int q, int *rail) {
   *rail = q % c->nrails;
   return c->rail[*rail].qp[q / c->nrails];
 }
 
 /* Listen comm. */
-enum rn_ib_accept_stage { RN_IB_ACC_RDV = 0, RN_IB_ACC_RECV_INFO, RN_IB_ACC_SEND_INFO,
-                          RN_IB_ACC_RECV_READY };
+enum rn_ib_accept_stage {
+  RN_IB_ACC_RDV = 0,
+  RN_IB_ACC_RECV_INFO,
+  RN_IB_ACC_SEND_INFO,
+  RN_IB_ACC_RECV_READY
+};
 struct rn_ib_listen_comm;
 
 /* ib_init.c */

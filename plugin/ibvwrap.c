@@ -36,28 +36,27 @@ static struct rn_ibv_syms syms;
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static ncclResult_t load_result = ncclSystemError;
 
-static void *rn_ibv_sym(void *lib, const char *name, const char *version)
-{
+static void *rn_ibv_sym(void *lib, const char *name, const char *version) {
   void *p = version ? dlvsym(lib, name, version) : NULL;
   return p ? p : dlsym(lib, name);
 }
 
-static void rn_ibv_load_once(void)
-{
+static void rn_ibv_load_once(void) {
   void *lib = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
-    RN_INFO(NCCL_INIT | NCCL_NET, "IB : libibverbs.so.1 not loadable (%s): no verbs NICs", dlerror());
+    RN_INFO(NCCL_INIT | NCCL_NET, "IB : libibverbs.so.1 not loadable (%s): no verbs NICs",
+            dlerror());
     return;
   }
-#define RN_IBV_REQ(field, name, ver)                                                 \
-  do {                                                                               \
-    *(void **)&syms.field = rn_ibv_sym(lib, name, ver);                              \
-    if (!syms.field) {                                                               \
+#define RN_IBV_REQ(field, name, ver)                                                       \
+  do {                                                                                     \
+    *(void **)&syms.field = rn_ibv_sym(lib, name, ver);                                    \
+    if (!syms.field) {                                                                     \
       RN_INFO(NCCL_INIT | NCCL_NET, "IB : libibverbs.so.1 lacks %s: no verbs NICs", name); \
-      dlclose(lib);                                                                  \
-      memset(&syms, 0, sizeof(syms));                                                \
-      return;                                                                        \
-    }                                                                                \
+      dlclose(lib);                                                                        \
+      memset(&syms, 0, sizeof(syms));                                                      \
+      return;                                                                              \
+    }                                                                                      \
   } while (0)
   RN_IBV_REQ(get_device_list, "ibv_get_device_list", "IBVERBS_1.1");
   RN_IBV_REQ(free_device_list, "ibv_free_device_list", "IBVERBS_1.1");
@@ -84,8 +83,7 @@ static void rn_ibv_load_once(void)
   load_result = ncclSuccess; /* the handle stays open for the process lifetime */
 }
 
-ncclResult_t rn_ibv_load(void)
-{
+ncclResult_t rn_ibv_load(void) {
   pthread_once(&load_once, rn_ibv_load_once);
   return load_result;
 }
@@ -96,14 +94,13 @@ int rn_ibv_has_query_gid_ex(void) { return syms.query_gid_ex != NULL; }
 /* Constructors return NULL and set errno (sometimes 0: report EIO then). */
 static int rn_ibv_errno(void) { return errno ? errno : EIO; }
 
-#define RN_IBV_FAIL(name, err)                                               \
-  do {                                                                       \
-    RN_WARN("IB : %s failed: %s", (name), strerror(err));                    \
-    return ncclSystemError;                                                  \
+#define RN_IBV_FAIL(name, err)                            \
+  do {                                                    \
+    RN_WARN("IB : %s failed: %s", (name), strerror(err)); \
+    return ncclSystemError;                               \
   } while (0)
 
-ncclResult_t rn_ibv_get_device_list(struct ibv_device ***list, int *n)
-{
+ncclResult_t rn_ibv_get_device_list(struct ibv_device ***list, int *n) {
   errno = 0;
   *list = syms.get_device_list(n);
   if (*list == NULL && (errno == ENOSYS || errno == ENODEV || errno == ENOENT)) {
@@ -118,36 +115,31 @@ ncclResult_t rn_ibv_get_device_list(struct ibv_device ***list, int *n)
 
 void rn_ibv_free_device_list(struct ibv_device **list) { syms.free_device_list(list); }
 
-const char *rn_ibv_get_device_name(struct ibv_device *dev)
-{
+const char *rn_ibv_get_device_name(struct ibv_device *dev) {
   const char *name = syms.get_device_name(dev);
   return name ? name : "?";
 }
 
-ncclResult_t rn_ibv_open_device(struct ibv_device *dev, struct ibv_context **ctx)
-{
+ncclResult_t rn_ibv_open_device(struct ibv_device *dev, struct ibv_context **ctx) {
   errno = 0;
   *ctx = syms.open_device(dev);
   if (!*ctx) RN_IBV_FAIL("ibv_open_device", rn_ibv_errno());
   return ncclSuccess;
 }
 
-ncclResult_t rn_ibv_close_device(struct ibv_context *ctx)
-{
+ncclResult_t rn_ibv_close_device(struct ibv_context *ctx) {
   int rc = syms.close_device(ctx);
   if (rc) RN_IBV_FAIL("ibv_close_device", rc < 0 ? rn_ibv_errno() : rc);
   return ncclSuccess;
 }
 
-ncclResult_t rn_ibv_query_device(struct ibv_context *ctx, struct ibv_device_attr *attr)
-{
+ncclResult_t rn_ibv_query_device(struct ibv_context *ctx, struct ibv_device_attr *attr) {
   int rc = syms.query_device(ctx, attr);
   if (rc) RN_IBV_FAIL("ibv_query_device", rc < 0 ? rn_ibv_errno() : rc);
   return ncclSuccess;
 }
 
-ncclResult_t rn_ibv_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr)
-{
+ncclResult_t rn_ibv_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr) {
   /* As verbs.h's inline does: the extended op when the provider has it,
    * else the exported symbol filling the compat layout (a prefix). */
   struct verbs_context *vctx = verbs_get_ctx_op(ctx, query_port);
@@ -161,37 +153,34 @@ ncclResult_t rn_ibv_query_port(struct ibv_context *ctx, uint8_t port, struct ibv
   return ncclSuccess;
 }
 
-ncclResult_t rn_ibv_query_gid(struct ibv_context *ctx, uint8_t port, int index, union ibv_gid *gid)
-{
+ncclResult_t rn_ibv_query_gid(struct ibv_context *ctx, uint8_t port, int index,
+                              union ibv_gid *gid) {
   int rc = syms.query_gid(ctx, port, index, gid);
   if (rc) RN_IBV_FAIL("ibv_query_gid", rc < 0 ? rn_ibv_errno() : rc);
   return ncclSuccess;
 }
 
 int rn_ibv_query_gid_ex(struct ibv_context *ctx, uint32_t port, uint32_t index,
-                        struct ibv_gid_entry *entry)
-{
+                        struct ibv_gid_entry *entry) {
   if (!syms.query_gid_ex) return EOPNOTSUPP;
   return syms.query_gid_ex(ctx, port, index, entry, 0, sizeof(*entry));
 }
 
-ncclResult_t rn_ibv_alloc_pd(struct ibv_context *ctx, struct ibv_pd **pd)
-{
+ncclResult_t rn_ibv_alloc_pd(struct ibv_context *ctx, struct ibv_pd **pd) {
   errno = 0;
   *pd = syms.alloc_pd(ctx);
   if (!*pd) RN_IBV_FAIL("ibv_alloc_pd", rn_ibv_errno());
   return ncclSuccess;
 }
 
-ncclResult_t rn_ibv_dealloc_pd(struct ibv_pd *pd)
-{
+ncclResult_t rn_ibv_dealloc_pd(struct ibv_pd *pd) {
   int rc = syms.dealloc_pd(pd);
   if (rc) RN_IBV_FAIL("ibv_dealloc_pd", rc < 0 ? rn_ibv_errno() : rc);
   return ncclSuccess;
 }
 
-ncclResult_t rn_ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access, struct ibv_mr **mr)
-{
+ncclResult_t rn_ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access,
+                           struct ibv_mr **mr) {
   errno = 0;
   *mr = syms.reg_mr(pd, addr, len, access);
   if (!*mr) {
@@ -204,8 +193,7 @@ ncclResult_t rn_ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access
 }
 
 int rn_ibv_reg_dmabuf_mr_probe(struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova,
-                               int fd, int access, struct ibv_mr **mr)
-{
+                               int fd, int access, struct ibv_mr **mr) {
   *mr = NULL;
   if (!syms.reg_dmabuf_mr) return EOPNOTSUPP;
   errno = 0;
@@ -214,8 +202,7 @@ int rn_ibv_reg_dmabuf_mr_probe(struct ibv_pd *pd, uint64_t offset, size_t len, u
 }
 
 ncclResult_t rn_ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova,
-                                  int fd, int access, struct ibv_mr **mr)
-{
+                                  int fd, int access, struct ibv_mr **mr) {
   int err = rn_ibv_reg_dmabuf_mr_probe(pd, offset, len, iova, fd, access, mr);
   if (err) {
     RN_WARN("IB : ibv_reg_dmabuf_mr(fd %d, offset %llu, %zu bytes, iova 0x%llx) failed: %s", fd,
@@ -225,38 +212,34 @@ ncclResult_t rn_ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t len
   return ncclSuccess;
 }
 
-ncclResult_t rn_ibv_dereg_mr(struct ibv_mr *mr)
-{
+ncclResult_t rn_ibv_dereg_mr(struct ibv_mr *mr) {
   int rc = syms.dereg_mr(mr);
   if (rc) RN_IBV_FAIL("ibv_dereg_mr", rc < 0 ? rn_ibv_errno() : rc);
   return ncclSuccess;
 }
 
-ncclResult_t rn_ibv_create_cq(struct ibv_context *ctx, int cqe, struct ibv_cq **cq)
-{
+ncclResult_t rn_ibv_create_cq(struct ibv_context *ctx, int cqe, struct ibv_cq **cq) {
   errno = 0;
   *cq = syms.create_cq(ctx, cqe, NULL, NULL, 0);
   if (!*cq) RN_IBV_FAIL("ibv_create_cq", rn_ibv_errno());
   return ncclSuccess;
 }
 
-ncclResult_t rn_ibv_destroy_cq(struct ibv_cq *cq)
-{
+ncclResult_t rn_ibv_destroy_cq(struct ibv_cq *cq) {
   int rc = syms.destroy_cq(cq);
   if (rc) RN_IBV_FAIL("ibv_destroy_cq", rc < 0 ? rn_ibv_errno() : rc);
   return ncclSuccess;
 }
 
-ncclResult_t rn_ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr, struct ibv_qp **qp)
-{
+ncclResult_t rn_ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr,
+                              struct ibv_qp **qp) {
   errno = 0;
   *qp = syms.create_qp(pd, attr);
   if (!*qp) RN_IBV_FAIL("ibv_create_qp", rn_ibv_errno());
   return ncclSuccess;
 }
 
-ncclResult_t rn_ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
-{
+ncclResult_t rn_ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask) {
   int rc = syms.modify_qp(qp, attr, mask);
   if (rc) {
     RN_WARN("IB : ibv_modify_qp(QP %u, state %d, mask 0x%x) failed: %s", qp->qp_num,
@@ -266,8 +249,7 @@ ncclResult_t rn_ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int m
   return ncclSuccess;
 }
 
-ncclResult_t rn_ibv_destroy_qp(struct ibv_qp *qp)
-{
+ncclResult_t rn_ibv_destroy_qp(struct ibv_qp *qp) {
   int rc = syms.destroy_qp(qp);
   if (rc) RN_IBV_FAIL("ibv_destroy_qp", rc < 0 ? rn_ibv_errno() : rc);
   return ncclSuccess;
@@ -275,8 +257,7 @@ ncclResult_t rn_ibv_destroy_qp(struct ibv_qp *qp)
 
 /* The data-path calls are inline in verbs.h (they dispatch through the
  * context's ops table), so they need no symbol. */
-ncclResult_t rn_ibv_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr)
-{
+ncclResult_t rn_ibv_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr) {
   struct ibv_send_wr *bad = NULL;
   int rc = ibv_post_send(qp, wr, &bad);
   if (rc) {
@@ -287,8 +268,7 @@ ncclResult_t rn_ibv_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr)
   return ncclSuccess;
 }
 
-ncclResult_t rn_ibv_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr)
-{
+ncclResult_t rn_ibv_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr) {
   struct ibv_recv_wr *bad = NULL;
   int rc = ibv_post_recv(qp, wr, &bad);
   if (rc) {
@@ -298,8 +278,7 @@ ncclResult_t rn_ibv_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr)
   return ncclSuccess;
 }
 
-ncclResult_t rn_ibv_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc, int *got)
-{
+ncclResult_t rn_ibv_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc, int *got) {
   int rc = ibv_poll_cq(cq, n, wc);
   if (rc < 0) {
     RN_WARN("IB : ibv_poll_cq failed (%d)", rc);
@@ -310,8 +289,7 @@ ncclResult_t rn_ibv_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc, int *go
   return ncclSuccess;
 }
 
-const char *rn_ibv_wc_status_str(enum ibv_wc_status status)
-{
+const char *rn_ibv_wc_status_str(enum ibv_wc_status status) {
   const char *s = syms.wc_status_str ? syms.wc_status_str(status) : NULL;
   return s ? s : "unknown status";
 }

@@ -25,7 +25,7 @@ void rn_log(ncclDebugLogLevel level, unsigned long flags, const char *file, int 
     return;
   }
   const char *dbg = getenv("RAILNET_DEBUG");
-  if (level == NCCL_LOG_WARN || (dbg != NULL && *dbg != '\0' && *dbg != '0' &&
-                                 (level != NCCL_LOG_TRACE || dbg[0] == 'T')))
+  if (level == NCCL_LOG_WARN ||
+      (dbg != NULL && *dbg != '\0' && *dbg != '0' && (level != NCCL_LOG_TRACE || dbg[0] == 'T')))
     fprintf(stderr, "railnet %s %s\n", level == NCCL_LOG_WARN ? "WARN" : "INFO", msg);
 }

@@ -13,14 +13,13 @@ struct rn_mr_cache {
   rn_mr_reg_fn reg;
   rn_mr_dereg_fn dereg;
   void *ctx;
-  struct rn_mr_entry **ent;   /* sorted by addr, then len */
+  struct rn_mr_entry **ent; /* sorted by addr, then len */
   int n, cap;
   uint64_t hits, misses, live;
 };
 
 ncclResult_t rn_mr_cache_create(size_t page, int enabled, rn_mr_reg_fn reg, rn_mr_dereg_fn dereg,
-                                void *ctx, struct rn_mr_cache **out)
-{
+                                void *ctx, struct rn_mr_cache **out) {
   if (page == 0 || (page & (page - 1)) || !reg || !dereg) {
     RN_WARN("MR cache: bad arguments (page %zu)", page);
     return ncclInternalError;
@@ -40,8 +39,7 @@ ncclResult_t rn_mr_cache_create(size_t page, int enabled, rn_mr_reg_fn reg, rn_m
   return ncclSuccess;
 }
 
-void rn_mr_cache_destroy(struct rn_mr_cache *c)
-{
+void rn_mr_cache_destroy(struct rn_mr_cache *c) {
   if (!c) return;
   /* Private entries are not tracked: their owners must have put() them. */
   for (int i = 0; i < c->n; i++) {
@@ -55,8 +53,7 @@ void rn_mr_cache_destroy(struct rn_mr_cache *c)
   free(c);
 }
 
-static int rn_mr_find(const struct rn_mr_cache *c, uintptr_t lo, uintptr_t hi)
-{
+static int rn_mr_find(const struct rn_mr_cache *c, uintptr_t lo, uintptr_t hi) {
   /* Entries are sorted by start; the first containing one wins.  Stop at
    * the first entry starting past lo. */
   for (int i = 0; i < c->n && c->ent[i]->addr <= lo; i++)
@@ -64,8 +61,7 @@ static int rn_mr_find(const struct rn_mr_cache *c, uintptr_t lo, uintptr_t hi)
   return -1;
 }
 
-static ncclResult_t rn_mr_insert(struct rn_mr_cache *c, struct rn_mr_entry *e)
-{
+static ncclResult_t rn_mr_insert(struct rn_mr_cache *c, struct rn_mr_entry *e) {
   if (c->n == c->cap) {
     int cap = c->cap ? 2 * c->cap : 16;
     struct rn_mr_entry **p = realloc(c->ent, (size_t)cap * sizeof(*p));
@@ -88,8 +84,7 @@ static ncclResult_t rn_mr_insert(struct rn_mr_cache *c, struct rn_mr_entry *e)
 }
 
 ncclResult_t rn_mr_cache_get(struct rn_mr_cache *c, const void *addr, size_t len, int flags,
-                             const void *arg, struct rn_mr_entry **out)
-{
+                             const void *arg, struct rn_mr_entry **out) {
   ncclResult_t res = ncclSuccess;
   uintptr_t a = (uintptr_t)addr;
   int exact = (flags & RN_MR_EXACT) != 0;
@@ -137,8 +132,7 @@ out_unlock:
   return res;
 }
 
-void rn_mr_cache_put(struct rn_mr_cache *c, struct rn_mr_entry *e)
-{
+void rn_mr_cache_put(struct rn_mr_cache *c, struct rn_mr_entry *e) {
   if (!e) return;
   pthread_mutex_lock(&c->lock);
   if (--e->refs > 0) {
@@ -159,8 +153,7 @@ void rn_mr_cache_put(struct rn_mr_cache *c, struct rn_mr_entry *e)
   free(e);
 }
 
-void rn_mr_cache_stats(struct rn_mr_cache *c, struct rn_mr_stats *s)
-{
+void rn_mr_cache_stats(struct rn_mr_cache *c, struct rn_mr_stats *s) {
   pthread_mutex_lock(&c->lock);
   s->hits = c->hits;
   s->misses = c->misses;

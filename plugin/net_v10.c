@@ -20,8 +20,8 @@ ncclResult_t rn_net_isend_v10(void *scomm, void *data, size_t size, int tag, voi
   return rn_core_isend(scomm, data, size, tag, mh, req);
 }
 
-ncclResult_t rn_net_irecv_v10(void *rcomm, int n, void **data, size_t *sizes, int *tags,
-                              void **mhs, void **phandles, void **req) {
+ncclResult_t rn_net_irecv_v10(void *rcomm, int n, void **data, size_t *sizes, int *tags, void **mhs,
+                              void **phandles, void **req) {
   (void)phandles;
   return rn_core_irecv(rcomm, n, data, sizes, tags, mhs, req);
 }

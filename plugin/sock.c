@@ -147,8 +147,7 @@ ncclResult_t rn_sock_connect_start(const union rn_sockaddr *addr, const union rn
       return ncclSystemError;
     }
   }
-  if (connect(s, &addr->sa, rn_sockaddr_len(addr)) != 0 && errno != EINPROGRESS &&
-      errno != EINTR) {
+  if (connect(s, &addr->sa, rn_sockaddr_len(addr)) != 0 && errno != EINPROGRESS && errno != EINTR) {
     RN_WARN("connect to %s failed: %s", rn_sockaddr_str(addr, str, sizeof(str)), strerror(errno));
     close(s);
     return ncclRemoteError;
@@ -319,8 +318,7 @@ static int rn_rdv_admit(struct rn_rdv *r, int fd, const struct rn_hello *h, int6
     *why = "too many connections in progress";
     return -1;
   }
-  if ((int)h->nstreams != g->conn.nstreams ||
-      (h->role == RN_ROLE_CTRL && g->have_ctrl) ||
+  if ((int)h->nstreams != g->conn.nstreams || (h->role == RN_ROLE_CTRL && g->have_ctrl) ||
       (h->role == RN_ROLE_DATA && g->conn.data_fd[h->index] >= 0)) {
     *why = "hello inconsistent with its connection";
     return -1;
@@ -482,7 +480,8 @@ ncclResult_t rn_dial_poll(struct rn_dial *d, struct rn_rdv_conn *conn, int *read
   memset(conn, 0, sizeof(*conn));
   conn->ctrl_fd = d->fd[0];
   conn->nstreams = d->nfds - 1;
-  for (int i = 0; i < RN_RDV_MAX_STREAMS; i++) conn->data_fd[i] = i < d->nfds - 1 ? d->fd[i + 1] : -1;
+  for (int i = 0; i < RN_RDV_MAX_STREAMS; i++)
+    conn->data_fd[i] = i < d->nfds - 1 ? d->fd[i + 1] : -1;
   for (int i = 0; i < d->nfds; i++) d->fd[i] = -1; /* ownership moves to the caller */
   *ready = 1;
   return ncclSuccess;

@@ -47,8 +47,8 @@ static void rn_tcp_if_fill(struct rn_tcp_if *t, const char *name, const struct s
   memset(t, 0, sizeof(*t));
   snprintf(t->nic.name, sizeof(t->nic.name), "%s", name);
   snprintf(t->nic.netdev, sizeof(t->nic.netdev), "%s", name);
-  memcpy(&t->addr, sa, sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
-                                                 : sizeof(struct sockaddr_in));
+  memcpy(&t->addr, sa,
+         sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in));
   snprintf(path, sizeof(path), "/sys/class/net/%s/device", name);
   /* virtio and similar hang the netdev below a non-PCI device: walk up. */
   if (rn_sysfs_realpath(path, dev, sizeof(dev)) == 0)

@@ -16,8 +16,8 @@ ncclResult_t rn_transport_unsupported_reg_mr_dmabuf(void *comm, void *data, size
   return ncclInvalidUsage;
 }
 
-ncclResult_t rn_transport_noop_iflush(void *rcomm, int n, void **data, const int *sizes,
-                                      void **mhs, void **req) {
+ncclResult_t rn_transport_noop_iflush(void *rcomm, int n, void **data, const int *sizes, void **mhs,
+                                      void **req) {
   (void)rcomm;
   (void)n;
   (void)data;

@@ -32,13 +32,13 @@
 
 #define RN_TCP_MAX_IFS RN_MAX_NICS
 #define RN_TCP_MAX_ADDRS ((int)(RN_HANDLE_PAYLOAD / sizeof(struct rn_wire_addr)))
-#define RN_TCP_NREQS 256       /* NCCL_NET_MAX_REQUESTS x maxRecvs */
-#define RN_TCP_RING 64         /* outstanding receive groups (>= 32) */
-#define RN_TCP_QUEUE 512       /* chunks queued per stream */
+#define RN_TCP_NREQS 256 /* NCCL_NET_MAX_REQUESTS x maxRecvs */
+#define RN_TCP_RING 64   /* outstanding receive groups (>= 32) */
+#define RN_TCP_QUEUE 512 /* chunks queued per stream */
 #define RN_TCP_MIN_CHUNK 65536
 #define RN_TCP_MAX_STREAMS RN_RDV_MAX_STREAMS
-#define RN_TCP_CTL_BUF 65536   /* control input buffer */
-#define RN_TCP_CTL_Q 512       /* control messages queued for output */
+#define RN_TCP_CTL_BUF 65536 /* control input buffer */
+#define RN_TCP_CTL_Q 512     /* control messages queued for output */
 
 /* Small messages sent before their clear-to-send arrived, unmatched at the
  * sender and possibly unexpected at the receiver, at most this many. */
@@ -83,7 +83,7 @@ struct rn_tcp_nack {
 /* An eager message that arrived before its receive was posted. */
 struct rn_tcp_unexp {
   int32_t tag;
-  int ready;          /* payload complete */
+  int ready; /* payload complete */
   uint64_t size;
   char data[RN_TCP_EAGER_MAX];
 };
@@ -121,10 +121,10 @@ struct rn_tcp_req {
   void *buf[RN_MAX_RECVS];
   size_t posted[RN_MAX_RECVS];
   int32_t tag[RN_MAX_RECVS];
-  uint32_t taken;                     /* buffers matched to a message */
-  size_t got[RN_MAX_RECVS];           /* message size per buffer, once known */
+  uint32_t taken;                       /* buffers matched to a message */
+  size_t got[RN_MAX_RECVS];             /* message size per buffer, once known */
   _Atomic size_t arrived[RN_MAX_RECVS]; /* bytes landed through streams */
-  _Atomic int pending;                /* buffers not yet complete */
+  _Atomic int pending;                  /* buffers not yet complete */
 };
 
 /* A chunk queued on a send stream. */
@@ -152,7 +152,7 @@ struct rn_tcp_ctl_out {
  * shared with the caller thread under qlock. */
 struct rn_tcp_stream {
   int fd;
-  atomic_int dead;   /* EOF or error seen: no more I/O */
+  atomic_int dead; /* EOF or error seen: no more I/O */
   pthread_mutex_t qlock;
   int qhead, qtail; /* ring of RN_TCP_QUEUE */
   struct rn_tcp_work q[RN_TCP_QUEUE];
@@ -182,13 +182,13 @@ struct rn_tcp_comm {
   struct rn_tcp_stream stream[RN_TCP_MAX_STREAMS];
   struct rn_tcp_thread thread[RN_TCP_MAX_STREAMS];
   atomic_int stop;
-  _Atomic int error;       /* first asynchronous error (ncclResult_t) */
-  atomic_int peer_closed;  /* orderly EOF seen */
+  _Atomic int error;      /* first asynchronous error (ncclResult_t) */
+  atomic_int peer_closed; /* orderly EOF seen */
   /* Without helper threads the caller polls the data streams only while
    * they have work: chunks queued (send) or announced messages (recv). */
   atomic_int stream_work;
   size_t inline_max, chunk;
-  unsigned rr;             /* next stream for a chunk */
+  unsigned rr; /* next stream for a chunk */
   /* control output: messages in order, payloads referenced, not copied */
   int oq_head, oq_tail;
   struct rn_tcp_ctl_out oq[RN_TCP_CTL_Q];
@@ -201,16 +201,16 @@ struct rn_tcp_comm {
   struct rn_tcp_req *rx_req;
   uint32_t rx_idx;
   uint64_t rx_size;
-  struct rn_tcp_unexp *rx_unexp;  /* payload being read into the unexpected queue */
+  struct rn_tcp_unexp *rx_unexp; /* payload being read into the unexpected queue */
   size_t eager_max;
-  atomic_int lazy;                /* a clear-to-send waits in oq (rn_tcp_flush_lazy) */
+  atomic_int lazy; /* a clear-to-send waits in oq (rn_tcp_flush_lazy) */
   /* recv side: messages are matched to buffers in arrival order, filling
    * group match_seq; eager ones whose group is not posted wait in uq */
   uint64_t match_seq;
   int match_cnt;
-  struct rn_tcp_unexp *uq;        /* RN_TCP_EAGER_WINDOW entries, allocated on first use */
+  struct rn_tcp_unexp *uq; /* RN_TCP_EAGER_WINDOW entries, allocated on first use */
   int uq_head, uq_tail;
-  char *discard;                  /* payload of a message too big for its buffer */
+  char *discard; /* payload of a message too big for its buffer */
   /* send side: tags of eager messages not yet matched to a clear-to-send */
   int32_t ua_tag[RN_TCP_EAGER_WINDOW];
   int ua_head, ua_tail;
@@ -240,7 +240,7 @@ struct rn_tcp_listen {
 
 struct rn_tcp_connecting {
   struct rn_dial *dial;
-  int dialed;                /* all sockets up and hellos sent: awaiting the ack */
+  int dialed; /* all sockets up and hellos sent: awaiting the ack */
   struct rn_rdv_conn conn;
   struct timespec start;
   char peer[64];
@@ -292,8 +292,10 @@ static void rn_tcp_live_add(struct rn_tcp_comm *c) {
 
 static void rn_tcp_live_del(struct rn_tcp_comm *c) {
   pthread_mutex_lock(&rn_tcp_live_lock);
-  if (c->prev != NULL) c->prev->next = c->next;
-  else if (rn_tcp_live == c) rn_tcp_live = c->next;
+  if (c->prev != NULL)
+    c->prev->next = c->next;
+  else if (rn_tcp_live == c)
+    rn_tcp_live = c->next;
   if (c->next != NULL) c->next->prev = c->prev;
   c->prev = c->next = NULL;
   pthread_mutex_unlock(&rn_tcp_live_lock);
@@ -348,8 +350,7 @@ static void rn_tcp_fini(void) {
     rn_tcp_comm_free(c);
     n++;
   }
-  if (n > 0)
-    RN_INFO(NCCL_INIT | NCCL_NET, "socket: closed %d comm(s) left open at finalize", n);
+  if (n > 0) RN_INFO(NCCL_INIT | NCCL_NET, "socket: closed %d comm(s) left open at finalize", n);
   rn_tcp_nifs = 0;
 }
 
@@ -412,14 +413,15 @@ static int rn_tcp_stream_recv(struct rn_tcp_comm *c, struct rn_tcp_stream *s) {
         if (s->off < hl) continue;
         /* A full header: find the posted group. */
         struct rn_tcp_chunk *h = &s->rhdr;
-        struct rn_tcp_req *r = atomic_load_explicit(&c->ring[h->seq % RN_TCP_RING],
-                                                    memory_order_acquire);
+        struct rn_tcp_req *r =
+            atomic_load_explicit(&c->ring[h->seq % RN_TCP_RING], memory_order_acquire);
         if (r == NULL || r->seq != h->seq || h->idx >= (uint32_t)r->n ||
             h->total > r->posted[h->idx] || h->offset + h->len > h->total) {
-          RN_WARN("socket: protocol error: chunk seq %llu idx %u off %llu len %u total %llu "
-                  "matches no posted receive",
-                  (unsigned long long)h->seq, h->idx, (unsigned long long)h->offset, h->len,
-                  (unsigned long long)h->total);
+          RN_WARN(
+              "socket: protocol error: chunk seq %llu idx %u off %llu len %u total %llu "
+              "matches no posted receive",
+              (unsigned long long)h->seq, h->idx, (unsigned long long)h->offset, h->len,
+              (unsigned long long)h->total);
           rn_tcp_set_error(c, ncclRemoteError);
           return -1;
         }
@@ -462,7 +464,8 @@ static int rn_tcp_stream_recv(struct rn_tcp_comm *c, struct rn_tcp_stream *s) {
     /* Chunk complete. */
     struct rn_tcp_req *r = s->rreq;
     _Atomic size_t *arrived = &r->arrived[s->rhdr.idx];
-    size_t now = atomic_fetch_add_explicit(arrived, s->rhdr.len, memory_order_acq_rel) + s->rhdr.len;
+    size_t now =
+        atomic_fetch_add_explicit(arrived, s->rhdr.len, memory_order_acq_rel) + s->rhdr.len;
     if (now == s->rhdr.total) {
       r->got[s->rhdr.idx] = s->rhdr.total;
       atomic_fetch_sub(&c->stream_work, 1);
@@ -760,8 +763,8 @@ static ncclResult_t rn_tcp_accept(void *lcomm, void **rcomm) {
   }
   struct rn_tcp_comm *c;
   RN_CHECK(rn_tcp_comm_create(&conn, 1, &c));
-  RN_INFO(NCCL_NET, "socket: accepted a connection with %d streams, %d helper threads",
-          c->nstreams, c->nthreads);
+  RN_INFO(NCCL_NET, "socket: accepted a connection with %d streams, %d helper threads", c->nstreams,
+          c->nthreads);
   *rcomm = c;
   return ncclSuccess;
 }
@@ -769,8 +772,10 @@ static ncclResult_t rn_tcp_accept(void *lcomm, void **rcomm) {
 static ncclResult_t rn_tcp_close_listen(void *lcomm) {
   struct rn_tcp_listen *l = lcomm;
   pthread_mutex_lock(&rn_tcp_live_lock);
-  if (l->prev != NULL) l->prev->next = l->next;
-  else if (rn_tcp_live_listens == l) rn_tcp_live_listens = l->next;
+  if (l->prev != NULL)
+    l->prev->next = l->next;
+  else if (rn_tcp_live_listens == l)
+    rn_tcp_live_listens = l->next;
   if (l->next != NULL) l->next->prev = l->prev;
   pthread_mutex_unlock(&rn_tcp_live_lock);
   rn_rdv_destroy(l->rdv);
@@ -1021,9 +1026,8 @@ static ncclResult_t rn_tcp_on_data(struct rn_tcp_comm *c, const struct rn_tcp_da
     atomic_fetch_add(&c->stream_work, 1); /* the chunks complete it */
     return ncclSuccess;
   }
-  dst = rn_tcp_fits(c, r, idx, d->size, (d->flags & RN_TCP_F_EAGER) != 0)
-            ? (char *)r->buf[idx]
-            : c->discard;
+  dst = rn_tcp_fits(c, r, idx, d->size, (d->flags & RN_TCP_F_EAGER) != 0) ? (char *)r->buf[idx]
+                                                                          : c->discard;
   c->rx_req = r;
   c->rx_idx = (uint32_t)idx;
   c->rx_size = d->size;
@@ -1105,9 +1109,10 @@ static ncclResult_t rn_tcp_progress(struct rn_tcp_comm *c) {
         if (c->in_len - pos < sizeof(m)) break;
         memcpy(&m, c->in + pos, sizeof(m));
         pos += sizeof(m);
-        RN_WARN("socket: the receiver refused a send of %llu bytes (tag %d): its posted buffer "
-                "holds %llu bytes",
-                (unsigned long long)m.size, m.tag, (unsigned long long)m.posted);
+        RN_WARN(
+            "socket: the receiver refused a send of %llu bytes (tag %d): its posted buffer "
+            "holds %llu bytes",
+            (unsigned long long)m.size, m.tag, (unsigned long long)m.posted);
         rn_tcp_set_error(c, ncclInvalidUsage);
       } else if (type == RN_TCP_DATA && c->is_recv) {
         struct rn_tcp_data d;
@@ -1210,8 +1215,8 @@ static void rn_tcp_assign_eager(struct rn_tcp_comm *c) {
     int slot = (int)(c->send_seq % RN_TCP_RING);
     if (!c->cts_valid[slot]) return;
     struct rn_tcp_cts *m = &c->cts[slot];
-    int mismatch, idx = rn_tcp_pick((int)m->n, m->tags, c->cts_used[slot], c->ua_tag[c->ua_head],
-                                    &mismatch);
+    int mismatch,
+        idx = rn_tcp_pick((int)m->n, m->tags, c->cts_used[slot], c->ua_tag[c->ua_head], &mismatch);
     c->ua_head = (c->ua_head + 1) % RN_TCP_EAGER_WINDOW;
     rn_tcp_cts_take(c, slot, idx);
   }
@@ -1292,7 +1297,9 @@ static ncclResult_t rn_tcp_isend(void *scomm, void *data, size_t size, int tag, 
                           .idx = (uint32_t)idx,
                           .seq = m->seq,
                           .size = size,
-                          .flags = too_big ? RN_TCP_F_TOO_BIG : inl ? 0 : RN_TCP_F_STREAMED,
+                          .flags = too_big ? RN_TCP_F_TOO_BIG
+                                   : inl   ? 0
+                                           : RN_TCP_F_STREAMED,
                           .inline_len = (inl && !too_big) ? (uint32_t)size : 0,
                           .tag = tag};
   /* The header always goes on the control connection: it carries inline

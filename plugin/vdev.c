@@ -76,7 +76,8 @@ ncclResult_t rn_vdev_build(const struct rn_transport *t, const struct rn_nic *ni
     model_of[i] = rn_topo_find_nic(topo, nics[i].name, nics[i].busid[0] ? nics[i].busid : NULL);
     if (model_of[i] < 0 && nics[i].netdev[0])
       model_of[i] = rn_topo_find_nic(topo, nics[i].netdev, NULL);
-    if (model_of[i] >= 0) cand[ncand++] = model_of[i];
+    if (model_of[i] >= 0)
+      cand[ncand++] = model_of[i];
     else
       RN_INFO(NCCL_INIT | NCCL_NET, "%s: not in the %s topology (virtual or hidden NIC)",
               nics[i].name, rn_topo_source(topo));
@@ -131,8 +132,8 @@ ncclResult_t rn_vdev_build(const struct rn_transport *t, const struct rn_nic *ni
   for (int i = 0; i < nnics && *nvdevs < RN_MAX_VDEVS; i++) {
     if (used[i]) continue;
     int planned = plan != NULL && plan->nvdevs > 0;
-    if (planned && !(explicit_filter && rn_topo_filter_match(p->nics, nics[i].name, nics[i].netdev,
-                                                            nics[i].port)))
+    if (planned && !(explicit_filter &&
+                     rn_topo_filter_match(p->nics, nics[i].name, nics[i].netdev, nics[i].port)))
       continue;
     if (!planned && p->nics[0] &&
         !rn_topo_filter_match(p->nics, nics[i].name, nics[i].netdev, nics[i].port))

@@ -14,8 +14,7 @@
 
 #define RN_CLI_MAX_FILES 16
 
-static void rn_cli_usage(FILE *f)
-{
+static void rn_cli_usage(FILE *f) {
   fprintf(f,
           "usage: railnet-topo [--topo FILE]... [--gpus LIST] [--nics FILTER]\n"
           "                    [--gdr-level PIX|PXB|PHB|NODE|SYS] [--json]\n"
@@ -28,22 +27,25 @@ static void rn_cli_usage(FILE *f)
           "  --json         one JSON document instead of tables\n");
 }
 
-static void rn_json_str(const char *s)
-{
+static void rn_json_str(const char *s) {
   putchar('"');
   for (; *s; s++) {
     unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\') printf("\\%c", c);
-    else if (c < 0x20) printf("\\u%04x", c);
-    else putchar(c);
+    if (c == '"' || c == '\\')
+      printf("\\%c", c);
+    else if (c < 0x20)
+      printf("\\u%04x", c);
+    else
+      putchar(c);
   }
   putchar('"');
 }
 
-static const char *rn_link_name(int link) { return link == 1 ? "IB" : link == 2 ? "Ethernet" : "unknown"; }
+static const char *rn_link_name(int link) {
+  return link == 1 ? "IB" : link == 2 ? "Ethernet" : "unknown";
+}
 
-static void rn_print_json(const struct rn_topo *t, const struct rn_plan *p)
-{
+static void rn_print_json(const struct rn_topo *t, const struct rn_plan *p) {
   printf("{\"source\":");
   rn_json_str(rn_topo_source(t));
   printf(",\"gpus\":[");
@@ -52,7 +54,8 @@ static void rn_print_json(const struct rn_topo *t, const struct rn_plan *p)
     const struct rn_topo_gpu *g = rn_topo_gpu(t, pg->gpu);
     printf("%s{\"index\":%d,\"busid\":", i ? "," : "", pg->gpu);
     rn_json_str(g->busid);
-    printf(",\"numa\":%d,\"cpu\":%d,\"gdr\":%s,\"nics\":[", g->numa, g->cpu, g->gdr ? "true" : "false");
+    printf(",\"numa\":%d,\"cpu\":%d,\"gdr\":%s,\"nics\":[", g->numa, g->cpu,
+           g->gdr ? "true" : "false");
     for (int r = 0; r < pg->nrails; r++) {
       const struct rn_plan_rail *rl = &pg->rails[r];
       const struct rn_topo_nic *n = rn_topo_nic(t, rl->nic);
@@ -60,7 +63,8 @@ static void rn_print_json(const struct rn_topo *t, const struct rn_plan *p)
       rn_json_str(n->name);
       printf(",\"busid\":");
       rn_json_str(n->busid);
-      printf(",\"path\":\"%s\",\"gdr\":%s,\"reason\":", rn_path_name(rl->path), rl->gdr ? "true" : "false");
+      printf(",\"path\":\"%s\",\"gdr\":%s,\"reason\":", rn_path_name(rl->path),
+             rl->gdr ? "true" : "false");
       rn_json_str(rl->reason);
       putchar('}');
     }
@@ -75,9 +79,11 @@ static void rn_print_json(const struct rn_topo *t, const struct rn_plan *p)
     rn_json_str(n->netdev);
     printf(",\"busid\":");
     rn_json_str(n->busid);
-    printf(",\"port\":%d,\"speed_mbps\":%d,\"link\":\"%s\",\"numa\":%d,\"cpu\":%d,\"gdr\":%s,\"rdma\":%s}", n->port,
-           n->speed_mbps, rn_link_name(n->link), n->numa, n->cpu, n->gdr ? "true" : "false",
-           n->rdma ? "true" : "false");
+    printf(
+        ",\"port\":%d,\"speed_mbps\":%d,\"link\":\"%s\",\"numa\":%d,\"cpu\":%d,\"gdr\":%s,\"rdma\":"
+        "%s}",
+        n->port, n->speed_mbps, rn_link_name(n->link), n->numa, n->cpu, n->gdr ? "true" : "false",
+        n->rdma ? "true" : "false");
   }
   printf("],\"vdevices\":[");
   for (int i = 0; i < p->nvdevs; i++) {
@@ -104,10 +110,11 @@ static void rn_print_json(const struct rn_topo *t, const struct rn_plan *p)
   printf("]}\n");
 }
 
-static void rn_print_table(const struct rn_topo *t, const struct rn_plan *p, enum rn_path gdr_level)
-{
+static void rn_print_table(const struct rn_topo *t, const struct rn_plan *p,
+                           enum rn_path gdr_level) {
   int ng = rn_topo_ngpus(t), nn = rn_topo_nnics(t);
-  printf("Topology: %s, %d GPU(s), %d NIC(s), %d CPU node(s)\n\n", rn_topo_source(t), ng, nn, rn_topo_ncpus(t));
+  printf("Topology: %s, %d GPU(s), %d NIC(s), %d CPU node(s)\n\n", rn_topo_source(t), ng, nn,
+         rn_topo_ncpus(t));
   if (ng && nn) {
     /* The nvidia-smi topo -m layout: GPUs down, NICs across. */
     printf("      ");
@@ -123,13 +130,15 @@ static void rn_print_table(const struct rn_topo *t, const struct rn_plan *p, enu
   }
   for (int g = 0; g < ng; g++) {
     const struct rn_topo_gpu *gp = rn_topo_gpu(t, g);
-    printf("  GPU%d: %s  CPU %d  NUMA %d  GDR %s\n", g, gp->busid, gp->cpu, gp->numa, gp->gdr ? "allowed" : "no");
+    printf("  GPU%d: %s  CPU %d  NUMA %d  GDR %s\n", g, gp->busid, gp->cpu, gp->numa,
+           gp->gdr ? "allowed" : "no");
   }
   for (int n = 0; n < nn; n++) {
     const struct rn_topo_nic *np = rn_topo_nic(t, n);
     printf("  NIC%d: %s%s%s%s  %s  port %d  %d Mb/s  %s  CPU %d  NUMA %d%s\n", n, np->name,
-           np->netdev[0] ? " (" : "", np->netdev, np->netdev[0] ? ")" : "", np->busid[0] ? np->busid : "no-PCI",
-           np->port, np->speed_mbps, rn_link_name(np->link), np->cpu, np->numa, np->rdma ? "" : "  netdev only");
+           np->netdev[0] ? " (" : "", np->netdev, np->netdev[0] ? ")" : "",
+           np->busid[0] ? np->busid : "no-PCI", np->port, np->speed_mbps, rn_link_name(np->link),
+           np->cpu, np->numa, np->rdma ? "" : "  netdev only");
   }
   printf("\nPlan (GDR level %s):\n", rn_path_name(gdr_level));
   for (int i = 0; i < p->ngpus; i++) {
@@ -143,7 +152,8 @@ static void rn_print_table(const struct rn_topo *t, const struct rn_plan *p, enu
   printf("\nVirtual devices:\n");
   for (int i = 0; i < p->nvdevs; i++) {
     const struct rn_plan_vdev *d = &p->vdevs[i];
-    printf("  %d: %s  %d NIC(s)  %d Mb/s  GDR %s\n", i, d->name, d->nnics, d->speed_mbps, d->gdr ? "yes" : "no");
+    printf("  %d: %s  %d NIC(s)  %d Mb/s  GDR %s\n", i, d->name, d->nnics, d->speed_mbps,
+           d->gdr ? "yes" : "no");
   }
   if (!p->nvdevs) printf("  none\n");
   printf("\nUnused NICs:");
@@ -155,12 +165,14 @@ static void rn_print_table(const struct rn_topo *t, const struct rn_plan *p, enu
   }
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
   static const struct option longopts[] = {
-      {"topo", required_argument, NULL, 't'}, {"gpus", required_argument, NULL, 'g'},
-      {"nics", required_argument, NULL, 'n'}, {"gdr-level", required_argument, NULL, 'l'},
-      {"json", no_argument, NULL, 'j'},       {"help", no_argument, NULL, 'h'},
+      {"topo", required_argument, NULL, 't'},
+      {"gpus", required_argument, NULL, 'g'},
+      {"nics", required_argument, NULL, 'n'},
+      {"gdr-level", required_argument, NULL, 'l'},
+      {"json", no_argument, NULL, 'j'},
+      {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
   const char *files[RN_CLI_MAX_FILES];
@@ -170,34 +182,35 @@ int main(int argc, char **argv)
   rn_plan_opts_default(&opts);
   while ((c = getopt_long(argc, argv, "t:g:n:l:jh", longopts, NULL)) != -1) {
     switch (c) {
-    case 't':
-      if (nfiles == RN_CLI_MAX_FILES) {
-        fprintf(stderr, "railnet-topo: at most %d --topo files\n", RN_CLI_MAX_FILES);
+      case 't':
+        if (nfiles == RN_CLI_MAX_FILES) {
+          fprintf(stderr, "railnet-topo: at most %d --topo files\n", RN_CLI_MAX_FILES);
+          return 2;
+        }
+        files[nfiles++] = optarg;
+        break;
+      case 'g':
+        opts.gpu_subset = optarg;
+        break;
+      case 'n':
+        opts.nic_filter = optarg;
+        break;
+      case 'l':
+        if (rn_path_parse(optarg, &opts.gdr_level)) {
+          fprintf(stderr, "railnet-topo: unknown GDR level \"%s\" (PIX, PXB, PHB, NODE, SYS)\n",
+                  optarg);
+          return 2;
+        }
+        break;
+      case 'j':
+        json = 1;
+        break;
+      case 'h':
+        rn_cli_usage(stdout);
+        return 0;
+      default:
+        rn_cli_usage(stderr);
         return 2;
-      }
-      files[nfiles++] = optarg;
-      break;
-    case 'g':
-      opts.gpu_subset = optarg;
-      break;
-    case 'n':
-      opts.nic_filter = optarg;
-      break;
-    case 'l':
-      if (rn_path_parse(optarg, &opts.gdr_level)) {
-        fprintf(stderr, "railnet-topo: unknown GDR level \"%s\" (PIX, PXB, PHB, NODE, SYS)\n", optarg);
-        return 2;
-      }
-      break;
-    case 'j':
-      json = 1;
-      break;
-    case 'h':
-      rn_cli_usage(stdout);
-      return 0;
-    default:
-      rn_cli_usage(stderr);
-      return 2;
     }
   }
   if (optind < argc) {
@@ -217,7 +230,8 @@ int main(int argc, char **argv)
   if (!opts.nic_filter) opts.nic_filter = getenv("NCCL_IB_HCA");
 
   struct rn_topo *t = NULL;
-  int rc = nfiles ? rn_topo_load_files(files, nfiles, &t, err, sizeof(err)) : rn_topo_load_live(&t, err, sizeof(err));
+  int rc = nfiles ? rn_topo_load_files(files, nfiles, &t, err, sizeof(err))
+                  : rn_topo_load_live(&t, err, sizeof(err));
   if (rc) {
     fprintf(stderr, "railnet-topo: %s\n", err);
     return 2;
@@ -228,8 +242,10 @@ int main(int argc, char **argv)
     rn_topo_free(t);
     return 2;
   }
-  if (json) rn_print_json(t, p);
-  else rn_print_table(t, p, opts.gdr_level);
+  if (json)
+    rn_print_json(t, p);
+  else
+    rn_print_table(t, p, opts.gdr_level);
   rn_plan_free(p);
   rn_topo_free(t);
   return 0;

@@ -17,8 +17,7 @@ struct rn_topo_filter {
   struct rn_topo_filter_ent ent[];
 };
 
-int rn_topo_filter_parse(const char *spec, struct rn_topo_filter **out, char *err, size_t errlen)
-{
+int rn_topo_filter_parse(const char *spec, struct rn_topo_filter **out, char *err, size_t errlen) {
   *out = NULL;
   if (!spec || !*spec) return 0;
   int exclude = 0, exact = 0, cap = 1;
@@ -42,7 +41,8 @@ int rn_topo_filter_parse(const char *spec, struct rn_topo_filter **out, char *er
       continue;
     }
     if (nlen == 0 || nlen >= sizeof(f->ent[0].name)) {
-      rn_topo_errf(err, errlen, "NIC filter \"%s\": bad device name in \"%.*s\"", spec, (int)len, p);
+      rn_topo_errf(err, errlen, "NIC filter \"%s\": bad device name in \"%.*s\"", spec, (int)len,
+                   p);
       goto out_free;
     }
     struct rn_topo_filter_ent *e = &f->ent[f->n];
@@ -69,14 +69,14 @@ out_free:
   return -1;
 }
 
-static int rn_topo_filter_name_eq(const struct rn_topo_filter *f, const char *ent, const char *name)
-{
+static int rn_topo_filter_name_eq(const struct rn_topo_filter *f, const char *ent,
+                                  const char *name) {
   if (!name || !*name) return 0;
   return f->exact ? strcmp(ent, name) == 0 : strncmp(ent, name, strlen(ent)) == 0;
 }
 
-int rn_topo_filter_test(const struct rn_topo_filter *f, const char *name, const char *netdev, int port)
-{
+int rn_topo_filter_test(const struct rn_topo_filter *f, const char *name, const char *netdev,
+                        int port) {
   if (!f || f->n == 0) return 1;
   int found = 0;
   for (int i = 0; i < f->n && !found; i++) {
@@ -89,8 +89,7 @@ int rn_topo_filter_test(const struct rn_topo_filter *f, const char *name, const 
 
 void rn_topo_filter_free(struct rn_topo_filter *f) { free(f); }
 
-int rn_topo_filter_match(const char *spec, const char *name, const char *netdev, int port)
-{
+int rn_topo_filter_match(const char *spec, const char *name, const char *netdev, int port) {
   struct rn_topo_filter *f = NULL;
   char err[8];
   if (rn_topo_filter_parse(spec, &f, err, sizeof(err))) return 0;

@@ -14,7 +14,8 @@ struct rn_topo_filter;
  * err for a malformed filter. */
 int rn_topo_filter_parse(const char *spec, struct rn_topo_filter **out, char *err, size_t errlen);
 /* 1 when the NIC (RDMA name or netdev name, port) passes the filter. */
-int rn_topo_filter_test(const struct rn_topo_filter *f, const char *name, const char *netdev, int port);
+int rn_topo_filter_test(const struct rn_topo_filter *f, const char *name, const char *netdev,
+                        int port);
 void rn_topo_filter_free(struct rn_topo_filter *f);
 
 #endif

@@ -21,13 +21,12 @@ struct rn_hw {
   struct rn_topo *t;
   int live;
   int gpu_gdr;
-  int *pkg_node;    /* package logical index -> CPU node */
+  int *pkg_node; /* package logical index -> CPU node */
   int npkg;
-  int nopkg_node;   /* CPU node for I/O with no package, -1 until needed */
+  int nopkg_node; /* CPU node for I/O with no package, -1 until needed */
 };
 
-static int rn_hw_cpu_node(struct rn_hw *h, hwloc_obj_t anc)
-{
+static int rn_hw_cpu_node(struct rn_hw *h, hwloc_obj_t anc) {
   hwloc_obj_t pkg = NULL;
   for (hwloc_obj_t o = anc; o && !pkg; o = o->parent)
     if (o->type == HWLOC_OBJ_PACKAGE) pkg = o;
@@ -41,20 +40,18 @@ static int rn_hw_cpu_node(struct rn_hw *h, hwloc_obj_t anc)
   return h->nopkg_node;
 }
 
-static int rn_hw_numa(hwloc_obj_t anc)
-{
-  if (anc && anc->nodeset && hwloc_bitmap_weight(anc->nodeset) == 1) return hwloc_bitmap_first(anc->nodeset);
+static int rn_hw_numa(hwloc_obj_t anc) {
+  if (anc && anc->nodeset && hwloc_bitmap_weight(anc->nodeset) == 1)
+    return hwloc_bitmap_first(anc->nodeset);
   return -1;
 }
 
-static void rn_hw_busid(hwloc_obj_t o, char *out, size_t len)
-{
-  snprintf(out, len, "%04x:%02x:%02x.%x", o->attr->pcidev.domain, o->attr->pcidev.bus, o->attr->pcidev.dev,
-           o->attr->pcidev.func);
+static void rn_hw_busid(hwloc_obj_t o, char *out, size_t len) {
+  snprintf(out, len, "%04x:%02x:%02x.%x", o->attr->pcidev.domain, o->attr->pcidev.bus,
+           o->attr->pcidev.dev, o->attr->pcidev.func);
 }
 
-static void rn_hw_ids(hwloc_obj_t o, struct rn_pci_ids *ids)
-{
+static void rn_hw_ids(hwloc_obj_t o, struct rn_pci_ids *ids) {
   memset(ids, 0, sizeof(*ids));
   ids->has_ids = 1;
   ids->class_code = (uint32_t)o->attr->pcidev.class_id << 8;
@@ -64,26 +61,26 @@ static void rn_hw_ids(hwloc_obj_t o, struct rn_pci_ids *ids)
   ids->subdevice = o->attr->pcidev.subdevice_id;
 }
 
-static uint64_t rn_hw_guid(const char *s)
-{
+static uint64_t rn_hw_guid(const char *s) {
   uint64_t g = 0;
   for (; s && *s; s++) {
     int c = *s;
-    int v = (c >= '0' && c <= '9') ? c - '0' : (c >= 'a' && c <= 'f') ? c - 'a' + 10 : (c >= 'A' && c <= 'F') ? c - 'A' + 10 : -1;
+    int v = (c >= '0' && c <= '9')   ? c - '0'
+            : (c >= 'a' && c <= 'f') ? c - 'a' + 10
+            : (c >= 'A' && c <= 'F') ? c - 'A' + 10
+                                     : -1;
     if (v >= 0) g = g << 4 | (uint64_t)v;
   }
   return g;
 }
 
-static int rn_hw_is_type(hwloc_obj_t o, hwloc_obj_osdev_type_t ty)
-{
+static int rn_hw_is_type(hwloc_obj_t o, hwloc_obj_osdev_type_t ty) {
   return o->type == HWLOC_OBJ_OS_DEVICE && o->attr->osdev.type == ty;
 }
 
 /* NICs of one PCI function: one per RDMA device port, linked to the
  * netdev under the same function; netdev-only functions give one NIC each. */
-static int rn_hw_nics(struct rn_hw *h, hwloc_obj_t dev, int node)
-{
+static int rn_hw_nics(struct rn_hw *h, hwloc_obj_t dev, int node) {
   hwloc_obj_t nets[8], ofs[8];
   int nnet = 0, nof = 0;
   for (hwloc_obj_t c = dev->io_first_child; c; c = c->next_sibling) {
@@ -129,8 +126,7 @@ static int rn_hw_nics(struct rn_hw *h, hwloc_obj_t dev, int node)
   return 0;
 }
 
-static int rn_hw_walk(struct rn_hw *h, hwloc_obj_t o, int parent)
-{
+static int rn_hw_walk(struct rn_hw *h, hwloc_obj_t o, int parent) {
   char busid[16];
   struct rn_pci_ids ids;
   for (hwloc_obj_t c = o->io_first_child; c; c = c->next_sibling) {
@@ -150,7 +146,8 @@ static int rn_hw_walk(struct rn_hw *h, hwloc_obj_t o, int parent)
       int is_gpu = (c->attr->pcidev.class_id >> 8) == 0x03 && c->attr->pcidev.vendor_id == 0x10de;
       int has_net = 0;
       for (hwloc_obj_t d = c->io_first_child; d; d = d->next_sibling)
-        has_net |= rn_hw_is_type(d, HWLOC_OBJ_OSDEV_NETWORK) || rn_hw_is_type(d, HWLOC_OBJ_OSDEV_OPENFABRICS);
+        has_net |= rn_hw_is_type(d, HWLOC_OBJ_OSDEV_NETWORK) ||
+                   rn_hw_is_type(d, HWLOC_OBJ_OSDEV_OPENFABRICS);
       if (!is_gpu && !has_net) continue;
       int node = rn_topo_add_node(h->t, parent, RN_NODE_DEV, busid, &ids);
       if (node < 0) return -1;
@@ -161,8 +158,7 @@ static int rn_hw_walk(struct rn_hw *h, hwloc_obj_t o, int parent)
   return 0;
 }
 
-static int rn_hw_build(struct rn_hw *h, char *err, size_t errlen)
-{
+static int rn_hw_build(struct rn_hw *h, char *err, size_t errlen) {
   int npkg = hwloc_get_nbobjs_by_type(h->topo, HWLOC_OBJ_PACKAGE);
   h->nopkg_node = -1;
   h->npkg = npkg > 0 ? npkg : 0;
@@ -173,7 +169,8 @@ static int rn_hw_build(struct rn_hw *h, char *err, size_t errlen)
     h->pkg_node[i] = rn_topo_add_cpu(h->t, rn_hw_numa(pkg));
     if (h->pkg_node[i] < 0) goto out_oom;
   }
-  for (hwloc_obj_t b = hwloc_get_next_bridge(h->topo, NULL); b; b = hwloc_get_next_bridge(h->topo, b)) {
+  for (hwloc_obj_t b = hwloc_get_next_bridge(h->topo, NULL); b;
+       b = hwloc_get_next_bridge(h->topo, b)) {
     if (b->attr->bridge.upstream_type != HWLOC_OBJ_BRIDGE_HOST) continue;
     hwloc_obj_t anc = hwloc_get_non_io_ancestor_obj(h->topo, b);
     int cpu = rn_hw_cpu_node(h, anc);
@@ -196,19 +193,18 @@ out_oom:
   return -1;
 }
 
-static int rn_hw_init(hwloc_topology_t *topo, int keep_all)
-{
+static int rn_hw_init(hwloc_topology_t *topo, int keep_all) {
   if (hwloc_topology_init(topo)) return -1;
   /* I/O objects are filtered out by default; the rail plan needs them. */
-  hwloc_topology_set_io_types_filter(*topo, keep_all ? HWLOC_TYPE_FILTER_KEEP_ALL : HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+  hwloc_topology_set_io_types_filter(
+      *topo, keep_all ? HWLOC_TYPE_FILTER_KEEP_ALL : HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
   return 0;
 }
 
 /* hwloc 3.0 made osdev_type a bitmask (STORAGE 1, MEMORY 2, GPU 4, COPROC 8,
  * NETWORK 16, OPENFABRICS 32, DMA 64); hwloc 2.x reads an enum (BLOCK 0,
  * GPU 1, NETWORK 2, OPENFABRICS 3, DMA 4, COPROC 5, MEMORY 6). */
-static const char *rn_hw_osdev_v2(unsigned long mask)
-{
+static const char *rn_hw_osdev_v2(unsigned long mask) {
   if (mask & 32) return "3";
   if (mask & 16) return "2";
   if (mask & 8) return "5";
@@ -218,8 +214,7 @@ static const char *rn_hw_osdev_v2(unsigned long mask)
   return "0";
 }
 
-static int rn_hw_downgrade_v3(struct rn_topo_xml_node *n)
-{
+static int rn_hw_downgrade_v3(struct rn_topo_xml_node *n) {
   for (; n; n = n->next) {
     const char *ty = rn_topo_xml_attr(n, "osdev_type");
     if (ty && strcmp(n->name, "object") == 0) {
@@ -236,15 +231,14 @@ static int rn_hw_downgrade_v3(struct rn_topo_xml_node *n)
  * objects are the same apart from osdev_type, so translate the tree and let
  * hwloc read the result.  Returns 0 with *buf set, 1 if not a v3 file (err
  * then says why hwloc failed), -1 on error. */
-static int rn_hw_xml_v3_as_v2(const char *path, char **buf, size_t *len, char *err, size_t errlen)
-{
+static int rn_hw_xml_v3_as_v2(const char *path, char **buf, size_t *len, char *err, size_t errlen) {
   struct rn_topo_xml_node *root = NULL;
   if (rn_topo_xml_parse_file(path, &root, err, errlen)) return -1;
   const char *ver = rn_topo_xml_attr(root, "version");
   int rc = 1;
   if (strcmp(root->name, "topology") != 0 || !ver || strtol(ver, NULL, 10) != 3) {
-    rn_topo_errf(err, errlen, "%s:%d: hwloc rejected the topology (not a valid hwloc XML document)", path,
-                 root->line);
+    rn_topo_errf(err, errlen, "%s:%d: hwloc rejected the topology (not a valid hwloc XML document)",
+                 path, root->line);
     goto out_free_tree;
   }
   rc = -1;
@@ -259,8 +253,7 @@ out_free_tree:
   return rc;
 }
 
-int rn_topo_load_hwloc_xml(const char *path, struct rn_topo **out, char *err, size_t errlen)
-{
+int rn_topo_load_hwloc_xml(const char *path, struct rn_topo **out, char *err, size_t errlen) {
   struct rn_hw h;
   char *v2 = NULL;
   size_t v2len = 0;
@@ -279,7 +272,8 @@ int rn_topo_load_hwloc_xml(const char *path, struct rn_topo **out, char *err, si
       rn_topo_errf(err, errlen, "%s: hwloc init failed", path);
       return -1;
     }
-    int bad = hwloc_topology_set_xmlbuffer(h.topo, v2, (int)v2len + 1) || hwloc_topology_load(h.topo);
+    int bad =
+        hwloc_topology_set_xmlbuffer(h.topo, v2, (int)v2len + 1) || hwloc_topology_load(h.topo);
     free(v2);
     if (bad) {
       hwloc_topology_destroy(h.topo);
@@ -306,8 +300,7 @@ int rn_topo_load_hwloc_xml(const char *path, struct rn_topo **out, char *err, si
   return 0;
 }
 
-int rn_topo_load_live(struct rn_topo **out, char *err, size_t errlen)
-{
+int rn_topo_load_live(struct rn_topo **out, char *err, size_t errlen) {
   struct rn_hw h;
   char why[128];
   const char *root = rn_topo_sysfs_root();

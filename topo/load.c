@@ -9,8 +9,7 @@
 
 enum rn_fmt { RN_FMT_UNKNOWN, RN_FMT_HWLOC, RN_FMT_NCCL, RN_FMT_SMI };
 
-static enum rn_fmt rn_detect(const char *path, char *err, size_t errlen)
-{
+static enum rn_fmt rn_detect(const char *path, char *err, size_t errlen) {
   char head[4096], root[64];
   FILE *f = fopen(path, "rb");
   if (!f) {
@@ -35,34 +34,33 @@ static enum rn_fmt rn_detect(const char *path, char *err, size_t errlen)
   else if (head[0] == '<' || strstr(head, "<?xml"))
     return RN_FMT_NCCL; /* malformed XML: let the XML reader say where */
   else
-    rn_topo_errf(err, errlen, "%s:1: unknown topology format (not hwloc XML, NCCL XML or nvidia-smi text)",
+    rn_topo_errf(err, errlen,
+                 "%s:1: unknown topology format (not hwloc XML, NCCL XML or nvidia-smi text)",
                  path);
   return RN_FMT_UNKNOWN;
 }
 
-int rn_topo_load_file(const char *path, struct rn_topo **out, char *err, size_t errlen)
-{
+int rn_topo_load_file(const char *path, struct rn_topo **out, char *err, size_t errlen) {
   *out = NULL;
   if (!path) {
     rn_topo_errf(err, errlen, "no file name");
     return -1;
   }
   switch (rn_detect(path, err, errlen)) {
-  case RN_FMT_HWLOC:
-    return rn_topo_load_hwloc_xml(path, out, err, errlen);
-  case RN_FMT_NCCL:
-    return rn_topo_load_ncclxml(&path, 1, out, err, errlen);
-  case RN_FMT_SMI:
-    return rn_topo_load_smi(path, out, err, errlen);
-  case RN_FMT_UNKNOWN:
-  default:
-    return -1;
+    case RN_FMT_HWLOC:
+      return rn_topo_load_hwloc_xml(path, out, err, errlen);
+    case RN_FMT_NCCL:
+      return rn_topo_load_ncclxml(&path, 1, out, err, errlen);
+    case RN_FMT_SMI:
+      return rn_topo_load_smi(path, out, err, errlen);
+    case RN_FMT_UNKNOWN:
+    default:
+      return -1;
   }
 }
 
 int rn_topo_load_files(const char *const *paths, int npaths, struct rn_topo **out, char *err,
-                       size_t errlen)
-{
+                       size_t errlen) {
   *out = NULL;
   if (!paths || npaths < 1) {
     rn_topo_errf(err, errlen, "no file name");

@@ -8,8 +8,7 @@
 
 #include "model.h"
 
-void rn_topo_errf(char *err, size_t errlen, const char *fmt, ...)
-{
+void rn_topo_errf(char *err, size_t errlen, const char *fmt, ...) {
   va_list ap;
   if (!err || errlen == 0) return;
   va_start(ap, fmt);
@@ -19,14 +18,12 @@ void rn_topo_errf(char *err, size_t errlen, const char *fmt, ...)
 
 static const char *const rn_path_names[] = {"LOC", "PIX", "PXB", "PHB", "NODE", "SYS"};
 
-const char *rn_path_name(enum rn_path p)
-{
+const char *rn_path_name(enum rn_path p) {
   if ((int)p < 0 || (int)p > RN_PATH_SYS) return "?";
   return rn_path_names[p];
 }
 
-int rn_path_parse(const char *s, enum rn_path *out)
-{
+int rn_path_parse(const char *s, enum rn_path *out) {
   if (!s) return -1;
   for (int i = 0; i <= RN_PATH_SYS; i++) {
     if (strcasecmp(s, rn_path_names[i]) == 0) {
@@ -37,8 +34,7 @@ int rn_path_parse(const char *s, enum rn_path *out)
   return -1;
 }
 
-static int rn_hexval(int c)
-{
+static int rn_hexval(int c) {
   if (c >= '0' && c <= '9') return c - '0';
   c = tolower(c);
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
@@ -46,8 +42,7 @@ static int rn_hexval(int c)
 }
 
 /* Reads up to maxd hex digits; returns digits read. */
-static int rn_hexfield(const char **p, int maxd, unsigned long *v)
-{
+static int rn_hexfield(const char **p, int maxd, unsigned long *v) {
   int n = 0;
   *v = 0;
   while (n < maxd && rn_hexval((unsigned char)**p) >= 0) {
@@ -58,8 +53,7 @@ static int rn_hexfield(const char **p, int maxd, unsigned long *v)
   return n;
 }
 
-int rn_topo_busid_norm(const char *in, char *out, size_t outlen)
-{
+int rn_topo_busid_norm(const char *in, char *out, size_t outlen) {
   unsigned long dom = 0, bus, dev, fn;
   const char *p = in, *colon2;
   if (!in || !out || outlen < 13) return -1;
@@ -76,8 +70,7 @@ int rn_topo_busid_norm(const char *in, char *out, size_t outlen)
   return 0;
 }
 
-struct rn_topo *rn_topo_alloc(const char *source)
-{
+struct rn_topo *rn_topo_alloc(const char *source) {
   struct rn_topo *t = calloc(1, sizeof(*t));
   if (!t) return NULL;
   snprintf(t->source, sizeof(t->source), "%s", source);
@@ -88,8 +81,7 @@ struct rn_topo *rn_topo_alloc(const char *source)
   return t;
 }
 
-void rn_topo_free(struct rn_topo *t)
-{
+void rn_topo_free(struct rn_topo *t) {
   if (!t) return;
   for (int i = 0; i < t->nnotes; i++) free(t->notes[i]);
   free(t->notes);
@@ -100,8 +92,7 @@ void rn_topo_free(struct rn_topo *t)
 }
 
 /* Grows *arr to hold one more element of size sz. */
-static int rn_grow(void **arr, int *cap, int n, size_t sz)
-{
+static int rn_grow(void **arr, int *cap, int n, size_t sz) {
   if (n < *cap) return 0;
   int ncap = *cap ? *cap * 2 : 16;
   void *p = realloc(*arr, (size_t)ncap * sz);
@@ -112,8 +103,7 @@ static int rn_grow(void **arr, int *cap, int n, size_t sz)
 }
 
 int rn_topo_add_node(struct rn_topo *t, int parent, enum rn_node_kind kind, const char *busid,
-                     const struct rn_pci_ids *ids)
-{
+                     const struct rn_pci_ids *ids) {
   if (rn_grow((void **)&t->nodes, &t->capnodes, t->nnodes, sizeof(*t->nodes))) return -1;
   struct rn_node *n = &t->nodes[t->nnodes];
   memset(n, 0, sizeof(*n));
@@ -126,8 +116,7 @@ int rn_topo_add_node(struct rn_topo *t, int parent, enum rn_node_kind kind, cons
   return t->nnodes++;
 }
 
-int rn_topo_add_cpu(struct rn_topo *t, int numa)
-{
+int rn_topo_add_cpu(struct rn_topo *t, int numa) {
   int i = rn_topo_add_node(t, RN_TOPO_ROOT, RN_NODE_CPU, NULL, NULL);
   if (i < 0) return -1;
   t->nodes[i].cpu = t->ncpus++;
@@ -135,8 +124,7 @@ int rn_topo_add_cpu(struct rn_topo *t, int numa)
   return i;
 }
 
-int rn_topo_add_gpu(struct rn_topo *t, int node, int gdr)
-{
+int rn_topo_add_gpu(struct rn_topo *t, int node, int gdr) {
   if (rn_grow((void **)&t->gpus, &t->capgpus, t->ngpus, sizeof(*t->gpus))) return -1;
   struct rn_gpu_rec *g = &t->gpus[t->ngpus];
   memset(g, 0, sizeof(*g));
@@ -146,8 +134,7 @@ int rn_topo_add_gpu(struct rn_topo *t, int node, int gdr)
   return t->ngpus++;
 }
 
-int rn_topo_add_nic(struct rn_topo *t, int node, const struct rn_topo_nic *nic)
-{
+int rn_topo_add_nic(struct rn_topo *t, int node, const struct rn_topo_nic *nic) {
   if (rn_grow((void **)&t->nics, &t->capnics, t->nnics, sizeof(*t->nics))) return -1;
   struct rn_nic_rec *r = &t->nics[t->nnics];
   r->pub = *nic;
@@ -159,8 +146,7 @@ int rn_topo_add_nic(struct rn_topo *t, int node, const struct rn_topo_nic *nic)
   return t->nnics++;
 }
 
-int rn_topo_add_note(struct rn_topo *t, const char *fmt, ...)
-{
+int rn_topo_add_note(struct rn_topo *t, const char *fmt, ...) {
   char buf[256];
   va_list ap;
   va_start(ap, fmt);
@@ -176,8 +162,7 @@ int rn_topo_add_note(struct rn_topo *t, const char *fmt, ...)
  * merges the inner one into the outer so GPU<->NIC under one physical
  * switch stays PIX.  Gen4 (c010) shows the same ids at both levels; Gen5
  * (c030) marks the inner level with a 1xxx subsystem device. */
-static int rn_is_bcm_sub_switch(const struct rn_node *parent, const struct rn_node *child)
-{
+static int rn_is_bcm_sub_switch(const struct rn_node *parent, const struct rn_node *child) {
   if (parent->kind != RN_NODE_SWITCH || child->kind != RN_NODE_SWITCH) return 0;
   if (!parent->ids.has_ids || !child->ids.has_ids) return 0;
   if (parent->ids.vendor != 0x1000 || child->ids.vendor != 0x1000) return 0;
@@ -188,15 +173,13 @@ static int rn_is_bcm_sub_switch(const struct rn_node *parent, const struct rn_no
   return 0;
 }
 
-static int rn_gpu_cmp(const void *a, const void *b)
-{
+static int rn_gpu_cmp(const void *a, const void *b) {
   const struct rn_gpu_rec *x = a, *y = b;
   int c = strcmp(x->pub.busid, y->pub.busid);
   return c ? c : x->node - y->node;
 }
 
-static int rn_nic_cmp(const void *a, const void *b)
-{
+static int rn_nic_cmp(const void *a, const void *b) {
   const struct rn_nic_rec *x = a, *y = b;
   /* NICs without a PCI function sort after all others. */
   int xe = x->pub.busid[0] == '\0', ye = y->pub.busid[0] == '\0';
@@ -207,8 +190,7 @@ static int rn_nic_cmp(const void *a, const void *b)
   return strcmp(x->pub.name, y->pub.name);
 }
 
-int rn_topo_finalize(struct rn_topo *t, char *err, size_t errlen)
-{
+int rn_topo_finalize(struct rn_topo *t, char *err, size_t errlen) {
   int merged = 0;
   /* A switch something sits on directly (merged files can do that) is
    * never folded: the device must keep a node. */
@@ -251,7 +233,8 @@ int rn_topo_finalize(struct rn_topo *t, char *err, size_t errlen)
     t->nics[i].pub.cpu = n->cpu;
     t->nics[i].pub.numa = n->numa;
   }
-  if (merged) rn_topo_add_note(t, "merged %d Broadcom sub-switch level(s) into their parents", merged);
+  if (merged)
+    rn_topo_add_note(t, "merged %d Broadcom sub-switch level(s) into their parents", merged);
   if (t->ngpus > 1) qsort(t->gpus, (size_t)t->ngpus, sizeof(*t->gpus), rn_gpu_cmp);
   if (t->nnics > 1) qsort(t->nics, (size_t)t->nnics, sizeof(*t->nics), rn_nic_cmp);
   return 0;
@@ -263,57 +246,53 @@ int rn_topo_nnics(const struct rn_topo *t) { return t->nnics; }
 int rn_topo_ncpus(const struct rn_topo *t) { return t->ncpus; }
 int rn_topo_nnotes(const struct rn_topo *t) { return t->nnotes; }
 
-const char *rn_topo_note(const struct rn_topo *t, int i)
-{
+const char *rn_topo_note(const struct rn_topo *t, int i) {
   return (i >= 0 && i < t->nnotes) ? t->notes[i] : NULL;
 }
 
-const struct rn_topo_gpu *rn_topo_gpu(const struct rn_topo *t, int i)
-{
+const struct rn_topo_gpu *rn_topo_gpu(const struct rn_topo *t, int i) {
   return (i >= 0 && i < t->ngpus) ? &t->gpus[i].pub : NULL;
 }
 
-const struct rn_topo_nic *rn_topo_nic(const struct rn_topo *t, int i)
-{
+const struct rn_topo_nic *rn_topo_nic(const struct rn_topo *t, int i) {
   return (i >= 0 && i < t->nnics) ? &t->nics[i].pub : NULL;
 }
 
-int rn_topo_find_nic(const struct rn_topo *t, const char *name, const char *busid)
-{
+int rn_topo_find_nic(const struct rn_topo *t, const char *name, const char *busid) {
   char norm[16] = "";
   if (busid && rn_topo_busid_norm(busid, norm, sizeof(norm)) != 0) norm[0] = '\0';
   for (int i = 0; i < t->nnics; i++) {
     const struct rn_topo_nic *n = &t->nics[i].pub;
-    if (name && name[0] && (strcmp(n->name, name) == 0 || (n->netdev[0] && strcmp(n->netdev, name) == 0)))
+    if (name && name[0] &&
+        (strcmp(n->name, name) == 0 || (n->netdev[0] && strcmp(n->netdev, name) == 0)))
       return i;
     if (norm[0] && strcmp(n->busid, norm) == 0) return i;
   }
   return -1;
 }
 
-int rn_topo_node_cpu(const struct rn_topo *t, int node)
-{
+int rn_topo_node_cpu(const struct rn_topo *t, int node) {
   for (int v = node; v >= 0; v = t->nodes[v].parent)
     if (t->nodes[v].kind == RN_NODE_CPU) return v;
   return -1;
 }
 
-int rn_topo_node_under(const struct rn_topo *t, int node, int anc)
-{
+int rn_topo_node_under(const struct rn_topo *t, int node, int anc) {
   for (int v = node; v >= 0; v = t->nodes[v].parent)
     if (v == anc) return 1;
   return 0;
 }
 
-enum rn_path rn_topo_node_path(const struct rn_topo *t, int a, int b, int *hops, int *lca)
-{
+enum rn_path rn_topo_node_path(const struct rn_topo *t, int a, int b, int *hops, int *lca) {
   const struct rn_node *N = t->nodes;
   int x = a, y = b, h = 0, nsw = 0, hba = 0, hbb = 0;
   if (hops) *hops = 0;
   if (lca) *lca = 0;
   while (x != y) {
-    if (N[x].depth >= N[y].depth) x = N[x].parent;
-    else y = N[y].parent;
+    if (N[x].depth >= N[y].depth)
+      x = N[x].parent;
+    else
+      y = N[y].parent;
     h++;
     if (x < 0 || y < 0) return RN_PATH_SYS; /* cannot happen after finalize */
   }
@@ -330,47 +309,45 @@ enum rn_path rn_topo_node_path(const struct rn_topo *t, int a, int b, int *hops,
   if (hops) *hops = h;
   if (lca) *lca = x;
   switch (N[x].kind) {
-  case RN_NODE_DEV:
-    return RN_PATH_LOC;
-  case RN_NODE_SWITCH:
-    return nsw + 1 <= 1 ? RN_PATH_PIX : RN_PATH_PXB;
-  case RN_NODE_HOSTBRIDGE:
-    return RN_PATH_PHB;
-  case RN_NODE_CPU:
-    /* Two different host bridges of one CPU: hwloc/nvidia-smi call it NODE.
+    case RN_NODE_DEV:
+      return RN_PATH_LOC;
+    case RN_NODE_SWITCH:
+      return nsw + 1 <= 1 ? RN_PATH_PIX : RN_PATH_PXB;
+    case RN_NODE_HOSTBRIDGE:
+      return RN_PATH_PHB;
+    case RN_NODE_CPU:
+      /* Two different host bridges of one CPU: hwloc/nvidia-smi call it NODE.
      * NCCL XML has no host bridges, so there the CPU is the host bridge. */
-    return (hba && hbb) ? RN_PATH_NODE : RN_PATH_PHB;
-  case RN_NODE_ROOT:
-  default:
-    return RN_PATH_SYS;
+      return (hba && hbb) ? RN_PATH_NODE : RN_PATH_PHB;
+    case RN_NODE_ROOT:
+    default:
+      return RN_PATH_SYS;
   }
 }
 
-void rn_topo_node_describe(const struct rn_topo *t, int node, char *buf, size_t len)
-{
+void rn_topo_node_describe(const struct rn_topo *t, int node, char *buf, size_t len) {
   const struct rn_node *n = &t->nodes[node];
   switch (n->kind) {
-  case RN_NODE_SWITCH:
-    snprintf(buf, len, "switch %s", n->busid[0] ? n->busid : "?");
-    break;
-  case RN_NODE_HOSTBRIDGE:
-    snprintf(buf, len, "host bridge %s on CPU %d", n->busid[0] ? n->busid : "?", n->cpu);
-    break;
-  case RN_NODE_CPU:
-    snprintf(buf, len, "CPU %d", n->cpu);
-    break;
-  case RN_NODE_DEV:
-    snprintf(buf, len, "device %s", n->busid);
-    break;
-  case RN_NODE_ROOT:
-  default:
-    snprintf(buf, len, "the inter-CPU link");
-    break;
+    case RN_NODE_SWITCH:
+      snprintf(buf, len, "switch %s", n->busid[0] ? n->busid : "?");
+      break;
+    case RN_NODE_HOSTBRIDGE:
+      snprintf(buf, len, "host bridge %s on CPU %d", n->busid[0] ? n->busid : "?", n->cpu);
+      break;
+    case RN_NODE_CPU:
+      snprintf(buf, len, "CPU %d", n->cpu);
+      break;
+    case RN_NODE_DEV:
+      snprintf(buf, len, "device %s", n->busid);
+      break;
+    case RN_NODE_ROOT:
+    default:
+      snprintf(buf, len, "the inter-CPU link");
+      break;
   }
 }
 
-enum rn_path rn_topo_path(const struct rn_topo *t, int g, int n, char *via, size_t vialen)
-{
+enum rn_path rn_topo_path(const struct rn_topo *t, int g, int n, char *via, size_t vialen) {
   int lca = 0;
   if (g < 0 || g >= t->ngpus || n < 0 || n >= t->nnics) {
     if (via && vialen) via[0] = '\0';

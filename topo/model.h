@@ -21,15 +21,15 @@ enum rn_node_kind {
 struct rn_pci_ids {
   uint32_t class_code; /* 24-bit class, 0 unknown */
   uint16_t vendor, device, subvendor, subdevice;
-  int has_ids;         /* vendor/device known */
+  int has_ids; /* vendor/device known */
 };
 
 struct rn_node {
   enum rn_node_kind kind;
-  int parent;          /* effective parent (after switch flattening); -1 root */
+  int parent; /* effective parent (after switch flattening); -1 root */
   int depth;
-  int cpu;             /* CPU node index (model numbering), -1 unknown */
-  int numa;            /* -1 unknown, inherited from the parent when unset */
+  int cpu;  /* CPU node index (model numbering), -1 unknown */
+  int numa; /* -1 unknown, inherited from the parent when unset */
   char busid[16];
   struct rn_pci_ids ids;
 };
@@ -41,7 +41,7 @@ struct rn_gpu_rec {
 
 struct rn_nic_rec {
   struct rn_topo_nic pub;
-  int node;            /* PCI device node, or the CPU node for a NIC without PCI */
+  int node; /* PCI device node, or the CPU node for a NIC without PCI */
 };
 
 struct rn_topo {
@@ -86,10 +86,12 @@ void rn_topo_node_describe(const struct rn_topo *t, int node, char *buf, size_t 
 int rn_topo_load_ncclxml(const char *const *paths, int npaths, struct rn_topo **out, char *err,
                          size_t errlen);
 /* The same from memory (the fuzz target's entry). */
-int rn_topo_load_ncclxml_buf(const char *buf, size_t len, struct rn_topo **out, char *err, size_t errlen);
+int rn_topo_load_ncclxml_buf(const char *buf, size_t len, struct rn_topo **out, char *err,
+                             size_t errlen);
 int rn_topo_load_hwloc_xml(const char *path, struct rn_topo **out, char *err, size_t errlen);
 int rn_topo_load_smi(const char *path, struct rn_topo **out, char *err, size_t errlen);
 
-void rn_topo_errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void rn_topo_errf(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 #endif

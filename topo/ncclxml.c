@@ -16,14 +16,13 @@ struct rn_nx {
   size_t errlen;
   unsigned char *pending; /* per node: 1 = classless leaf, NIC if nothing claims it */
   int cappending;
-  int *attached;          /* per node: GPUs/NICs placed on it */
+  int *attached; /* per node: GPUs/NICs placed on it */
 };
 
 /* Data-direct function of a ConnectX-8 (PCI passthrough, not a switch). */
 #define RN_CLASS_DATA_DIRECT 0x080100u
 
-static int rn_nx_track(struct rn_nx *x)
-{
+static int rn_nx_track(struct rn_nx *x) {
   /* Keep the per-node side arrays as long as the node array. */
   if (x->cappending >= x->t->capnodes) return 0;
   int cap = x->t->capnodes;
@@ -41,15 +40,13 @@ static int rn_nx_track(struct rn_nx *x)
   return 0;
 }
 
-static int rn_nx_oom(struct rn_nx *x)
-{
+static int rn_nx_oom(struct rn_nx *x) {
   rn_topo_errf(x->err, x->errlen, "%s: out of memory", x->path);
   return -1;
 }
 
 static int rn_nx_new_node(struct rn_nx *x, int parent, enum rn_node_kind kind, const char *busid,
-                          const struct rn_pci_ids *ids)
-{
+                          const struct rn_pci_ids *ids) {
   int n = rn_topo_add_node(x->t, parent, kind, busid, ids);
   if (n < 0 || rn_nx_track(x)) return rn_nx_oom(x);
   return n;
@@ -57,8 +54,7 @@ static int rn_nx_new_node(struct rn_nx *x, int parent, enum rn_node_kind kind, c
 
 /* Bus ids are unique per host only: fused multi-host dumps (GB300 trays)
  * repeat them, told apart by the CPU's host_hash. */
-static int rn_nx_find_busid(const struct rn_topo *t, const char *busid, int cpu)
-{
+static int rn_nx_find_busid(const struct rn_topo *t, const char *busid, int cpu) {
   for (int i = 1; i < t->nnodes; i++) {
     if (t->nodes[i].kind == RN_NODE_CPU || strcmp(t->nodes[i].busid, busid) != 0) continue;
     int c = i;
@@ -68,16 +64,14 @@ static int rn_nx_find_busid(const struct rn_topo *t, const char *busid, int cpu)
   return -1;
 }
 
-static unsigned long rn_nx_hex(const char *s, unsigned long dflt)
-{
+static unsigned long rn_nx_hex(const char *s, unsigned long dflt) {
   if (!s || !*s) return dflt;
   char *end;
   unsigned long v = strtoul(s, &end, 16);
   return *end == '\0' ? v : dflt;
 }
 
-static long rn_nx_long(const char *s, long dflt)
-{
+static long rn_nx_long(const char *s, long dflt) {
   if (!s || !*s) return dflt;
   char *end;
   long v = strtol(s, &end, 0);
@@ -86,8 +80,8 @@ static long rn_nx_long(const char *s, long dflt)
 
 static int rn_nx_gdr(const char *s) { return s ? rn_nx_long(s, 1) != 0 : 1; }
 
-static int rn_nx_add_net(struct rn_nx *x, int node, const struct rn_topo_xml_node *net, uint32_t cls)
-{
+static int rn_nx_add_net(struct rn_nx *x, int node, const struct rn_topo_xml_node *net,
+                         uint32_t cls) {
   struct rn_topo_nic nic;
   memset(&nic, 0, sizeof(nic));
   const char *name = net ? rn_topo_xml_attr(net, "name") : NULL;
@@ -117,8 +111,8 @@ static int rn_nx_add_net(struct rn_nx *x, int node, const struct rn_topo_xml_nod
   return 0;
 }
 
-static int rn_nx_add_nic_elem(struct rn_nx *x, int node, const struct rn_topo_xml_node *nicx, uint32_t cls)
-{
+static int rn_nx_add_nic_elem(struct rn_nx *x, int node, const struct rn_topo_xml_node *nicx,
+                              uint32_t cls) {
   int nnet = 0;
   for (const struct rn_topo_xml_node *c = nicx->child; c; c = c->next) {
     if (strcmp(c->name, "net") != 0) continue;
@@ -130,8 +124,7 @@ static int rn_nx_add_nic_elem(struct rn_nx *x, int node, const struct rn_topo_xm
 
 static int rn_nx_pci(struct rn_nx *x, const struct rn_topo_xml_node *e, int parent);
 
-static int rn_nx_children(struct rn_nx *x, const struct rn_topo_xml_node *e, int node)
-{
+static int rn_nx_children(struct rn_nx *x, const struct rn_topo_xml_node *e, int node) {
   for (const struct rn_topo_xml_node *c = e->child; c; c = c->next) {
     if (strcmp(c->name, "pci") == 0) {
       if (rn_nx_pci(x, c, node)) return -1;
@@ -143,8 +136,7 @@ static int rn_nx_children(struct rn_nx *x, const struct rn_topo_xml_node *e, int
   return 0;
 }
 
-static int rn_nx_pci(struct rn_nx *x, const struct rn_topo_xml_node *e, int parent)
-{
+static int rn_nx_pci(struct rn_nx *x, const struct rn_topo_xml_node *e, int parent) {
   char busid[16];
   const char *b = rn_topo_xml_attr(e, "busid");
   if (!b) {
@@ -168,16 +160,18 @@ static int rn_nx_pci(struct rn_nx *x, const struct rn_topo_xml_node *e, int pare
   const struct rn_topo_xml_node *gpu = NULL, *nic = NULL;
   int npci = 0;
   for (const struct rn_topo_xml_node *c = e->child; c; c = c->next) {
-    if (strcmp(c->name, "gpu") == 0 && !gpu) gpu = c;
-    else if (strcmp(c->name, "nic") == 0 && !nic) nic = c;
-    else if (strcmp(c->name, "pci") == 0) npci++;
+    if (strcmp(c->name, "gpu") == 0 && !gpu)
+      gpu = c;
+    else if (strcmp(c->name, "nic") == 0 && !nic)
+      nic = c;
+    else if (strcmp(c->name, "pci") == 0)
+      npci++;
   }
   uint32_t base = ids.class_code >> 16;
   int is_gpu = gpu || (!nic && !npci && base == 0x03 && (!ids.has_ids || ids.vendor == 0x10de));
   int is_nic = !is_gpu && (nic || (!npci && base == 0x02));
   int passthrough = ids.class_code == RN_CLASS_DATA_DIRECT;
-  int is_switch = !is_gpu && !is_nic && !passthrough &&
-                  (npci || (ids.class_code >> 8) == 0x0604);
+  int is_switch = !is_gpu && !is_nic && !passthrough && (npci || (ids.class_code >> 8) == 0x0604);
 
   /* Merging: a bus id seen before is the same device (NCCL's rule). */
   int cpu = parent;
@@ -194,10 +188,12 @@ static int rn_nx_pci(struct rn_nx *x, const struct rn_topo_xml_node *e, int pare
     if (!ids.class_code && !is_gpu && !is_nic && !npci) x->pending[node] = 1;
   }
   if (is_gpu && !x->attached[node]) {
-    if (rn_topo_add_gpu(x->t, node, gpu ? rn_nx_gdr(rn_topo_xml_attr(gpu, "gdr")) : 1) < 0) return rn_nx_oom(x);
+    if (rn_topo_add_gpu(x->t, node, gpu ? rn_nx_gdr(rn_topo_xml_attr(gpu, "gdr")) : 1) < 0)
+      return rn_nx_oom(x);
     x->attached[node]++;
   } else if (is_nic && !x->attached[node]) {
-    if (nic ? rn_nx_add_nic_elem(x, node, nic, ids.class_code) : rn_nx_add_net(x, node, NULL, ids.class_code))
+    if (nic ? rn_nx_add_nic_elem(x, node, nic, ids.class_code)
+            : rn_nx_add_net(x, node, NULL, ids.class_code))
       return -1;
   }
   /* A passthrough function does not count as a switch level: its PCI
@@ -205,11 +201,11 @@ static int rn_nx_pci(struct rn_nx *x, const struct rn_topo_xml_node *e, int pare
   return rn_nx_children(x, e, passthrough && npci ? parent : node);
 }
 
-static int rn_nx_system(struct rn_nx *x, const struct rn_topo_xml_node *root)
-{
+static int rn_nx_system(struct rn_nx *x, const struct rn_topo_xml_node *root) {
   if (strcmp(root->name, "system") != 0) {
-    rn_topo_errf(x->err, x->errlen, "%s:%d: not an NCCL topology: root element <%.40s>, expected <system>",
-                 x->path, root->line, root->name);
+    rn_topo_errf(x->err, x->errlen,
+                 "%s:%d: not an NCCL topology: root element <%.40s>, expected <system>", x->path,
+                 root->line, root->name);
     return -1;
   }
   for (const struct rn_topo_xml_node *c = root->child; c; c = c->next) {
@@ -238,9 +234,8 @@ static int rn_nx_system(struct rn_nx *x, const struct rn_topo_xml_node *root)
 
 /* Interprets each parsed document in turn (files or one buffer), then
  * resolves the classless leaves and finalises. */
-static int rn_nx_run(const char *const *paths, const char *buf, size_t len, int ndocs, struct rn_topo **out,
-                     char *err, size_t errlen)
-{
+static int rn_nx_run(const char *const *paths, const char *buf, size_t len, int ndocs,
+                     struct rn_topo **out, char *err, size_t errlen) {
   struct rn_nx x;
   memset(&x, 0, sizeof(x));
   x.err = err;
@@ -274,7 +269,8 @@ static int rn_nx_run(const char *const *paths, const char *buf, size_t len, int 
     assumed++;
   }
   if (assumed)
-    rn_topo_add_note(x.t, "%d PCI endpoint(s) without class or children assumed to be NICs", assumed);
+    rn_topo_add_note(x.t, "%d PCI endpoint(s) without class or children assumed to be NICs",
+                     assumed);
   if (rn_topo_finalize(x.t, err, errlen)) goto out_fail;
   free(x.pending);
   free(x.attached);
@@ -290,12 +286,11 @@ out_fail:
 }
 
 int rn_topo_load_ncclxml(const char *const *paths, int npaths, struct rn_topo **out, char *err,
-                         size_t errlen)
-{
+                         size_t errlen) {
   return rn_nx_run(paths, NULL, 0, npaths, out, err, errlen);
 }
 
-int rn_topo_load_ncclxml_buf(const char *buf, size_t len, struct rn_topo **out, char *err, size_t errlen)
-{
+int rn_topo_load_ncclxml_buf(const char *buf, size_t len, struct rn_topo **out, char *err,
+                             size_t errlen) {
   return rn_nx_run(NULL, buf, len, 1, out, err, errlen);
 }

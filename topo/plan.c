@@ -16,31 +16,30 @@
 #include "filter.h"
 #include "model.h"
 
-void rn_plan_opts_default(struct rn_plan_opts *o)
-{
+void rn_plan_opts_default(struct rn_plan_opts *o) {
   memset(o, 0, sizeof(*o));
   o->gdr_level = RN_PATH_PXB;
 }
 
 enum rn_how {
-  RN_HOW_SPLIT,   /* split of the NICs meeting at a node */
-  RN_HOW_SHARE,   /* shares the least-loaded rail set under its CPU */
+  RN_HOW_SPLIT, /* split of the NICs meeting at a node */
+  RN_HOW_SHARE, /* shares the least-loaded rail set under its CPU */
 };
 
 struct rn_pl {
   const struct rn_topo *t;
   const struct rn_plan_opts *o;
   struct rn_plan *p;
-  int *sel;             /* per model GPU: 1 when in the subset */
-  int *cand;            /* per model NIC: 1 when a rail candidate */
-  int *free_;           /* per model NIC: candidate not yet placed */
-  int *users;           /* per model NIC: GPUs using it */
-  int *ghead, *gnext;   /* per node / per GPU: GPUs waiting at a node */
-  int *nhead, *nnext;   /* per node / per NIC: free NICs waiting at a node */
-  int *nrails;          /* per model GPU */
-  int *rails;           /* per model GPU: RN_PLAN_MAX_RAILS NIC indices */
-  int *how;             /* per model GPU: enum rn_how */
-  int *share_node;      /* per model GPU: node where it shared */
+  int *sel;           /* per model GPU: 1 when in the subset */
+  int *cand;          /* per model NIC: 1 when a rail candidate */
+  int *free_;         /* per model NIC: candidate not yet placed */
+  int *users;         /* per model NIC: GPUs using it */
+  int *ghead, *gnext; /* per node / per GPU: GPUs waiting at a node */
+  int *nhead, *nnext; /* per node / per NIC: free NICs waiting at a node */
+  int *nrails;        /* per model GPU */
+  int *rails;         /* per model GPU: RN_PLAN_MAX_RAILS NIC indices */
+  int *how;           /* per model GPU: enum rn_how */
+  int *share_node;    /* per model GPU: node where it shared */
   int *gbuf, *nbuf, *cnt, *extra;
   struct rn_pair *pairs;
 };
@@ -49,8 +48,7 @@ struct rn_pair {
   int path, numa_miss, hops, g, n;
 };
 
-static int rn_pair_cmp(const void *a, const void *b)
-{
+static int rn_pair_cmp(const void *a, const void *b) {
   const struct rn_pair *x = a, *y = b;
   if (x->path != y->path) return x->path - y->path;
   if (x->numa_miss != y->numa_miss) return x->numa_miss - y->numa_miss;
@@ -61,9 +59,9 @@ static int rn_pair_cmp(const void *a, const void *b)
 
 static int rn_int_cmp(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
 
-static int rn_plan_note(struct rn_plan *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int rn_plan_note(struct rn_plan *p, const char *fmt, ...)
-{
+    __attribute__((format(printf, 2, 3)));
+static int rn_plan_note(struct rn_plan *p, const char *fmt, ...) {
   char buf[512];
   va_list ap;
   va_start(ap, fmt);
@@ -78,8 +76,7 @@ static int rn_plan_note(struct rn_plan *p, const char *fmt, ...)
   return 0;
 }
 
-void rn_plan_free(struct rn_plan *p)
-{
+void rn_plan_free(struct rn_plan *p) {
   if (!p) return;
   for (int i = 0; i < p->nnotes; i++) free(p->notes[i]);
   free(p->notes);
@@ -89,14 +86,13 @@ void rn_plan_free(struct rn_plan *p)
   free(p);
 }
 
-static enum rn_path rn_gn_path(const struct rn_topo *t, int g, int n, int *hops)
-{
+static enum rn_path rn_gn_path(const struct rn_topo *t, int g, int n, int *hops) {
   return rn_topo_node_path(t, t->gpus[g].node, t->nics[n].node, hops, NULL);
 }
 
 /* "0,2,5", "0-3", or bus ids ("0000:1b:00.0", "1b:00.0"). */
-static int rn_parse_subset(const struct rn_topo *t, const char *spec, int *sel, char *err, size_t errlen)
-{
+static int rn_parse_subset(const struct rn_topo *t, const char *spec, int *sel, char *err,
+                           size_t errlen) {
   const char *p = spec;
   int any = 0;
   while (*p) {
@@ -136,7 +132,8 @@ static int rn_parse_subset(const struct rn_topo *t, const char *spec, int *sel, 
         return -1;
       }
       if (b >= t->ngpus) {
-        rn_topo_errf(err, errlen, "GPU subset: index %ld out of range (the model has %d GPUs)", b, t->ngpus);
+        rn_topo_errf(err, errlen, "GPU subset: index %ld out of range (the model has %d GPUs)", b,
+                     t->ngpus);
         return -1;
       }
       for (long i = a; i <= b; i++) sel[i] = 1;
@@ -145,20 +142,19 @@ static int rn_parse_subset(const struct rn_topo *t, const char *spec, int *sel, 
     p += len;
     if (*p == ',') p++;
   }
-  if (!any) for (int g = 0; g < t->ngpus; g++) sel[g] = 1;
+  if (!any)
+    for (int g = 0; g < t->ngpus; g++) sel[g] = 1;
   return 0;
 }
 
-static void rn_assign(struct rn_pl *s, int g, int n)
-{
+static void rn_assign(struct rn_pl *s, int g, int n) {
   s->rails[g * RN_PLAN_MAX_RAILS + s->nrails[g]++] = n;
   s->users[n]++;
   s->free_[n] = 0;
 }
 
 /* k GPUs meet m free NICs at a node: split them evenly, closest first. */
-static void rn_split(struct rn_pl *s, const int *gs, int k, const int *ns, int m)
-{
+static void rn_split(struct rn_pl *s, const int *gs, int k, const int *ns, int m) {
   const struct rn_topo *t = s->t;
   int np = 0;
   for (int i = 0; i < k; i++) {
@@ -217,8 +213,7 @@ static void rn_split(struct rn_pl *s, const int *gs, int k, const int *ns, int m
 
 /* GPU g found no free NIC under its CPU (or anywhere, at the root): it
  * shares the least-loaded rail set placed under node v.  1 if it did. */
-static int rn_share(struct rn_pl *s, int g, int v)
-{
+static int rn_share(struct rn_pl *s, int g, int v) {
   const struct rn_topo *t = s->t;
   int best = -1, bload = 0, bpath = 0, bhops = 0;
   long bspeed = 0;
@@ -233,9 +228,10 @@ static int rn_share(struct rn_pl *s, int g, int v)
       speed += t->nics[r[i]].pub.speed_mbps;
     }
     int path = rn_gn_path(t, g, r[0], &hops);
-    int better = best < 0 || load < bload ||
-                 (load == bload && (speed > bspeed ||
-                  (speed == bspeed && (path < bpath || (path == bpath && hops < bhops)))));
+    int better =
+        best < 0 || load < bload ||
+        (load == bload && (speed > bspeed ||
+                           (speed == bspeed && (path < bpath || (path == bpath && hops < bhops)))));
     if (better) best = h, bload = load, bspeed = speed, bpath = path, bhops = hops;
   }
   if (best < 0) return 0;
@@ -245,8 +241,7 @@ static int rn_share(struct rn_pl *s, int g, int v)
   return 1;
 }
 
-static void rn_walk(struct rn_pl *s)
-{
+static void rn_walk(struct rn_pl *s) {
   const struct rn_topo *t = s->t;
   for (int v = t->nnodes - 1; v >= 0; v--) {
     if (t->nodes[v].depth < 0) continue; /* folded Broadcom level */
@@ -278,8 +273,7 @@ static void rn_walk(struct rn_pl *s)
 }
 
 /* Rails best first: nearest path, then fewest hops, then bus order. */
-static void rn_sort_rails(struct rn_pl *s, int g)
-{
+static void rn_sort_rails(struct rn_pl *s, int g) {
   int *r = &s->rails[g * RN_PLAN_MAX_RAILS];
   for (int i = 1; i < s->nrails[g]; i++) {
     for (int j = i; j > 0; j--) {
@@ -294,8 +288,7 @@ static void rn_sort_rails(struct rn_pl *s, int g)
   }
 }
 
-static void rn_reason(struct rn_pl *s, int g, struct rn_plan_rail *rail)
-{
+static void rn_reason(struct rn_pl *s, int g, struct rn_plan_rail *rail) {
   const struct rn_topo *t = s->t;
   const struct rn_topo_gpu *gp = &t->gpus[g].pub;
   const struct rn_topo_nic *np = &t->nics[rail->nic].pub;
@@ -306,7 +299,8 @@ static void rn_reason(struct rn_pl *s, int g, struct rn_plan_rail *rail)
     if (t->nodes[s->share_node[g]].kind == RN_NODE_ROOT)
       snprintf(why, sizeof(why), ", no NIC on the GPU's CPU: least-loaded elsewhere");
     else
-      snprintf(why, sizeof(why), ", no free NIC nearer: least-loaded on CPU %d", t->nodes[s->share_node[g]].cpu);
+      snprintf(why, sizeof(why), ", no free NIC nearer: least-loaded on CPU %d",
+               t->nodes[s->share_node[g]].cpu);
   } else if (s->users[rail->nic] > 1) {
     snprintf(why, sizeof(why), ", shared by %d GPUs", s->users[rail->nic]);
   }
@@ -315,19 +309,20 @@ static void rn_reason(struct rn_pl *s, int g, struct rn_plan_rail *rail)
   else if (!np->gdr)
     snprintf(gdr, sizeof(gdr), "GDR no (NIC does not allow it)");
   else
-    snprintf(gdr, sizeof(gdr), "GDR %s (%s %s %s)", rail->gdr ? "yes" : "no", rn_path_name(rail->path),
-             rail->gdr ? "<=" : ">", rn_path_name(lvl));
+    snprintf(gdr, sizeof(gdr), "GDR %s (%s %s %s)", rail->gdr ? "yes" : "no",
+             rn_path_name(rail->path), rail->gdr ? "<=" : ">", rn_path_name(lvl));
   /* Sources without bus ids (nvidia-smi) name GPUs by model index. */
-  if (gp->busid[0]) snprintf(gname, sizeof(gname), "%s", gp->busid);
-  else snprintf(gname, sizeof(gname), "GPU%d", g);
-  int w = snprintf(rail->reason, sizeof(rail->reason), "GPU %s -> %s: %s via %s%s, %s", gname, np->name,
-                   rn_path_name(rail->path), via, why, gdr);
+  if (gp->busid[0])
+    snprintf(gname, sizeof(gname), "%s", gp->busid);
+  else
+    snprintf(gname, sizeof(gname), "GPU%d", g);
+  int w = snprintf(rail->reason, sizeof(rail->reason), "GPU %s -> %s: %s via %s%s, %s", gname,
+                   np->name, rn_path_name(rail->path), via, why, gdr);
   if (w >= (int)sizeof(rail->reason)) /* long names: mark the cut */
     memcpy(rail->reason + sizeof(rail->reason) - 4, "...", 4);
 }
 
-static int rn_same_set(const int *a, int na, const int *b, int nb)
-{
+static int rn_same_set(const int *a, int na, const int *b, int nb) {
   if (na != nb) return 0;
   for (int i = 0; i < na; i++) {
     int found = 0;
@@ -337,8 +332,7 @@ static int rn_same_set(const int *a, int na, const int *b, int nb)
   return 1;
 }
 
-static void rn_vdev_init(const struct rn_topo *t, struct rn_plan_vdev *d, const int *nics, int n)
-{
+static void rn_vdev_init(const struct rn_topo *t, struct rn_plan_vdev *d, const int *nics, int n) {
   memset(d, 0, sizeof(*d));
   d->gdr = 1;
   size_t off = 0;
@@ -347,14 +341,16 @@ static void rn_vdev_init(const struct rn_topo *t, struct rn_plan_vdev *d, const 
     d->nics[d->nnics++] = nics[i];
     d->speed_mbps += np->speed_mbps;
     int w = snprintf(d->name + off, sizeof(d->name) - off, "%s%s", i ? "+" : "", np->name);
-    if (w < 0 || (size_t)w >= sizeof(d->name) - off) off = sizeof(d->name) - 1;
-    else off += (size_t)w;
+    if (w < 0 || (size_t)w >= sizeof(d->name) - off)
+      off = sizeof(d->name) - 1;
+    else
+      off += (size_t)w;
   }
 }
 
 /* Lists model NIC names for a note, shortened past a few. */
-static void rn_name_list(const struct rn_topo *t, const int *flag, int want, char *buf, size_t len)
-{
+static void rn_name_list(const struct rn_topo *t, const int *flag, int want, char *buf,
+                         size_t len) {
   size_t off = 0;
   int shown = 0, more = 0;
   buf[0] = '\0';
@@ -372,8 +368,7 @@ static void rn_name_list(const struct rn_topo *t, const int *flag, int want, cha
   if (more && off < len) snprintf(buf + off, len - off, " and %d more", more);
 }
 
-static int rn_plan_fill(struct rn_pl *s, char *err, size_t errlen)
-{
+static int rn_plan_fill(struct rn_pl *s, char *err, size_t errlen) {
   const struct rn_topo *t = s->t;
   struct rn_plan *p = s->p;
   int nsel = 0, ncand = 0;
@@ -382,7 +377,8 @@ static int rn_plan_fill(struct rn_pl *s, char *err, size_t errlen)
 
   for (int i = 0; i < t->nnotes; i++)
     if (rn_plan_note(p, "model: %s", t->notes[i])) goto out_oom;
-  if (t->ngpus == 0 && rn_plan_note(p, "no GPUs in the model: every NIC is its own virtual device")) goto out_oom;
+  if (t->ngpus == 0 && rn_plan_note(p, "no GPUs in the model: every NIC is its own virtual device"))
+    goto out_oom;
   if (t->nnics == 0 && rn_plan_note(p, "no NICs in the model")) goto out_oom;
 
   p->gpus = calloc((size_t)(nsel ? nsel : 1), sizeof(*p->gpus));
@@ -411,7 +407,8 @@ static int rn_plan_fill(struct rn_pl *s, char *err, size_t errlen)
     }
     if (pg->nrails == 0) {
       /* Without any candidate NIC one plan-level note says it for all. */
-      if (ncand && rn_plan_note(p, "GPU %s has no NIC: no candidate NIC reachable", t->gpus[g].pub.busid))
+      if (ncand &&
+          rn_plan_note(p, "GPU %s has no NIC: no candidate NIC reachable", t->gpus[g].pub.busid))
         goto out_oom;
       continue;
     }
@@ -427,7 +424,8 @@ static int rn_plan_fill(struct rn_pl *s, char *err, size_t errlen)
   }
   for (int n = 0; n < t->nnics; n++)
     if (s->cand[n] && s->users[n] == 0) p->unused[p->nunused++] = n;
-  if (t->nnics && ncand == 0 && rn_plan_note(p, "no candidate NICs: the filter or candidate list excludes every NIC"))
+  if (t->nnics && ncand == 0 &&
+      rn_plan_note(p, "no candidate NICs: the filter or candidate list excludes every NIC"))
     goto out_oom;
   return 0;
 out_oom:
@@ -435,9 +433,8 @@ out_oom:
   return -1;
 }
 
-int rn_plan_build(const struct rn_topo *t, const struct rn_plan_opts *o, struct rn_plan **out, char *err,
-                  size_t errlen)
-{
+int rn_plan_build(const struct rn_topo *t, const struct rn_plan_opts *o, struct rn_plan **out,
+                  char *err, size_t errlen) {
   struct rn_plan_opts dflt;
   struct rn_topo_filter *filter = NULL;
   struct rn_pl s;
@@ -480,8 +477,9 @@ int rn_plan_build(const struct rn_topo *t, const struct rn_plan_opts *o, struct 
   s.cnt = calloc((size_t)G + 1, sizeof(int));
   s.extra = calloc((size_t)G + 2 * (size_t)N + 1, sizeof(int));
   s.pairs = calloc((size_t)maxpairs, sizeof(*s.pairs));
-  if (!s.p || !s.sel || !s.cand || !s.free_ || !s.users || !s.ghead || !s.nhead || !s.gnext || !s.nnext ||
-      !s.nrails || !s.rails || !s.how || !s.share_node || !s.gbuf || !s.nbuf || !s.cnt || !s.extra || !s.pairs) {
+  if (!s.p || !s.sel || !s.cand || !s.free_ || !s.users || !s.ghead || !s.nhead || !s.gnext ||
+      !s.nnext || !s.nrails || !s.rails || !s.how || !s.share_node || !s.gbuf || !s.nbuf ||
+      !s.cnt || !s.extra || !s.pairs) {
     rn_topo_errf(err, errlen, "plan: out of memory");
     goto out_free;
   }
@@ -504,8 +502,10 @@ int rn_plan_build(const struct rn_topo *t, const struct rn_plan_opts *o, struct 
   for (int n = 0; n < N; n++) {
     const struct rn_topo_nic *np = &t->nics[n].pub;
     int pass = allowed[n] && rn_topo_filter_test(filter, np->name, np->netdev, np->port);
-    if (allowed[n] && !pass) s.cand[n] = -1, nfilt++;
-    else s.cand[n] = pass;
+    if (allowed[n] && !pass)
+      s.cand[n] = -1, nfilt++;
+    else
+      s.cand[n] = pass;
     any_rdma |= pass && np->rdma;
   }
   if (nfilt) {

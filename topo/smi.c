@@ -28,16 +28,14 @@ struct rn_smi {
   signed char rel[RN_SMI_MAX_DEV][RN_SMI_MAX_DEV];
 };
 
-static char *rn_smi_trim(char *s)
-{
+static char *rn_smi_trim(char *s) {
   while (isspace((unsigned char)*s)) s++;
   size_t n = strlen(s);
   while (n && isspace((unsigned char)s[n - 1])) s[--n] = '\0';
   return s;
 }
 
-static int rn_smi_is_dev(const char *s)
-{
+static int rn_smi_is_dev(const char *s) {
   if (strncmp(s, "GPU", 3) && strncmp(s, "NIC", 3)) return 0;
   if (!isdigit((unsigned char)s[3])) return 0;
   for (const char *p = s + 3; *p; p++)
@@ -45,8 +43,7 @@ static int rn_smi_is_dev(const char *s)
   return 1;
 }
 
-static int rn_smi_rel(const char *cell)
-{
+static int rn_smi_rel(const char *cell) {
   if (strcmp(cell, "PIX") == 0) return RN_PATH_PIX;
   if (strcmp(cell, "PXB") == 0) return RN_PATH_PXB;
   if (strcmp(cell, "PHB") == 0) return RN_PATH_PHB;
@@ -56,8 +53,7 @@ static int rn_smi_rel(const char *cell)
 }
 
 /* Splits on tabs (nvidia-smi's separator); empty cells are kept. */
-static int rn_smi_split(char *line, char **cells, int max)
-{
+static int rn_smi_split(char *line, char **cells, int max) {
   int n = 0;
   char *p = line;
   while (n < max) {
@@ -71,15 +67,13 @@ static int rn_smi_split(char *line, char **cells, int max)
   return n;
 }
 
-static int rn_uf_find(int *uf, int a)
-{
+static int rn_uf_find(int *uf, int a) {
   while (uf[a] != a) a = uf[a] = uf[uf[a]];
   return a;
 }
 
 /* Components of devices in set (1 = member) joined by rel <= lvl. */
-static void rn_smi_components(const struct rn_smi *s, const int *set, int lvl, int *uf)
-{
+static void rn_smi_components(const struct rn_smi *s, const int *set, int lvl, int *uf) {
   for (int i = 0; i < s->ndev; i++) uf[i] = i;
   for (int i = 0; i < s->ndev; i++)
     for (int j = i + 1; j < s->ndev; j++)
@@ -89,8 +83,8 @@ static void rn_smi_components(const struct rn_smi *s, const int *set, int lvl, i
       }
 }
 
-static int rn_smi_build(struct rn_smi *s, struct rn_topo *t, const char *path, char *err, size_t errlen)
-{
+static int rn_smi_build(struct rn_smi *s, struct rn_topo *t, const char *path, char *err,
+                        size_t errlen) {
   int cpu_of[RN_SMI_MAX_DEV], uf[RN_SMI_MAX_DEV], node_of[RN_SMI_MAX_DEV];
   int set[RN_SMI_MAX_DEV], hb_uf[RN_SMI_MAX_DEV], top_uf[RN_SMI_MAX_DEV];
   /* CPU groups: devices linked by anything closer than SYS. */
@@ -124,7 +118,8 @@ static int rn_smi_build(struct rn_smi *s, struct rn_topo *t, const char *path, c
       for (int k = 0; k < s->ndev; k++) {
         if (!hset[k] || rn_uf_find(top_uf, k) != k) continue;
         int tset[RN_SMI_MAX_DEV], pix_uf[RN_SMI_MAX_DEV], members = 0, npix = 0;
-        for (int i = 0; i < s->ndev; i++) members += tset[i] = hset[i] && rn_uf_find(top_uf, i) == k;
+        for (int i = 0; i < s->ndev; i++)
+          members += tset[i] = hset[i] && rn_uf_find(top_uf, i) == k;
         int parent = hb;
         if (members > 1) {
           char label[16];
@@ -167,15 +162,15 @@ static int rn_smi_build(struct rn_smi *s, struct rn_topo *t, const char *path, c
       if (rn_topo_add_nic(t, node_of[i], &nic) < 0) goto out_oom;
     }
   }
-  rn_topo_add_note(t, "nvidia-smi matrix: no bus ids or link speeds; PCIe tree rebuilt from the relations");
+  rn_topo_add_note(
+      t, "nvidia-smi matrix: no bus ids or link speeds; PCIe tree rebuilt from the relations");
   return rn_topo_finalize(t, err, errlen);
 out_oom:
   rn_topo_errf(err, errlen, "%s: out of memory", path);
   return -1;
 }
 
-static int rn_smi_parse(struct rn_smi *s, FILE *f, const char *path, char *err, size_t errlen)
-{
+static int rn_smi_parse(struct rn_smi *s, FILE *f, const char *path, char *err, size_t errlen) {
   char line[RN_SMI_LINE];
   char *cells[RN_SMI_MAX_DEV + 8];
   int col[RN_SMI_MAX_DEV + 8], numa_col = -1, ncells_hdr = 0, lineno = 0, in_matrix = 0;
@@ -210,7 +205,8 @@ static int rn_smi_parse(struct rn_smi *s, FILE *f, const char *path, char *err, 
     }
     char first[16];
     size_t fl = strcspn(line, " \t");
-    snprintf(first, sizeof(first), "%.*s", (int)(fl < sizeof(first) ? fl : sizeof(first) - 1), line);
+    snprintf(first, sizeof(first), "%.*s", (int)(fl < sizeof(first) ? fl : sizeof(first) - 1),
+             line);
     if (in_matrix && rn_smi_is_dev(first)) {
       int n = rn_smi_split(line, cells, RN_SMI_MAX_DEV + 8);
       int row = -1;
@@ -223,8 +219,8 @@ static int rn_smi_parse(struct rn_smi *s, FILE *f, const char *path, char *err, 
       for (int i = 1; i < ncells_hdr; i++) {
         if (col[i] < 0) continue;
         if (i >= n) {
-          rn_topo_errf(err, errlen, "%s:%d: row %s has %d cells, expected %d", path, lineno, cells[0], n,
-                       ncells_hdr);
+          rn_topo_errf(err, errlen, "%s:%d: row %s has %d cells, expected %d", path, lineno,
+                       cells[0], n, ncells_hdr);
           return -1;
         }
         s->rel[row][col[i]] = (signed char)rn_smi_rel(cells[i]);
@@ -241,11 +237,13 @@ static int rn_smi_parse(struct rn_smi *s, FILE *f, const char *path, char *err, 
       char key[16], val[64];
       if (sscanf(trimmed, "%15[^:]: %63s", key, val) == 2)
         for (int d = 0; d < s->ndev; d++)
-          if (strcmp(s->name[d], key) == 0) snprintf(s->nicname[d], sizeof(s->nicname[0]), "%s", val);
+          if (strcmp(s->name[d], key) == 0)
+            snprintf(s->nicname[d], sizeof(s->nicname[0]), "%s", val);
     }
   }
   if (!ncells_hdr) {
-    rn_topo_errf(err, errlen, "%s:%d: no nvidia-smi matrix header (GPU0 ...)", path, lineno ? lineno : 1);
+    rn_topo_errf(err, errlen, "%s:%d: no nvidia-smi matrix header (GPU0 ...)", path,
+                 lineno ? lineno : 1);
     return -1;
   }
   for (int d = 0; d < s->ndev; d++) {
@@ -254,16 +252,17 @@ static int rn_smi_parse(struct rn_smi *s, FILE *f, const char *path, char *err, 
       return -1;
     }
     for (int e = 0; e < s->ndev; e++)
-      if (s->rel[d][e] != s->rel[e][d] && s->rel[d][e] != RN_REL_NONE && s->rel[e][d] != RN_REL_NONE) {
-        rn_topo_errf(err, errlen, "%s: %s-%s relation is not symmetric", path, s->name[d], s->name[e]);
+      if (s->rel[d][e] != s->rel[e][d] && s->rel[d][e] != RN_REL_NONE &&
+          s->rel[e][d] != RN_REL_NONE) {
+        rn_topo_errf(err, errlen, "%s: %s-%s relation is not symmetric", path, s->name[d],
+                     s->name[e]);
         return -1;
       }
   }
   return 0;
 }
 
-int rn_topo_load_smi(const char *path, struct rn_topo **out, char *err, size_t errlen)
-{
+int rn_topo_load_smi(const char *path, struct rn_topo **out, char *err, size_t errlen) {
   *out = NULL;
   FILE *f = fopen(path, "r");
   if (!f) {
@@ -278,7 +277,8 @@ int rn_topo_load_smi(const char *path, struct rn_topo **out, char *err, size_t e
     goto out_close;
   }
   memset(s->rel, RN_REL_NONE, sizeof(s->rel));
-  if (rn_smi_parse(s, f, path, err, errlen) || rn_smi_build(s, t, path, err, errlen)) goto out_close;
+  if (rn_smi_parse(s, f, path, err, errlen) || rn_smi_build(s, t, path, err, errlen))
+    goto out_close;
   *out = t;
   t = NULL;
   rc = 0;

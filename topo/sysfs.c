@@ -11,14 +11,12 @@
 #include "sysfs.h"
 #include "railnet/sysfs.h"
 
-const char *rn_topo_sysfs_root(void)
-{
+const char *rn_topo_sysfs_root(void) {
   const char *r = getenv("RAILNET_FSROOT");
   return (r && *r) ? r : "/";
 }
 
-static int rn_topo_sysfs_join(const char *root, const char *rel, char *out, size_t len)
-{
+static int rn_topo_sysfs_join(const char *root, const char *rel, char *out, size_t len) {
   size_t rl = strlen(root);
   while (rl > 1 && root[rl - 1] == '/') rl--;
   while (*rel == '/') rel++;
@@ -26,8 +24,7 @@ static int rn_topo_sysfs_join(const char *root, const char *rel, char *out, size
   return (w < 0 || (size_t)w >= len) ? -1 : 0;
 }
 
-int rn_topo_sysfs_read(const char *root, const char *rel, char *buf, size_t len)
-{
+int rn_topo_sysfs_read(const char *root, const char *rel, char *buf, size_t len) {
   char path[1024];
   if (len == 0 || rn_topo_sysfs_join(root, rel, path, sizeof(path))) return -1;
   FILE *f = fopen(path, "re");
@@ -39,8 +36,7 @@ int rn_topo_sysfs_read(const char *root, const char *rel, char *buf, size_t len)
   return 0;
 }
 
-int rn_topo_sysfs_exists(const char *root, const char *rel)
-{
+int rn_topo_sysfs_exists(const char *root, const char *rel) {
   char path[1024];
   struct stat st;
   if (rn_topo_sysfs_join(root, rel, path, sizeof(path))) return 0;
@@ -48,16 +44,14 @@ int rn_topo_sysfs_exists(const char *root, const char *rel)
 }
 
 /* "100 Gb/sec (4X EDR)" -> 100000 Mb/s; "2.5 Gb/sec (1X SDR)" -> 2500. */
-static int rn_rate_mbps(const char *s)
-{
+static int rn_rate_mbps(const char *s) {
   char *end;
   double v = strtod(s, &end);
   if (end == s || v <= 0 || v > 1e6) return 0;
   return (int)(v * 1000.0 + 0.5);
 }
 
-void rn_topo_sysfs_enrich_nics(struct rn_topo *t, const char *root)
-{
+void rn_topo_sysfs_enrich_nics(struct rn_topo *t, const char *root) {
   char rel[256], buf[128];
   for (int i = 0; i < t->nnics; i++) {
     struct rn_topo_nic *n = &t->nics[i].pub;
@@ -65,7 +59,8 @@ void rn_topo_sysfs_enrich_nics(struct rn_topo *t, const char *root)
       const char *d = n->name;
       int p = n->port > 0 ? n->port : 1;
       snprintf(rel, sizeof(rel), "sys/class/infiniband/%s/ports/%d/state", d, p);
-      if (rn_topo_sysfs_read(root, rel, buf, sizeof(buf)) == 0) n->port_state = atoi(buf); /* "4: ACTIVE" */
+      if (rn_topo_sysfs_read(root, rel, buf, sizeof(buf)) == 0)
+        n->port_state = atoi(buf); /* "4: ACTIVE" */
       snprintf(rel, sizeof(rel), "sys/class/infiniband/%s/ports/%d/rate", d, p);
       if (rn_topo_sysfs_read(root, rel, buf, sizeof(buf)) == 0) n->speed_mbps = rn_rate_mbps(buf);
       snprintf(rel, sizeof(rel), "sys/class/infiniband/%s/ports/%d/link_layer", d, p);
@@ -75,21 +70,23 @@ void rn_topo_sysfs_enrich_nics(struct rn_topo *t, const char *root)
       if (rn_topo_sysfs_read(root, rel, buf, sizeof(buf)) == 0) {
         uint64_t g = 0;
         for (const char *c = buf; *c; c++) {
-          int h = (*c >= '0' && *c <= '9') ? *c - '0' : (*c >= 'a' && *c <= 'f') ? *c - 'a' + 10 : -1;
+          int h = (*c >= '0' && *c <= '9')   ? *c - '0'
+                  : (*c >= 'a' && *c <= 'f') ? *c - 'a' + 10
+                                             : -1;
           if (h >= 0) g = g << 4 | (uint64_t)h;
         }
         n->guid = g;
       }
     } else if (n->netdev[0]) {
       snprintf(rel, sizeof(rel), "sys/class/net/%s/speed", n->netdev);
-      if (rn_topo_sysfs_read(root, rel, buf, sizeof(buf)) == 0 && atoi(buf) > 0) n->speed_mbps = atoi(buf);
+      if (rn_topo_sysfs_read(root, rel, buf, sizeof(buf)) == 0 && atoi(buf) > 0)
+        n->speed_mbps = atoi(buf);
       n->link = 2;
     }
   }
 }
 
-int rn_topo_sysfs_gdr_probe(const char *root, char *why, size_t len)
-{
+int rn_topo_sysfs_gdr_probe(const char *root, char *why, size_t len) {
   if (rn_topo_sysfs_exists(root, "sys/module/nvidia_peermem")) {
     snprintf(why, len, "nvidia_peermem loaded");
     return 1;
@@ -108,13 +105,11 @@ int rn_topo_sysfs_gdr_probe(const char *root, char *why, size_t len)
 
 /* ---- the public helpers (include/railnet/sysfs.h), rooted the same way ---- */
 
-int rn_sysfs_read(const char *path, char *buf, size_t len)
-{
+int rn_sysfs_read(const char *path, char *buf, size_t len) {
   return rn_topo_sysfs_read(rn_topo_sysfs_root(), path, buf, len);
 }
 
-int rn_sysfs_realpath(const char *path, char *buf, size_t len)
-{
+int rn_sysfs_realpath(const char *path, char *buf, size_t len) {
   char full[1024], res[PATH_MAX];
   const char *root = rn_topo_sysfs_root();
   if (rn_topo_sysfs_join(root, path, full, sizeof(full)) || realpath(full, res) == NULL) return -1;
@@ -125,8 +120,7 @@ int rn_sysfs_realpath(const char *path, char *buf, size_t len)
 }
 
 /* "0000:18:00.0": 4 hex, ':', 2 hex, ':', 2 hex, '.', 1 digit. */
-static int rn_sysfs_is_bdf(const char *s)
-{
+static int rn_sysfs_is_bdf(const char *s) {
   static const char pat[] = "xxxx:xx:xx.x";
   if (strlen(s) != sizeof(pat) - 1) return 0;
   for (size_t i = 0; i < sizeof(pat) - 1; i++)
@@ -135,8 +129,7 @@ static int rn_sysfs_is_bdf(const char *s)
 }
 
 int rn_sysfs_pci_parent(const char *devpath, char *pci_path, size_t len, char *busid,
-                        size_t busidlen)
-{
+                        size_t busidlen) {
   char p[PATH_MAX];
   snprintf(p, sizeof(p), "%s", devpath);
   for (;;) {

@@ -24,8 +24,7 @@ struct rn_topo_xml_ctx {
   int problem_line;
 };
 
-static void rn_topo_xml_fail(struct rn_topo_xml_ctx *c, const char *what)
-{
+static void rn_topo_xml_fail(struct rn_topo_xml_ctx *c, const char *what) {
   if (!c->problem[0]) {
     snprintf(c->problem, sizeof(c->problem), "%s", what);
     c->problem_line = (int)XML_GetCurrentLineNumber(c->p);
@@ -33,8 +32,7 @@ static void rn_topo_xml_fail(struct rn_topo_xml_ctx *c, const char *what)
   XML_StopParser(c->p, XML_FALSE);
 }
 
-static void XMLCALL rn_topo_xml_start(void *ud, const XML_Char *name, const XML_Char **atts)
-{
+static void XMLCALL rn_topo_xml_start(void *ud, const XML_Char *name, const XML_Char **atts) {
   struct rn_topo_xml_ctx *c = ud;
   int na = 0;
   if (c->depth >= RN_TOPO_XML_MAX_DEPTH) return rn_topo_xml_fail(c, "elements nested too deeply");
@@ -57,8 +55,10 @@ static void XMLCALL rn_topo_xml_start(void *ud, const XML_Char *name, const XML_
   if (!c->cur) {
     c->root = n;
   } else {
-    if (c->cur->last_child) c->cur->last_child->next = n;
-    else c->cur->child = n;
+    if (c->cur->last_child)
+      c->cur->last_child->next = n;
+    else
+      c->cur->child = n;
     c->cur->last_child = n;
   }
   c->nnodes++;
@@ -67,16 +67,14 @@ static void XMLCALL rn_topo_xml_start(void *ud, const XML_Char *name, const XML_
   c->depth++;
 }
 
-static void XMLCALL rn_topo_xml_end(void *ud, const XML_Char *name)
-{
+static void XMLCALL rn_topo_xml_end(void *ud, const XML_Char *name) {
   struct rn_topo_xml_ctx *c = ud;
   (void)name; /* expat itself rejects mismatched end tags */
   if (c->cur) c->cur = c->cur->parent;
   c->depth--;
 }
 
-static void XMLCALL rn_topo_xml_text(void *ud, const XML_Char *s, int len)
-{
+static void XMLCALL rn_topo_xml_text(void *ud, const XML_Char *s, int len) {
   struct rn_topo_xml_ctx *c = ud;
   struct rn_topo_xml_node *n = c->cur;
   if (!n || len <= 0) return;
@@ -90,8 +88,7 @@ static void XMLCALL rn_topo_xml_text(void *ud, const XML_Char *s, int len)
   n->text = t;
 }
 
-void rn_topo_xml_free(struct rn_topo_xml_node *root)
-{
+void rn_topo_xml_free(struct rn_topo_xml_node *root) {
   /* Iterative post-order walk: no recursion on untrusted depth. */
   struct rn_topo_xml_node *n = root;
   while (n) {
@@ -112,16 +109,14 @@ void rn_topo_xml_free(struct rn_topo_xml_node *root)
   }
 }
 
-const char *rn_topo_xml_attr(const struct rn_topo_xml_node *n, const char *name)
-{
+const char *rn_topo_xml_attr(const struct rn_topo_xml_node *n, const char *name) {
   for (int i = 0; i < n->nattrs; i++)
     if (strcmp(n->attrs[2 * i], name) == 0) return n->attrs[2 * i + 1];
   return NULL;
 }
 
-int rn_topo_xml_parse_buf(const char *buf, size_t len, const char *name, struct rn_topo_xml_node **root,
-                     char *err, size_t errlen)
-{
+int rn_topo_xml_parse_buf(const char *buf, size_t len, const char *name,
+                          struct rn_topo_xml_node **root, char *err, size_t errlen) {
   struct rn_topo_xml_ctx c;
   memset(&c, 0, sizeof(c));
   *root = NULL;
@@ -146,7 +141,8 @@ int rn_topo_xml_parse_buf(const char *buf, size_t len, const char *name, struct 
       rn_topo_errf(err, errlen, "%s:%d: %s", name, c.problem_line, c.problem);
     else
       rn_topo_errf(err, errlen, "%s:%lu: malformed XML: %s", name,
-                   (unsigned long)XML_GetCurrentLineNumber(c.p), XML_ErrorString(XML_GetErrorCode(c.p)));
+                   (unsigned long)XML_GetCurrentLineNumber(c.p),
+                   XML_ErrorString(XML_GetErrorCode(c.p)));
     rc = -1;
   } else if (!c.root) {
     rn_topo_errf(err, errlen, "%s:1: no XML element", name);
@@ -161,8 +157,8 @@ int rn_topo_xml_parse_buf(const char *buf, size_t len, const char *name, struct 
   return 0;
 }
 
-int rn_topo_xml_parse_file(const char *path, struct rn_topo_xml_node **root, char *err, size_t errlen)
-{
+int rn_topo_xml_parse_file(const char *path, struct rn_topo_xml_node **root, char *err,
+                           size_t errlen) {
   FILE *f = fopen(path, "rb");
   char *buf = NULL;
   size_t len = 0, cap = 0;
@@ -207,16 +203,14 @@ struct rn_topo_xml_peek {
   size_t outlen;
 };
 
-static void XMLCALL rn_topo_xml_peek_start(void *ud, const XML_Char *name, const XML_Char **atts)
-{
+static void XMLCALL rn_topo_xml_peek_start(void *ud, const XML_Char *name, const XML_Char **atts) {
   struct rn_topo_xml_peek *k = ud;
   (void)atts;
   snprintf(k->out, k->outlen, "%s", name);
   XML_StopParser(k->p, XML_FALSE);
 }
 
-void rn_topo_xml_root_name(const char *buf, size_t len, char *out, size_t outlen)
-{
+void rn_topo_xml_root_name(const char *buf, size_t len, char *out, size_t outlen) {
   struct rn_topo_xml_peek k = {XML_ParserCreate(NULL), out, outlen};
   out[0] = '\0';
   if (!k.p) return;
@@ -228,8 +222,7 @@ void rn_topo_xml_root_name(const char *buf, size_t len, char *out, size_t outlen
   XML_ParserFree(k.p);
 }
 
-int rn_topo_xml_set_attr(struct rn_topo_xml_node *n, const char *name, const char *value)
-{
+int rn_topo_xml_set_attr(struct rn_topo_xml_node *n, const char *name, const char *value) {
   char *v = strdup(value);
   if (!v) return -1;
   for (int i = 0; i < n->nattrs; i++) {
@@ -261,8 +254,7 @@ struct rn_topo_xml_out {
   int oom;
 };
 
-static void rn_topo_xml_put(struct rn_topo_xml_out *o, const char *s, size_t n)
-{
+static void rn_topo_xml_put(struct rn_topo_xml_out *o, const char *s, size_t n) {
   if (o->oom) return;
   if (o->len + n + 1 > o->cap) {
     size_t cap = o->cap ? o->cap : 4096;
@@ -280,27 +272,32 @@ static void rn_topo_xml_put(struct rn_topo_xml_out *o, const char *s, size_t n)
   o->buf[o->len] = '\0';
 }
 
-static void rn_topo_xml_puts(struct rn_topo_xml_out *o, const char *s) { rn_topo_xml_put(o, s, strlen(s)); }
+static void rn_topo_xml_puts(struct rn_topo_xml_out *o, const char *s) {
+  rn_topo_xml_put(o, s, strlen(s));
+}
 
-static void rn_topo_xml_put_escaped(struct rn_topo_xml_out *o, const char *s)
-{
+static void rn_topo_xml_put_escaped(struct rn_topo_xml_out *o, const char *s) {
   char tmp[16];
   for (; *s; s++) {
     unsigned char c = (unsigned char)*s;
-    if (c == '&') rn_topo_xml_puts(o, "&amp;");
-    else if (c == '<') rn_topo_xml_puts(o, "&lt;");
-    else if (c == '>') rn_topo_xml_puts(o, "&gt;");
-    else if (c == '"') rn_topo_xml_puts(o, "&quot;");
+    if (c == '&')
+      rn_topo_xml_puts(o, "&amp;");
+    else if (c == '<')
+      rn_topo_xml_puts(o, "&lt;");
+    else if (c == '>')
+      rn_topo_xml_puts(o, "&gt;");
+    else if (c == '"')
+      rn_topo_xml_puts(o, "&quot;");
     else if (c < 0x20) {
       snprintf(tmp, sizeof(tmp), "&#x%x;", c);
       rn_topo_xml_puts(o, tmp);
-    } else rn_topo_xml_put(o, s, 1);
+    } else
+      rn_topo_xml_put(o, s, 1);
   }
 }
 
 /* Recursion is bounded by RN_TOPO_XML_MAX_DEPTH, enforced when parsing. */
-static void rn_topo_xml_write_node(struct rn_topo_xml_out *o, const struct rn_topo_xml_node *n)
-{
+static void rn_topo_xml_write_node(struct rn_topo_xml_out *o, const struct rn_topo_xml_node *n) {
   rn_topo_xml_puts(o, "<");
   rn_topo_xml_puts(o, n->name);
   for (int i = 0; i < n->nattrs; i++) {
@@ -323,8 +320,8 @@ static void rn_topo_xml_write_node(struct rn_topo_xml_out *o, const struct rn_to
   rn_topo_xml_puts(o, ">\n");
 }
 
-int rn_topo_xml_write(const struct rn_topo_xml_node *root, const char *prolog, char **buf, size_t *len)
-{
+int rn_topo_xml_write(const struct rn_topo_xml_node *root, const char *prolog, char **buf,
+                      size_t *len) {
   struct rn_topo_xml_out o = {NULL, 0, 0, 0};
   if (prolog) rn_topo_xml_puts(&o, prolog);
   rn_topo_xml_write_node(&o, root);

@@ -7,10 +7,10 @@
 
 struct rn_topo_xml_node {
   char *name;
-  int line;                     /* line of the start tag */
+  int line; /* line of the start tag */
   int nattrs;
-  char **attrs;                 /* name, value, name, value ... */
-  char *text;                   /* character data directly inside, or NULL */
+  char **attrs; /* name, value, name, value ... */
+  char *text;   /* character data directly inside, or NULL */
   size_t textlen;
   struct rn_topo_xml_node *parent, *child, *last_child, *next;
 };
@@ -18,9 +18,10 @@ struct rn_topo_xml_node {
 /* Parses a whole file / buffer into a tree.  On failure -1 and err reads
  * "<name>:<line>: <problem>".  Limits nesting and size so hostile input
  * cannot exhaust the stack or memory. */
-int rn_topo_xml_parse_file(const char *path, struct rn_topo_xml_node **root, char *err, size_t errlen);
-int rn_topo_xml_parse_buf(const char *buf, size_t len, const char *name, struct rn_topo_xml_node **root,
-                     char *err, size_t errlen);
+int rn_topo_xml_parse_file(const char *path, struct rn_topo_xml_node **root, char *err,
+                           size_t errlen);
+int rn_topo_xml_parse_buf(const char *buf, size_t len, const char *name,
+                          struct rn_topo_xml_node **root, char *err, size_t errlen);
 void rn_topo_xml_free(struct rn_topo_xml_node *root);
 /* Value of attribute name, NULL when absent. */
 const char *rn_topo_xml_attr(const struct rn_topo_xml_node *n, const char *name);
@@ -28,7 +29,8 @@ const char *rn_topo_xml_attr(const struct rn_topo_xml_node *n, const char *name)
 int rn_topo_xml_set_attr(struct rn_topo_xml_node *n, const char *name, const char *value);
 /* Serialises the tree (elements, attributes, text) after
  * prolog.  *buf is malloc'd.  0 ok, -1 out of memory. */
-int rn_topo_xml_write(const struct rn_topo_xml_node *root, const char *prolog, char **buf, size_t *len);
+int rn_topo_xml_write(const struct rn_topo_xml_node *root, const char *prolog, char **buf,
+                      size_t *len);
 /* Name of the root element of buf (format detection), "" when there is
  * none in the first len bytes or the prefix is not XML. */
 void rn_topo_xml_root_name(const char *buf, size_t len, char *out, size_t outlen);

@@ -43,8 +43,8 @@ typedef enum {
   NCCL_ALL = ~0
 } ncclDebugLogSubSys;
 
-typedef void (*ncclDebugLogger_t)(ncclDebugLogLevel level, unsigned long flags,
-                                  const char *file, int line, const char *fmt, ...);
+typedef void (*ncclDebugLogger_t)(ncclDebugLogLevel level, unsigned long flags, const char *file,
+                                  int line, const char *fmt, ...);
 
 #define NCCL_PTR_HOST 0x1
 #define NCCL_PTR_CUDA 0x2

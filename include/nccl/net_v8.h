@@ -10,9 +10,9 @@ typedef struct {
   uint64_t guid;
   int ptrSupport;
   int regIsGlobal;
-  int speed;       /* Mbps */
+  int speed; /* Mbps */
   int port;
-  float latency;   /* microseconds, 0 = NCCL's default */
+  float latency; /* microseconds, 0 = NCCL's default */
   int maxComms;
   int maxRecvs;
   ncclNetDeviceType netDeviceType;
@@ -27,16 +27,15 @@ typedef struct {
   ncclResult_t (*listen)(int dev, void *handle, void **listenComm);
   ncclResult_t (*connect)(int dev, void *handle, void **sendComm,
                           ncclNetDeviceHandle_t **sendDevComm);
-  ncclResult_t (*accept)(void *listenComm, void **recvComm,
-                         ncclNetDeviceHandle_t **recvDevComm);
+  ncclResult_t (*accept)(void *listenComm, void **recvComm, ncclNetDeviceHandle_t **recvDevComm);
   ncclResult_t (*regMr)(void *comm, void *data, size_t size, int type, void **mhandle);
-  ncclResult_t (*regMrDmaBuf)(void *comm, void *data, size_t size, int type,
-                              uint64_t offset, int fd, void **mhandle);
+  ncclResult_t (*regMrDmaBuf)(void *comm, void *data, size_t size, int type, uint64_t offset,
+                              int fd, void **mhandle);
   ncclResult_t (*deregMr)(void *comm, void *mhandle);
   ncclResult_t (*isend)(void *sendComm, void *data, int size, int tag, void *mhandle,
                         void **request);
-  ncclResult_t (*irecv)(void *recvComm, int n, void **data, int *sizes, int *tags,
-                        void **mhandles, void **request);
+  ncclResult_t (*irecv)(void *recvComm, int n, void **data, int *sizes, int *tags, void **mhandles,
+                        void **request);
   ncclResult_t (*iflush)(void *recvComm, int n, void **data, int *sizes, void **mhandles,
                          void **request);
   ncclResult_t (*test)(void *request, int *done, int *sizes);

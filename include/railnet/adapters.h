@@ -12,20 +12,20 @@
 
 /* Copy the core's properties into a version's struct.  The layouts differ
  * between versions; the field names do not, so one macro per addition. */
-#define RN_PROPS_COPY_V8(d, p)               \
-  do {                                       \
-    (d)->name = (p)->name;                   \
-    (d)->pciPath = (p)->pci_path;            \
-    (d)->guid = (p)->guid;                   \
-    (d)->ptrSupport = (p)->ptr_support;      \
-    (d)->regIsGlobal = (p)->reg_is_global;   \
-    (d)->speed = (p)->speed;                 \
-    (d)->port = (p)->port;                   \
-    (d)->latency = (p)->latency;             \
-    (d)->maxComms = (p)->max_comms;          \
-    (d)->maxRecvs = (p)->max_recvs;          \
+#define RN_PROPS_COPY_V8(d, p)                 \
+  do {                                         \
+    (d)->name = (p)->name;                     \
+    (d)->pciPath = (p)->pci_path;              \
+    (d)->guid = (p)->guid;                     \
+    (d)->ptrSupport = (p)->ptr_support;        \
+    (d)->regIsGlobal = (p)->reg_is_global;     \
+    (d)->speed = (p)->speed;                   \
+    (d)->port = (p)->port;                     \
+    (d)->latency = (p)->latency;               \
+    (d)->maxComms = (p)->max_comms;            \
+    (d)->maxRecvs = (p)->max_recvs;            \
     (d)->netDeviceType = NCCL_NET_DEVICE_HOST; \
-    (d)->netDeviceVersion = 0;               \
+    (d)->netDeviceVersion = 0;                 \
   } while (0)
 #define RN_PROPS_COPY_V9(d, p)               \
   do {                                       \
@@ -50,7 +50,7 @@ ncclResult_t rn_net_iflush(void *rcomm, int n, void **data, int *sizes, void **m
 ncclResult_t rn_net_make_vdevice(int *d, ncclNetVDeviceProps_t *props);
 ncclResult_t rn_net_isend_v10(void *scomm, void *data, size_t size, int tag, void *mh,
                               void *phandle, void **req);
-ncclResult_t rn_net_irecv_v10(void *rcomm, int n, void **data, size_t *sizes, int *tags,
-                              void **mhs, void **phandles, void **req);
+ncclResult_t rn_net_irecv_v10(void *rcomm, int n, void **data, size_t *sizes, int *tags, void **mhs,
+                              void **phandles, void **req);
 
 #endif

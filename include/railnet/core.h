@@ -44,7 +44,7 @@ struct rn_vdev {
   int port;
   int max_comms;
   ncclNetVDeviceProps_t vprops;
-  char why[320];  /* the planner's reason, for the init log */
+  char why[320]; /* the planner's reason, for the init log */
 };
 
 /* Legacy (v8-v10) init: once per process, no finalize. */

@@ -31,7 +31,8 @@ int rn_ibv_query_gid_ex(struct ibv_context *ctx, uint32_t port, uint32_t index,
                         struct ibv_gid_entry *entry);
 ncclResult_t rn_ibv_alloc_pd(struct ibv_context *ctx, struct ibv_pd **pd);
 ncclResult_t rn_ibv_dealloc_pd(struct ibv_pd *pd);
-ncclResult_t rn_ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access, struct ibv_mr **mr);
+ncclResult_t rn_ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access,
+                           struct ibv_mr **mr);
 ncclResult_t rn_ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova,
                                   int fd, int access, struct ibv_mr **mr);
 /* Probe form: returns 0 or an errno value (EOPNOTSUPP when the symbol is

@@ -25,19 +25,19 @@ typedef ncclResult_t (*rn_mr_reg_fn)(void *ctx, uintptr_t addr, size_t len, cons
 typedef void (*rn_mr_dereg_fn)(void *ctx, void *handle);
 
 struct rn_mr_entry {
-  uintptr_t addr;       /* registered range, immutable */
+  uintptr_t addr; /* registered range, immutable */
   size_t len;
-  void *handle;         /* what reg returned */
-  int refs;             /* guarded by the cache lock */
-  int cached;           /* 0: private entry (cache disabled or exact) */
+  void *handle; /* what reg returned */
+  int refs;     /* guarded by the cache lock */
+  int cached;   /* 0: private entry (cache disabled or exact) */
 };
 
 struct rn_mr_stats {
   uint64_t hits, misses;
-  uint64_t live;        /* entries currently registered */
+  uint64_t live; /* entries currently registered */
 };
 
-#define RN_MR_EXACT 1   /* register exactly the range, no sharing */
+#define RN_MR_EXACT 1 /* register exactly the range, no sharing */
 
 struct rn_mr_cache;
 /* enabled=0 turns every get() into a private registration. */

@@ -19,9 +19,9 @@ union rn_sockaddr {
 
 /* 20-byte form carried inside handles. */
 struct rn_wire_addr {
-  uint8_t family;       /* 4 or 6 */
+  uint8_t family; /* 4 or 6 */
   uint8_t reserved;
-  uint16_t port;        /* network order */
+  uint16_t port; /* network order */
   uint8_t addr[16];
 };
 
@@ -52,11 +52,11 @@ enum rn_hello_role { RN_ROLE_CTRL = 1, RN_ROLE_DATA = 2 };
 struct rn_hello {
   uint32_t magic;
   uint16_t version;
-  uint8_t role;         /* enum rn_hello_role */
-  uint8_t index;        /* data stream index */
+  uint8_t role;  /* enum rn_hello_role */
+  uint8_t index; /* data stream index */
   uint64_t nonce;
-  uint64_t conn_id;     /* random per connect, groups the streams */
-  uint32_t nstreams;    /* data streams that follow the control one */
+  uint64_t conn_id;  /* random per connect, groups the streams */
+  uint32_t nstreams; /* data streams that follow the control one */
   uint32_t reserved;
 };
 

@@ -12,11 +12,11 @@
 /* Path types, ordered by distance (NCCL's order). */
 enum rn_path {
   RN_PATH_LOC = 0,
-  RN_PATH_PIX = 1,   /* at most one PCIe switch between them */
-  RN_PATH_PXB = 2,   /* several switches, no host bridge */
-  RN_PATH_PHB = 3,   /* through a host bridge on the same CPU */
-  RN_PATH_NODE = 4,  /* across host bridges within one NUMA node / socket */
-  RN_PATH_SYS = 5,   /* across CPUs */
+  RN_PATH_PIX = 1,  /* at most one PCIe switch between them */
+  RN_PATH_PXB = 2,  /* several switches, no host bridge */
+  RN_PATH_PHB = 3,  /* through a host bridge on the same CPU */
+  RN_PATH_NODE = 4, /* across host bridges within one NUMA node / socket */
+  RN_PATH_SYS = 5,  /* across CPUs */
 };
 const char *rn_path_name(enum rn_path p);            /* "PIX", ... */
 int rn_path_parse(const char *s, enum rn_path *out); /* 0 ok, -1 unknown */
@@ -33,24 +33,24 @@ void rn_topo_free(struct rn_topo *t);
 const char *rn_topo_source(const struct rn_topo *t); /* "live", "hwloc-xml", "nccl-xml", ... */
 
 struct rn_topo_gpu {
-  char busid[16];     /* lowercase dddd:bb:dd.f */
-  int numa;           /* -1 unknown */
-  int cpu;            /* package / root-complex index, -1 unknown */
-  int gdr;            /* 1 when the source allows GPUDirect (file attr or probe) */
+  char busid[16]; /* lowercase dddd:bb:dd.f */
+  int numa;       /* -1 unknown */
+  int cpu;        /* package / root-complex index, -1 unknown */
+  int gdr;        /* 1 when the source allows GPUDirect (file attr or probe) */
 };
 struct rn_topo_nic {
-  char name[64];      /* RDMA device name when there is one, else netdev */
-  char netdev[32];    /* "" when unknown */
-  char busid[16];     /* "" for a NIC with no PCI function */
+  char name[64];   /* RDMA device name when there is one, else netdev */
+  char netdev[32]; /* "" when unknown */
+  char busid[16];  /* "" for a NIC with no PCI function */
   uint64_t guid;
   int port;
   int speed_mbps;
-  int link;           /* 0 unknown, 1 IB, 2 Ethernet */
+  int link; /* 0 unknown, 1 IB, 2 Ethernet */
   int numa;
   int cpu;
   int gdr;
-  int rdma;           /* 1 when driven through verbs (an RDMA device), 0 netdev only */
-  int port_state;     /* IB port state number (4 = ACTIVE), 0 unknown */
+  int rdma;       /* 1 when driven through verbs (an RDMA device), 0 netdev only */
+  int port_state; /* IB port state number (4 = ACTIVE), 0 unknown */
 };
 int rn_topo_ngpus(const struct rn_topo *t);
 int rn_topo_nnics(const struct rn_topo *t);
@@ -83,9 +83,9 @@ int rn_topo_filter_match(const char *spec, const char *name, const char *netdev,
 
 #define RN_PLAN_MAX_RAILS 8
 struct rn_plan_opts {
-  enum rn_path gdr_level;      /* GDR when path <= this (default RN_PATH_PXB) */
-  const char *nic_filter;      /* NCCL_IB_HCA syntax; NULL/"" = all */
-  const char *gpu_subset;      /* "0,2,5" (indices) or bus ids; NULL/"" = all */
+  enum rn_path gdr_level; /* GDR when path <= this (default RN_PATH_PXB) */
+  const char *nic_filter; /* NCCL_IB_HCA syntax; NULL/"" = all */
+  const char *gpu_subset; /* "0,2,5" (indices) or bus ids; NULL/"" = all */
   /* When non-NULL, only these model NIC indices are candidates (the NICs a
    * transport can actually drive). */
   const int *candidates;
@@ -94,22 +94,22 @@ struct rn_plan_opts {
 void rn_plan_opts_default(struct rn_plan_opts *o);
 
 struct rn_plan_rail {
-  int nic;                /* model NIC index */
+  int nic; /* model NIC index */
   enum rn_path path;
   int gdr;
-  char reason[256];       /* "GPU 0000:1b:00.0 -> mlx5_0: PIX via switch ..., GDR yes (PIX <= PXB)" */
+  char reason[256]; /* "GPU 0000:1b:00.0 -> mlx5_0: PIX via switch ..., GDR yes (PIX <= PXB)" */
 };
 struct rn_plan_gpu {
-  int gpu;                /* model GPU index */
+  int gpu; /* model GPU index */
   int nrails;
   struct rn_plan_rail rails[RN_PLAN_MAX_RAILS]; /* best first */
 };
 struct rn_plan_vdev {
-  char name[256];         /* member names joined with '+' */
+  char name[256]; /* member names joined with '+' */
   int nnics;
   int nics[RN_PLAN_MAX_RAILS]; /* model NIC indices, lead first */
-  int speed_mbps;         /* sum of members */
-  int gdr;                /* GDR eligible for every GPU using it */
+  int speed_mbps;              /* sum of members */
+  int gdr;                     /* GDR eligible for every GPU using it */
 };
 struct rn_plan {
   int ngpus;
@@ -117,9 +117,9 @@ struct rn_plan {
   int nvdevs;
   struct rn_plan_vdev *vdevs;
   int nunused;
-  int *unused;            /* model NIC indices no GPU uses */
+  int *unused; /* model NIC indices no GPU uses */
   int nnotes;
-  char **notes;           /* plan-level remarks: "no GPUs", "no NICs", ... */
+  char **notes; /* plan-level remarks: "no GPUs", "no NICs", ... */
 };
 /* 0 ok; -1 with err on bad options (malformed filter or subset). */
 int rn_plan_build(const struct rn_topo *t, const struct rn_plan_opts *o, struct rn_plan **out,

@@ -10,27 +10,27 @@
 #include <stdint.h>
 #include "nccl/net_common.h"
 
-#define RN_MAX_RAILS 8          /* physical NICs in one virtual device */
-#define RN_MAX_NICS 64          /* physical NICs a transport may report */
-#define RN_MAX_RECVS 8          /* buffers in one grouped receive (maxRecvs) */
+#define RN_MAX_RAILS 8 /* physical NICs in one virtual device */
+#define RN_MAX_NICS 64 /* physical NICs a transport may report */
+#define RN_MAX_RECVS 8 /* buffers in one grouped receive (maxRecvs) */
 
 enum rn_link { RN_LINK_UNKNOWN = 0, RN_LINK_IB = 1, RN_LINK_ETH = 2 };
 
 /* One physical rail as discovered by a transport.  Owner: the transport's
  * discovery table, immutable after init. */
 struct rn_nic {
-  char name[64];        /* unique, stable: "mlx5_0", "eth0" */
-  char netdev[32];      /* linked netdev, "" when unknown */
-  char pci_path[256];   /* real /sys/devices/.../DDDD:BB:DD.F, "" if none */
-  char busid[16];       /* "0000:18:00.0", "" if none */
+  char name[64];      /* unique, stable: "mlx5_0", "eth0" */
+  char netdev[32];    /* linked netdev, "" when unknown */
+  char pci_path[256]; /* real /sys/devices/.../DDDD:BB:DD.F, "" if none */
+  char busid[16];     /* "0000:18:00.0", "" if none */
   uint64_t guid;
-  int port;             /* IB port (1-based); 0 for TCP */
+  int port; /* IB port (1-based); 0 for TCP */
   int speed_mbps;
-  int ptr_support;      /* NCCL_PTR_* bits the probe proved */
+  int ptr_support; /* NCCL_PTR_* bits the probe proved */
   int force_flush;
   enum rn_link link;
   int max_comms;
-  int tidx;             /* the transport's own index for this NIC */
+  int tidx; /* the transport's own index for this NIC */
 };
 
 /* The handle NCCL carries between ranks.  The core owns the header; the
@@ -43,12 +43,12 @@ struct rn_nic {
 #define RN_HANDLE_PAYLOAD 104
 struct rn_handle {
   uint32_t magic;
-  uint8_t transport;    /* index into the transport list */
+  uint8_t transport; /* index into the transport list */
   uint8_t nrails;
-  uint16_t wire;        /* RN_WIRE_VERSION of the build that listened */
-  uint64_t nonce;       /* random per listen; accept admits only this */
+  uint16_t wire;  /* RN_WIRE_VERSION of the build that listened */
+  uint64_t nonce; /* random per listen; accept admits only this */
   uint8_t payload[RN_HANDLE_PAYLOAD];
-  uint32_t check;       /* FNV-1a of the bytes above: a corrupted handle is refused */
+  uint32_t check; /* FNV-1a of the bytes above: a corrupted handle is refused */
 };
 
 /* Common first member of every transport comm, reached by the core. */
@@ -56,7 +56,7 @@ enum rn_comm_kind { RN_COMM_LISTEN = 1, RN_COMM_SEND = 2, RN_COMM_RECV = 3 };
 #define RN_COMM_MAGIC 0x726e636du /* "rncm" */
 struct rn_comm_base {
   uint32_t magic;
-  uint8_t kind;         /* enum rn_comm_kind */
+  uint8_t kind; /* enum rn_comm_kind */
   uint8_t transport;
   uint16_t reserved;
   int vdev;
@@ -65,7 +65,7 @@ struct rn_comm_base {
 /* Common first member of every transport request. */
 #define RN_REQ_MAGIC 0x726e7271u /* "rnrq" */
 struct rn_req_base {
-  uint32_t magic;       /* RN_REQ_MAGIC while the request is handed out */
+  uint32_t magic; /* RN_REQ_MAGIC while the request is handed out */
   uint8_t transport;
 };
 
@@ -76,7 +76,7 @@ struct rn_rails {
 };
 
 struct rn_transport {
-  const char *name;     /* "socket", "ib" */
+  const char *name; /* "socket", "ib" */
   /* Discover usable NICs.  Zero NICs is success.  Called once under the
    * core lock; *nics stays valid until fini. */
   ncclResult_t (*init)(const struct rn_nic **nics, int *n);
@@ -96,8 +96,7 @@ struct rn_transport {
   ncclResult_t (*isend)(void *scomm, void *data, size_t size, int tag, void *mh, void **req);
   ncclResult_t (*irecv)(void *rcomm, int n, void **data, const size_t *sizes, const int *tags,
                         void **mhs, void **req);
-  ncclResult_t (*iflush)(void *rcomm, int n, void **data, const int *sizes, void **mhs,
-                         void **req);
+  ncclResult_t (*iflush)(void *rcomm, int n, void **data, const int *sizes, void **mhs, void **req);
   /* When *done: sizes (capacity RN_MAX_RECVS) gets one entry per buffer
    * of the request and *nsizes how many (1 for a send).  NCCL's own sizes
    * array holds only that many, so the core copies exactly *nsizes. */
@@ -110,8 +109,8 @@ struct rn_transport {
 /* Defaults for optional operations. */
 ncclResult_t rn_transport_unsupported_reg_mr_dmabuf(void *comm, void *data, size_t size, int type,
                                                     uint64_t offset, int fd, void **mh);
-ncclResult_t rn_transport_noop_iflush(void *rcomm, int n, void **data, const int *sizes,
-                                      void **mhs, void **req);
+ncclResult_t rn_transport_noop_iflush(void *rcomm, int n, void **data, const int *sizes, void **mhs,
+                                      void **req);
 
 extern const struct rn_transport rn_transport_tcp;
 extern const struct rn_transport rn_transport_ib;

@@ -142,7 +142,8 @@ static int cmp_double(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-static int spin_post(struct rn_peer *p, int send, void *comm, void *buf, size_t size, void *mh, void **req) {
+static int spin_post(struct rn_peer *p, int send, void *comm, void *buf, size_t size, void *mh,
+                     void **req) {
   *req = NULL;
   double end = now_s() + 10;
   while (*req == NULL) {
@@ -180,8 +181,10 @@ static int lat_role(struct rn_peer *p) {
     return peer_fail(p, "handle exchange");
   double end = now_s() + 30;
   while (sc == NULL || rcm == NULL) {
-    if (sc == NULL && rn_net_connect(&p->net, p->dev, theirs, &sc) != ncclSuccess) return peer_fail(p, "connect");
-    if (rcm == NULL && rn_net_accept(&p->net, lc, &rcm) != ncclSuccess) return peer_fail(p, "accept");
+    if (sc == NULL && rn_net_connect(&p->net, p->dev, theirs, &sc) != ncclSuccess)
+      return peer_fail(p, "connect");
+    if (rcm == NULL && rn_net_accept(&p->net, lc, &rcm) != ncclSuccess)
+      return peer_fail(p, "accept");
     if (now_s() > end) return peer_fail(p, "setup timeout");
   }
   char sbuf[64], rbuf[64];
@@ -258,7 +261,8 @@ static int tcp_listen_any(int *port) {
 
 static int tcp_connect_port(int port) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_port = htons((uint16_t)port),
                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
     close(fd);
@@ -383,7 +387,9 @@ static struct lat_res plain_tcp_pingpong_mode(int iters, int spin) {
   char b[8] = "pingpong";
   for (int i = 0; i < iters + warm; i++) {
     double t0 = now_s();
-    if (send(fd, b, 8, MSG_NOSIGNAL) != 8 || (spin ? spin_read(fd, b, 8) : read_all_fd(fd, b, 8)) != 0) break;
+    if (send(fd, b, 8, MSG_NOSIGNAL) != 8 ||
+        (spin ? spin_read(fd, b, 8) : read_all_fd(fd, b, 8)) != 0)
+      break;
     if (i >= warm) rtt[i - warm] = (now_s() - t0) * 1e6, sum += rtt[i - warm];
   }
   close(fd);
@@ -417,7 +423,8 @@ static double iperf3_gbps(int n, int secs) {
   for (int attempt = 0; attempt < 50 && gbps == 0; attempt++) {
     sleep_us(100000);
     char cmd[256];
-    snprintf(cmd, sizeof cmd, "iperf3 -c 127.0.0.1 -p %d -P %d -t %d -J 2>/dev/null", port, n, secs);
+    snprintf(cmd, sizeof cmd, "iperf3 -c 127.0.0.1 -p %d -P %d -t %d -J 2>/dev/null", port, n,
+             secs);
     FILE *f = popen(cmd, "r");
     if (f == NULL) break;
     static char json[1 << 20];
@@ -429,7 +436,8 @@ static double iperf3_gbps(int n, int secs) {
       s = strchr(s, ':');
       if (s) gbps = strtod(s + 1, NULL) / 8e9;
     }
-    if (gbps == 0 && strstr(json, "\"error\"") == NULL && WIFEXITED(st) && WEXITSTATUS(st) == 127) break;
+    if (gbps == 0 && strstr(json, "\"error\"") == NULL && WIFEXITED(st) && WEXITSTATUS(st) == 127)
+      break;
   }
   kill(srv, SIGTERM);
   waitpid(srv, NULL, 0);
@@ -451,16 +459,25 @@ int main(int argc, char **argv) {
   int version = 8, ceiling = 1, lat_only = 0;
   size_t maxsz = 256 * MB;
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--api") && i + 1 < argc) version = rn_parse_version(argv[++i]);
-    else if (!strcmp(argv[i], "--max") && i + 1 < argc) maxsz = strtoull(argv[++i], NULL, 0);
-    else if (!strcmp(argv[i], "--quick")) quick = 1, reps = 1;
-    else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--no-ceiling")) ceiling = 0;
-    else if (!strcmp(argv[i], "--latency-only")) lat_only = 1, ceiling = 0;
-    else version = 0;
+    if (!strcmp(argv[i], "--api") && i + 1 < argc)
+      version = rn_parse_version(argv[++i]);
+    else if (!strcmp(argv[i], "--max") && i + 1 < argc)
+      maxsz = strtoull(argv[++i], NULL, 0);
+    else if (!strcmp(argv[i], "--quick"))
+      quick = 1, reps = 1;
+    else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+      reps = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--no-ceiling"))
+      ceiling = 0;
+    else if (!strcmp(argv[i], "--latency-only"))
+      lat_only = 1, ceiling = 0;
+    else
+      version = 0;
   }
   if (version == 0 || reps < 1 || reps > 16) {
-    fprintf(stderr, "usage: railnet-bench [--api v8|v9|v10|v11] [--max BYTES] [--reps N] [--quick] [--no-ceiling] [--latency-only]\n");
+    fprintf(stderr,
+            "usage: railnet-bench [--api v8|v9|v10|v11] [--max BYTES] [--reps N] [--quick] "
+            "[--no-ceiling] [--latency-only]\n");
     return 2;
   }
   signal(SIGPIPE, SIG_IGN);
@@ -469,10 +486,11 @@ int main(int argc, char **argv) {
   bench_sizes[nsizes++] = 8;
   for (size_t s = 16; s <= maxsz && nsizes < MAX_SIZES; s *= 4) bench_sizes[nsizes++] = s;
 
-  printf("# railnet plugin-level benchmark: %s via ncclNetPlugin_v%d, RAILNET_TRANSPORT=%s, "
-         "RAILNET_SOCKET_IFNAME=%s, %ld CPUs\n",
-         rn_plugin_path(), version, getenv("RAILNET_TRANSPORT") ? getenv("RAILNET_TRANSPORT") : "auto",
-         getenv("RAILNET_SOCKET_IFNAME"), sysconf(_SC_NPROCESSORS_ONLN));
+  printf(
+      "# railnet plugin-level benchmark: %s via ncclNetPlugin_v%d, RAILNET_TRANSPORT=%s, "
+      "RAILNET_SOCKET_IFNAME=%s, %ld CPUs\n",
+      rn_plugin_path(), version, getenv("RAILNET_TRANSPORT") ? getenv("RAILNET_TRANSPORT") : "auto",
+      getenv("RAILNET_SOCKET_IFNAME"), sysconf(_SC_NPROCESSORS_ONLN));
   char load[64] = "?";
   FILE *lf = fopen("/proc/loadavg", "r");
   if (lf) {
@@ -480,9 +498,11 @@ int main(int argc, char **argv) {
     load[strcspn(load, "\n")] = '\0';
     fclose(lf);
   }
-  printf("# two processes on this host; 8 requests in flight per comm (4 for >= 64 MiB); the 4-comm "
-         "column drives 4 comms from one thread, round-robin, like NCCL's proxy; best of %d; loadavg %s\n",
-         reps, load);
+  printf(
+      "# two processes on this host; 8 requests in flight per comm (4 for >= 64 MiB); the 4-comm "
+      "column drives 4 comms from one thread, round-robin, like NCCL's proxy; best of %d; loadavg "
+      "%s\n",
+      reps, load);
   fflush(stdout);
 
   /* ceilings first, so the plugin run does not warm anything for them */
@@ -503,20 +523,21 @@ int main(int argc, char **argv) {
   int nrows = 0;
   if (!lat_only) {
     int fd = -1;
-    struct rn_pair_opts o = {.version = version, .timeout_s = 1200, .init = 1, .want_parent_pipe = 1,
-                             .parent_fd = &fd};
+    struct rn_pair_opts o = {
+        .version = version, .timeout_s = 1200, .init = 1, .want_parent_pipe = 1, .parent_fd = &fd};
     char why[1024];
     int rc = rn_run_pair(bw_role, bw_role, &o, why, sizeof why);
     struct bw_row r;
-    while (fd >= 0 && nrows < 2 * MAX_SIZES * 16 && read_all_fd(fd, &r, sizeof r) == 0) rows[nrows++] = r;
+    while (fd >= 0 && nrows < 2 * MAX_SIZES * 16 && read_all_fd(fd, &r, sizeof r) == 0)
+      rows[nrows++] = r;
     if (fd >= 0) close(fd);
     if (rc != 0) printf("# railnet bandwidth run failed: %s\n", why);
   }
   struct lat_res rnl = {0, 0, 0, 0};
   {
     int fd = -1;
-    struct rn_pair_opts o = {.version = version, .timeout_s = 300, .init = 1, .want_parent_pipe = 1,
-                             .parent_fd = &fd};
+    struct rn_pair_opts o = {
+        .version = version, .timeout_s = 300, .init = 1, .want_parent_pipe = 1, .parent_fd = &fd};
     char why[1024];
     int rc = rn_run_pair(lat_role, lat_role, &o, why, sizeof why);
     if (fd >= 0) {
@@ -539,8 +560,8 @@ int main(int argc, char **argv) {
   double ipbest = ip1 > ip4 ? ip1 : ip4;
   double tcbest = tc1 > tc4 ? tc1 : tc4;
 
-  printf("#\n# %10s %12s %12s %12s %12s %10s %8s\n", "size", "railnet 1c", "railnet 4c", "iperf3 best", "TCP best",
-         "rn/iperf3", "rn/TCP");
+  printf("#\n# %10s %12s %12s %12s %12s %10s %8s\n", "size", "railnet 1c", "railnet 4c",
+         "iperf3 best", "TCP best", "rn/iperf3", "rn/TCP");
   printf("# %10s %12s %12s %12s %12s %10s %8s\n", "", "GB/s", "GB/s", "GB/s", "GB/s", "", "");
   int met_bw = ipbest > 0, any4 = 0;
   double worst = 1e9;
@@ -557,24 +578,30 @@ int main(int argc, char **argv) {
     char hb[32], c1[32], c4[32];
     snprintf(c1, sizeof c1, g1 < 0 ? "-" : "%.3f", g1);
     snprintf(c4, sizeof c4, g4 < 0 ? "-" : "%.3f", g4);
-    printf("  %10s %12s %12s %12.3f %12.3f %9.0f%% %7.0f%%\n", human(bench_sizes[si], hb, sizeof hb), c1, c4,
-           ipbest, tcbest, ratio * 100, tcbest > 0 && best >= 0 ? best / tcbest * 100 : 0);
+    printf("  %10s %12s %12s %12.3f %12.3f %9.0f%% %7.0f%%\n",
+           human(bench_sizes[si], hb, sizeof hb), c1, c4, ipbest, tcbest, ratio * 100,
+           tcbest > 0 && best >= 0 ? best / tcbest * 100 : 0);
     if (bench_sizes[si] >= 4 * MB) {
       any4 = 1;
       if (best < 0 || ratio < 0.8) met_bw = 0;
       if (ratio < worst) worst = ratio, worst_size = bench_sizes[si];
     }
   }
-  printf("#\n# ceiling: iperf3 -P1 %.3f GB/s, -P4 %.3f GB/s (best %.3f); plain TCP threads 1 stream %.3f GB/s, "
-         "4 streams %.3f GB/s (best %.3f)\n",
-         ip1, ip4, ipbest, tc1, tc4, tcbest);
-  printf("# latency, 8 B round trip: railnet p50 %.1f us (mean %.1f, min %.1f, %d iters); "
-         "plain TCP p50 %.1f us (mean %.1f, min %.1f); ratio p50 %.2fx\n",
-         rnl.p50_us, rnl.mean_us, rnl.min_us, rnl.iters, tcl.p50_us, tcl.mean_us, tcl.min_us,
-         tcl.p50_us > 0 ? rnl.p50_us / tcl.p50_us : 0);
+  printf(
+      "#\n# ceiling: iperf3 -P1 %.3f GB/s, -P4 %.3f GB/s (best %.3f); plain TCP threads 1 stream "
+      "%.3f GB/s, "
+      "4 streams %.3f GB/s (best %.3f)\n",
+      ip1, ip4, ipbest, tc1, tc4, tcbest);
+  printf(
+      "# latency, 8 B round trip: railnet p50 %.1f us (mean %.1f, min %.1f, %d iters); "
+      "plain TCP p50 %.1f us (mean %.1f, min %.1f); ratio p50 %.2fx\n",
+      rnl.p50_us, rnl.mean_us, rnl.min_us, rnl.iters, tcl.p50_us, tcl.mean_us, tcl.min_us,
+      tcl.p50_us > 0 ? rnl.p50_us / tcl.p50_us : 0);
   if (tcs.p50_us > 0)
-    printf("# (plain TCP polling with MSG_DONTWAIT, as a proxy thread polls: p50 %.1f us, mean %.1f)\n", tcs.p50_us,
-           tcs.mean_us);
+    printf(
+        "# (plain TCP polling with MSG_DONTWAIT, as a proxy thread polls: p50 %.1f us, mean "
+        "%.1f)\n",
+        tcs.p50_us, tcs.mean_us);
   char hb[32];
   if (any4)
     printf("# target throughput >= 4 MiB at >= 80%% of iperf3's best: %s (worst %.0f%% at %s)\n",

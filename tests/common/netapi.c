@@ -16,8 +16,8 @@
 static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
 static int log_nwarn;
 static char log_warn[LOG_KEEP][512];
-static int log_head;  /* next slot */
-static int log_kept;  /* since reset */
+static int log_head; /* next slot */
+static int log_kept; /* since reset */
 
 void rn_logger(ncclDebugLogLevel level, unsigned long flags, const char *file, int line,
                const char *fmt, ...) {
@@ -36,7 +36,8 @@ void rn_logger(ncclDebugLogLevel level, unsigned long flags, const char *file, i
     if (log_kept < LOG_KEEP) log_kept++;
     pthread_mutex_unlock(&log_mu);
   }
-  if (verbose > 0 || (verbose == 0 && level == NCCL_LOG_WARN && rn_env_long("RN_CONF_SHOW_WARN", 0))) {
+  if (verbose > 0 ||
+      (verbose == 0 && level == NCCL_LOG_WARN && rn_env_long("RN_CONF_SHOW_WARN", 0))) {
     char host[64] = "";
     gethostname(host, sizeof host - 1);
     const char *lv = level == NCCL_LOG_WARN    ? "WARN"
@@ -46,11 +47,10 @@ void rn_logger(ncclDebugLogLevel level, unsigned long flags, const char *file, i
                                                : "VERSION";
     if (level == NCCL_LOG_TRACE && verbose < 2) return;
     char line_buf[800];
-    int n = snprintf(line_buf, sizeof line_buf, "%s:%d:%d [0] NCCL %s %s%s%s%s\n", host,
-                     (int)getpid(), (int)gettid(), lv, msg,
-                     (level == NCCL_LOG_WARN && file) ? " (" : "",
-                     (level == NCCL_LOG_WARN && file) ? file : "",
-                     (level == NCCL_LOG_WARN && file) ? ")" : "");
+    int n = snprintf(
+        line_buf, sizeof line_buf, "%s:%d:%d [0] NCCL %s %s%s%s%s\n", host, (int)getpid(),
+        (int)gettid(), lv, msg, (level == NCCL_LOG_WARN && file) ? " (" : "",
+        (level == NCCL_LOG_WARN && file) ? file : "", (level == NCCL_LOG_WARN && file) ? ")" : "");
     (void)flags;
     (void)line;
     if (n > 0) {
@@ -146,15 +146,21 @@ ncclResult_t rn_net_init(struct rn_net *n) {
   ncclResult_t r;
   static uint64_t comm_id = 0x1234;
   switch (n->version) {
-  case 8: r = n->t.v8->init(rn_logger); break;
-  case 9: r = n->t.v9->init(rn_logger); break;
-  case 10: r = n->t.v10->init(rn_logger, rn_profiler_stub); break;
-  default: {
-    ncclNetCommConfig_v11_t cfg = {NCCL_NET_TRAFFIC_CLASS_UNDEF};
-    n->ctx = NULL;
-    r = n->t.v11->init(&n->ctx, __atomic_add_fetch(&comm_id, 1, __ATOMIC_RELAXED), &cfg,
-                       rn_logger, rn_profiler_stub);
-  }
+    case 8:
+      r = n->t.v8->init(rn_logger);
+      break;
+    case 9:
+      r = n->t.v9->init(rn_logger);
+      break;
+    case 10:
+      r = n->t.v10->init(rn_logger, rn_profiler_stub);
+      break;
+    default: {
+      ncclNetCommConfig_v11_t cfg = {NCCL_NET_TRAFFIC_CLASS_UNDEF};
+      n->ctx = NULL;
+      r = n->t.v11->init(&n->ctx, __atomic_add_fetch(&comm_id, 1, __ATOMIC_RELAXED), &cfg,
+                         rn_logger, rn_profiler_stub);
+    }
   }
   if (r == ncclSuccess) n->inited = 1;
   return r;
@@ -220,13 +226,16 @@ ncclResult_t rn_net_listen(struct rn_net *n, int dev, void *handle, void **lcomm
 ncclResult_t rn_net_connect(struct rn_net *n, int dev, void *handle, void **scomm) {
   ncclNetDeviceHandle_t *dh = NULL;
   switch (n->version) {
-  case 8: return n->t.v8->connect(dev, handle, scomm, &dh);
-  case 9: return n->t.v9->connect(dev, handle, scomm, &dh);
-  case 10: {
-    ncclNetCommConfig_v10_t cfg = {NCCL_NET_TRAFFIC_CLASS_UNDEF};
-    return n->t.v10->connect(dev, &cfg, handle, scomm, &dh);
-  }
-  default: return n->t.v11->connect(n->ctx, dev, handle, scomm, &dh);
+    case 8:
+      return n->t.v8->connect(dev, handle, scomm, &dh);
+    case 9:
+      return n->t.v9->connect(dev, handle, scomm, &dh);
+    case 10: {
+      ncclNetCommConfig_v10_t cfg = {NCCL_NET_TRAFFIC_CLASS_UNDEF};
+      return n->t.v10->connect(dev, &cfg, handle, scomm, &dh);
+    }
+    default:
+      return n->t.v11->connect(n->ctx, dev, handle, scomm, &dh);
   }
 }
 
@@ -246,21 +255,24 @@ ncclResult_t rn_net_deregmr(struct rn_net *n, void *comm, void *mh) {
   return n->t.v8->deregMr(comm, mh);
 }
 
-ncclResult_t rn_net_isend(struct rn_net *n, void *scomm, void *data, size_t size, int tag,
-                          void *mh, void **req) {
+ncclResult_t rn_net_isend(struct rn_net *n, void *scomm, void *data, size_t size, int tag, void *mh,
+                          void **req) {
   switch (n->version) {
-  case 8:
-    if (size > INT_MAX) return ncclInvalidArgument; /* the harness's own limit */
-    return n->t.v8->isend(scomm, data, (int)size, tag, mh, req);
-  case 9: return n->t.v9->isend(scomm, data, size, tag, mh, req);
-  case 10: return n->t.v10->isend(scomm, data, size, tag, mh, NULL, req);
-  default: return n->t.v11->isend(scomm, data, size, tag, mh, NULL, req);
+    case 8:
+      if (size > INT_MAX) return ncclInvalidArgument; /* the harness's own limit */
+      return n->t.v8->isend(scomm, data, (int)size, tag, mh, req);
+    case 9:
+      return n->t.v9->isend(scomm, data, size, tag, mh, req);
+    case 10:
+      return n->t.v10->isend(scomm, data, size, tag, mh, NULL, req);
+    default:
+      return n->t.v11->isend(scomm, data, size, tag, mh, NULL, req);
   }
 }
 
 #define RN_MAX_IRECV 64
-ncclResult_t rn_net_irecv(struct rn_net *n, void *rcomm, int cnt, void **data,
-                          const size_t *sizes, const int *tags, void **mhs, void **req) {
+ncclResult_t rn_net_irecv(struct rn_net *n, void *rcomm, int cnt, void **data, const size_t *sizes,
+                          const int *tags, void **mhs, void **req) {
   int isz[RN_MAX_IRECV];
   size_t ssz[RN_MAX_IRECV];
   int tg[RN_MAX_IRECV];
@@ -273,59 +285,88 @@ ncclResult_t rn_net_irecv(struct rn_net *n, void *rcomm, int cnt, void **data,
   }
   void *ph[RN_MAX_IRECV] = {0};
   switch (n->version) {
-  case 8: return n->t.v8->irecv(rcomm, cnt, data, isz, tg, mhs, req);
-  case 9: return n->t.v9->irecv(rcomm, cnt, data, ssz, tg, mhs, req);
-  case 10: return n->t.v10->irecv(rcomm, cnt, data, ssz, tg, mhs, ph, req);
-  default: return n->t.v11->irecv(rcomm, cnt, data, ssz, tg, mhs, ph, req);
+    case 8:
+      return n->t.v8->irecv(rcomm, cnt, data, isz, tg, mhs, req);
+    case 9:
+      return n->t.v9->irecv(rcomm, cnt, data, ssz, tg, mhs, req);
+    case 10:
+      return n->t.v10->irecv(rcomm, cnt, data, ssz, tg, mhs, ph, req);
+    default:
+      return n->t.v11->irecv(rcomm, cnt, data, ssz, tg, mhs, ph, req);
   }
 }
 
 ncclResult_t rn_net_test(struct rn_net *n, void *req, int *done, int *sizes) {
   switch (n->version) {
-  case 8: return n->t.v8->test(req, done, sizes);
-  case 9: return n->t.v9->test(req, done, sizes);
-  case 10: return n->t.v10->test(req, done, sizes);
-  default: return n->t.v11->test(req, done, sizes);
+    case 8:
+      return n->t.v8->test(req, done, sizes);
+    case 9:
+      return n->t.v9->test(req, done, sizes);
+    case 10:
+      return n->t.v10->test(req, done, sizes);
+    default:
+      return n->t.v11->test(req, done, sizes);
   }
 }
 
 ncclResult_t rn_net_close_send(struct rn_net *n, void *c) {
   switch (n->version) {
-  case 8: return n->t.v8->closeSend(c);
-  case 9: return n->t.v9->closeSend(c);
-  case 10: return n->t.v10->closeSend(c);
-  default: return n->t.v11->closeSend(c);
+    case 8:
+      return n->t.v8->closeSend(c);
+    case 9:
+      return n->t.v9->closeSend(c);
+    case 10:
+      return n->t.v10->closeSend(c);
+    default:
+      return n->t.v11->closeSend(c);
   }
 }
 
 ncclResult_t rn_net_close_recv(struct rn_net *n, void *c) {
   switch (n->version) {
-  case 8: return n->t.v8->closeRecv(c);
-  case 9: return n->t.v9->closeRecv(c);
-  case 10: return n->t.v10->closeRecv(c);
-  default: return n->t.v11->closeRecv(c);
+    case 8:
+      return n->t.v8->closeRecv(c);
+    case 9:
+      return n->t.v9->closeRecv(c);
+    case 10:
+      return n->t.v10->closeRecv(c);
+    default:
+      return n->t.v11->closeRecv(c);
   }
 }
 
 ncclResult_t rn_net_close_listen(struct rn_net *n, void *c) {
   switch (n->version) {
-  case 8: return n->t.v8->closeListen(c);
-  case 9: return n->t.v9->closeListen(c);
-  case 10: return n->t.v10->closeListen(c);
-  default: return n->t.v11->closeListen(c);
+    case 8:
+      return n->t.v8->closeListen(c);
+    case 9:
+      return n->t.v9->closeListen(c);
+    case 10:
+      return n->t.v10->closeListen(c);
+    default:
+      return n->t.v11->closeListen(c);
   }
 }
 
 const char *rn_result_str(ncclResult_t r) {
   switch (r) {
-  case ncclSuccess: return "ncclSuccess";
-  case ncclUnhandledCudaError: return "ncclUnhandledCudaError";
-  case ncclSystemError: return "ncclSystemError";
-  case ncclInternalError: return "ncclInternalError";
-  case ncclInvalidArgument: return "ncclInvalidArgument";
-  case ncclInvalidUsage: return "ncclInvalidUsage";
-  case ncclRemoteError: return "ncclRemoteError";
-  case ncclInProgress: return "ncclInProgress";
-  default: return "ncclResult(?)";
+    case ncclSuccess:
+      return "ncclSuccess";
+    case ncclUnhandledCudaError:
+      return "ncclUnhandledCudaError";
+    case ncclSystemError:
+      return "ncclSystemError";
+    case ncclInternalError:
+      return "ncclInternalError";
+    case ncclInvalidArgument:
+      return "ncclInvalidArgument";
+    case ncclInvalidUsage:
+      return "ncclInvalidUsage";
+    case ncclRemoteError:
+      return "ncclRemoteError";
+    case ncclInProgress:
+      return "ncclInProgress";
+    default:
+      return "ncclResult(?)";
   }
 }

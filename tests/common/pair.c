@@ -77,7 +77,7 @@ int peer_sync(struct rn_peer *p, double timeout_s) {
 }
 
 int peer_connect(struct rn_peer *p, int n, void **comms, void **lcomms, double timeout_s) {
-  char (*handles)[NCCL_NET_HANDLE_MAXSIZE] = calloc((size_t)n, NCCL_NET_HANDLE_MAXSIZE);
+  char(*handles)[NCCL_NET_HANDLE_MAXSIZE] = calloc((size_t)n, NCCL_NET_HANDLE_MAXSIZE);
   void **lc = calloc((size_t)n, sizeof(void *));
   int rc = -1;
   if (handles == NULL || lc == NULL) {
@@ -113,8 +113,9 @@ int peer_connect(struct rn_peer *p, int n, void **comms, void **lcomms, double t
         up++;
         continue;
       }
-      ncclResult_t r = p->role == RN_RECEIVER ? rn_net_accept(&p->net, lc[i], &comms[i])
-                                              : rn_net_connect(&p->net, p->dev, handles[i], &comms[i]);
+      ncclResult_t r = p->role == RN_RECEIVER
+                           ? rn_net_accept(&p->net, lc[i], &comms[i])
+                           : rn_net_connect(&p->net, p->dev, handles[i], &comms[i]);
       if (r != ncclSuccess) {
         peer_fail(p, "%s #%d: %s", p->role == RN_RECEIVER ? "accept" : "connect", i,
                   rn_result_str(r));
@@ -124,8 +125,8 @@ int peer_connect(struct rn_peer *p, int n, void **comms, void **lcomms, double t
     }
     if (up == n) break;
     if (now_s() > end) {
-      peer_fail(p, "%s: %d of %d comms up after %.0f s", p->role == RN_RECEIVER ? "accept" : "connect",
-                up, n, timeout_s);
+      peer_fail(p, "%s: %d of %d comms up after %.0f s",
+                p->role == RN_RECEIVER ? "accept" : "connect", up, n, timeout_s);
       goto out;
     }
     if (++spins % 64 == 0) sleep_us(50);
@@ -384,8 +385,8 @@ int peer_loopback(struct rn_peer *p, void **lc, void **sc, void **rcomm, double 
     if (*rcomm == NULL && (r = rn_net_accept(&p->net, *lc, rcomm)) != ncclSuccess)
       return peer_fail(p, "accept: %s", rn_result_str(r));
     if (now_s() > end)
-      return peer_fail(p, "connect/accept on one thread: not up after %.0f s (send %p recv %p)", timeout_s,
-                       *sc, *rcomm);
+      return peer_fail(p, "connect/accept on one thread: not up after %.0f s (send %p recv %p)",
+                       timeout_s, *sc, *rcomm);
   }
   return 0;
 }

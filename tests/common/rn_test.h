@@ -32,7 +32,7 @@ void note(const char *fmt, ...) RN_ATTR_PRINTF(1, 2);
 void diag(const char *fmt, ...) RN_ATTR_PRINTF(1, 2);
 
 /* ---- time ---------------------------------------------------------- */
-double now_s(void);                   /* CLOCK_MONOTONIC, seconds */
+double now_s(void); /* CLOCK_MONOTONIC, seconds */
 void sleep_us(long us);
 
 /* ---- environment ----------------------------------------------------- */
@@ -55,7 +55,7 @@ void pattern_fill(void *buf, size_t len, uint64_t key);
 /* Returns the first offset that differs, or (size_t)-1 when all match. */
 size_t pattern_check(const void *buf, size_t len, uint64_t key);
 uint64_t pattern_key(uint64_t seed, uint64_t seq, uint64_t size);
-uint64_t rng_next(uint64_t *state);   /* splitmix64 */
+uint64_t rng_next(uint64_t *state); /* splitmix64 */
 
 /* ---- capturing logger (netapi.c) ------------------------------------- */
 /* NCCL-style lines on stderr when RN_CONF_VERBOSE=1; WARNs are counted
@@ -77,13 +77,13 @@ struct rn_props {
   int ptr_support, reg_is_global, force_flush, speed, port;
   float latency;
   int max_comms, max_recvs, dev_type, dev_version;
-  int vndevs, vdev0;              /* v9+: vProps */
+  int vndevs, vdev0;                    /* v9+: vProps */
   size_t max_p2p_bytes, max_coll_bytes; /* v9+ */
-  int max_multi_request_size;     /* v11 */
+  int max_multi_request_size;           /* v11 */
 };
 
 struct rn_net {
-  int version;                    /* 8, 9, 10, 11 */
+  int version; /* 8, 9, 10, 11 */
   void *dl;
   const char *name;
   union {
@@ -92,7 +92,7 @@ struct rn_net {
     const ncclNet_v10_t *v10;
     const ncclNet_v11_t *v11;
   } t;
-  void *ctx;                      /* v11 per-communicator context */
+  void *ctx; /* v11 per-communicator context */
   int inited;
 };
 
@@ -100,8 +100,8 @@ int rn_parse_version(const char *s); /* "v8".."v11" or "8".."11"; 0 if bad */
 /* dlopen(RTLD_NOW|RTLD_LOCAL) + dlsym("ncclNetPlugin_vN").  0 ok; -1 with
  * a reason in err. */
 int rn_net_open(struct rn_net *n, int version, char *err, size_t errlen);
-void rn_net_close(struct rn_net *n); /* dlclose */
-ncclResult_t rn_net_init(struct rn_net *n); /* v11: a fresh context in n->ctx */
+void rn_net_close(struct rn_net *n);            /* dlclose */
+ncclResult_t rn_net_init(struct rn_net *n);     /* v11: a fresh context in n->ctx */
 ncclResult_t rn_net_finalize(struct rn_net *n); /* v11 only; else success */
 ncclResult_t rn_net_devices(struct rn_net *n, int *ndev);
 ncclResult_t rn_net_props(struct rn_net *n, int dev, struct rn_props *p);
@@ -111,10 +111,10 @@ ncclResult_t rn_net_accept(struct rn_net *n, void *lcomm, void **rcomm);
 ncclResult_t rn_net_regmr(struct rn_net *n, void *comm, void *data, size_t size, int type,
                           void **mh);
 ncclResult_t rn_net_deregmr(struct rn_net *n, void *comm, void *mh);
-ncclResult_t rn_net_isend(struct rn_net *n, void *scomm, void *data, size_t size, int tag,
-                          void *mh, void **req);
-ncclResult_t rn_net_irecv(struct rn_net *n, void *rcomm, int cnt, void **data,
-                          const size_t *sizes, const int *tags, void **mhs, void **req);
+ncclResult_t rn_net_isend(struct rn_net *n, void *scomm, void *data, size_t size, int tag, void *mh,
+                          void **req);
+ncclResult_t rn_net_irecv(struct rn_net *n, void *rcomm, int cnt, void **data, const size_t *sizes,
+                          const int *tags, void **mhs, void **req);
 ncclResult_t rn_net_test(struct rn_net *n, void *req, int *done, int *sizes);
 ncclResult_t rn_net_close_send(struct rn_net *n, void *c);
 ncclResult_t rn_net_close_recv(struct rn_net *n, void *c);
@@ -132,13 +132,13 @@ struct rn_peer {
   int dev;
   int ndev;
   struct rn_props props;
-  int to_peer, from_peer;         /* pipes between the two children */
-  int to_parent;                  /* pipe to the runner, -1 if unused */
+  int to_peer, from_peer; /* pipes between the two children */
+  int to_parent;          /* pipe to the runner, -1 if unused */
   uint64_t seed;
   void *arg;
-  int setup_delay_ms;             /* peer_connect: wait this long after the
+  int setup_delay_ms; /* peer_connect: wait this long after the
                                    * handle exchange before polling */
-  char why[256];                  /* failure reason, printed by the child */
+  char why[256];      /* failure reason, printed by the child */
 };
 
 /* 0 = pass, RN_EXIT_SKIP = not applicable here (reason in why), else fail */
@@ -147,14 +147,14 @@ typedef int (*rn_peer_fn)(struct rn_peer *p);
 
 struct rn_pair_opts {
   int version;
-  int timeout_s;                  /* whole pair; past it both are killed */
-  int init;                       /* 1: init+devices+props before fn */
+  int timeout_s; /* whole pair; past it both are killed */
+  int init;      /* 1: init+devices+props before fn */
   uint64_t seed;
   void *arg;
-  int want_parent_pipe;           /* children get to_parent; *parent_fd set */
-  int *parent_fd;                 /* read end for the caller, closed by it */
-  int allow_signal[2];            /* signal a child may die of without fault */
-  int exit_status[2];             /* out: raw wait status of each child */
+  int want_parent_pipe; /* children get to_parent; *parent_fd set */
+  int *parent_fd;       /* read end for the caller, closed by it */
+  int allow_signal[2];  /* signal a child may die of without fault */
+  int exit_status[2];   /* out: raw wait status of each child */
 };
 
 /* Fork receiver and sender; each applies RN_CONF_RECV_ENV/RN_CONF_SEND_ENV,
@@ -203,14 +203,14 @@ struct rn_stream {
   void *comm;
   int is_send;
   int nmsg;
-  const size_t *sizes;            /* message sizes, per seq */
-  const size_t *post_sizes;       /* receiver buffer sizes, NULL = sizes */
+  const size_t *sizes;      /* message sizes, per seq */
+  const size_t *post_sizes; /* receiver buffer sizes, NULL = sizes */
   int window;
   enum rn_order order;
-  int null_sizes;                 /* pass sizes=NULL to test */
-  int verify;                     /* fill/check the pattern (0 in bench) */
-  int post_all_first;             /* post `window` requests before any test */
-  int single_buffer;              /* every slot shares one buffer (bench only) */
+  int null_sizes;     /* pass sizes=NULL to test */
+  int verify;         /* fill/check the pattern (0 in bench) */
+  int post_all_first; /* post `window` requests before any test */
+  int single_buffer;  /* every slot shares one buffer (bench only) */
   uint64_t seed;
   /* state */
   unsigned char *arena;
@@ -223,8 +223,8 @@ struct rn_stream {
   size_t bytes_done;
 };
 
-int rn_stream_setup(struct rn_stream *s);     /* 0 ok, -1 with p->why */
-int rn_stream_step(struct rn_stream *s);      /* 1 all done, 0 progress, -1 error */
-int rn_stream_teardown(struct rn_stream *s);  /* deregMr + free */
+int rn_stream_setup(struct rn_stream *s);    /* 0 ok, -1 with p->why */
+int rn_stream_step(struct rn_stream *s);     /* 1 all done, 0 progress, -1 error */
+int rn_stream_teardown(struct rn_stream *s); /* deregMr + free */
 /* setup + step until done (bounded) + teardown. */
 int rn_stream_run(struct rn_stream *s, double timeout_s);

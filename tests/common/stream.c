@@ -63,9 +63,11 @@ static int post_some(struct rn_stream *s) {
     void *req = NULL;
     ncclResult_t r;
     if (s->is_send) {
-      if (s->verify && s->req[slot] == NULL) pattern_fill(buf, sz, pattern_key(s->seed, (uint64_t)seq, sz));
+      if (s->verify && s->req[slot] == NULL)
+        pattern_fill(buf, sz, pattern_key(s->seed, (uint64_t)seq, sz));
       r = rn_net_isend(&p->net, s->comm, buf, sz, tag_of(seq), s->mh, &req);
-      if (r != ncclSuccess) return peer_fail(p, "isend(seq %d, %zu B): %s", seq, sz, rn_result_str(r));
+      if (r != ncclSuccess)
+        return peer_fail(p, "isend(seq %d, %zu B): %s", seq, sz, rn_result_str(r));
     } else {
       size_t psz = s->post_sizes ? s->post_sizes[seq] : sz;
       if (s->verify) {
@@ -75,7 +77,8 @@ static int post_some(struct rn_stream *s) {
       void *data = buf;
       int tag = tag_of(seq);
       r = rn_net_irecv(&p->net, s->comm, 1, &data, &psz, &tag, &s->mh, &req);
-      if (r != ncclSuccess) return peer_fail(p, "irecv(seq %d, %zu B): %s", seq, psz, rn_result_str(r));
+      if (r != ncclSuccess)
+        return peer_fail(p, "irecv(seq %d, %zu B): %s", seq, psz, rn_result_str(r));
     }
     if (req == NULL) {
       s->null_posts++;
@@ -101,12 +104,14 @@ static int complete(struct rn_stream *s, int slot, int got) {
       unsigned char *buf = s->arena + (size_t)slot * s->slot_bytes;
       size_t bad = pattern_check(buf, sz, pattern_key(s->seed, (uint64_t)seq, sz));
       if (bad != (size_t)-1)
-        return peer_fail(p, "seq %d (%zu B): byte %zu differs (got 0x%02x)", seq, sz, bad, buf[bad]);
+        return peer_fail(p, "seq %d (%zu B): byte %zu differs (got 0x%02x)", seq, sz, bad,
+                         buf[bad]);
       size_t psz = s->post_sizes ? s->post_sizes[seq] : sz;
       size_t g = psz < sz + GUARD_SPAN ? psz : sz + GUARD_SPAN;
       for (size_t i = sz; i < g; i++)
         if (buf[i] != GUARD_BYTE)
-          return peer_fail(p, "seq %d: %zu B message wrote past its end at byte %zu of a %zu B buffer",
+          return peer_fail(p,
+                           "seq %d: %zu B message wrote past its end at byte %zu of a %zu B buffer",
                            seq, sz, i, psz);
     }
   }
@@ -125,7 +130,8 @@ int rn_stream_step(struct rn_stream *s) {
      * later") falls through to one round of tests, as NCCL's proxy would */
     int before = s->null_posts;
     if (post_some(s) != 0) return -1;
-    if (s->next_post - s->ncomplete > s->max_inflight) s->max_inflight = s->next_post - s->ncomplete;
+    if (s->next_post - s->ncomplete > s->max_inflight)
+      s->max_inflight = s->next_post - s->ncomplete;
     if (s->null_posts == before) return 0;
   }
   if (post_some(s) != 0) return -1;

@@ -27,9 +27,9 @@
 /* ---- case parameters ---------------------------------------------------- */
 struct scfg {
   int nmsg;
-  size_t fixed;         /* every message this size ... */
-  size_t maxrand;       /* ... or random sizes up to this (fixed ignored) */
-  size_t post_size;     /* receiver buffer size, 0 = same as the message */
+  size_t fixed;     /* every message this size ... */
+  size_t maxrand;   /* ... or random sizes up to this (fixed ignored) */
+  size_t post_size; /* receiver buffer size, 0 = same as the message */
   int window;
   enum rn_order order;
   int null_sizes;
@@ -156,7 +156,8 @@ static int stream_case(struct rn_peer *p) {
   if (rc == 0 && c->want_inflight && p->role == RN_RECEIVER) {
     for (int i = 0; i < n; i++)
       if (t[i].s.max_inflight < c->want_inflight)
-        rc = peer_fail(p, "only %d receives in flight at once, want %d (irecv returned NULL %d times)",
+        rc = peer_fail(p,
+                       "only %d receives in flight at once, want %d (irecv returned NULL %d times)",
                        t[i].s.max_inflight, c->want_inflight, t[i].s.null_posts);
   }
   if (rc == 0 && c->want_inflight && p->role == RN_SENDER)
@@ -188,12 +189,19 @@ static int loopback_once(struct rn_peer *p, int nmsg, size_t maxsz) {
     if (rc_ == NULL && (r = rn_net_accept(&p->net, lc, &rc_)) != ncclSuccess)
       return peer_fail(p, "accept: %s", rn_result_str(r));
     if (now_s() > end)
-      return peer_fail(p, "connect/accept on one thread: not up after 20 s (send %p recv %p)", sc, rc_);
+      return peer_fail(p, "connect/accept on one thread: not up after 20 s (send %p recv %p)", sc,
+                       rc_);
   }
   struct scfg c = {.nmsg = nmsg, .maxrand = maxsz, .window = 4};
   size_t *sizes = make_sizes(&c, p->seed, 0);
-  struct rn_stream s = {.p = p, .comm = sc, .is_send = 1, .nmsg = nmsg, .sizes = sizes,
-                        .window = 4, .verify = 1, .seed = p->seed};
+  struct rn_stream s = {.p = p,
+                        .comm = sc,
+                        .is_send = 1,
+                        .nmsg = nmsg,
+                        .sizes = sizes,
+                        .window = 4,
+                        .verify = 1,
+                        .seed = p->seed};
   struct rn_stream q = s;
   q.comm = rc_;
   q.is_send = 0;
@@ -219,9 +227,12 @@ static int loopback_once(struct rn_peer *p, int nmsg, size_t maxsz) {
   if (rn_stream_teardown(&s) != 0) rc = -1;
   if (rn_stream_teardown(&q) != 0) rc = -1;
   free(sizes);
-  if ((r = rn_net_close_send(&p->net, sc)) != ncclSuccess) rc = peer_fail(p, "closeSend: %s", rn_result_str(r));
-  if ((r = rn_net_close_recv(&p->net, rc_)) != ncclSuccess) rc = peer_fail(p, "closeRecv: %s", rn_result_str(r));
-  if ((r = rn_net_close_listen(&p->net, lc)) != ncclSuccess) rc = peer_fail(p, "closeListen: %s", rn_result_str(r));
+  if ((r = rn_net_close_send(&p->net, sc)) != ncclSuccess)
+    rc = peer_fail(p, "closeSend: %s", rn_result_str(r));
+  if ((r = rn_net_close_recv(&p->net, rc_)) != ncclSuccess)
+    rc = peer_fail(p, "closeRecv: %s", rn_result_str(r));
+  if ((r = rn_net_close_listen(&p->net, lc)) != ncclSuccess)
+    rc = peer_fail(p, "closeListen: %s", rn_result_str(r));
   return rc;
 }
 
@@ -234,30 +245,41 @@ static int case_props(struct rn_peer *p) {
     struct rn_props q;
     ncclResult_t r = rn_net_props(&p->net, d, &q);
     if (r != ncclSuccess) return peer_fail(p, "getProperties(%d): %s", d, rn_result_str(r));
-    note("dev %d: name %s pciPath %s guid 0x%llx ptrSupport 0x%x regIsGlobal %d speed %d Mbps port %d "
-         "latency %.1f maxComms %d maxRecvs %d type %d vProps %d[%d] maxP2p %zu maxColl %zu maxMulti %d",
-         d, q.name ? q.name : "(null)", q.pci_path ? q.pci_path : "(null)", (unsigned long long)q.guid,
-         q.ptr_support, q.reg_is_global, q.speed, q.port, (double)q.latency, q.max_comms, q.max_recvs,
-         q.dev_type, q.vndevs, q.vdev0, q.max_p2p_bytes, q.max_coll_bytes, q.max_multi_request_size);
-    if (q.name == NULL || q.name[0] == '\0') return peer_fail(p, "dev %d: name is NULL or empty", d);
+    note(
+        "dev %d: name %s pciPath %s guid 0x%llx ptrSupport 0x%x regIsGlobal %d speed %d Mbps port "
+        "%d "
+        "latency %.1f maxComms %d maxRecvs %d type %d vProps %d[%d] maxP2p %zu maxColl %zu "
+        "maxMulti %d",
+        d, q.name ? q.name : "(null)", q.pci_path ? q.pci_path : "(null)",
+        (unsigned long long)q.guid, q.ptr_support, q.reg_is_global, q.speed, q.port,
+        (double)q.latency, q.max_comms, q.max_recvs, q.dev_type, q.vndevs, q.vdev0, q.max_p2p_bytes,
+        q.max_coll_bytes, q.max_multi_request_size);
+    if (q.name == NULL || q.name[0] == '\0')
+      return peer_fail(p, "dev %d: name is NULL or empty", d);
     for (int i = 0; i < nn; i++)
-      if (strcmp(names[i], q.name) == 0) return peer_fail(p, "dev %d: name %s not unique", d, q.name);
+      if (strcmp(names[i], q.name) == 0)
+        return peer_fail(p, "dev %d: name %s not unique", d, q.name);
     names[nn++] = (char *)q.name;
     if (q.speed <= 0) return peer_fail(p, "dev %d: speed %d, want > 0", d, q.speed);
-    if (!(q.ptr_support & NCCL_PTR_HOST)) return peer_fail(p, "dev %d: ptrSupport 0x%x lacks HOST", d, q.ptr_support);
+    if (!(q.ptr_support & NCCL_PTR_HOST))
+      return peer_fail(p, "dev %d: ptrSupport 0x%x lacks HOST", d, q.ptr_support);
     if (q.max_comms <= 0) return peer_fail(p, "dev %d: maxComms %d", d, q.max_comms);
     if (q.max_recvs < 1) return peer_fail(p, "dev %d: maxRecvs %d, want >= 1", d, q.max_recvs);
-    if (q.max_recvs < 8) note("dev %d: maxRecvs %d (< 8: NCCL's PXN sharing will not group)", d, q.max_recvs);
-    if (q.dev_type != NCCL_NET_DEVICE_HOST) return peer_fail(p, "dev %d: netDeviceType %d, want HOST", d, q.dev_type);
+    if (q.max_recvs < 8)
+      note("dev %d: maxRecvs %d (< 8: NCCL's PXN sharing will not group)", d, q.max_recvs);
+    if (q.dev_type != NCCL_NET_DEVICE_HOST)
+      return peer_fail(p, "dev %d: netDeviceType %d, want HOST", d, q.dev_type);
     if (q.latency < 0) return peer_fail(p, "dev %d: latency %f < 0", d, (double)q.latency);
     if (q.pci_path != NULL && strncmp(q.pci_path, "/sys/devices/", 13) != 0)
       return peer_fail(p, "dev %d: pciPath %s is not a /sys/devices path", d, q.pci_path);
     if (p->version >= 9) {
       if (q.vndevs < 1 || q.vndevs > NCCL_NET_MAX_DEVS_PER_NIC)
         return peer_fail(p, "dev %d: vProps.ndevs %d", d, q.vndevs);
-      if (q.vndevs == 1 && q.vdev0 != d) return peer_fail(p, "dev %d: vProps.devs[0] = %d", d, q.vdev0);
+      if (q.vndevs == 1 && q.vdev0 != d)
+        return peer_fail(p, "dev %d: vProps.devs[0] = %d", d, q.vdev0);
       if (q.max_p2p_bytes == 0 || q.max_coll_bytes == 0)
-        return peer_fail(p, "dev %d: maxP2pBytes %zu maxCollBytes %zu", d, q.max_p2p_bytes, q.max_coll_bytes);
+        return peer_fail(p, "dev %d: maxP2pBytes %zu maxCollBytes %zu", d, q.max_p2p_bytes,
+                         q.max_coll_bytes);
     }
     if (p->version >= 11 && q.max_multi_request_size < 1)
       return peer_fail(p, "dev %d: maxMultiRequestSize %d", d, q.max_multi_request_size);
@@ -293,7 +315,9 @@ static size_t group_size(uint64_t seed, int round, int j) {
 
 static int case_group_recv(struct rn_peer *p) {
   int k = group_k(p);
-  if (k < 2) return peer_fail(p, "maxRecvs %d: grouped receives not supported", p->props.max_recvs), RN_EXIT_SKIP;
+  if (k < 2)
+    return peer_fail(p, "maxRecvs %d: grouped receives not supported", p->props.max_recvs),
+           RN_EXIT_SKIP;
   void *comm = NULL, *lc = NULL;
   if (peer_connect(p, 1, &comm, &lc, 30 * tscale()) != 0) return -1;
   size_t slot = 512 * KB;
@@ -339,12 +363,15 @@ static int case_group_recv(struct rn_peer *p) {
     for (int j = 0; j < k && rc == 0; j++) {
       size_t want = group_size(p->seed, round, j);
       if ((size_t)got[j] != want)
-        rc = peer_fail(p, "round %d buffer %d (tag %d): test() reported %d bytes, sent %zu", round, j,
-                       tags[j], got[j], want);
+        rc = peer_fail(p, "round %d buffer %d (tag %d): test() reported %d bytes, sent %zu", round,
+                       j, tags[j], got[j], want);
       else {
-        size_t bad = pattern_check(data[j], want, pattern_key(p->seed, (uint64_t)(round * 8 + j), want));
+        size_t bad =
+            pattern_check(data[j], want, pattern_key(p->seed, (uint64_t)(round * 8 + j), want));
         if (bad != (size_t)-1)
-          rc = peer_fail(p, "round %d buffer %d (tag %d, %zu B): byte %zu wrong (data landed in the wrong buffer?)",
+          rc = peer_fail(p,
+                         "round %d buffer %d (tag %d, %zu B): byte %zu wrong (data landed in the "
+                         "wrong buffer?)",
                          round, j, tags[j], want, bad);
       }
     }
@@ -435,12 +462,26 @@ static int case_bidir(struct rn_peer *p) {
   }
   struct scfg c = {.nmsg = 64, .maxrand = 2 * MB};
   /* my sends use my role's seed, my receives the peer's */
-  uint64_t sseed = p->seed + (uint64_t)p->role * 101, rseed = p->seed + (uint64_t)(1 - p->role) * 101;
+  uint64_t sseed = p->seed + (uint64_t)p->role * 101,
+           rseed = p->seed + (uint64_t)(1 - p->role) * 101;
   size_t *ss = make_sizes(&c, sseed, 0), *rs = make_sizes(&c, rseed, 0);
-  struct rn_stream s = {.p = p, .comm = sc, .is_send = 1, .nmsg = 64, .sizes = ss, .window = 8,
-                        .verify = 1, .seed = sseed};
-  struct rn_stream q = {.p = p, .comm = rcm, .is_send = 0, .nmsg = 64, .sizes = rs, .window = 8,
-                        .verify = 1, .seed = rseed, .order = RN_ORDER_RANDOM};
+  struct rn_stream s = {.p = p,
+                        .comm = sc,
+                        .is_send = 1,
+                        .nmsg = 64,
+                        .sizes = ss,
+                        .window = 8,
+                        .verify = 1,
+                        .seed = sseed};
+  struct rn_stream q = {.p = p,
+                        .comm = rcm,
+                        .is_send = 0,
+                        .nmsg = 64,
+                        .sizes = rs,
+                        .window = 8,
+                        .verify = 1,
+                        .seed = rseed,
+                        .order = RN_ORDER_RANDOM};
   int rc = 0;
   if (rn_stream_setup(&s) != 0 || rn_stream_setup(&q) != 0) return -1;
   int ds = 0, dq = 0;
@@ -457,9 +498,12 @@ static int case_bidir(struct rn_peer *p) {
   free(ss);
   free(rs);
   if (peer_sync(p, 30) != 0 && rc == 0) rc = peer_fail(p, "peer gone");
-  if ((r = rn_net_close_send(&p->net, sc)) != ncclSuccess && rc == 0) rc = peer_fail(p, "closeSend: %s", rn_result_str(r));
-  if ((r = rn_net_close_recv(&p->net, rcm)) != ncclSuccess && rc == 0) rc = peer_fail(p, "closeRecv: %s", rn_result_str(r));
-  if ((r = rn_net_close_listen(&p->net, lc)) != ncclSuccess && rc == 0) rc = peer_fail(p, "closeListen: %s", rn_result_str(r));
+  if ((r = rn_net_close_send(&p->net, sc)) != ncclSuccess && rc == 0)
+    rc = peer_fail(p, "closeSend: %s", rn_result_str(r));
+  if ((r = rn_net_close_recv(&p->net, rcm)) != ncclSuccess && rc == 0)
+    rc = peer_fail(p, "closeRecv: %s", rn_result_str(r));
+  if ((r = rn_net_close_listen(&p->net, lc)) != ncclSuccess && rc == 0)
+    rc = peer_fail(p, "closeListen: %s", rn_result_str(r));
   return rc;
 }
 
@@ -476,20 +520,26 @@ static int case_regmr(struct rn_peer *p) {
   int rc = 0;
   if ((r = rn_net_regmr(&p->net, comm, buf, len, NCCL_PTR_HOST, &mh[0])) != ncclSuccess ||
       (r = rn_net_regmr(&p->net, comm, buf, len, NCCL_PTR_HOST, &mh[1])) != ncclSuccess ||
-      (r = rn_net_regmr(&p->net, comm, buf + 1 * MB, 1 * MB + 3, NCCL_PTR_HOST, &mh[2])) != ncclSuccess)
+      (r = rn_net_regmr(&p->net, comm, buf + 1 * MB, 1 * MB + 3, NCCL_PTR_HOST, &mh[2])) !=
+          ncclSuccess)
     return peer_fail(p, "regMr: %s", rn_result_str(r));
   if ((r = rn_net_deregmr(&p->net, comm, mh[0])) != ncclSuccess)
     return peer_fail(p, "deregMr(first of two equal registrations): %s", rn_result_str(r));
   /* message 0 through the sub-range registration, 1 through the second
    * whole-buffer one */
-  struct { size_t off, len; int m; } msg[2] = {{1 * MB, 1 * MB + 3, 2}, {0, len, 1}};
+  struct {
+    size_t off, len;
+    int m;
+  } msg[2] = {{1 * MB, 1 * MB + 3, 2}, {0, len, 1}};
   for (int i = 0; i < 2 && rc == 0; i++) {
     unsigned char *d = buf + msg[i].off;
     uint64_t key = pattern_key(p->seed, (uint64_t)i, msg[i].len);
     void *req = NULL;
     double end = now_s() + 10 * tscale();
-    if (p->role == RN_SENDER) pattern_fill(d, msg[i].len, key);
-    else memset(d, 0, msg[i].len);
+    if (p->role == RN_SENDER)
+      pattern_fill(d, msg[i].len, key);
+    else
+      memset(d, 0, msg[i].len);
     while (req == NULL && rc == 0) {
       if (p->role == RN_SENDER)
         r = rn_net_isend(&p->net, comm, d, msg[i].len, 7, mh[msg[i].m], &req);
@@ -498,19 +548,25 @@ static int case_regmr(struct rn_peer *p) {
         int tag = 7;
         r = rn_net_irecv(&p->net, comm, 1, &dp, &msg[i].len, &tag, &mh[msg[i].m], &req);
       }
-      if (r != ncclSuccess) rc = peer_fail(p, "post msg %d: %s", i, rn_result_str(r));
-      else if (req == NULL && now_s() > end) rc = peer_fail(p, "post msg %d: NULL request for 10 s", i);
+      if (r != ncclSuccess)
+        rc = peer_fail(p, "post msg %d: %s", i, rn_result_str(r));
+      else if (req == NULL && now_s() > end)
+        rc = peer_fail(p, "post msg %d: NULL request for 10 s", i);
     }
     int got = -1;
     if (rc == 0 && (r = peer_wait(p, req, &got, 30 * tscale())) != ncclSuccess)
       rc = p->why[0] ? -1 : peer_fail(p, "test msg %d: %s", i, rn_result_str(r));
     if (rc == 0 && p->role == RN_RECEIVER) {
-      if ((size_t)got != msg[i].len) rc = peer_fail(p, "msg %d: %d bytes, want %zu", i, got, msg[i].len);
-      else if (pattern_check(d, msg[i].len, key) != (size_t)-1) rc = peer_fail(p, "msg %d: data differs", i);
+      if ((size_t)got != msg[i].len)
+        rc = peer_fail(p, "msg %d: %d bytes, want %zu", i, got, msg[i].len);
+      else if (pattern_check(d, msg[i].len, key) != (size_t)-1)
+        rc = peer_fail(p, "msg %d: data differs", i);
     }
   }
-  if ((r = rn_net_deregmr(&p->net, comm, mh[2])) != ncclSuccess && rc == 0) rc = peer_fail(p, "deregMr: %s", rn_result_str(r));
-  if ((r = rn_net_deregmr(&p->net, comm, mh[1])) != ncclSuccess && rc == 0) rc = peer_fail(p, "deregMr: %s", rn_result_str(r));
+  if ((r = rn_net_deregmr(&p->net, comm, mh[2])) != ncclSuccess && rc == 0)
+    rc = peer_fail(p, "deregMr: %s", rn_result_str(r));
+  if ((r = rn_net_deregmr(&p->net, comm, mh[1])) != ncclSuccess && rc == 0)
+    rc = peer_fail(p, "deregMr: %s", rn_result_str(r));
   free(buf);
   if (peer_sync(p, 30) != 0 && rc == 0) rc = peer_fail(p, "peer gone");
   if (peer_close(p, 1, &comm, p->role == RN_RECEIVER ? &lc : NULL) != 0 && rc == 0) rc = -1;
@@ -553,8 +609,10 @@ static int case_req_preset_recv(struct rn_peer *p) {
     int got = -1;
     if (rc == 0 && (r = peer_wait(p, req, &got, 30 * tscale())) != ncclSuccess)
       rc = p->why[0] ? -1 : peer_fail(p, "test: %s", rn_result_str(r));
-    if (rc == 0 && got != 1000 + i) rc = peer_fail(p, "msg %d: got %d bytes, want %d", i, got, 1000 + i);
-    if (rc == 0 && pattern_check(buf, (size_t)got, pattern_key(p->seed, (uint64_t)i, 1000)) != (size_t)-1)
+    if (rc == 0 && got != 1000 + i)
+      rc = peer_fail(p, "msg %d: got %d bytes, want %d", i, got, 1000 + i);
+    if (rc == 0 &&
+        pattern_check(buf, (size_t)got, pattern_key(p->seed, (uint64_t)i, 1000)) != (size_t)-1)
       rc = peer_fail(p, "msg %d: data differs", i);
   }
   rn_net_deregmr(&p->net, comm, mh);
@@ -652,20 +710,26 @@ static int case_v11_lifecycle(struct rn_peer *p) {
   if ((r = rn_net_init(&a)) != ncclSuccess || (r = rn_net_init(&b)) != ncclSuccess)
     return peer_fail(p, "init of two contexts: %s", rn_result_str(r));
   if (a.ctx == b.ctx && a.ctx != NULL) note("two inits returned the same context %p", a.ctx);
-  if ((r = rn_net_finalize(&a)) != ncclSuccess) return peer_fail(p, "finalize(A): %s", rn_result_str(r));
+  if ((r = rn_net_finalize(&a)) != ncclSuccess)
+    return peer_fail(p, "finalize(A): %s", rn_result_str(r));
   int nd = 0;
   if ((r = rn_net_devices(&b, &nd)) != ncclSuccess || nd <= 0)
     return peer_fail(p, "devices() after finalize(A) with B live: %s, %d", rn_result_str(r), nd);
   struct rn_peer q = *p;
   q.net = b;
-  if (loopback_once(&q, 8, 256 * KB) != 0) return peer_fail(p, "context B after finalize(A): %s", q.why);
-  if ((r = rn_net_finalize(&b)) != ncclSuccess) return peer_fail(p, "finalize(B): %s", rn_result_str(r));
+  if (loopback_once(&q, 8, 256 * KB) != 0)
+    return peer_fail(p, "context B after finalize(A): %s", q.why);
+  if ((r = rn_net_finalize(&b)) != ncclSuccess)
+    return peer_fail(p, "finalize(B): %s", rn_result_str(r));
   /* and once more from scratch after everything was finalized */
   struct rn_net c = p->net;
-  if ((r = rn_net_init(&c)) != ncclSuccess) return peer_fail(p, "init after all finalized: %s", rn_result_str(r));
+  if ((r = rn_net_init(&c)) != ncclSuccess)
+    return peer_fail(p, "init after all finalized: %s", rn_result_str(r));
   q.net = c;
-  if (loopback_once(&q, 8, 256 * KB) != 0) return peer_fail(p, "fresh context after full finalize: %s", q.why);
-  if ((r = rn_net_finalize(&c)) != ncclSuccess) return peer_fail(p, "finalize(C): %s", rn_result_str(r));
+  if (loopback_once(&q, 8, 256 * KB) != 0)
+    return peer_fail(p, "fresh context after full finalize: %s", q.why);
+  if ((r = rn_net_finalize(&c)) != ncclSuccess)
+    return peer_fail(p, "finalize(C): %s", rn_result_str(r));
   return 0;
 }
 
@@ -677,7 +741,8 @@ static int case_reload(struct rn_peer *p) {
   for (int round = 0; round < 3; round++) {
     char err[512];
     struct rn_net n;
-    if (rn_net_open(&n, p->version, err, sizeof err) != 0) return peer_fail(p, "reopen #%d: %s", round, err);
+    if (rn_net_open(&n, p->version, err, sizeof err) != 0)
+      return peer_fail(p, "reopen #%d: %s", round, err);
     ncclResult_t r = rn_net_init(&n);
     if (r != ncclSuccess) return peer_fail(p, "init after reload #%d: %s", round, rn_result_str(r));
     int nd = 0;
@@ -686,10 +751,12 @@ static int case_reload(struct rn_peer *p) {
     struct rn_peer q = *p;
     q.net = n;
     if (loopback_once(&q, 8, 256 * KB) != 0) return peer_fail(p, "reload #%d: %s", round, q.why);
-    if ((r = rn_net_finalize(&n)) != ncclSuccess) return peer_fail(p, "finalize: %s", rn_result_str(r));
+    if ((r = rn_net_finalize(&n)) != ncclSuccess)
+      return peer_fail(p, "finalize: %s", rn_result_str(r));
     rn_net_close(&n);
   }
-  if (rn_net_open(&p->net, p->version, err0, sizeof err0) != 0) return peer_fail(p, "reopen: %s", err0);
+  if (rn_net_open(&p->net, p->version, err0, sizeof err0) != 0)
+    return peer_fail(p, "reopen: %s", err0);
   return 0;
 }
 
@@ -697,7 +764,7 @@ static int case_reload(struct rn_peer *p) {
  * transfer in flight.  Helper threads must be gone before the code is. */
 static int case_unload_open(struct rn_peer *p) {
   char err[512];
-  rn_net_close(&p->net); /* the runner's handle would keep the code mapped */
+  rn_net_close(&p->net);                     /* the runner's handle would keep the code mapped */
   setenv("RAILNET_SOCKET_NTHREADS", "2", 0); /* make sure helper threads exist */
   struct rn_net n;
   if (rn_net_open(&n, p->version, err, sizeof err) != 0) return peer_fail(p, "open: %s", err);
@@ -729,24 +796,26 @@ static int case_unload_open(struct rn_peer *p) {
   int done = 0;
   rn_net_test(&n, sreq, &done, NULL);
   /* abandon everything: no test to completion, no deregMr, no close */
-  if ((r = rn_net_finalize(&n)) != ncclSuccess) return peer_fail(p, "finalize with comms open: %s", rn_result_str(r));
+  if ((r = rn_net_finalize(&n)) != ncclSuccess)
+    return peer_fail(p, "finalize with comms open: %s", rn_result_str(r));
   rn_net_close(&n);
   sleep_us(300000); /* a thread left running in unmapped code would crash by now */
   free(sb);
   free(rb);
-  if (rn_net_open(&p->net, p->version, err, sizeof err) != 0) return peer_fail(p, "reopen: %s", err);
+  if (rn_net_open(&p->net, p->version, err, sizeof err) != 0)
+    return peer_fail(p, "reopen: %s", err);
   return 0;
 }
 
 /* ---- the table ---------------------------------------------------------- */
 struct tcase {
   const char *name;
-  rn_peer_fn recv, send;   /* send NULL: single process */
+  rn_peer_fn recv, send; /* send NULL: single process */
   const struct scfg *cfg;
   int timeout_s;
   int min_version;
-  int smoke;               /* part of the v9/v10 smoke pass */
-  int init;                /* 0: the case initializes itself */
+  int smoke; /* part of the v9/v10 smoke pass */
+  int init;  /* 0: the case initializes itself */
 };
 
 static const struct scfg c_0 = {.nmsg = 4, .fixed = 0, .window = 2};
@@ -755,32 +824,44 @@ static const struct scfg c_4k = {.nmsg = 16, .fixed = 4 * KB, .window = 4};
 static const struct scfg c_1m = {.nmsg = 8, .fixed = 1 * MB, .window = 4};
 static const struct scfg c_64m = {.nmsg = 3, .fixed = 64 * MB, .window = 1};
 static const struct scfg c_rand = {.nmsg = 200, .maxrand = 4 * MB, .window = 8};
-static const struct scfg c_bigger = {.nmsg = 64, .maxrand = 256 * KB, .post_size = 1 * MB, .window = 8};
+static const struct scfg c_bigger = {
+    .nmsg = 64, .maxrand = 256 * KB, .post_size = 1 * MB, .window = 8};
 static const struct scfg c_nullsz = {.nmsg = 32, .maxrand = 256 * KB, .window = 4, .null_sizes = 1};
-static const struct scfg c_32 = {.nmsg = 96, .maxrand = 64 * KB, .window = 32, .post_all_first = 1,
-                                 .want_inflight = 32};
-static const struct scfg c_rev = {.nmsg = 64, .maxrand = 512 * KB, .window = 8, .order = RN_ORDER_REVERSE};
-static const struct scfg c_rnd = {.nmsg = 128, .maxrand = 512 * KB, .window = 16, .order = RN_ORDER_RANDOM};
-static const struct scfg c_thr = {.nmsg = 64, .maxrand = 2 * MB, .window = 8, .ncomms = 4, .threads = 1,
+static const struct scfg c_32 = {
+    .nmsg = 96, .maxrand = 64 * KB, .window = 32, .post_all_first = 1, .want_inflight = 32};
+static const struct scfg c_rev = {
+    .nmsg = 64, .maxrand = 512 * KB, .window = 8, .order = RN_ORDER_REVERSE};
+static const struct scfg c_rnd = {
+    .nmsg = 128, .maxrand = 512 * KB, .window = 16, .order = RN_ORDER_RANDOM};
+static const struct scfg c_thr = {.nmsg = 64,
+                                  .maxrand = 2 * MB,
+                                  .window = 8,
+                                  .ncomms = 4,
+                                  .threads = 1,
                                   .order = RN_ORDER_RANDOM};
 static const struct scfg c_one = {.nmsg = 32, .maxrand = 2 * MB, .window = 8, .ncomms = 4};
 static const struct scfg c_many = {.nmsg = 4, .maxrand = 256 * KB, .window = 2, .ncomms = 16};
 static const struct scfg c_64c = {.nmsg = 2, .maxrand = 64 * KB, .window = 2, .ncomms = 64};
-static const struct scfg c_lateacc = {.nmsg = 8, .maxrand = 1 * MB, .window = 4, .ncomms = 2, .accept_delay_ms = 1500};
-static const struct scfg c_lateconn = {.nmsg = 8, .maxrand = 1 * MB, .window = 4, .ncomms = 2, .connect_delay_ms = 1500};
+static const struct scfg c_lateacc = {
+    .nmsg = 8, .maxrand = 1 * MB, .window = 4, .ncomms = 2, .accept_delay_ms = 1500};
+static const struct scfg c_lateconn = {
+    .nmsg = 8, .maxrand = 1 * MB, .window = 4, .ncomms = 2, .connect_delay_ms = 1500};
 
 static const struct tcase cases[] = {
     {"properties are sane on every device", case_props, NULL, NULL, 30, 8, 1, 1},
-    {"connect and accept progress on one thread (same process)", case_loopback, NULL, NULL, 60, 8, 1, 1},
+    {"connect and accept progress on one thread (same process)", case_loopback, NULL, NULL, 60, 8,
+     1, 1},
     {"0-byte messages", stream_case, stream_case, &c_0, 60, 8, 0, 1},
     {"1-byte messages", stream_case, stream_case, &c_1, 60, 8, 0, 1},
     {"4 KiB messages", stream_case, stream_case, &c_4k, 60, 8, 1, 1},
     {"1 MiB messages", stream_case, stream_case, &c_1m, 60, 8, 0, 1},
     {"64 MiB messages", stream_case, stream_case, &c_64m, 120, 8, 0, 1},
     {"random sizes 0..4 MiB", stream_case, stream_case, &c_rand, 120, 8, 1, 1},
-    {"receive buffer larger than the send: test() reports the sent size", stream_case, stream_case, &c_bigger, 60, 8, 1, 1},
+    {"receive buffer larger than the send: test() reports the sent size", stream_case, stream_case,
+     &c_bigger, 60, 8, 1, 1},
     {"test() with sizes == NULL", stream_case, stream_case, &c_nullsz, 60, 8, 0, 1},
-    {"grouped receives: tags pick the buffer, sends in another tag order", case_group_recv, case_group_send, NULL, 60, 8, 1, 1},
+    {"grouped receives: tags pick the buffer, sends in another tag order", case_group_recv,
+     case_group_send, NULL, 60, 8, 1, 1},
     {"32 requests in flight per comm", stream_case, stream_case, &c_32, 60, 8, 0, 1},
     {"test() polled in reverse order", stream_case, stream_case, &c_rev, 60, 8, 0, 1},
     {"test() polled in random order", stream_case, stream_case, &c_rnd, 60, 8, 0, 1},
@@ -788,14 +869,20 @@ static const struct tcase cases[] = {
     {"4 comms driven from one thread", stream_case, stream_case, &c_one, 120, 8, 0, 1},
     {"16 comms set up and used at once", stream_case, stream_case, &c_many, 60, 8, 0, 1},
     {"64 comms set up and used at once", stream_case, stream_case, &c_64c, 90, 8, 0, 1},
-    {"accept first polled 1.5 s after the sender started connecting", stream_case, stream_case, &c_lateacc, 60, 8, 0, 1},
-    {"connect first polled 1.5 s after the receiver started accepting", stream_case, stream_case, &c_lateconn, 60, 8, 0, 1},
+    {"accept first polled 1.5 s after the sender started connecting", stream_case, stream_case,
+     &c_lateacc, 60, 8, 0, 1},
+    {"connect first polled 1.5 s after the receiver started accepting", stream_case, stream_case,
+     &c_lateconn, 60, 8, 0, 1},
     {"both processes send and receive at once", case_bidir, case_bidir, NULL, 90, 8, 0, 1},
-    {"repeated and overlapping regMr, deregMr in another order", case_regmr, case_regmr, NULL, 60, 8, 0, 1},
-    {"irecv with *request == 0x1 returns a real request", case_req_preset_recv, case_req_preset_send, NULL, 60, 9, 1, 1},
-    {"v11 init/finalize repeated, concurrent, per context", case_v11_lifecycle, NULL, NULL, 90, 11, 0, 0},
+    {"repeated and overlapping regMr, deregMr in another order", case_regmr, case_regmr, NULL, 60,
+     8, 0, 1},
+    {"irecv with *request == 0x1 returns a real request", case_req_preset_recv,
+     case_req_preset_send, NULL, 60, 9, 1, 1},
+    {"v11 init/finalize repeated, concurrent, per context", case_v11_lifecycle, NULL, NULL, 90, 11,
+     0, 0},
     {"dlclose and dlopen again: init and traffic work", case_reload, NULL, NULL, 90, 8, 0, 0},
-    {"finalize and dlclose with comms open and a transfer in flight: no crash", case_unload_open, NULL, NULL, 60, 8, 0, 0},
+    {"finalize and dlclose with comms open and a transfer in flight: no crash", case_unload_open,
+     NULL, NULL, 60, 8, 0, 0},
 };
 #define NCASES (int)(sizeof cases / sizeof cases[0])
 
@@ -806,7 +893,8 @@ static int probe_fn(struct rn_peer *p) {
 
 static void usage(void) {
   fprintf(stderr,
-          "usage: conformance [--api v8|v9|v10|v11|all|v8,v11] [--seed N] [--only SUBSTR] [--smoke] [--list]\n"
+          "usage: conformance [--api v8|v9|v10|v11|all|v8,v11] [--seed N] [--only SUBSTR] "
+          "[--smoke] [--list]\n"
           "  --smoke: only the smoke subset through v9 and v10\n");
 }
 
@@ -817,12 +905,18 @@ int main(int argc, char **argv) {
   uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 16);
   if (getenv("RN_CONF_SEED")) seed = (uint64_t)strtoull(getenv("RN_CONF_SEED"), NULL, 0);
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--api") && i + 1 < argc) api = argv[++i];
-    else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 0);
-    else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
-    else if (!strcmp(argv[i], "--full")) full = 1;
-    else if (!strcmp(argv[i], "--smoke")) full = 0;
-    else if (!strcmp(argv[i], "--list")) list = 1;
+    if (!strcmp(argv[i], "--api") && i + 1 < argc)
+      api = argv[++i];
+    else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
+      seed = strtoull(argv[++i], NULL, 0);
+    else if (!strcmp(argv[i], "--only") && i + 1 < argc)
+      only = argv[++i];
+    else if (!strcmp(argv[i], "--full"))
+      full = 1;
+    else if (!strcmp(argv[i], "--smoke"))
+      full = 0;
+    else if (!strcmp(argv[i], "--list"))
+      list = 1;
     else {
       usage();
       return 2;
@@ -870,8 +964,9 @@ int main(int argc, char **argv) {
   }
 
   tap_plan(plan);
-  note("plugin %s, seed %llu (rerun: --seed %llu), transport %s", rn_plugin_path(), (unsigned long long)seed,
-       (unsigned long long)seed, getenv("RAILNET_TRANSPORT") ? getenv("RAILNET_TRANSPORT") : "auto");
+  note("plugin %s, seed %llu (rerun: --seed %llu), transport %s", rn_plugin_path(),
+       (unsigned long long)seed, (unsigned long long)seed,
+       getenv("RAILNET_TRANSPORT") ? getenv("RAILNET_TRANSPORT") : "auto");
   for (int vi = 0; vi < nv; vi++) {
     int v = versions[vi];
     for (int c = 0; c < NCASES; c++) {
@@ -885,20 +980,28 @@ int main(int argc, char **argv) {
         tap_skip("v%d: %s (smoke pass only; --api v%d for all)", v, tc->name, v);
         continue;
       }
-      struct rn_pair_opts o = {.version = v, .timeout_s = (int)(tc->timeout_s * tscale()),
-                               .init = tc->init, .seed = seed + (uint64_t)c * 1000003u, .arg = (void *)tc->cfg};
+      struct rn_pair_opts o = {.version = v,
+                               .timeout_s = (int)(tc->timeout_s * tscale()),
+                               .init = tc->init,
+                               .seed = seed + (uint64_t)c * 1000003u,
+                               .arg = (void *)tc->cfg};
       char why[1024];
       double t0 = now_s();
       int rc = tc->send ? rn_run_pair(tc->recv, tc->send, &o, why, sizeof why)
                         : rn_run_single(tc->recv, &o, why, sizeof why);
-      int skipped = rc == 0 && ((WIFEXITED(o.exit_status[0]) && WEXITSTATUS(o.exit_status[0]) == RN_EXIT_SKIP) ||
-                                (tc->send && WIFEXITED(o.exit_status[1]) && WEXITSTATUS(o.exit_status[1]) == RN_EXIT_SKIP));
+      int skipped =
+          rc == 0 &&
+          ((WIFEXITED(o.exit_status[0]) && WEXITSTATUS(o.exit_status[0]) == RN_EXIT_SKIP) ||
+           (tc->send && WIFEXITED(o.exit_status[1]) &&
+            WEXITSTATUS(o.exit_status[1]) == RN_EXIT_SKIP));
       if (skipped) {
         tap_skip("v%d: %s (not applicable to this plugin)", v, tc->name);
         continue;
       }
-      if (!tap_result(rc == 0, "v%d: %s", v, tc->name)) diag("  %s (seed %llu)", why, (unsigned long long)o.seed);
-      else note("  %.2f s", now_s() - t0);
+      if (!tap_result(rc == 0, "v%d: %s", v, tc->name))
+        diag("  %s (seed %llu)", why, (unsigned long long)o.seed);
+      else
+        note("  %.2f s", now_s() - t0);
     }
   }
   return tap_failed() ? 1 : 0;

@@ -120,9 +120,8 @@ int main(void) {
   n->devices(&nd2);
   ok(nd2 == 3, "devices() then counts it (%d)", nd2);
   c = n->getProperties(d, &pm) == ncclSuccess;
-  ok(c && strchr(pm.name, '+') != NULL &&
-         pm.speed == p0.speed + p1.speed && pm.vProps.ndevs == 2 && pm.vProps.devs[0] == 0 &&
-         pm.vProps.devs[1] == 1,
+  ok(c && strchr(pm.name, '+') != NULL && pm.speed == p0.speed + p1.speed && pm.vProps.ndevs == 2 &&
+         pm.vProps.devs[0] == 0 && pm.vProps.devs[1] == 1,
      "merged device %s: speeds summed (%d), vProps {2,{0,1}}", pm.name, pm.speed);
   ok(traffic(n, d, 24u << 20) == 0, "%s", "24 MiB over the merged device's two rails, verified");
   ok(traffic(n, 0, 1u << 20) == 0, "%s", "the original devices still work");
@@ -131,10 +130,12 @@ int main(void) {
   ok(n->makeVDevice(&d, &bad) != ncclSuccess && warns > w, "%s", "0 devices: error with a WARN");
   w = warns;
   bad = (ncclNetVDeviceProps_t){.ndevs = 2, .devs = {1, 1}};
-  ok(n->makeVDevice(&d, &bad) != ncclSuccess && warns > w, "%s", "a repeated device: error with a WARN");
+  ok(n->makeVDevice(&d, &bad) != ncclSuccess && warns > w, "%s",
+     "a repeated device: error with a WARN");
   w = warns;
   bad = (ncclNetVDeviceProps_t){.ndevs = 1, .devs = {42}};
-  ok(n->makeVDevice(&d, &bad) != ncclSuccess && warns > w, "%s", "an unknown device: error with a WARN");
+  ok(n->makeVDevice(&d, &bad) != ncclSuccess && warns > w, "%s",
+     "an unknown device: error with a WARN");
   printf("# %d passed, %d failed\n", count - failures, failures);
   return failures != 0;
 }

@@ -78,8 +78,8 @@ int main(void) {
      "mlx5_0 is a one-rail device with GDR, and says why: %s", i0 >= 0 ? v[i0].why : "-");
   ok(i0 >= 0 && strcmp(v[i0].pci_path, "/sys/devices/pci0000:00/0000:18:00.0") == 0,
      "pciPath is the lead NIC's sysfs path (%s)", i0 >= 0 ? v[i0].pci_path : "-");
-  ok(has_vdev(v, nv, "mlx5_1") < 0 && has_vdev(v, nv, "mlx5_2") < 0 && has_vdev(v, nv, "mlx5_7") < 0 &&
-         has_vdev(v, nv, "mlx5_8") < 0,
+  ok(has_vdev(v, nv, "mlx5_1") < 0 && has_vdev(v, nv, "mlx5_2") < 0 &&
+         has_vdev(v, nv, "mlx5_7") < 0 && has_vdev(v, nv, "mlx5_8") < 0,
      "%s", "storage NICs mlx5_1/2/7/8 are not exposed");
   ok(build(dgx, "RAILNET_NICS=mlx5_0,mlx5_1", nics, n, v, &nv) == 0 &&
          has_vdev(v, nv, "mlx5_1") >= 0 && has_vdev(v, nv, "mlx5_0") >= 0 &&
@@ -96,10 +96,11 @@ int main(void) {
 
   const char *p5 = "tests/topo/fixtures/p5-like.xml";
   n = fake_nics(p5, nics);
-  ok(n == 32 && build(p5, NULL, nics, n, v, &nv) == 0 && nv == 8, "p5-like: 8 devices from 32 NICs (%s)", p5);
+  ok(n == 32 && build(p5, NULL, nics, n, v, &nv) == 0 && nv == 8,
+     "p5-like: 8 devices from 32 NICs (%s)", p5);
   int f = has_vdev(v, nv, "rdmap79s0+rdmap80s0+rdmap81s0+rdmap82s0");
-  ok(f >= 0 && v[f].rails.n == 4 && v[f].speed == 400000,
-     "%s", "p5-like: 4 NICs fused into one device named with '+', speeds summed");
+  ok(f >= 0 && v[f].rails.n == 4 && v[f].speed == 400000, "%s",
+     "p5-like: 4 NICs fused into one device named with '+', speeds summed");
 
   /* A transport NIC the topology does not know (a veth, say). */
   n = fake_nics(dgx, nics);
@@ -107,16 +108,16 @@ int main(void) {
   snprintf(nics[n].name, sizeof(nics[n].name), "veth0");
   nics[n].speed_mbps = 10000;
   nics[n].ptr_support = NCCL_PTR_HOST;
-  ok(build(dgx, NULL, nics, n + 1, v, &nv) == 0 && has_vdev(v, nv, "veth0") < 0 && nv == 8,
-     "%s", "a NIC outside the topology stays hidden when GPUs have planned rails");
+  ok(build(dgx, NULL, nics, n + 1, v, &nv) == 0 && has_vdev(v, nv, "veth0") < 0 && nv == 8, "%s",
+     "a NIC outside the topology stays hidden when GPUs have planned rails");
   ok(build(dgx, "RAILNET_NICS=veth0,mlx5_0", nics, n + 1, v, &nv) == 0 &&
          has_vdev(v, nv, "veth0") >= 0,
      "%s", "... and is exposed when RAILNET_NICS names it");
   ok(build("tests/topo/fixtures/no-nics.xml", NULL, nics + n, 1, v, &nv) == 0 && nv == 1 &&
          strcmp(v[0].name, "veth0") == 0,
      "%s", "with no planned rails every transport NIC is its own device");
-  ok(build("/nonexistent/topo.xml", NULL, nics, n, v, &nv) == 0 && nv >= 1,
-     "%s", "an unreadable RAILNET_TOPO_FILE warns and falls back to the live machine");
+  ok(build("/nonexistent/topo.xml", NULL, nics, n, v, &nv) == 0 && nv >= 1, "%s",
+     "an unreadable RAILNET_TOPO_FILE warns and falls back to the live machine");
   printf("# %d passed, %d failed\n", count - failures, failures);
   return failures != 0;
 }

@@ -25,15 +25,15 @@
 
 #define KB ((size_t)1024)
 #define MB (KB * 1024)
-#define DEATH_BOUND_S 10.0   /* a dead peer must surface within this */
-#define CLOSE_BOUND_S 2.0    /* close with requests outstanding */
+#define DEATH_BOUND_S 10.0 /* a dead peer must surface within this */
+#define CLOSE_BOUND_S 2.0  /* close with requests outstanding */
 
 static double tscale(void) { return rn_timeout_scale(); }
 
 static int is_peer_error(ncclResult_t r) { return r == ncclRemoteError || r == ncclSystemError; }
 
-static int post_retry(struct rn_peer *p, int send, void *comm, void *buf, size_t size, int tag, void *mh,
-                      void **req, double timeout_s) {
+static int post_retry(struct rn_peer *p, int send, void *comm, void *buf, size_t size, int tag,
+                      void *mh, void **req, double timeout_s) {
   double end = now_s() + timeout_s;
   *req = NULL;
   for (;;) {
@@ -59,7 +59,7 @@ static int post_retry(struct rn_peer *p, int send, void *comm, void *buf, size_t
 #define KILL_MSG (64 * MB)
 
 struct kill_arg {
-  int idle;     /* victim dies before sending anything */
+  int idle; /* victim dies before sending anything */
 };
 
 static void die_now(struct rn_peer *p) {
@@ -124,9 +124,10 @@ static int survivor(struct rn_peer *p) {
     }
     double t = now_s();
     if ((t_kill != 0 && t > t_kill + DEATH_BOUND_S * tscale()) || t > hard_end) {
-      return peer_fail(p, "peer %s; no error from the plugin after %.1f s (%d messages completed, %s)",
-                       t_kill != 0 ? "killed" : "not killed?", t_kill != 0 ? t - t_kill : 60.0,
-                       completed, req ? "a request outstanding" : "isend/irecv kept returning NULL");
+      return peer_fail(
+          p, "peer %s; no error from the plugin after %.1f s (%d messages completed, %s)",
+          t_kill != 0 ? "killed" : "not killed?", t_kill != 0 ? t - t_kill : 60.0, completed,
+          req ? "a request outstanding" : "isend/irecv kept returning NULL");
     }
     if (req == NULL) {
       if (p->role == RN_SENDER)
@@ -160,7 +161,8 @@ static int survivor(struct rn_peer *p) {
        t_kill != 0 ? t_err - t_kill : -1.0, completed);
   int rc = 0;
   if (!is_peer_error(err))
-    rc = peer_fail(p, "%s returned %s, want ncclRemoteError or ncclSystemError", where, rn_result_str(err));
+    rc = peer_fail(p, "%s returned %s, want ncclRemoteError or ncclSystemError", where,
+                   rn_result_str(err));
   if (rn_log_warns() == 0) note("no WARN logged for the dead peer");
   /* closing after the failure must be prompt and must not crash */
   double t0 = now_s();
@@ -206,24 +208,30 @@ static int dead_listener_s(struct rn_peer *p) {
     if (r != ncclSuccess || sc != NULL) break;
     sleep_us(1000);
   }
-  note("sender: connect to a dead listener: %s after %d calls, %.3f s", rn_result_str(r), calls, now_s() - t_kill);
+  note("sender: connect to a dead listener: %s after %d calls, %.3f s", rn_result_str(r), calls,
+       now_s() - t_kill);
   if (r == ncclSuccess && sc != NULL) {
     /* a comm to a dead peer: it must fail on first use */
     return peer_fail(p, "connect to a dead listener returned a comm");
   }
-  if (r == ncclSuccess) return peer_fail(p, "connect to a dead listener still returns NULL after %.0f s (NCCL would hang)", DEATH_BOUND_S);
+  if (r == ncclSuccess)
+    return peer_fail(p,
+                     "connect to a dead listener still returns NULL after %.0f s (NCCL would hang)",
+                     DEATH_BOUND_S);
   return 0;
 }
 
 /* ---- close with requests outstanding ------------------------------------- */
 static int timed_close(struct rn_peer *p, void *comm, void *lc, const char *what) {
   double t0 = now_s();
-  ncclResult_t r = p->role == RN_SENDER ? rn_net_close_send(&p->net, comm) : rn_net_close_recv(&p->net, comm);
+  ncclResult_t r =
+      p->role == RN_SENDER ? rn_net_close_send(&p->net, comm) : rn_net_close_recv(&p->net, comm);
   double dt = now_s() - t0;
   note("%s: %s took %.3f s (%s)", p->role == RN_SENDER ? "sender" : "receiver",
        p->role == RN_SENDER ? "closeSend" : "closeRecv", dt, rn_result_str(r));
   if (lc) rn_net_close_listen(&p->net, lc);
-  if (dt > CLOSE_BOUND_S * tscale()) return peer_fail(p, "%s: close took %.1f s, want < %.0f s", what, dt, CLOSE_BOUND_S);
+  if (dt > CLOSE_BOUND_S * tscale())
+    return peer_fail(p, "%s: close took %.1f s, want < %.0f s", what, dt, CLOSE_BOUND_S);
   return 0;
 }
 
@@ -353,12 +361,15 @@ static int oversize(struct rn_peer *p) {
        rn_log_warns() ? rn_log_last_warn() : "");
   /* exchange outcomes: each side must fail, and one WARN must name both sizes */
   int out[2] = {mine, warned}, theirs[2] = {0, 0};
-  if (peer_write(p, out, sizeof out) != 0 || peer_read(p, theirs, sizeof theirs, 20 * tscale()) != 0)
+  if (peer_write(p, out, sizeof out) != 0 ||
+      peer_read(p, theirs, sizeof theirs, 20 * tscale()) != 0)
     return peer_fail(p, "outcome exchange failed");
   int rc = 0;
   if (!mine)
-    rc = peer_fail(p, "%s: %s", is_recv ? "receive of 4099 B got a 12345 B send" : "12345 B send into a 4099 B receive",
-                   done ? "test() reported success" : "no error within 10 s");
+    rc = peer_fail(
+        p, "%s: %s",
+        is_recv ? "receive of 4099 B got a 12345 B send" : "12345 B send into a 4099 B receive",
+        done ? "test() reported success" : "no error within 10 s");
   else if (is_recv && !warned && !theirs[1])
     rc = peer_fail(p, "both sides failed but no WARN naming both 12345 and 4099 on either side");
   rn_net_deregmr(&p->net, comm, mh);
@@ -378,12 +389,19 @@ static int zero_bytes(struct rn_peer *p) {
   if (peer_connect(p, 1, &comm, p->role == RN_RECEIVER ? &lc : NULL, 30 * tscale()) != 0) return -1;
   static const size_t sizes[] = {0, 5, 0, 0, 65536, 0, 1, 0, 0, 0, 4096, 0};
   size_t post[sizeof sizes / sizeof sizes[0]];
-  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) post[i] = (i % 3 == 0) ? 0 : sizes[i] + 100;
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+    post[i] = (i % 3 == 0) ? 0 : sizes[i] + 100;
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
     if (post[i] < sizes[i]) post[i] = sizes[i];
-  struct rn_stream s = {.p = p, .comm = comm, .is_send = p->role == RN_SENDER,
-                        .nmsg = (int)(sizeof sizes / sizeof sizes[0]), .sizes = sizes, .post_sizes = post,
-                        .window = 4, .verify = 1, .seed = p->seed};
+  struct rn_stream s = {.p = p,
+                        .comm = comm,
+                        .is_send = p->role == RN_SENDER,
+                        .nmsg = (int)(sizeof sizes / sizeof sizes[0]),
+                        .sizes = sizes,
+                        .post_sizes = post,
+                        .window = 4,
+                        .verify = 1,
+                        .seed = p->seed};
   int rc = rn_stream_run(&s, 30 * tscale());
   if (peer_sync(p, 10) != 0 && rc == 0) rc = peer_fail(p, "peer gone");
   if (peer_close(p, 1, &comm, p->role == RN_RECEIVER ? &lc : NULL) != 0 && rc == 0) rc = -1;
@@ -429,53 +447,112 @@ static ncclResult_t call_bad(struct rn_peer *p, int which, int *skip) {
   int w0 = rn_log_warns();
   (void)w0;
   switch (which) {
-  case 1: r = rn_net_props(&p->net, -1, &q); break;
-  case 2: r = rn_net_props(&p->net, ndev, &q); break;
-  case 3: r = rn_net_listen(&p->net, ndev, handle, &out); break;
-  case 4: r = rn_net_listen(&p->net, -1, handle, &out); break;
-  case 5: r = rn_net_listen(&p->net, 0, NULL, &out); break;
-  case 6: r = rn_net_listen(&p->net, 0, handle, NULL); break;
-  case 7: r = rn_net_connect(&p->net, ndev, handle, &out); break;
-  case 8: r = rn_net_connect(&p->net, 0, NULL, &out); break;
-  case 9: r = rn_net_accept(&p->net, NULL, &out); break;
-  case 10: r = rn_net_accept(&p->net, garbage, &out); break;
-  case 11: r = rn_net_isend(&p->net, NULL, buf, 8, 0, NULL, &out); break;
-  case 12: r = rn_net_isend(&p->net, garbage, buf, 8, 0, NULL, &out); break;
-  case 13: r = rn_net_irecv(&p->net, NULL, 1, &d, &sz, &tag, &mh, &out); break;
-  case 14: r = rn_net_test(&p->net, NULL, &done, NULL); break;
-  case 15: r = rn_net_test(&p->net, garbage, &done, NULL); break;
-  case 16: r = rn_net_regmr(&p->net, NULL, buf, sizeof buf, NCCL_PTR_HOST, &out); break;
-  case 17: r = rn_net_devices(&p->net, NULL); break;
-  case 18: r = rn_net_close_send(&p->net, NULL); break;
-  case 19: r = rn_net_close_recv(&p->net, NULL); break;
-  case 20: r = rn_net_close_listen(&p->net, NULL); break;
-  case 21: r = rn_net_regmr(&p->net, garbage, buf, sizeof buf, NCCL_PTR_HOST, &out); break;
-  /* with a live loopback comm pair */
-  case 100: r = rn_net_isend(&p->net, rcm, buf, 8, 0, NULL, &out); break;
-  case 101: r = rn_net_irecv(&p->net, sc, 1, &d, &sz, &tag, &mh, &out); break;
-  case 102: r = rn_net_irecv(&p->net, rcm, 0, datas, sizes, tags, mhs, &out); break;
-  case 103: {
-    int n = p->props.max_recvs + 1;
-    if (n > 64) {
-      *skip = 1;
+    case 1:
+      r = rn_net_props(&p->net, -1, &q);
+      break;
+    case 2:
+      r = rn_net_props(&p->net, ndev, &q);
+      break;
+    case 3:
+      r = rn_net_listen(&p->net, ndev, handle, &out);
+      break;
+    case 4:
+      r = rn_net_listen(&p->net, -1, handle, &out);
+      break;
+    case 5:
+      r = rn_net_listen(&p->net, 0, NULL, &out);
+      break;
+    case 6:
+      r = rn_net_listen(&p->net, 0, handle, NULL);
+      break;
+    case 7:
+      r = rn_net_connect(&p->net, ndev, handle, &out);
+      break;
+    case 8:
+      r = rn_net_connect(&p->net, 0, NULL, &out);
+      break;
+    case 9:
+      r = rn_net_accept(&p->net, NULL, &out);
+      break;
+    case 10:
+      r = rn_net_accept(&p->net, garbage, &out);
+      break;
+    case 11:
+      r = rn_net_isend(&p->net, NULL, buf, 8, 0, NULL, &out);
+      break;
+    case 12:
+      r = rn_net_isend(&p->net, garbage, buf, 8, 0, NULL, &out);
+      break;
+    case 13:
+      r = rn_net_irecv(&p->net, NULL, 1, &d, &sz, &tag, &mh, &out);
+      break;
+    case 14:
+      r = rn_net_test(&p->net, NULL, &done, NULL);
+      break;
+    case 15:
+      r = rn_net_test(&p->net, garbage, &done, NULL);
+      break;
+    case 16:
+      r = rn_net_regmr(&p->net, NULL, buf, sizeof buf, NCCL_PTR_HOST, &out);
+      break;
+    case 17:
+      r = rn_net_devices(&p->net, NULL);
+      break;
+    case 18:
+      r = rn_net_close_send(&p->net, NULL);
+      break;
+    case 19:
+      r = rn_net_close_recv(&p->net, NULL);
+      break;
+    case 20:
+      r = rn_net_close_listen(&p->net, NULL);
+      break;
+    case 21:
+      r = rn_net_regmr(&p->net, garbage, buf, sizeof buf, NCCL_PTR_HOST, &out);
+      break;
+    /* with a live loopback comm pair */
+    case 100:
+      r = rn_net_isend(&p->net, rcm, buf, 8, 0, NULL, &out);
+      break;
+    case 101:
+      r = rn_net_irecv(&p->net, sc, 1, &d, &sz, &tag, &mh, &out);
+      break;
+    case 102:
+      r = rn_net_irecv(&p->net, rcm, 0, datas, sizes, tags, mhs, &out);
+      break;
+    case 103: {
+      int n = p->props.max_recvs + 1;
+      if (n > 64) {
+        *skip = 1;
+        break;
+      }
+      r = rn_net_irecv(&p->net, rcm, n, datas, sizes, tags, mhs, &out);
       break;
     }
-    r = rn_net_irecv(&p->net, rcm, n, datas, sizes, tags, mhs, &out);
-    break;
-  }
-  case 104: r = rn_net_isend(&p->net, lc, buf, 8, 0, NULL, &out); break;
-  case 105: r = rn_net_close_send(&p->net, rcm); break;
-  case 106: r = rn_net_accept(&p->net, sc, &out); break;
-  case 107:
-    if (p->props.ptr_support & NCCL_PTR_CUDA) {
-      *skip = 1;
+    case 104:
+      r = rn_net_isend(&p->net, lc, buf, 8, 0, NULL, &out);
       break;
-    }
-    r = rn_net_regmr(&p->net, sc, buf, sizeof buf, NCCL_PTR_CUDA, &out);
-    break;
-  case 108: r = rn_net_deregmr(&p->net, sc, NULL); break;
-  case 109: r = rn_net_regmr(&p->net, sc, buf, sizeof buf, 0x40, &out); break;
-  default: *skip = 1;
+    case 105:
+      r = rn_net_close_send(&p->net, rcm);
+      break;
+    case 106:
+      r = rn_net_accept(&p->net, sc, &out);
+      break;
+    case 107:
+      if (p->props.ptr_support & NCCL_PTR_CUDA) {
+        *skip = 1;
+        break;
+      }
+      r = rn_net_regmr(&p->net, sc, buf, sizeof buf, NCCL_PTR_CUDA, &out);
+      break;
+    case 108:
+      r = rn_net_deregmr(&p->net, sc, NULL);
+      break;
+    case 109:
+      r = rn_net_regmr(&p->net, sc, buf, sizeof buf, 0x40, &out);
+      break;
+    default:
+      *skip = 1;
   }
   if (which >= 100) {
     rn_net_close_send(&p->net, sc);
@@ -498,7 +575,8 @@ static int badarg_fn(struct rn_peer *p) {
   }
   if (r == ncclSuccess) return peer_fail(p, "%s returned ncclSuccess", b->name);
   if (r != ncclInvalidArgument && r != ncclInternalError)
-    return peer_fail(p, "%s returned %s, want ncclInvalidArgument or ncclInternalError", b->name, rn_result_str(r));
+    return peer_fail(p, "%s returned %s, want ncclInvalidArgument or ncclInternalError", b->name,
+                     rn_result_str(r));
   if (warns == 0) return peer_fail(p, "%s returned %s without a WARN", b->name, rn_result_str(r));
   note("%s -> %s, WARN: %s", b->name, rn_result_str(r), rn_log_last_warn());
   return 0;
@@ -550,18 +628,22 @@ static int garbage_fn(struct rn_peer *p) {
   uint64_t st = p->seed;
   void *lc = NULL;
   switch (g->kind) {
-  case 0:
-    for (size_t i = 0; i < sizeof handle; i++) handle[i] = (unsigned char)rng_next(&st);
-    break;
-  case 1: memset(handle, 0xff, sizeof handle); break;
-  case 2: memset(handle, 0, sizeof handle); break;
-  default: {
-    memset(handle, 0, sizeof handle);
-    ncclResult_t r = rn_net_listen(&p->net, p->dev, handle, &lc);
-    if (r != ncclSuccess) return peer_fail(p, "listen: %s", rn_result_str(r));
-    /* keep the first 32 bytes (where an address most likely lives), scramble the rest */
-    for (size_t i = 32; i < sizeof handle; i++) handle[i] ^= (unsigned char)(rng_next(&st) | 1);
-  }
+    case 0:
+      for (size_t i = 0; i < sizeof handle; i++) handle[i] = (unsigned char)rng_next(&st);
+      break;
+    case 1:
+      memset(handle, 0xff, sizeof handle);
+      break;
+    case 2:
+      memset(handle, 0, sizeof handle);
+      break;
+    default: {
+      memset(handle, 0, sizeof handle);
+      ncclResult_t r = rn_net_listen(&p->net, p->dev, handle, &lc);
+      if (r != ncclSuccess) return peer_fail(p, "listen: %s", rn_result_str(r));
+      /* keep the first 32 bytes (where an address most likely lives), scramble the rest */
+      for (size_t i = 32; i < sizeof handle; i++) handle[i] ^= (unsigned char)(rng_next(&st) | 1);
+    }
   }
   void *sc = NULL;
   double end = now_s() + 2.0 * tscale();
@@ -574,12 +656,15 @@ static int garbage_fn(struct rn_peer *p) {
     if (lc != NULL) {
       void *rc = NULL;
       ncclResult_t ra = rn_net_accept(&p->net, lc, &rc);
-      if (ra != ncclSuccess) return peer_fail(p, "accept on the real listener failed: %s", rn_result_str(ra));
-      if (rc != NULL) return peer_fail(p, "accept admitted a connection made from a scrambled handle");
+      if (ra != ncclSuccess)
+        return peer_fail(p, "accept on the real listener failed: %s", rn_result_str(ra));
+      if (rc != NULL)
+        return peer_fail(p, "accept admitted a connection made from a scrambled handle");
     }
     sleep_us(1000);
   }
-  note("connect(garbage handle kind %d): %s after %d calls, comm %p", g->kind, rn_result_str(r), calls, sc);
+  note("connect(garbage handle kind %d): %s after %d calls, comm %p", g->kind, rn_result_str(r),
+       calls, sc);
   if (r == ncclSuccess && sc != NULL) {
     /* a connection to something from garbage: only acceptable when the
      * scramble left the handle intact enough to reach our own listener */
@@ -634,8 +719,9 @@ static int my_listeners(struct lsock *out, int max) {
       char laddr[64];
       unsigned port, state;
       unsigned long inode;
-      if (sscanf(line, " %*d: %63[0-9A-Fa-f]:%x %*[0-9A-Fa-f]:%*x %x %*x:%*x %*x:%*x %*x %*u %*u %lu", laddr,
-                 &port, &state, &inode) != 4)
+      if (sscanf(line,
+                 " %*d: %63[0-9A-Fa-f]:%x %*[0-9A-Fa-f]:%*x %x %*x:%*x %*x:%*x %*x %*u %*u %lu",
+                 laddr, &port, &state, &inode) != 4)
         continue;
       if (state != 0x0A) continue; /* TCP_LISTEN */
       int mine = 0;
@@ -712,23 +798,39 @@ static int stray_r(struct rn_peer *p) {
       for (size_t j = 0; j < sizeof junk; j++) junk[j] = (unsigned char)rng_next(&st);
       ssize_t w = 0;
       switch (k) {
-      case 0: w = send(fd, junk, 1024, MSG_NOSIGNAL); close(fd); fd = -1; break; /* garbage, close */
-      case 1: break;                                                              /* silent, kept open */
-      case 2: memset(junk, 0xff, sizeof junk); w = send(fd, junk, sizeof junk, MSG_NOSIGNAL | MSG_DONTWAIT); break;
-      case 3: w = send(fd, junk, 3, MSG_NOSIGNAL); break;                         /* a short, partial header */
-      case 4: close(fd); fd = -1; break;                                          /* connect, close at once */
+        case 0:
+          w = send(fd, junk, 1024, MSG_NOSIGNAL);
+          close(fd);
+          fd = -1;
+          break; /* garbage, close */
+        case 1:
+          break; /* silent, kept open */
+        case 2:
+          memset(junk, 0xff, sizeof junk);
+          w = send(fd, junk, sizeof junk, MSG_NOSIGNAL | MSG_DONTWAIT);
+          break;
+        case 3:
+          w = send(fd, junk, 3, MSG_NOSIGNAL);
+          break; /* a short, partial header */
+        case 4:
+          close(fd);
+          fd = -1;
+          break; /* connect, close at once */
       }
       (void)w;
       if (fd >= 0) fds[nfd++] = fd;
     }
   }
-  note("receiver: %d new listening socket(s); %d stray connections, %d kept open", nf, nf * NSTRAY, nfd);
-  if (nf == 0) return peer_fail(p, "no TCP listening socket found for this listen comm"), RN_EXIT_SKIP;
+  note("receiver: %d new listening socket(s); %d stray connections, %d kept open", nf, nf * NSTRAY,
+       nfd);
+  if (nf == 0)
+    return peer_fail(p, "no TCP listening socket found for this listen comm"), RN_EXIT_SKIP;
   /* let the plugin see the strays before the real peer arrives */
   double t0 = now_s();
   while (now_s() - t0 < 0.3) {
     r = rn_net_accept(&p->net, lc, &rcm);
-    if (r != ncclSuccess) return peer_fail(p, "accept failed while only strays were connected: %s", rn_result_str(r));
+    if (r != ncclSuccess)
+      return peer_fail(p, "accept failed while only strays were connected: %s", rn_result_str(r));
     if (rcm != NULL) return peer_fail(p, "accept admitted a stray connection");
     sleep_us(1000);
   }
@@ -736,12 +838,20 @@ static int stray_r(struct rn_peer *p) {
   double end = now_s() + 10 * tscale();
   while (rcm == NULL) {
     r = rn_net_accept(&p->net, lc, &rcm);
-    if (r != ncclSuccess) return peer_fail(p, "accept of the real peer failed: %s", rn_result_str(r));
-    if (rcm == NULL && now_s() > end) return peer_fail(p, "real peer not accepted within 10 s of the strays");
+    if (r != ncclSuccess)
+      return peer_fail(p, "accept of the real peer failed: %s", rn_result_str(r));
+    if (rcm == NULL && now_s() > end)
+      return peer_fail(p, "real peer not accepted within 10 s of the strays");
   }
   static const size_t sizes[] = {100, 70000, 1 << 20, 0};
-  struct rn_stream s = {.p = p, .comm = rcm, .is_send = 0, .nmsg = 4, .sizes = sizes, .window = 2,
-                        .verify = 1, .seed = p->seed};
+  struct rn_stream s = {.p = p,
+                        .comm = rcm,
+                        .is_send = 0,
+                        .nmsg = 4,
+                        .sizes = sizes,
+                        .window = 2,
+                        .verify = 1,
+                        .seed = p->seed};
   int rc = rn_stream_run(&s, 20 * tscale());
   if (peer_sync(p, 10) != 0 && rc == 0) rc = peer_fail(p, "peer gone");
   for (int i = 0; i < nfd; i++) close(fds[i]);
@@ -752,7 +862,8 @@ static int stray_r(struct rn_peer *p) {
 
 static int stray_s(struct rn_peer *p) {
   char handle[NCCL_NET_HANDLE_MAXSIZE];
-  if (peer_read(p, handle, sizeof handle, 30 * tscale()) != 0) return peer_fail(p, "no handle"), RN_EXIT_SKIP;
+  if (peer_read(p, handle, sizeof handle, 30 * tscale()) != 0)
+    return peer_fail(p, "no handle"), RN_EXIT_SKIP;
   void *sc = NULL;
   double end = now_s() + 10 * tscale();
   while (sc == NULL) {
@@ -761,8 +872,14 @@ static int stray_s(struct rn_peer *p) {
     if (sc == NULL && now_s() > end) return peer_fail(p, "connect not done within 10 s");
   }
   static const size_t sizes[] = {100, 70000, 1 << 20, 0};
-  struct rn_stream s = {.p = p, .comm = sc, .is_send = 1, .nmsg = 4, .sizes = sizes, .window = 2,
-                        .verify = 1, .seed = p->seed};
+  struct rn_stream s = {.p = p,
+                        .comm = sc,
+                        .is_send = 1,
+                        .nmsg = 4,
+                        .sizes = sizes,
+                        .window = 2,
+                        .verify = 1,
+                        .seed = p->seed};
   int rc = rn_stream_run(&s, 20 * tscale());
   if (peer_sync(p, 10) != 0 && rc == 0) rc = peer_fail(p, "peer gone");
   rn_net_close_send(&p->net, sc);
@@ -784,20 +901,90 @@ static struct kill_arg k_busy = {0}, k_idle = {1};
 static struct garbage_arg g_rand = {0}, g_ff = {1}, g_zero = {2}, g_tail = {3};
 
 static const struct fcase fcases[] = {
-    {"sender SIGKILLed mid-transfer: receiver's test() errors within 10 s", survivor, victim, &k_busy, 90, {0, SIGKILL}},
-    {"receiver SIGKILLed mid-transfer: sender's test() errors within 10 s", victim, survivor, &k_busy, 90, {SIGKILL, 0}},
-    {"sender SIGKILLed before sending: posted receive errors within 10 s", survivor, victim, &k_idle, 90, {0, SIGKILL}},
-    {"receiver SIGKILLed with nothing posted: sender's isend/test errors within 10 s", victim, survivor, &k_idle, 90, {SIGKILL, 0}},
-    {"listener SIGKILLed before accepting: connect errors within 10 s", dead_listener_r, dead_listener_s, NULL, 60, {SIGKILL, 0}},
-    {"closeRecv with receives outstanding returns within 2 s", close_recv_r, close_recv_s, NULL, 60, {0, 0}},
-    {"closeSend with 64 MiB sends outstanding returns within 2 s", close_send_r, close_send_s, NULL, 60, {0, 0}},
-    {"send larger than the posted receive fails on both sides, WARN names both sizes", oversize, oversize, NULL, 60, {0, 0}},
-    {"zero-byte messages mixed with data, into zero and larger buffers", zero_bytes, zero_bytes, NULL, 60, {0, 0}},
-    {"connect with a random handle: error or harmless timeout", garbage_fn, NULL, &g_rand, 30, {0, 0}},
-    {"connect with an all-0xff handle: error or harmless timeout", garbage_fn, NULL, &g_ff, 30, {0, 0}},
-    {"connect with an all-zero handle: error or harmless timeout", garbage_fn, NULL, &g_zero, 30, {0, 0}},
-    {"connect with a real handle's tail scrambled: not admitted", garbage_fn, NULL, &g_tail, 30, {0, 0}},
-    {"stray TCP connections (garbage, silent, partial) do not block a real peer", stray_r, stray_s, NULL, 90, {0, 0}},
+    {"sender SIGKILLed mid-transfer: receiver's test() errors within 10 s",
+     survivor,
+     victim,
+     &k_busy,
+     90,
+     {0, SIGKILL}},
+    {"receiver SIGKILLed mid-transfer: sender's test() errors within 10 s",
+     victim,
+     survivor,
+     &k_busy,
+     90,
+     {SIGKILL, 0}},
+    {"sender SIGKILLed before sending: posted receive errors within 10 s",
+     survivor,
+     victim,
+     &k_idle,
+     90,
+     {0, SIGKILL}},
+    {"receiver SIGKILLed with nothing posted: sender's isend/test errors within 10 s",
+     victim,
+     survivor,
+     &k_idle,
+     90,
+     {SIGKILL, 0}},
+    {"listener SIGKILLed before accepting: connect errors within 10 s",
+     dead_listener_r,
+     dead_listener_s,
+     NULL,
+     60,
+     {SIGKILL, 0}},
+    {"closeRecv with receives outstanding returns within 2 s",
+     close_recv_r,
+     close_recv_s,
+     NULL,
+     60,
+     {0, 0}},
+    {"closeSend with 64 MiB sends outstanding returns within 2 s",
+     close_send_r,
+     close_send_s,
+     NULL,
+     60,
+     {0, 0}},
+    {"send larger than the posted receive fails on both sides, WARN names both sizes",
+     oversize,
+     oversize,
+     NULL,
+     60,
+     {0, 0}},
+    {"zero-byte messages mixed with data, into zero and larger buffers",
+     zero_bytes,
+     zero_bytes,
+     NULL,
+     60,
+     {0, 0}},
+    {"connect with a random handle: error or harmless timeout",
+     garbage_fn,
+     NULL,
+     &g_rand,
+     30,
+     {0, 0}},
+    {"connect with an all-0xff handle: error or harmless timeout",
+     garbage_fn,
+     NULL,
+     &g_ff,
+     30,
+     {0, 0}},
+    {"connect with an all-zero handle: error or harmless timeout",
+     garbage_fn,
+     NULL,
+     &g_zero,
+     30,
+     {0, 0}},
+    {"connect with a real handle's tail scrambled: not admitted",
+     garbage_fn,
+     NULL,
+     &g_tail,
+     30,
+     {0, 0}},
+    {"stray TCP connections (garbage, silent, partial) do not block a real peer",
+     stray_r,
+     stray_s,
+     NULL,
+     90,
+     {0, 0}},
 };
 #define NFCASES (int)(sizeof fcases / sizeof fcases[0])
 
@@ -807,10 +994,14 @@ int main(int argc, char **argv) {
   const char *only = NULL;
   uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 16);
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--api") && i + 1 < argc) version = versions[0] = rn_parse_version(argv[++i]), nv = 1;
-    else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
-    else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 0);
-    else version = 0;
+    if (!strcmp(argv[i], "--api") && i + 1 < argc)
+      version = versions[0] = rn_parse_version(argv[++i]), nv = 1;
+    else if (!strcmp(argv[i], "--only") && i + 1 < argc)
+      only = argv[++i];
+    else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
+      seed = strtoull(argv[++i], NULL, 0);
+    else
+      version = 0;
   }
   if (version == 0) {
     fprintf(stderr, "usage: fault [--api v8|v9|v10|v11] [--only SUBSTR] [--seed N]\n");
@@ -819,31 +1010,41 @@ int main(int argc, char **argv) {
   rn_default_env();
   int plan = 0;
   for (int c = 0; c < NFCASES; c++) plan += !only || strstr(fcases[c].name, only);
-  for (int c = 0; c < NBADARGS; c++) plan += !only || strstr(badargs[c].name, only) || strstr("bad arguments", only);
+  for (int c = 0; c < NBADARGS; c++)
+    plan += !only || strstr(badargs[c].name, only) || strstr("bad arguments", only);
   tap_plan(plan * nv);
   for (int vi = 0; vi < nv; vi++) run_version(versions[vi], only, seed);
   return tap_failed() ? 1 : 0;
 }
 
 static void run_version(int version, const char *only, uint64_t seed) {
-  note("plugin %s through ncclNetPlugin_v%d, seed %llu", rn_plugin_path(), version, (unsigned long long)seed);
+  note("plugin %s through ncclNetPlugin_v%d, seed %llu", rn_plugin_path(), version,
+       (unsigned long long)seed);
   for (int c = 0; c < NFCASES; c++) {
     const struct fcase *f = &fcases[c];
     if (only && !strstr(f->name, only)) continue;
-    struct rn_pair_opts o = {.version = version, .timeout_s = (int)(f->timeout_s * tscale()), .init = 1,
-                             .seed = seed + (uint64_t)c, .arg = f->arg};
+    struct rn_pair_opts o = {.version = version,
+                             .timeout_s = (int)(f->timeout_s * tscale()),
+                             .init = 1,
+                             .seed = seed + (uint64_t)c,
+                             .arg = f->arg};
     o.allow_signal[0] = f->allow_sig[0];
     o.allow_signal[1] = f->allow_sig[1];
     char why[1024];
-    int rc = f->send ? rn_run_pair(f->recv, f->send, &o, why, sizeof why) : rn_run_single(f->recv, &o, why, sizeof why);
+    int rc = f->send ? rn_run_pair(f->recv, f->send, &o, why, sizeof why)
+                     : rn_run_single(f->recv, &o, why, sizeof why);
     /* the victim must really have been killed, not have failed earlier */
     for (int i = 0; i < 2 && rc == 0; i++)
-      if (f->allow_sig[i] && !(WIFSIGNALED(o.exit_status[i]) && WTERMSIG(o.exit_status[i]) == f->allow_sig[i])) {
+      if (f->allow_sig[i] &&
+          !(WIFSIGNALED(o.exit_status[i]) && WTERMSIG(o.exit_status[i]) == f->allow_sig[i])) {
         rc = -1;
-        snprintf(why, sizeof why, "the victim was not killed as planned (status 0x%x)", o.exit_status[i]);
+        snprintf(why, sizeof why, "the victim was not killed as planned (status 0x%x)",
+                 o.exit_status[i]);
       }
-    int skipped = rc == 0 && ((WIFEXITED(o.exit_status[0]) && WEXITSTATUS(o.exit_status[0]) == RN_EXIT_SKIP) ||
-                              (f->send && WIFEXITED(o.exit_status[1]) && WEXITSTATUS(o.exit_status[1]) == RN_EXIT_SKIP));
+    int skipped =
+        rc == 0 &&
+        ((WIFEXITED(o.exit_status[0]) && WEXITSTATUS(o.exit_status[0]) == RN_EXIT_SKIP) ||
+         (f->send && WIFEXITED(o.exit_status[1]) && WEXITSTATUS(o.exit_status[1]) == RN_EXIT_SKIP));
     if (skipped) {
       tap_skip("v%d: %s (not applicable here)", version, f->name);
       continue;
@@ -853,7 +1054,10 @@ static void run_version(int version, const char *only, uint64_t seed) {
   for (int c = 0; c < NBADARGS; c++) {
     const struct badarg *b = &badargs[c];
     if (only && !strstr(b->name, only) && !strstr("bad arguments", only)) continue;
-    struct rn_pair_opts o = {.version = version, .timeout_s = (int)(30 * tscale()), .init = 1, .seed = seed,
+    struct rn_pair_opts o = {.version = version,
+                             .timeout_s = (int)(30 * tscale()),
+                             .init = 1,
+                             .seed = seed,
                              .arg = (void *)b};
     char why[1024];
     int rc = rn_run_single(badarg_fn, &o, why, sizeof why);

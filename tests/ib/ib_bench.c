@@ -19,8 +19,7 @@
 #define MB (KB * KB)
 #define TMO 120.0
 
-static int pick_dev(struct rn_peer *p)
-{
+static int pick_dev(struct rn_peer *p) {
   const char *v = getenv("RN_IB_VDEV");
   p->dev = 0;
   if (!v || !*v) return 0;
@@ -36,15 +35,19 @@ static int pick_dev(struct rn_peer *p)
   ncclResult_t r = p->net.t.v11->makeVDevice(&d, &vp);
   if (r != ncclSuccess) return peer_fail(p, "makeVDevice(%s): %s", v, rn_result_str(r));
   p->dev = d;
-  if (rn_net_props(&p->net, d, &p->props) != ncclSuccess) return peer_fail(p, "props of vdev %d", d);
+  if (rn_net_props(&p->net, d, &p->props) != ncclSuccess)
+    return peer_fail(p, "props of vdev %d", d);
   note("%s: vdev %d = %s (%d rails), %d Mbps", p->role == RN_RECEIVER ? "receiver" : "sender", d,
        p->props.name, p->props.vndevs, p->props.speed);
   return 0;
 }
 
-struct bufs { char *buf; void *mh; size_t len; };
-static int bufs_get(struct rn_peer *p, void *comm, size_t len, struct bufs *b)
-{
+struct bufs {
+  char *buf;
+  void *mh;
+  size_t len;
+};
+static int bufs_get(struct rn_peer *p, void *comm, size_t len, struct bufs *b) {
   b->len = len;
   b->buf = aligned_alloc(4096, len);
   if (!b->buf) return peer_fail(p, "out of memory");
@@ -53,20 +56,18 @@ static int bufs_get(struct rn_peer *p, void *comm, size_t len, struct bufs *b)
     return peer_fail(p, "regMr %zu bytes", len);
   return 0;
 }
-static void bufs_put(struct rn_peer *p, void *comm, struct bufs *b)
-{
+static void bufs_put(struct rn_peer *p, void *comm, struct bufs *b) {
   if (b->mh) rn_net_deregmr(&p->net, comm, b->mh);
   free(b->buf);
 }
 
 /* ---- verify ---------------------------------------------------------- */
-static const size_t vsizes[] = {0, 1, 7, 4095, 4096, 65536, 65537, 262143, 1 * MB, 4 * MB + 3,
-                                16 * MB};
+static const size_t vsizes[] = {0,     1,      7,      4095,       4096,   65536,
+                                65537, 262143, 1 * MB, 4 * MB + 3, 16 * MB};
 #define NV (sizeof(vsizes) / sizeof(vsizes[0]))
 #define INFL 32
 
-static int verify_side(struct rn_peer *p)
-{
+static int verify_side(struct rn_peer *p) {
   if (pick_dev(p)) return 1;
   void *comm;
   if (peer_connect(p, 1, &comm, NULL, TMO)) return 1;
@@ -91,13 +92,22 @@ static int verify_side(struct rn_peer *p)
         void *m[1] = {b.mh};
         r = rn_net_irecv(&p->net, comm, 1, d, s, t, m, &req);
       }
-      if (r != ncclSuccess) { peer_fail(p, "post %zu: %s", n, rn_result_str(r)); goto out; }
+      if (r != ncclSuccess) {
+        peer_fail(p, "post %zu: %s", n, rn_result_str(r));
+        goto out;
+      }
     }
     if (peer_wait(p, req, &sz, TMO) != ncclSuccess) goto out;
     if (p->role == RN_RECEIVER) {
-      if ((size_t)sz != n) { peer_fail(p, "size %zu reported as %d", n, sz); goto out; }
+      if ((size_t)sz != n) {
+        peer_fail(p, "size %zu reported as %d", n, sz);
+        goto out;
+      }
       size_t bad = pattern_check(b.buf, n, key);
-      if (bad != (size_t)-1) { peer_fail(p, "%zu bytes: byte %zu differs", n, bad); goto out; }
+      if (bad != (size_t)-1) {
+        peer_fail(p, "%zu bytes: byte %zu differs", n, bad);
+        goto out;
+      }
     }
   }
   /* 32 messages of 256 KiB in flight at once, then checked. */
@@ -118,9 +128,15 @@ static int verify_side(struct rn_peer *p)
         void *mm[1] = {b.mh};
         r = rn_net_irecv(&p->net, comm, 1, d, s, t, mm, &reqs[i]);
       }
-      if (r != ncclSuccess) { peer_fail(p, "post #%d: %s", i, rn_result_str(r)); goto out; }
+      if (r != ncclSuccess) {
+        peer_fail(p, "post #%d: %s", i, rn_result_str(r));
+        goto out;
+      }
     }
-    if (!reqs[i]) { peer_fail(p, "request %d never posted", i); goto out; }
+    if (!reqs[i]) {
+      peer_fail(p, "request %d never posted", i);
+      goto out;
+    }
   }
   for (int i = INFL - 1; i >= 0; i--) {
     int sz = -1;
@@ -135,14 +151,15 @@ static int verify_side(struct rn_peer *p)
   rc = 0;
 out:
   bufs_put(p, comm, &b);
-  if (p->role == RN_SENDER) rn_net_close_send(&p->net, comm);
-  else rn_net_close_recv(&p->net, comm);
+  if (p->role == RN_SENDER)
+    rn_net_close_send(&p->net, comm);
+  else
+    rn_net_close_recv(&p->net, comm);
   return rc;
 }
 
 /* ---- bandwidth ------------------------------------------------------- */
-static int bw_side(struct rn_peer *p)
-{
+static int bw_side(struct rn_peer *p) {
   size_t size = (size_t)rn_env_long("RN_BENCH_SIZE", (long)MB);
   int iters = (int)rn_env_long("RN_BENCH_ITERS", 200);
   int win = (int)rn_env_long("RN_BENCH_WINDOW", 8);
@@ -159,7 +176,10 @@ static int bw_side(struct rn_peer *p)
     if (peer_sync(p, TMO)) goto out;
     double t0 = now_s(), end = t0 + TMO * 4;
     while (done < n) {
-      if (now_s() > end) { peer_fail(p, "bandwidth run timed out (%d/%d)", done, n); goto out; }
+      if (now_s() > end) {
+        peer_fail(p, "bandwidth run timed out (%d/%d)", done, n);
+        goto out;
+      }
       while (posted < n && posted - done < win) {
         void *req = NULL;
         char *at = b.buf + (size_t)(posted % win) * size;
@@ -173,7 +193,10 @@ static int bw_side(struct rn_peer *p)
           void *mm[1] = {b.mh};
           r = rn_net_irecv(&p->net, comm, 1, d, s, t, mm, &req);
         }
-        if (r != ncclSuccess) { peer_fail(p, "post: %s (last WARN: %s)", rn_result_str(r), rn_log_last_warn()); goto out; }
+        if (r != ncclSuccess) {
+          peer_fail(p, "post: %s (last WARN: %s)", rn_result_str(r), rn_log_last_warn());
+          goto out;
+        }
         if (!req) break;
         reqs[posted % win] = req;
         posted++;
@@ -181,7 +204,10 @@ static int bw_side(struct rn_peer *p)
       if (done < posted) {
         int fin = 0, sz[8];
         ncclResult_t r = rn_net_test(&p->net, reqs[done % win], &fin, sz);
-        if (r != ncclSuccess) { peer_fail(p, "test: %s (last WARN: %s)", rn_result_str(r), rn_log_last_warn()); goto out; }
+        if (r != ncclSuccess) {
+          peer_fail(p, "test: %s (last WARN: %s)", rn_result_str(r), rn_log_last_warn());
+          goto out;
+        }
         if (fin) done++;
       }
     }
@@ -193,15 +219,16 @@ static int bw_side(struct rn_peer *p)
   rc = 0;
 out:
   bufs_put(p, comm, &b);
-  if (p->role == RN_SENDER) rn_net_close_send(&p->net, comm);
-  else rn_net_close_recv(&p->net, comm);
+  if (p->role == RN_SENDER)
+    rn_net_close_send(&p->net, comm);
+  else
+    rn_net_close_recv(&p->net, comm);
   return rc;
 }
 
 /* ---- latency --------------------------------------------------------- */
 static ncclResult_t post_one(struct rn_peer *p, int send, void *comm, struct bufs *b, size_t n,
-                             void **req)
-{
+                             void **req) {
   *req = NULL;
   double end = now_s() + TMO;
   while (!*req) {
@@ -221,8 +248,7 @@ static ncclResult_t post_one(struct rn_peer *p, int send, void *comm, struct buf
   return ncclSuccess;
 }
 
-static ncclResult_t wait_one(struct rn_peer *p, void *req)
-{
+static ncclResult_t wait_one(struct rn_peer *p, void *req) {
   int done = 0, sz[8];
   double end = now_s() + TMO;
   while (!done) {
@@ -235,14 +261,12 @@ static ncclResult_t wait_one(struct rn_peer *p, void *req)
 
 #define SQ_RING 16
 
-static int cmp_double(const void *a, const void *b)
-{
+static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;
 }
 
-static int lat_side(struct rn_peer *p)
-{
+static int lat_side(struct rn_peer *p) {
   int iters = (int)rn_env_long("RN_BENCH_LAT_ITERS", 2000);
   size_t n = 8;
   if (pick_dev(p)) return 1;
@@ -259,7 +283,10 @@ static int lat_side(struct rn_peer *p)
   int rc = 1;
   if (bufs_get(p, sc, 4096, &bs) || bufs_get(p, rc_, 4096, &br)) goto out;
   double *rtt = calloc((size_t)iters, sizeof(double));
-  if (!rtt) { peer_fail(p, "out of memory"); goto out; }
+  if (!rtt) {
+    peer_fail(p, "out of memory");
+    goto out;
+  }
   for (int rep = 0; rep < 2; rep++) {
     int k = rep == 0 ? 100 : iters;
     if (peer_sync(p, TMO)) goto out_free;
@@ -301,10 +328,12 @@ static int lat_side(struct rn_peer *p)
     double dt = now_s() - t0;
     if (rep == 1 && me == RN_SENDER) {
       qsort(rtt, (size_t)k, sizeof(double), cmp_double);
-      note("RESULT plugin_lat_typical_us %.2f (median; %zu bytes, %d round trips, half the round trip)",
-           rtt[k / 2] / 2 * 1e6, n, k);
-      note("RESULT plugin_lat_avg_us %.2f (min %.2f, max %.2f)", dt / k / 2 * 1e6,
-           rtt[0] / 2 * 1e6, rtt[k - 1] / 2 * 1e6);
+      note(
+          "RESULT plugin_lat_typical_us %.2f (median; %zu bytes, %d round trips, half the round "
+          "trip)",
+          rtt[k / 2] / 2 * 1e6, n, k);
+      note("RESULT plugin_lat_avg_us %.2f (min %.2f, max %.2f)", dt / k / 2 * 1e6, rtt[0] / 2 * 1e6,
+           rtt[k - 1] / 2 * 1e6);
     }
   }
   rc = 0;
@@ -318,8 +347,7 @@ out:
   return rc;
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
   int want[3] = {argc <= 1, argc <= 1, argc <= 1};
   static const char *names[3] = {"verify", "bw", "lat"};
   static const rn_peer_fn fns[3] = {verify_side, bw_side, lat_side};

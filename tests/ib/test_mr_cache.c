@@ -12,8 +12,7 @@
 void rn_log(ncclDebugLogLevel level, unsigned long flags, const char *file, int line,
             const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 void rn_log(ncclDebugLogLevel level, unsigned long flags, const char *file, int line,
-            const char *fmt, ...)
-{
+            const char *fmt, ...) {
   (void)level, (void)flags, (void)file, (void)line;
   if (!getenv("RAILNET_DEBUG")) return;
   va_list ap;
@@ -25,7 +24,11 @@ void rn_log(ncclDebugLogLevel level, unsigned long flags, const char *file, int 
 }
 
 #define PAGE 4096u
-struct fake_mr { uintptr_t addr; size_t len; int id; };
+struct fake_mr {
+  uintptr_t addr;
+  size_t len;
+  int id;
+};
 struct fake {
   pthread_mutex_t lock;
   int nreg, ndereg, live, fail_next;
@@ -33,8 +36,7 @@ struct fake {
   int ndereg_order;
 };
 
-static ncclResult_t fake_reg(void *ctx, uintptr_t addr, size_t len, const void *arg, void **h)
-{
+static ncclResult_t fake_reg(void *ctx, uintptr_t addr, size_t len, const void *arg, void **h) {
   (void)arg;
   struct fake *f = ctx;
   pthread_mutex_lock(&f->lock);
@@ -53,8 +55,7 @@ static ncclResult_t fake_reg(void *ctx, uintptr_t addr, size_t len, const void *
   return ncclSuccess;
 }
 
-static void fake_dereg(void *ctx, void *h)
-{
+static void fake_dereg(void *ctx, void *h) {
   struct fake *f = ctx;
   struct fake_mr *m = h;
   pthread_mutex_lock(&f->lock);
@@ -67,8 +68,7 @@ static void fake_dereg(void *ctx, void *h)
 
 static int ntest, nfail;
 static void ok(int cond, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void ok(int cond, const char *fmt, ...)
-{
+static void ok(int cond, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   printf("%s %d - ", cond ? "ok" : "not ok", ++ntest);
@@ -78,8 +78,7 @@ static void ok(int cond, const char *fmt, ...)
   if (!cond) nfail++;
 }
 
-static struct rn_mr_cache *mk(struct fake *f, int enabled)
-{
+static struct rn_mr_cache *mk(struct fake *f, int enabled) {
   memset(f, 0, sizeof(*f));
   pthread_mutex_init(&f->lock, NULL);
   struct rn_mr_cache *c = NULL;
@@ -87,18 +86,19 @@ static struct rn_mr_cache *mk(struct fake *f, int enabled)
   return c;
 }
 
-static void test_alignment_and_subrange_hits(char *base)
-{
+static void test_alignment_and_subrange_hits(char *base) {
   struct fake f;
   struct rn_mr_cache *c = mk(&f, 1);
   struct rn_mr_entry *a, *b, *d;
-  ok(rn_mr_cache_get(c, base + 100, 3 * PAGE, 0, NULL, &a) == ncclSuccess, "register an unaligned range");
+  ok(rn_mr_cache_get(c, base + 100, 3 * PAGE, 0, NULL, &a) == ncclSuccess,
+     "register an unaligned range");
   ok(a->addr == (uintptr_t)base && a->len == 4 * PAGE, "range widened to whole pages");
   ok(rn_mr_cache_get(c, base + PAGE + 7, 10, 0, NULL, &b) == ncclSuccess && b == a,
      "sub-range is a cache hit on the same entry");
   ok(rn_mr_cache_get(c, base, 4 * PAGE, 0, NULL, &d) == ncclSuccess && d == a,
      "exact page range is a hit");
-  ok(f.nreg == 1 && a->refs == 3, "one registration, three references (got %d, %d)", f.nreg, a->refs);
+  ok(f.nreg == 1 && a->refs == 3, "one registration, three references (got %d, %d)", f.nreg,
+     a->refs);
   rn_mr_cache_put(c, b);
   rn_mr_cache_put(c, d);
   ok(f.ndereg == 0, "entry stays while referenced");
@@ -110,21 +110,20 @@ static void test_alignment_and_subrange_hits(char *base)
   rn_mr_cache_destroy(c);
 }
 
-static void test_overlap_and_order(char *base)
-{
+static void test_overlap_and_order(char *base) {
   struct fake f;
   struct rn_mr_cache *c = mk(&f, 1);
   struct rn_mr_entry *a, *b, *x, *y, *z;
-  rn_mr_cache_get(c, base, 2 * PAGE, 0, NULL, &a);            /* [0,2) id 1 */
-  rn_mr_cache_get(c, base + PAGE, 2 * PAGE, 0, NULL, &b);     /* [1,3) overlaps: id 2 */
+  rn_mr_cache_get(c, base, 2 * PAGE, 0, NULL, &a);        /* [0,2) id 1 */
+  rn_mr_cache_get(c, base + PAGE, 2 * PAGE, 0, NULL, &b); /* [1,3) overlaps: id 2 */
   ok(a != b && f.nreg == 2, "overlapping but not contained: a second registration");
   ok(a->addr == (uintptr_t)base && a->len == 2 * PAGE, "first entry unchanged by the overlap");
-  rn_mr_cache_get(c, base + PAGE + 1, 100, 0, NULL, &x);      /* inside both */
+  rn_mr_cache_get(c, base + PAGE + 1, 100, 0, NULL, &x); /* inside both */
   ok(x == a || x == b, "range inside two entries hits one of them");
   rn_mr_cache_put(c, x);
-  rn_mr_cache_get(c, base + 2 * PAGE + 5, 10, 0, NULL, &y);   /* only inside b */
+  rn_mr_cache_get(c, base + 2 * PAGE + 5, 10, 0, NULL, &y); /* only inside b */
   ok(y == b, "range only inside the second entry hits it");
-  rn_mr_cache_get(c, base, 3 * PAGE, 0, NULL, &z);            /* covers both, in neither */
+  rn_mr_cache_get(c, base, 3 * PAGE, 0, NULL, &z); /* covers both, in neither */
   ok(z != a && z != b && f.nreg == 3, "range spanning both entries gets its own registration");
   /* release in an order unrelated to creation: b's refs first */
   rn_mr_cache_put(c, y);
@@ -143,8 +142,7 @@ static void test_overlap_and_order(char *base)
   rn_mr_cache_destroy(c);
 }
 
-static void test_disabled_and_exact_and_failure(char *base)
-{
+static void test_disabled_and_exact_and_failure(char *base) {
   struct fake f;
   struct rn_mr_cache *c = mk(&f, 0);
   struct rn_mr_entry *a, *b;
@@ -177,9 +175,13 @@ static void test_disabled_and_exact_and_failure(char *base)
   ok(f.live == 0, "destroy deregisters leftovers");
 }
 
-struct thr { struct rn_mr_cache *c; char *base; int seed; int errors; };
-static void *worker(void *p)
-{
+struct thr {
+  struct rn_mr_cache *c;
+  char *base;
+  int seed;
+  int errors;
+};
+static void *worker(void *p) {
   struct thr *t = p;
   unsigned s = (unsigned)t->seed;
   struct rn_mr_entry *held[16] = {0};
@@ -190,18 +192,19 @@ static void *worker(void *p)
       held[k] = NULL;
     } else {
       size_t off = (size_t)(rand_r(&s) % (32 * PAGE)), len = 1 + (size_t)(rand_r(&s) % (8 * PAGE));
-      if (rn_mr_cache_get(t->c, t->base + off, len, 0, NULL, &held[k]) != ncclSuccess) t->errors++;
+      if (rn_mr_cache_get(t->c, t->base + off, len, 0, NULL, &held[k]) != ncclSuccess)
+        t->errors++;
       else if (held[k]->addr > (uintptr_t)t->base + off ||
                held[k]->addr + held[k]->len < (uintptr_t)t->base + off + len)
         t->errors++;
     }
   }
-  for (int k = 0; k < 16; k++) if (held[k]) rn_mr_cache_put(t->c, held[k]);
+  for (int k = 0; k < 16; k++)
+    if (held[k]) rn_mr_cache_put(t->c, held[k]);
   return NULL;
 }
 
-static void test_threads(char *base)
-{
+static void test_threads(char *base) {
   struct fake f;
   struct rn_mr_cache *c = mk(&f, 1);
   pthread_t th[8];
@@ -224,8 +227,7 @@ static void test_threads(char *base)
   rn_mr_cache_destroy(c);
 }
 
-int main(void)
-{
+int main(void) {
   char *base = aligned_alloc(PAGE, 128 * PAGE);
   printf("1..28\n");
   test_alignment_and_subrange_hits(base);

@@ -27,8 +27,8 @@
 
 struct row {
   size_t size;
-  double us;      /* average time per iteration */
-  long wrong;     /* bytes that differ */
+  double us;  /* average time per iteration */
+  long wrong; /* bytes that differ */
 };
 
 static double now_s(void) {
@@ -38,7 +38,8 @@ static double now_s(void) {
 }
 
 static unsigned char pattern(int rank, size_t size, size_t i) {
-  uint64_t z = (uint64_t)rank * 0x9E3779B97F4A7C15ull ^ (uint64_t)size * 0xBF58476D1CE4E5B9ull ^ (i / 8);
+  uint64_t z =
+      (uint64_t)rank * 0x9E3779B97F4A7C15ull ^ (uint64_t)size * 0xBF58476D1CE4E5B9ull ^ (i / 8);
   z ^= z >> 31;
   z *= 0x94D049BB133111EBull;
   return (unsigned char)(z >> (8 * (i % 8)));
@@ -78,23 +79,23 @@ static int read_full(int fd, void *buf, size_t len) {
   return 0;
 }
 
-#define CUDACHECK(cmd)                                                                   \
-  do {                                                                                   \
-    cudaError_t e_ = (cmd);                                                              \
-    if (e_ != cudaSuccess) {                                                             \
-      fprintf(stderr, "rank %d: %s:%d %s: %s\n", rank, __FILE__, __LINE__, #cmd,          \
-              cudaGetErrorString(e_));                                                   \
-      return 1;                                                                          \
-    }                                                                                    \
+#define CUDACHECK(cmd)                                                           \
+  do {                                                                           \
+    cudaError_t e_ = (cmd);                                                      \
+    if (e_ != cudaSuccess) {                                                     \
+      fprintf(stderr, "rank %d: %s:%d %s: %s\n", rank, __FILE__, __LINE__, #cmd, \
+              cudaGetErrorString(e_));                                           \
+      return 1;                                                                  \
+    }                                                                            \
   } while (0)
-#define NCCLCHECK(cmd)                                                                   \
-  do {                                                                                   \
-    ncclResult_t r_ = (cmd);                                                             \
-    if (r_ != ncclSuccess) {                                                             \
-      fprintf(stderr, "rank %d: %s:%d %s: %s\n", rank, __FILE__, __LINE__, #cmd,          \
-              ncclGetErrorString(r_));                                                   \
-      return 1;                                                                          \
-    }                                                                                    \
+#define NCCLCHECK(cmd)                                                           \
+  do {                                                                           \
+    ncclResult_t r_ = (cmd);                                                     \
+    if (r_ != ncclSuccess) {                                                     \
+      fprintf(stderr, "rank %d: %s:%d %s: %s\n", rank, __FILE__, __LINE__, #cmd, \
+              ncclGetErrorString(r_));                                           \
+      return 1;                                                                  \
+    }                                                                            \
   } while (0)
 
 struct opts {
@@ -163,10 +164,20 @@ static size_t parse_size(const char *s) {
   char *end = NULL;
   double v = strtod(s, &end);
   switch (end && *end ? *end : ' ') {
-  case 'K': case 'k': v *= 1024; break;
-  case 'M': case 'm': v *= 1024 * 1024; break;
-  case 'G': case 'g': v *= 1024.0 * 1024 * 1024; break;
-  default: break;
+    case 'K':
+    case 'k':
+      v *= 1024;
+      break;
+    case 'M':
+    case 'm':
+      v *= 1024 * 1024;
+      break;
+    case 'G':
+    case 'g':
+      v *= 1024.0 * 1024 * 1024;
+      break;
+    default:
+      break;
   }
   return (size_t)v;
 }
@@ -176,15 +187,29 @@ int main(int argc, char **argv) {
   int opt;
   while ((opt = getopt(argc, argv, "n:b:e:f:w:i:")) != -1) {
     switch (opt) {
-    case 'n': o.nranks = atoi(optarg); break;
-    case 'b': o.minb = parse_size(optarg); break;
-    case 'e': o.maxb = parse_size(optarg); break;
-    case 'f': o.factor = atoi(optarg); break;
-    case 'w': o.warmup = atoi(optarg); break;
-    case 'i': o.iters = atoi(optarg); break;
-    default:
-      fprintf(stderr, "usage: %s [-n ranks] [-b min] [-e max] [-f factor] [-w warmup] [-i iters]\n", argv[0]);
-      return 2;
+      case 'n':
+        o.nranks = atoi(optarg);
+        break;
+      case 'b':
+        o.minb = parse_size(optarg);
+        break;
+      case 'e':
+        o.maxb = parse_size(optarg);
+        break;
+      case 'f':
+        o.factor = atoi(optarg);
+        break;
+      case 'w':
+        o.warmup = atoi(optarg);
+        break;
+      case 'i':
+        o.iters = atoi(optarg);
+        break;
+      default:
+        fprintf(stderr,
+                "usage: %s [-n ranks] [-b min] [-e max] [-f factor] [-w warmup] [-i iters]\n",
+                argv[0]);
+        return 2;
     }
   }
   if (o.nranks < 2 || o.minb < 1 || o.maxb < o.minb || o.iters < 1 || o.nranks > 64) {
@@ -205,8 +230,10 @@ int main(int argc, char **argv) {
   }
   setenv("RAILNET_SOCKET_IFNAME", "lo", 0);
   setenv("NCCL_SOCKET_IFNAME", "lo", 0);
-  printf("# nccl-sendrecv: %d ranks (processes, NCCL_HOSTID per rank), NCCL_NET_PLUGIN=%s, NCCL_NET=%s\n",
-         o.nranks, getenv("NCCL_NET_PLUGIN"), getenv("NCCL_NET") ? getenv("NCCL_NET") : "(auto)");
+  printf(
+      "# nccl-sendrecv: %d ranks (processes, NCCL_HOSTID per rank), NCCL_NET_PLUGIN=%s, "
+      "NCCL_NET=%s\n",
+      o.nranks, getenv("NCCL_NET_PLUGIN"), getenv("NCCL_NET") ? getenv("NCCL_NET") : "(auto)");
   fflush(stdout);
 
   int idp[2], resp[64][2];
@@ -229,7 +256,9 @@ int main(int argc, char **argv) {
   struct row rows[64][MAX_ROWS];
   int nrows[64] = {0};
   for (int r = 0; r < o.nranks; r++)
-    while (nrows[r] < MAX_ROWS && read_full(resp[r][0], &rows[r][nrows[r]], sizeof(struct row)) == 0) nrows[r]++;
+    while (nrows[r] < MAX_ROWS &&
+           read_full(resp[r][0], &rows[r][nrows[r]], sizeof(struct row)) == 0)
+      nrows[r]++;
   int failed = 0;
   for (int r = 0; r < o.nranks; r++) {
     int st = 0;
@@ -240,8 +269,8 @@ int main(int argc, char **argv) {
       failed = 1;
     }
   }
-  printf("#\n# %12s %12s %6s %10s %12s %12s %8s\n", "size", "count", "type", "time(us)", "algbw(GB/s)",
-         "busbw(GB/s)", "#wrong");
+  printf("#\n# %12s %12s %6s %10s %12s %12s %8s\n", "size", "count", "type", "time(us)",
+         "algbw(GB/s)", "busbw(GB/s)", "#wrong");
   long wrong = 0;
   for (int i = 0; i < nrows[0]; i++) {
     double us = 0;
@@ -252,8 +281,8 @@ int main(int argc, char **argv) {
       w += rows[r][i].wrong;
     }
     double algbw = (double)rows[0][i].size / (us * 1e-6) / 1e9;
-    printf("  %12zu %12zu %6s %10.1f %12.3f %12.3f %8ld\n", rows[0][i].size, rows[0][i].size, "int8", us, algbw,
-           algbw, w);
+    printf("  %12zu %12zu %6s %10.1f %12.3f %12.3f %8ld\n", rows[0][i].size, rows[0][i].size,
+           "int8", us, algbw, algbw, w);
     wrong += w;
   }
   printf("# Out of bounds values : %ld %s\n", wrong, wrong ? "FAILED" : "OK");

@@ -59,9 +59,11 @@ int main(void) {
     ncclResult_t r = ncclSuccess;
     while (!done && r == ncclSuccess) r = n->test(rq, &done, &got);
     int ok = r != ncclSuccess && warned;
-    printf("%sok 1 - receiver: test() fails (%d) with a WARN naming 100 and 8 bytes\n", ok ? "" : "not ", r);
+    printf("%sok 1 - receiver: test() fails (%d) with a WARN naming 100 and 8 bytes\n",
+           ok ? "" : "not ", r);
     fflush(stdout);
-    if (read(q[0], &go, 1) != 1) {} /* wait for the sender to finish */
+    if (read(q[0], &go, 1) != 1) {
+    } /* wait for the sender to finish */
     return ok ? 0 : 1;
   }
   char handle[NCCL_NET_HANDLE_MAXSIZE];
@@ -88,7 +90,8 @@ int main(void) {
     }
   }
   int ok = r != ncclSuccess;
-  if (write(q[1], "g", 1) != 1) {}
+  if (write(q[1], "g", 1) != 1) {
+  }
   int st = 0;
   waitpid(pid, &st, 0);
   printf("%sok 2 - sender: a later call fails (%d) after %d calls\n", ok ? "" : "not ", r, calls);

@@ -26,8 +26,7 @@
 static int rn_n, rn_failed;
 
 static void rn_ok(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void rn_ok(int ok, const char *fmt, ...)
-{
+static void rn_ok(int ok, const char *fmt, ...) {
   va_list ap;
   rn_n++;
   if (!ok) rn_failed++;
@@ -38,8 +37,7 @@ static void rn_ok(int ok, const char *fmt, ...)
   printf("\n");
 }
 
-const char *rn_expect_shared_dir(void)
-{
+const char *rn_expect_shared_dir(void) {
   static char buf[1024];
   struct stat st;
   const char *d = getenv("RAILNET_TOPOLOGIES_DIR");
@@ -47,34 +45,33 @@ const char *rn_expect_shared_dir(void)
   return (stat(buf, &st) == 0 && S_ISDIR(st.st_mode)) ? buf : NULL;
 }
 
-static int rn_find_nic_name(const struct rn_topo *t, const char *name)
-{
+static int rn_find_nic_name(const struct rn_topo *t, const char *name) {
   for (int i = 0; i < rn_topo_nnics(t); i++)
     if (strcmp(rn_topo_nic(t, i)->name, name) == 0) return i;
   return -1;
 }
 
-static void rn_render(const struct rn_topo *t, const struct rn_plan *p, FILE *f)
-{
-  fprintf(f, "source %s gpus %d nics %d cpus %d\n", rn_topo_source(t), rn_topo_ngpus(t), rn_topo_nnics(t),
-          rn_topo_ncpus(t));
+static void rn_render(const struct rn_topo *t, const struct rn_plan *p, FILE *f) {
+  fprintf(f, "source %s gpus %d nics %d cpus %d\n", rn_topo_source(t), rn_topo_ngpus(t),
+          rn_topo_nnics(t), rn_topo_ncpus(t));
   for (int i = 0; i < p->ngpus; i++) {
-    fprintf(f, "GPU %s numa %d:", rn_topo_gpu(t, p->gpus[i].gpu)->busid, rn_topo_gpu(t, p->gpus[i].gpu)->numa);
-    for (int r = 0; r < p->gpus[i].nrails; r++) fprintf(f, " %s", rn_topo_nic(t, p->gpus[i].rails[r].nic)->name);
+    fprintf(f, "GPU %s numa %d:", rn_topo_gpu(t, p->gpus[i].gpu)->busid,
+            rn_topo_gpu(t, p->gpus[i].gpu)->numa);
+    for (int r = 0; r < p->gpus[i].nrails; r++)
+      fprintf(f, " %s", rn_topo_nic(t, p->gpus[i].rails[r].nic)->name);
     fprintf(f, "\n");
     for (int r = 0; r < p->gpus[i].nrails; r++) fprintf(f, "  %s\n", p->gpus[i].rails[r].reason);
   }
   for (int i = 0; i < p->nvdevs; i++)
-    fprintf(f, "vdev %s nics %d speed %d gdr %d\n", p->vdevs[i].name, p->vdevs[i].nnics, p->vdevs[i].speed_mbps,
-            p->vdevs[i].gdr);
+    fprintf(f, "vdev %s nics %d speed %d gdr %d\n", p->vdevs[i].name, p->vdevs[i].nnics,
+            p->vdevs[i].speed_mbps, p->vdevs[i].gdr);
   fprintf(f, "unused:");
   for (int i = 0; i < p->nunused; i++) fprintf(f, " %s", rn_topo_nic(t, p->unused[i])->name);
   fprintf(f, "\n");
   for (int i = 0; i < p->nnotes; i++) fprintf(f, "note: %s\n", p->notes[i]);
 }
 
-static char *rn_slurp(const char *path)
-{
+static char *rn_slurp(const char *path) {
   FILE *f = fopen(path, "rb");
   if (!f) return NULL;
   fseek(f, 0, SEEK_END);
@@ -87,8 +84,7 @@ static char *rn_slurp(const char *path)
   return b;
 }
 
-static void rn_check_golden(const char *exp, const struct rn_topo *t, const struct rn_plan *p)
-{
+static void rn_check_golden(const char *exp, const struct rn_topo *t, const struct rn_plan *p) {
   char gpath[1200], *got = NULL;
   size_t gotlen = 0;
   snprintf(gpath, sizeof(gpath), "%.*s.golden", (int)(strlen(exp) - strlen(".expect")), exp);
@@ -105,7 +101,8 @@ static void rn_check_golden(const char *exp, const struct rn_topo *t, const stru
     int same = want && strcmp(want, got) == 0;
     if (!same) {
       printf("# --- %s (want)\n", gpath);
-      for (char *l = want ? strtok(want, "\n") : NULL; l; l = strtok(NULL, "\n")) printf("#   %s\n", l);
+      for (char *l = want ? strtok(want, "\n") : NULL; l; l = strtok(NULL, "\n"))
+        printf("#   %s\n", l);
       printf("# --- got\n");
       char *g2 = strdup(got);
       for (char *l = strtok(g2, "\n"); l; l = strtok(NULL, "\n")) printf("#   %s\n", l);
@@ -117,8 +114,8 @@ static void rn_check_golden(const char *exp, const struct rn_topo *t, const stru
   free(got);
 }
 
-static int rn_check_gpu(const struct rn_topo *t, const struct rn_plan *p, char *args, char *why, size_t wl)
-{
+static int rn_check_gpu(const struct rn_topo *t, const struct rn_plan *p, char *args, char *why,
+                        size_t wl) {
   char *busid = strtok(args, " \t");
   const struct rn_plan_gpu *pg = NULL;
   /* "GPUn" names model GPU n, for sources without bus ids (nvidia-smi). */
@@ -164,8 +161,8 @@ static int rn_check_gpu(const struct rn_topo *t, const struct rn_plan *p, char *
   return 1;
 }
 
-static int rn_check_unused(const struct rn_topo *t, const struct rn_plan *p, char *args, char *why, size_t wl)
-{
+static int rn_check_unused(const struct rn_topo *t, const struct rn_plan *p, char *args, char *why,
+                           size_t wl) {
   int want = 0;
   for (char *tok = strtok(args, " \t"); tok; tok = strtok(NULL, " \t")) {
     if (strcmp(tok, "-") == 0) continue;
@@ -184,8 +181,7 @@ static int rn_check_unused(const struct rn_topo *t, const struct rn_plan *p, cha
   return 1;
 }
 
-static int rn_check_vdev(const struct rn_plan *p, char *args, char *why, size_t wl)
-{
+static int rn_check_vdev(const struct rn_plan *p, char *args, char *why, size_t wl) {
   char *name = strtok(args, " \t");
   const struct rn_plan_vdev *d = NULL;
   for (int i = 0; name && i < p->nvdevs; i++)
@@ -213,21 +209,23 @@ struct rn_opts_buf {
   int cand_idx[256];
 };
 
-static int rn_parse_opts(struct rn_opts_buf *b, char *args)
-{
+static int rn_parse_opts(struct rn_opts_buf *b, char *args) {
   for (char *tok = strtok(args, " \t"); tok; tok = strtok(NULL, " \t")) {
-    if (strncmp(tok, "gpus=", 5) == 0) snprintf(b->gpus, sizeof(b->gpus), "%s", tok + 5), b->o.gpu_subset = b->gpus;
-    else if (strncmp(tok, "nics=", 5) == 0) snprintf(b->nics, sizeof(b->nics), "%s", tok + 5), b->o.nic_filter = b->nics;
+    if (strncmp(tok, "gpus=", 5) == 0)
+      snprintf(b->gpus, sizeof(b->gpus), "%s", tok + 5), b->o.gpu_subset = b->gpus;
+    else if (strncmp(tok, "nics=", 5) == 0)
+      snprintf(b->nics, sizeof(b->nics), "%s", tok + 5), b->o.nic_filter = b->nics;
     else if (strncmp(tok, "gdr=", 4) == 0) {
       if (rn_path_parse(tok + 4, &b->o.gdr_level)) return -1;
-    } else if (strncmp(tok, "candidates=", 11) == 0) snprintf(b->cands, sizeof(b->cands), "%s", tok + 11);
-    else return -1;
+    } else if (strncmp(tok, "candidates=", 11) == 0)
+      snprintf(b->cands, sizeof(b->cands), "%s", tok + 11);
+    else
+      return -1;
   }
   return 0;
 }
 
-static void rn_run_expect(const char *path)
-{
+static void rn_run_expect(const char *path) {
   char *text = rn_slurp(path);
   char dir[1024], why[256];
   const char *files[8];
@@ -279,7 +277,8 @@ static void rn_run_expect(const char *path)
   }
   int nc = 0;
   if (ob.cands[0]) {
-    for (char *c = strtok(ob.cands, ","); c && nc < 256; c = strtok(NULL, ",")) ob.cand_idx[nc++] = rn_find_nic_name(t, c);
+    for (char *c = strtok(ob.cands, ","); c && nc < 256; c = strtok(NULL, ","))
+      ob.cand_idx[nc++] = rn_find_nic_name(t, c);
     ob.o.candidates = ob.cand_idx;
     ob.o.ncandidates = nc;
   }
@@ -297,13 +296,17 @@ static void rn_run_expect(const char *path)
     int ok = 1;
     why[0] = '\0';
     snprintf(line, sizeof(line), "%s", l);
-    if (l[0] == '#' || l[0] == '\0' || strncmp(l, "topo ", 5) == 0 || strncmp(l, "opts ", 5) == 0) continue;
-    if (strncmp(l, "gpu ", 4) == 0) ok = rn_check_gpu(t, p, l + 4, why, sizeof(why));
-    else if (strncmp(l, "unused", 6) == 0) ok = rn_check_unused(t, p, l + 6, why, sizeof(why));
+    if (l[0] == '#' || l[0] == '\0' || strncmp(l, "topo ", 5) == 0 || strncmp(l, "opts ", 5) == 0)
+      continue;
+    if (strncmp(l, "gpu ", 4) == 0)
+      ok = rn_check_gpu(t, p, l + 4, why, sizeof(why));
+    else if (strncmp(l, "unused", 6) == 0)
+      ok = rn_check_unused(t, p, l + 6, why, sizeof(why));
     else if (strncmp(l, "vdevs ", 6) == 0) {
       ok = atoi(l + 6) == p->nvdevs;
       snprintf(why, sizeof(why), "got %d", p->nvdevs);
-    } else if (strncmp(l, "vdev ", 5) == 0) ok = rn_check_vdev(p, l + 5, why, sizeof(why));
+    } else if (strncmp(l, "vdev ", 5) == 0)
+      ok = rn_check_vdev(p, l + 5, why, sizeof(why));
     else if (strncmp(l, "gpus ", 5) == 0) {
       ok = atoi(l + 5) == p->ngpus;
       snprintf(why, sizeof(why), "got %d", p->ngpus);
@@ -326,10 +329,11 @@ static void rn_run_expect(const char *path)
   free(text);
 }
 
-static int rn_name_cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+static int rn_name_cmp(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
 
-int rn_expect_run_dir(const char *dir)
-{
+int rn_expect_run_dir(const char *dir) {
   DIR *d = opendir(dir);
   char *names[256];
   int n = 0;

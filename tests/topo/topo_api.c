@@ -15,8 +15,7 @@
 
 static int n_tests, n_failed;
 
-static void ok(int cond, const char *desc)
-{
+static void ok(int cond, const char *desc) {
   n_tests++;
   if (!cond) n_failed++;
   printf("%sok %d - %s\n", cond ? "" : "not ", n_tests, desc);
@@ -24,8 +23,7 @@ static void ok(int cond, const char *desc)
 
 static char tmpdir[256];
 
-static const char *write_tmp(const char *name, const char *text)
-{
+static const char *write_tmp(const char *name, const char *text) {
   static char path[8][512];
   static int k;
   char *p = path[k++ % 8];
@@ -38,53 +36,65 @@ static const char *write_tmp(const char *name, const char *text)
   return p;
 }
 
-static void test_busid(void)
-{
+static void test_busid(void) {
   char out[16];
   ok(rn_topo_busid_norm("0000:1B:00.0", out, sizeof(out)) == 0 && strcmp(out, "0000:1b:00.0") == 0,
      "busid_norm lowercases a full bus id");
   ok(rn_topo_busid_norm("1b:00.0", out, sizeof(out)) == 0 && strcmp(out, "0000:1b:00.0") == 0,
      "busid_norm adds domain 0 to bb:dd.f");
-  ok(rn_topo_busid_norm("ffff:ff:01.0", out, sizeof(out)) == 0, "busid_norm accepts NCCL's virtual switch ids");
-  ok(rn_topo_busid_norm("0000:1b:00", out, sizeof(out)) != 0, "busid_norm rejects a missing function");
-  ok(rn_topo_busid_norm("fffffff:ff:ff.0", out, sizeof(out)) != 0, "busid_norm rejects a 7-digit domain");
+  ok(rn_topo_busid_norm("ffff:ff:01.0", out, sizeof(out)) == 0,
+     "busid_norm accepts NCCL's virtual switch ids");
+  ok(rn_topo_busid_norm("0000:1b:00", out, sizeof(out)) != 0,
+     "busid_norm rejects a missing function");
+  ok(rn_topo_busid_norm("fffffff:ff:ff.0", out, sizeof(out)) != 0,
+     "busid_norm rejects a 7-digit domain");
   ok(rn_topo_busid_norm("0000:1b:20.0", out, sizeof(out)) != 0, "busid_norm rejects device > 0x1f");
 }
 
-static void test_path_names(void)
-{
+static void test_path_names(void) {
   enum rn_path p;
   ok(rn_path_parse("pxb", &p) == 0 && p == RN_PATH_PXB, "path_parse is case-insensitive");
   ok(rn_path_parse("P2C", &p) != 0, "path_parse rejects unknown levels");
   ok(strcmp(rn_path_name(RN_PATH_NODE), "NODE") == 0, "path_name names NODE");
 }
 
-static void test_filter(void)
-{
+static void test_filter(void) {
   ok(rn_topo_filter_match(NULL, "mlx5_0", "", 1), "filter: NULL passes everything");
-  ok(rn_topo_filter_match("mlx5_1", "mlx5_10", "", 1), "filter: prefix match by default (mlx5_1 selects mlx5_10)");
+  ok(rn_topo_filter_match("mlx5_1", "mlx5_10", "", 1),
+     "filter: prefix match by default (mlx5_1 selects mlx5_10)");
   ok(!rn_topo_filter_match("=mlx5_1", "mlx5_10", "", 1), "filter: '=' makes the whole list exact");
   ok(rn_topo_filter_match("=mlx5_0,mlx5_1", "mlx5_1", "", 1), "filter: '=' applies to every entry");
   ok(!rn_topo_filter_match("^mlx5_2", "mlx5_2", "", 1), "filter: '^' excludes");
   ok(rn_topo_filter_match("^mlx5_2", "mlx5_3", "", 1), "filter: '^' keeps the others");
-  ok(!rn_topo_filter_match("^=mlx5_1", "mlx5_1", "", 1) && rn_topo_filter_match("^=mlx5_1", "mlx5_10", "", 1),
+  ok(!rn_topo_filter_match("^=mlx5_1", "mlx5_1", "", 1) &&
+         rn_topo_filter_match("^=mlx5_1", "mlx5_10", "", 1),
      "filter: '^=' excludes exact names only");
-  ok(rn_topo_filter_match("mlx5_0:1", "mlx5_0", "", 1) && !rn_topo_filter_match("mlx5_0:1", "mlx5_0", "", 2),
+  ok(rn_topo_filter_match("mlx5_0:1", "mlx5_0", "", 1) &&
+         !rn_topo_filter_match("mlx5_0:1", "mlx5_0", "", 2),
      "filter: ':port' selects one port");
   ok(rn_topo_filter_match("ib0", "mlx5_0", "ib0", 1), "filter: matches the netdev name too");
   ok(!rn_topo_filter_match("mlx5_0:x", "mlx5_0", "", 1), "filter: a malformed port passes nothing");
 }
 
-static const char *two_switch_xml(int swap)
-{
+static const char *two_switch_xml(int swap) {
   /* Same machine twice: the second lists devices in another order and
    * numbers them the other way round. */
   static char buf[4096];
   char a[256], b[256], c[256], d[256];
-  snprintf(a, sizeof(a), "<pci busid=\"0000:11:00.0\" class=\"0x030200\"><gpu dev=\"%d\" gdr=\"1\"/></pci>", swap);
-  snprintf(b, sizeof(b), "<pci busid=\"0000:21:00.0\" class=\"0x030200\"><gpu dev=\"%d\" gdr=\"1\"/></pci>", !swap);
-  snprintf(c, sizeof(c), "<pci busid=\"0000:12:00.0\" class=\"0x020700\"><nic><net name=\"mlx5_5\" dev=\"%d\" speed=\"200000\" port=\"1\"/></nic></pci>", swap);
-  snprintf(d, sizeof(d), "<pci busid=\"0000:22:00.0\" class=\"0x020700\"><nic><net name=\"mlx5_2\" dev=\"%d\" speed=\"200000\" port=\"1\"/></nic></pci>", !swap);
+  snprintf(a, sizeof(a),
+           "<pci busid=\"0000:11:00.0\" class=\"0x030200\"><gpu dev=\"%d\" gdr=\"1\"/></pci>",
+           swap);
+  snprintf(b, sizeof(b),
+           "<pci busid=\"0000:21:00.0\" class=\"0x030200\"><gpu dev=\"%d\" gdr=\"1\"/></pci>",
+           !swap);
+  snprintf(c, sizeof(c),
+           "<pci busid=\"0000:12:00.0\" class=\"0x020700\"><nic><net name=\"mlx5_5\" dev=\"%d\" "
+           "speed=\"200000\" port=\"1\"/></nic></pci>",
+           swap);
+  snprintf(d, sizeof(d),
+           "<pci busid=\"0000:22:00.0\" class=\"0x020700\"><nic><net name=\"mlx5_2\" dev=\"%d\" "
+           "speed=\"200000\" port=\"1\"/></nic></pci>",
+           !swap);
   if (!swap)
     snprintf(buf, sizeof(buf),
              "<system><cpu numaid=\"0\"><pci busid=\"0000:10:00.0\" class=\"0x060400\">%s%s</pci>"
@@ -98,8 +108,7 @@ static const char *two_switch_xml(int swap)
   return buf;
 }
 
-static void plan_pairs(const char *path, char *out, size_t len)
-{
+static void plan_pairs(const char *path, char *out, size_t len) {
   struct rn_topo *t;
   struct rn_plan *p;
   char err[256];
@@ -116,8 +125,7 @@ static void plan_pairs(const char *path, char *out, size_t len)
   rn_topo_free(t);
 }
 
-static void test_numbering_is_meaningless(void)
-{
+static void test_numbering_is_meaningless(void) {
   char a[512], b[512];
   plan_pairs(write_tmp("order-a.xml", two_switch_xml(0)), a, sizeof(a));
   plan_pairs(write_tmp("order-b.xml", two_switch_xml(1)), b, sizeof(b));
@@ -126,8 +134,7 @@ static void test_numbering_is_meaningless(void)
   ok(strcmp(a, b) == 0, "plan does not depend on device order or dev numbering in the file");
 }
 
-static void test_subset_and_candidates(void)
-{
+static void test_subset_and_candidates(void) {
   struct rn_topo *t;
   struct rn_plan *p = NULL;
   char err[256];
@@ -138,7 +145,8 @@ static void test_subset_and_candidates(void)
   }
   rn_plan_opts_default(&o);
   o.gpu_subset = "1-2";
-  ok(rn_plan_build(t, &o, &p, err, sizeof(err)) == 0 && p->ngpus == 2, "GPU subset accepts a range");
+  ok(rn_plan_build(t, &o, &p, err, sizeof(err)) == 0 && p->ngpus == 2,
+     "GPU subset accepts a range");
   rn_plan_free(p);
   p = NULL;
   o.gpu_subset = "8";
@@ -151,30 +159,34 @@ static void test_subset_and_candidates(void)
   ok(rn_plan_build(t, &o, &p, err, sizeof(err)) != 0, "GPU subset rejects UUIDs");
   o.gpu_subset = NULL;
   o.nic_filter = "mlx5_0:zz";
-  ok(rn_plan_build(t, &o, &p, err, sizeof(err)) != 0 && strstr(err, "port"), "plan rejects a malformed NIC filter");
+  ok(rn_plan_build(t, &o, &p, err, sizeof(err)) != 0 && strstr(err, "port"),
+     "plan rejects a malformed NIC filter");
   o.nic_filter = NULL;
   int bad = 99;
   o.candidates = &bad;
   o.ncandidates = 1;
-  ok(rn_plan_build(t, &o, &p, err, sizeof(err)) != 0, "plan rejects a candidate index out of range");
+  ok(rn_plan_build(t, &o, &p, err, sizeof(err)) != 0,
+     "plan rejects a candidate index out of range");
   o.candidates = NULL;
   o.ncandidates = 0;
   o.nic_filter = "nothing_matches";
   ok(rn_plan_build(t, &o, &p, err, sizeof(err)) == 0 && p->nvdevs == 0 && p->gpus[0].nrails == 0,
      "a filter matching no NIC leaves GPUs without rails, not an error");
   int said = 0;
-  for (int i = 0; p && i < p->nnotes; i++) said |= strstr(p->notes[i], "excludes every NIC") != NULL;
+  for (int i = 0; p && i < p->nnotes; i++)
+    said |= strstr(p->notes[i], "excludes every NIC") != NULL;
   ok(said, "the plan notes that the filter excluded every NIC");
   rn_plan_free(p);
   char via[96];
   enum rn_path pp = rn_topo_path(t, 0, rn_topo_find_nic(t, "mlx5_0", NULL), via, sizeof(via));
-  ok(pp == RN_PATH_PIX && strcmp(via, "switch 0000:17:00.0") == 0, "path names the switch it goes through");
-  ok(rn_topo_find_nic(t, NULL, "18:00.0") == rn_topo_find_nic(t, "mlx5_0", NULL), "find_nic by short bus id");
+  ok(pp == RN_PATH_PIX && strcmp(via, "switch 0000:17:00.0") == 0,
+     "path names the switch it goes through");
+  ok(rn_topo_find_nic(t, NULL, "18:00.0") == rn_topo_find_nic(t, "mlx5_0", NULL),
+     "find_nic by short bus id");
   rn_topo_free(t);
 }
 
-static int mkdirs(const char *path)
-{
+static int mkdirs(const char *path) {
   char buf[512];
   snprintf(buf, sizeof(buf), "%s", path);
   for (char *p = buf + 1; *p; p++) {
@@ -186,8 +198,7 @@ static int mkdirs(const char *path)
   return mkdir(buf, 0755);
 }
 
-static void test_sysfs_replay(void)
-{
+static void test_sysfs_replay(void) {
   char root[300], d[512];
   struct rn_topo *t;
   char err[256], why[128];
@@ -210,15 +221,16 @@ static void test_sysfs_replay(void)
   ok(nic && nic->speed_mbps == 200000, "sysfs replay: port rate gives the NIC speed");
   ok(nic && nic->port_state == 4 && nic->link == 1, "sysfs replay: port state and link layer");
   ok(nic && nic->guid == 0xb8599f0300d66b4cull, "sysfs replay: node GUID");
-  ok(nic && strcmp(nic->netdev, "ib0") == 0, "hwloc: RDMA device linked to its netdev under the same PCI function");
+  ok(nic && strcmp(nic->netdev, "ib0") == 0,
+     "hwloc: RDMA device linked to its netdev under the same PCI function");
   ok(rn_topo_sysfs_gdr_probe(root, why, sizeof(why)) == 1 && strstr(why, "nvidia_peermem"),
      "GDR probe sees nvidia_peermem under the root");
-  ok(rn_topo_sysfs_gdr_probe(tmpdir, why, sizeof(why)) == 0, "GDR probe without a peermem module says no");
+  ok(rn_topo_sysfs_gdr_probe(tmpdir, why, sizeof(why)) == 0,
+     "GDR probe without a peermem module says no");
   rn_topo_free(t);
 }
 
-static void test_live(void)
-{
+static void test_live(void) {
   struct rn_topo *t;
   struct rn_plan *p;
   char err[256];
@@ -237,8 +249,7 @@ static void test_live(void)
   rn_topo_free(t);
 }
 
-static void *thread_main(void *arg)
-{
+static void *thread_main(void *arg) {
   long bad = 0;
   (void)arg;
   for (int i = 0; i < 20; i++) {
@@ -249,15 +260,16 @@ static void *thread_main(void *arg)
       bad++;
       continue;
     }
-    if (rn_plan_build(t, NULL, &p, err, sizeof(err)) || p->nvdevs != 8) bad++;
-    else rn_plan_free(p);
+    if (rn_plan_build(t, NULL, &p, err, sizeof(err)) || p->nvdevs != 8)
+      bad++;
+    else
+      rn_plan_free(p);
     rn_topo_free(t);
   }
   return (void *)bad;
 }
 
-static void test_threads(void)
-{
+static void test_threads(void) {
   pthread_t th[4];
   long total = 0;
   for (int i = 0; i < 4; i++) pthread_create(&th[i], NULL, thread_main, NULL);
@@ -269,8 +281,7 @@ static void test_threads(void)
   ok(total == 0, "loaders and planner run concurrently from 4 threads");
 }
 
-int main(void)
-{
+int main(void) {
   snprintf(tmpdir, sizeof(tmpdir), "/tmp/rn-topo-api-XXXXXX");
   if (!mkdtemp(tmpdir)) {
     printf("1..0 # SKIP cannot create a temporary directory\n");

@@ -10,15 +10,13 @@
 
 #include "railnet/topo.h"
 
-static double now_ms(void)
-{
+static double now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-static int write_big(const char *path)
-{
+static int write_big(const char *path) {
   FILE *f = fopen(path, "w");
   if (!f) return -1;
   fprintf(f, "<system version=\"1\">\n");
@@ -30,7 +28,9 @@ static int write_big(const char *path)
       fprintf(f, "<pci busid=\"%04x:00:00.0\" class=\"0x060400\">\n", dom);
       fprintf(f, "<pci busid=\"%04x:01:00.0\" class=\"0x030200\"><gpu gdr=\"1\"/></pci>\n", dom);
       for (int k = 0; k < 2; k++, nic++)
-        fprintf(f, "<pci busid=\"%04x:%02x:00.0\" class=\"0x020700\"><nic><net name=\"mlx5_%d\" speed=\"400000\"/></nic></pci>\n",
+        fprintf(f,
+                "<pci busid=\"%04x:%02x:00.0\" class=\"0x020700\"><nic><net name=\"mlx5_%d\" "
+                "speed=\"400000\"/></nic></pci>\n",
                 dom, 2 + k, nic);
       fprintf(f, "</pci>\n");
     }
@@ -40,8 +40,7 @@ static int write_big(const char *path)
   return fclose(f);
 }
 
-int main(void)
-{
+int main(void) {
   char path[] = "/tmp/rn-topo-bench-XXXXXX", err[512];
   int fd = mkstemp(path);
   if (fd < 0 || close(fd) || write_big(path)) {
@@ -67,14 +66,17 @@ int main(void)
     }
   }
   double plan_ms = (now_ms() - t0) / iters;
-  printf("generated machine: %d GPUs, %d NICs, %d vdevs; NCCL XML load %.2f ms; plan %.3f ms (target < 10 ms)\n",
-         rn_topo_ngpus(t), rn_topo_nnics(t), p->nvdevs, load_ms, plan_ms);
+  printf(
+      "generated machine: %d GPUs, %d NICs, %d vdevs; NCCL XML load %.2f ms; plan %.3f ms (target "
+      "< 10 ms)\n",
+      rn_topo_ngpus(t), rn_topo_nnics(t), p->nvdevs, load_ms, plan_ms);
   rn_plan_free(p);
   rn_topo_free(t);
 
   const char *d = getenv("RAILNET_TOPOLOGIES_DIR");
   char hw[1024];
-  snprintf(hw, sizeof(hw), "%s/meluxina-gpu-mel2001-4xA100-2xHDR-hwloc.xml", (d && *d) ? d : "../shared/topologies");
+  snprintf(hw, sizeof(hw), "%s/meluxina-gpu-mel2001-4xA100-2xHDR-hwloc.xml",
+           (d && *d) ? d : "../shared/topologies");
   if (access(hw, R_OK) != 0) {
     printf("largest shared hwloc XML: absent (skipped)\n");
     return 0;
@@ -88,6 +90,7 @@ int main(void)
     }
     rn_topo_free(t);
   }
-  printf("largest shared hwloc XML (meluxina, 168 KB): load %.2f ms (target < 100 ms)\n", (now_ms() - t0) / iters);
+  printf("largest shared hwloc XML (meluxina, 168 KB): load %.2f ms (target < 100 ms)\n",
+         (now_ms() - t0) / iters);
   return 0;
 }

@@ -15,27 +15,24 @@
 struct machine {
   const char *name;
   const char *files[2];
-  int shared;        /* files are under the shared topologies dir */
-  int assumed_mbps;  /* NIC rate when the file has none */
+  int shared;       /* files are under the shared topologies dir */
+  int assumed_mbps; /* NIC rate when the file has none */
   int must_be_full;
 };
 
-static const char *shared_dir(void)
-{
+static const char *shared_dir(void) {
   const char *d = getenv("RAILNET_TOPOLOGIES_DIR");
   return (d && *d) ? d : "../shared/topologies";
 }
 
-static double nic_rate(const struct rn_topo *t, int n, int assumed)
-{
+static double nic_rate(const struct rn_topo *t, int n, int assumed) {
   int s = rn_topo_nic(t, n)->speed_mbps;
   return (s > 0 ? s : assumed) / 8000.0; /* GB/s */
 }
 
 /* Bandwidth of an assignment: rails[g] lists NICs (count nr[g]). */
-static double assign_bw(const struct rn_topo *t, int ng, int (*rails)[RN_PLAN_MAX_RAILS], const int *nr, const int *gpu_idx,
-                        int assumed)
-{
+static double assign_bw(const struct rn_topo *t, int ng, int (*rails)[RN_PLAN_MAX_RAILS],
+                        const int *nr, const int *gpu_idx, int assumed) {
   int nn = rn_topo_nnics(t);
   int *users = calloc((size_t)nn + 1, sizeof(int));
   double bw = 0;
@@ -52,8 +49,7 @@ static double assign_bw(const struct rn_topo *t, int ng, int (*rails)[RN_PLAN_MA
   return bw;
 }
 
-static int run(const struct machine *m)
-{
+static int run(const struct machine *m) {
   char paths[2][1024], err[512];
   const char *files[2];
   int nf = 0;
@@ -75,7 +71,7 @@ static int run(const struct machine *m)
     return 1;
   }
   int ng = p->ngpus, nn = rn_topo_nnics(t);
-  int (*rails)[RN_PLAN_MAX_RAILS] = calloc((size_t)ng + 1, sizeof(*rails));
+  int(*rails)[RN_PLAN_MAX_RAILS] = calloc((size_t)ng + 1, sizeof(*rails));
   int *nr = calloc((size_t)ng + 1, sizeof(int)), *gi = calloc((size_t)ng + 1, sizeof(int));
   for (int g = 0; g < ng; g++) {
     gi[g] = p->gpus[g].gpu;
@@ -108,7 +104,8 @@ static int run(const struct machine *m)
     if (best <= worst) usable += nic_rate(t, n, m->assumed_mbps);
   }
   double pct = usable > 0 ? 100.0 * planned / usable : 0;
-  printf("| %s | %d | %d | %.1f | %.1f | %.1f | %.0f%% |\n", m->name, ng, nn, planned, naive, usable, pct);
+  printf("| %s | %d | %d | %.1f | %.1f | %.1f | %.0f%% |\n", m->name, ng, nn, planned, naive,
+         usable, pct);
   int bad = m->must_be_full && (pct < 99.95 || pct > 100.05);
   free(rails);
   free(nr);
@@ -118,11 +115,14 @@ static int run(const struct machine *m)
   return bad;
 }
 
-int main(void)
-{
+int main(void) {
   static const struct machine machines[] = {
       {"AWS p4d.24xlarge", {"aws-p4d.24xlarge-nccl-topo.xml"}, 1, 100000, 1},
-      {"AWS p5.48xlarge (+GPU overlay)", {"aws-p5.48xlarge-nccl-topo.xml", "tests/topo/shared/p5-gpus-overlay.xml"}, 1, 100000, 1},
+      {"AWS p5.48xlarge (+GPU overlay)",
+       {"aws-p5.48xlarge-nccl-topo.xml", "tests/topo/shared/p5-gpus-overlay.xml"},
+       1,
+       100000,
+       1},
       {"Azure NDv4", {"azure-ndv4-nccl-topo.xml"}, 1, 200000, 1},
       {"Azure NDv5", {"azure-ndv5-nccl-topo.xml"}, 1, 400000, 1},
       {"OCI BM.GPU.H100.8", {"oci-bm.gpu.h100.8-nccl-topo.xml"}, 1, 0, 1},
@@ -134,7 +134,8 @@ int main(void)
       {"Azure NDv2 (1 NIC)", {"azure-ndv2-nccl-topo.xml"}, 1, 100000, 0},
   };
   int bad = 0;
-  printf("| machine | GPUs | NICs | planned GB/s | naive GB/s | usable GB/s | planned / usable |\n");
+  printf(
+      "| machine | GPUs | NICs | planned GB/s | naive GB/s | usable GB/s | planned / usable |\n");
   printf("|---|---|---|---|---|---|---|\n");
   for (size_t i = 0; i < sizeof(machines) / sizeof(machines[0]); i++) bad |= run(&machines[i]);
   return bad;

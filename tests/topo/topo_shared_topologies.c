@@ -7,8 +7,7 @@
 
 #include "expect_runner.h"
 
-int main(void)
-{
+int main(void) {
   if (!rn_expect_shared_dir()) {
     printf("1..0 # SKIP shared topologies absent (set RAILNET_TOPOLOGIES_DIR)\n");
     return 0;
