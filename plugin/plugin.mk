@@ -1,11 +1,14 @@
 # The plugin: adapters -> core -> transports, linked with the topo library.
 PLUGIN_SO := $(BUILD)/libnccl-net-railnet.so
-include plugin/ib.mk
-PLUGIN_SRCS := plugin/net_v8.c plugin/net_v9.c plugin/net_v10.c plugin/net_v11.c \
-  plugin/abi_check.c plugin/core.c plugin/vdev.c plugin/log.c plugin/param.c  \
-  plugin/sock.c plugin/transport.c plugin/tcp_if.c plugin/transport_tcp.c $(PLUGIN_IB_SRCS)
+include plugin/ib/ib.mk
+PLUGIN_SRCS := plugin/abi/net_v8.c plugin/abi/net_v9.c plugin/abi/net_v10.c plugin/abi/net_v11.c \
+  plugin/abi/abi_check.c plugin/core.c plugin/devices.c plugin/log.c plugin/param.c  \
+  plugin/sock.c plugin/registry.c plugin/tcp/iface.c plugin/tcp/transport.c $(PLUGIN_IB_SRCS)
 PLUGIN_OBJS := $(PLUGIN_SRCS:%.c=$(BUILD)/%.o)
 EXTRA_CFLAGS_plugin_ += -fvisibility=hidden
+EXTRA_CFLAGS_plugin_abi_ += -fvisibility=hidden
+EXTRA_CFLAGS_plugin_tcp_ += -fvisibility=hidden
+EXTRA_CFLAGS_plugin_ib_ += -fvisibility=hidden
 
 all: $(PLUGIN_SO) $(BUILD)/libnccl-net.so
 

@@ -1,6 +1,6 @@
 # Core unit tests, linked against the plugin's objects directly.
 CORE_TEST_VDEV := $(BUILD)/tests/core/test_vdev
-$(CORE_TEST_VDEV): $(BUILD)/tests/core/test_vdev.o $(filter-out $(BUILD)/plugin/net_v%.o,$(PLUGIN_OBJS)) $(TOPO_LIB)
+$(CORE_TEST_VDEV): $(BUILD)/tests/core/test_vdev.o $(filter-out $(BUILD)/plugin/abi/%.o,$(PLUGIN_OBJS)) $(TOPO_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_COMMON) -o $@ $^ $(TOPO_LIBS) -ldl -lpthread
 TEST_PROGS += $(CORE_TEST_VDEV)

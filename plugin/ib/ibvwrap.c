@@ -6,7 +6,7 @@
 #include <pthread.h>
 #include <string.h>
 #include "railnet/check.h"
-#include "railnet/ibvwrap.h"
+#include "ibvwrap.h"
 
 struct rn_ibv_syms {
   struct ibv_device **(*get_device_list)(int *);

@@ -1,7 +1,7 @@
 /* The verbs transport's one table.  Discovery in ib_init.c/ib_gdr.c,
  * connection setup in ib_connect.c, the data path in ib_p2p.c, the verbs
  * wrappers in ibvwrap.c, the registration cache in mr_cache.c. */
-#include "ib_priv.h"
+#include "ib.h"
 
 const struct rn_transport rn_transport_ib = {
     .name = "ib",

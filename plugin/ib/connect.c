@@ -26,7 +26,7 @@
 #include <unistd.h>
 #include "railnet/check.h"
 #include "railnet/param.h"
-#include "ib_priv.h"
+#include "ib.h"
 
 #define RN_IB_INFO_MAGIC 0x726e6962u /* "rnib" */
 #define RN_IB_INFO_VERSION 1

@@ -1,6 +1,6 @@
 /* ncclNet_v10 adapter: profiler callback (unused: railnet emits no profiler
  * events yet), connect config, phandles.  Translation only. */
-#include "railnet/adapters.h"
+#include "adapters.h"
 #include "railnet/core.h"
 
 static ncclResult_t rn_v10_init(ncclDebugLogger_t logger, ncclProfilerCallback_t prof) {

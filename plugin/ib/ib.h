@@ -15,7 +15,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
-#include "railnet/ibvwrap.h"
+#include "ibvwrap.h"
 #include "railnet/mr_cache.h"
 #include "railnet/sock.h"
 #include "railnet/transport.h"

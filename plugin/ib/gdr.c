@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "railnet/check.h"
-#include "ib_priv.h"
+#include "ib.h"
 
 static int rn_ib_peermem_loaded(const char **which) {
   static const char *paths[] = {"/sys/module/nvidia_peermem/version",

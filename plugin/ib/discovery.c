@@ -13,7 +13,7 @@
 #include "railnet/check.h"
 #include "railnet/param.h"
 #include "railnet/sysfs.h"
-#include "ib_priv.h"
+#include "ib.h"
 
 static struct rn_nic rn_ib_nics[RN_MAX_NICS];
 static struct rn_ib_dev rn_ib_devs[RN_MAX_NICS];

@@ -1,6 +1,6 @@
 /* ncclNet_v11 adapter: per-communicator init/finalize with a context,
  * listen/connect take it, setNetAttr.  Translation only. */
-#include "railnet/adapters.h"
+#include "adapters.h"
 #include "railnet/check.h"
 #include "railnet/core.h"
 

@@ -6,11 +6,11 @@ ifndef RN_IB_MK_INCLUDED
 RN_IB_MK_INCLUDED := 1
 
 ifeq ($(HAVE_VERBS),1)
-PLUGIN_IB_SRCS := plugin/transport_ib.c plugin/ib_init.c plugin/ib_connect.c plugin/ib_p2p.c \
-                  plugin/ib_gdr.c plugin/ibvwrap.c plugin/mr_cache.c
-EXTRA_CFLAGS_plugin_ += $(VERBS_CFLAGS)
+PLUGIN_IB_SRCS := plugin/ib/transport.c plugin/ib/discovery.c plugin/ib/connect.c plugin/ib/p2p.c \
+                  plugin/ib/gdr.c plugin/ib/ibvwrap.c plugin/ib/mr_cache.c
+EXTRA_CFLAGS_plugin_ib_ += $(VERBS_CFLAGS)
 else
-PLUGIN_IB_SRCS := plugin/ib_stub.c plugin/mr_cache.c
+PLUGIN_IB_SRCS := plugin/ib/stub.c plugin/ib/mr_cache.c
 endif
 
 endif

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "railnet/check.h"
-#include "ib_priv.h"
+#include "ib.h"
 
 #define RN_IB_ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)
 

@@ -1,7 +1,7 @@
 /* Compile-time pins of the ABI facts: if any of these fail, our
  * declarations no longer match what NCCL reads. */
 #include <stddef.h>
-#include "railnet/adapters.h"
+#include "adapters.h"
 #include "railnet/transport.h"
 
 #if defined(__LP64__)

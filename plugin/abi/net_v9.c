@@ -1,5 +1,5 @@
 /* ncclNet_v9 adapter: size_t sizes, vProps, makeVDevice.  Translation only. */
-#include "railnet/adapters.h"
+#include "adapters.h"
 #include "railnet/check.h"
 #include "railnet/core.h"
 

@@ -1,6 +1,6 @@
 /* ncclNet_v8 adapter: int sizes, no makeVDevice.  Translation only. */
 #include <limits.h>
-#include "railnet/adapters.h"
+#include "adapters.h"
 #include "railnet/check.h"
 #include "railnet/core.h"
 
