@@ -1,19 +1,29 @@
-# The plugin: adapters -> core -> transports, linked with the topo library.
+# The plugin: adapters (plugin/abi/) -> core -> transports (plugin/<name>/),
+# linked with the topo library.  Every object but the adapters goes into one
+# internal static library, $(PLUGIN_LIB), which the .so and the unit tests
+# link alike.  Each folder's .mk appends its sources: a new transport adds
+# plugin/<name>/<name>.mk and one line in plugin/registry.c.
 PLUGIN_SO := $(BUILD)/libnccl-net-railnet.so
-include plugin/ib/ib.mk
-PLUGIN_SRCS := plugin/abi/net_v8.c plugin/abi/net_v9.c plugin/abi/net_v10.c plugin/abi/net_v11.c \
-  plugin/abi/abi_check.c plugin/core.c plugin/devices.c plugin/log.c plugin/param.c  \
-  plugin/sock.c plugin/registry.c plugin/tcp/iface.c plugin/tcp/transport.c $(PLUGIN_IB_SRCS)
-PLUGIN_OBJS := $(PLUGIN_SRCS:%.c=$(BUILD)/%.o)
-EXTRA_CFLAGS_plugin_ += -fvisibility=hidden
-EXTRA_CFLAGS_plugin_abi_ += -fvisibility=hidden
-EXTRA_CFLAGS_plugin_tcp_ += -fvisibility=hidden
-EXTRA_CFLAGS_plugin_ib_ += -fvisibility=hidden
+PLUGIN_LIB := $(BUILD)/librailnet-plugin.a
+PLUGIN_CFLAGS := -fvisibility=hidden
+PLUGIN_LIB_SRCS := plugin/core.c plugin/devices.c plugin/registry.c plugin/param.c plugin/log.c \
+  plugin/sock.c
+PLUGIN_ABI_SRCS :=
+EXTRA_CFLAGS_plugin_ := $(PLUGIN_CFLAGS)
+include $(sort $(wildcard plugin/*/*.mk))
+
+PLUGIN_LIB_OBJS := $(PLUGIN_LIB_SRCS:%.c=$(BUILD)/%.o)
+PLUGIN_ABI_OBJS := $(PLUGIN_ABI_SRCS:%.c=$(BUILD)/%.o)
 
 all: $(PLUGIN_SO) $(BUILD)/libnccl-net.so
 
-$(PLUGIN_SO): $(PLUGIN_OBJS) $(TOPO_LIB)
-	$(CC) -shared -o $@ $(PLUGIN_OBJS) $(TOPO_LIB) $(TOPO_LIBS) $(LDFLAGS_COMMON) \
+$(PLUGIN_LIB): $(PLUGIN_LIB_OBJS)
+	@mkdir -p $(dir $@)
+	rm -f $@
+	$(AR) rcs $@ $^
+
+$(PLUGIN_SO): $(PLUGIN_ABI_OBJS) $(PLUGIN_LIB) $(TOPO_LIB)
+	$(CC) -shared -o $@ $(PLUGIN_ABI_OBJS) $(PLUGIN_LIB) $(TOPO_LIB) $(TOPO_LIBS) $(LDFLAGS_COMMON) \
 	  -Wl,--exclude-libs,ALL -Wl,-z,defs -ldl -lpthread
 	@if nm -D --defined-only $@ | awk '$$2 ~ /[TDRB]/ {print $$3}' | grep -v '^ncclNetPlugin_v\(8\|9\|10\|11\)$$' | grep -v '^_' | grep -q .; then \
 	  echo "error: $@ exports symbols beyond ncclNetPlugin_v8..v11"; \

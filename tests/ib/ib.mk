@@ -1,10 +1,8 @@
 # Verbs transport tests.  test_mr_cache runs anywhere (no hardware);
 # softroce.sh runs the conformance suite over real verbs inside a Soft-RoCE
 # VM and skips where no VM can be built.
-include plugin/ib/ib.mk
-
 IB_MR_TEST := $(BUILD)/tests/ib/test_mr_cache
-$(IB_MR_TEST): $(BUILD)/tests/ib/test_mr_cache.o $(BUILD)/plugin/ib/mr_cache.o
+$(IB_MR_TEST): $(BUILD)/tests/ib/test_mr_cache.o $(PLUGIN_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_COMMON) -o $@ $^ -lpthread
 
