@@ -1,7 +1,7 @@
 #!/bin/sh
 # Verbs numbers, not a pass/fail test: boots the Soft-RoCE VM once and runs
 # ib_write_bw / ib_write_lat (1 MiB / 8 B) on rxe0<->rxe1, then the plugin
-# (tests/ib/ib_bench) on the same pair with 1 QP and 4 QPs and on a 2-rail
+# (tests/bench/ib_bench) on the same pair with 1 QP and 4 QPs and on a 2-rail
 # virtual device (rxe0+rxe2 vs rxe1+rxe3), and prints the ratios.
 # Usage: scripts/softroce/bench.sh [BUILD]   (RN_BENCH_ITERS, default 300)
 # Soft-RoCE under TCG is slow and noisy (tens of MB/s, retransmits, and a
@@ -11,7 +11,7 @@ B=${1:-${RN_BUILD:-build}}
 S=scripts/softroce
 export RXEVM_DIR=${RXEVM_DIR:-/tmp/rxevm}
 sh $S/setup.sh >/dev/null || { echo "bench: VM setup failed" >&2; exit 1; }
-[ -x "$B/tests/ib/ib_bench" ] || { echo "bench: build $B/tests/ib/ib_bench first (make)" >&2; exit 1; }
+[ -x "$B/tests/bench/ib_bench" ] || { echo "bench: build $B/tests/bench/ib_bench first (make)" >&2; exit 1; }
 OUT=$(mktemp -d /tmp/rn-bench.XXXXXX); trap 'rm -rf "$OUT"' EXIT
 t0=$(date +%s)
 RXEVM_OUT="$OUT" RXEVM_TIMEOUT=${RXEVM_TIMEOUT:-540} \

@@ -43,9 +43,9 @@ if [ "$MODE" = bench ]; then
   ( timeout 120 ib_write_lat -d rxe0 -x $G -F -s 8 -n 2000 >/dev/null 2>&1 & sleep 1
     timeout 120 ib_write_lat -d rxe1 -x $G -F -s 8 -n 2000 10.77.0.1 ) >"$O/ib_write_lat.log" 2>&1
   counters >"$O/counters-perftest.log"
-  RN_BENCH_ITERS=$ITERS check bench-1rail "$ONE_R" "$ONE_S" "$B/tests/ib/ib_bench" bw lat
-  RN_BENCH_ITERS=$ITERS RAILNET_IB_QPS=4 check bench-1rail-4qp "$ONE_R,RAILNET_IB_QPS=4" "$ONE_S,RAILNET_IB_QPS=4" "$B/tests/ib/ib_bench" bw
-  RN_BENCH_ITERS=$ITERS RN_IB_VDEV=0,1 check bench-2rail "$TWO_R" "$TWO_S" "$B/tests/ib/ib_bench" bw lat
+  RN_BENCH_ITERS=$ITERS check bench-1rail "$ONE_R" "$ONE_S" "$B/tests/bench/ib_bench" bw lat
+  RN_BENCH_ITERS=$ITERS RAILNET_IB_QPS=4 check bench-1rail-4qp "$ONE_R,RAILNET_IB_QPS=4" "$ONE_S,RAILNET_IB_QPS=4" "$B/tests/bench/ib_bench" bw
+  RN_BENCH_ITERS=$ITERS RN_IB_VDEV=0,1 check bench-2rail "$TWO_R" "$TWO_S" "$B/tests/bench/ib_bench" bw lat
   counters >"$O/counters-all.log"
   exit 0
 fi
@@ -53,6 +53,6 @@ fi
 check conformance-1qp "$ONE_R" "$ONE_S" "$B/tests/conformance-test" --api v11
 check conformance-4qp "$ONE_R,RAILNET_IB_QPS=4" "$ONE_S,RAILNET_IB_QPS=4" "$B/tests/conformance-test" --api v11 --only messages
 check conformance-v8-2qp "$ONE_R,RAILNET_IB_QPS=2" "$ONE_S,RAILNET_IB_QPS=2" "$B/tests/conformance-test" --api v8 --only "in flight"
-RN_IB_VDEV=0,1 check verify-2rail-2qp "$TWO_R,RAILNET_IB_QPS=2" "$TWO_S,RAILNET_IB_QPS=2" "$B/tests/ib/ib_bench" verify
+RN_IB_VDEV=0,1 check verify-2rail-2qp "$TWO_R,RAILNET_IB_QPS=2" "$TWO_S,RAILNET_IB_QPS=2" "$B/tests/bench/ib_bench" verify
 check fault "$ONE_R" "$ONE_S" "$B/tests/fault-test" --api v11
 exit 0

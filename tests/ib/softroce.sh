@@ -23,7 +23,7 @@ if ! sh $S/setup.sh >"$OUT/setup.log" 2>&1; then
   tail -15 "$OUT/setup.log" | sed 's/^/# /'
   exit 1
 fi
-for f in "$B/libnccl-net-railnet.so" "$B/tests/conformance-test" "$B/tests/fault-test" "$B/tests/ib/ib_bench"; do
+for f in "$B/libnccl-net-railnet.so" "$B/tests/conformance-test" "$B/tests/fault-test" "$B/tests/bench/ib_bench"; do
   [ -e "$f" ] || { echo "1..1"; echo "not ok 1 - $f not built (run make first)"; exit 1; }
 done
 
