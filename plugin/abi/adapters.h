@@ -1,5 +1,5 @@
-/* Helpers shared by the version adapters (plugin/net_v*.c): conversions
- * between the ABI's narrower types and the core's, range-checked. */
+/* Private to the version adapters (plugin/abi/): the properties copies and
+ * the entry points several versions share. */
 #ifndef RN_ADAPTERS_H
 #define RN_ADAPTERS_H
 
@@ -36,18 +36,14 @@
     (d)->maxCollBytes = (p)->max_coll_bytes; \
   } while (0)
 
-/* v8 passes int sizes: reject negatives, widen the rest. */
-ncclResult_t rn_sizes_from_int(int n, const int *in, size_t *out);
-ncclResult_t rn_props_v9(int dev, ncclNetProperties_v9_t *props);
-
-/* The entry points shared unchanged by several versions. */
-ncclResult_t rn_net_devices(int *ndev);
-ncclResult_t rn_net_listen(int dev, void *handle, void **lcomm);
-ncclResult_t rn_net_isend_v9(void *scomm, void *data, size_t size, int tag, void *mh, void **req);
-ncclResult_t rn_net_irecv_v9(void *rcomm, int n, void **data, size_t *sizes, int *tags, void **mhs,
-                             void **req);
-ncclResult_t rn_net_iflush(void *rcomm, int n, void **data, int *sizes, void **mhs, void **req);
-ncclResult_t rn_net_make_vdevice(int *d, ncclNetVDeviceProps_t *props);
+/* The entry points several versions share unchanged (net_shared.c), named
+ * for the oldest version whose signature they have. */
+ncclResult_t rn_net_init_v8(ncclDebugLogger_t logger);
+ncclResult_t rn_net_listen_v8(int dev, void *handle, void **lcomm);
+ncclResult_t rn_net_connect_v8(int dev, void *handle, void **scomm,
+                               ncclNetDeviceHandle_t **dev_comm);
+ncclResult_t rn_net_get_properties_v9(int dev, ncclNetProperties_v9_t *props);
+ncclResult_t rn_net_make_vdevice_v9(int *d, ncclNetVDeviceProps_t *props);
 ncclResult_t rn_net_isend_v10(void *scomm, void *data, size_t size, int tag, void *mh,
                               void *phandle, void **req);
 ncclResult_t rn_net_irecv_v10(void *rcomm, int n, void **data, size_t *sizes, int *tags, void **mhs,

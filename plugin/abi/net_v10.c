@@ -14,24 +14,12 @@ static ncclResult_t rn_v10_connect(int dev, ncclNetCommConfig_v10_t *config, voi
   return rn_core_connect(NULL, dev, handle, scomm, dev_comm);
 }
 
-ncclResult_t rn_net_isend_v10(void *scomm, void *data, size_t size, int tag, void *mh,
-                              void *phandle, void **req) {
-  (void)phandle;
-  return rn_core_isend(scomm, data, size, tag, mh, req);
-}
-
-ncclResult_t rn_net_irecv_v10(void *rcomm, int n, void **data, size_t *sizes, int *tags, void **mhs,
-                              void **phandles, void **req) {
-  (void)phandles;
-  return rn_core_irecv(rcomm, n, data, sizes, tags, mhs, req);
-}
-
 RN_EXPORT const ncclNet_v10_t ncclNetPlugin_v10 = {
     .name = "railnet",
     .init = rn_v10_init,
-    .devices = rn_net_devices,
-    .getProperties = rn_props_v9,
-    .listen = rn_net_listen,
+    .devices = rn_core_devices,
+    .getProperties = rn_net_get_properties_v9,
+    .listen = rn_net_listen_v8,
     .connect = rn_v10_connect,
     .accept = rn_core_accept,
     .regMr = rn_core_reg_mr,
@@ -39,12 +27,12 @@ RN_EXPORT const ncclNet_v10_t ncclNetPlugin_v10 = {
     .deregMr = rn_core_dereg_mr,
     .isend = rn_net_isend_v10,
     .irecv = rn_net_irecv_v10,
-    .iflush = rn_net_iflush,
+    .iflush = rn_core_iflush,
     .test = rn_core_test,
     .closeSend = rn_core_close_send,
     .closeRecv = rn_core_close_recv,
     .closeListen = rn_core_close_listen,
     .getDeviceMr = rn_core_get_device_mr,
     .irecvConsumed = rn_core_irecv_consumed,
-    .makeVDevice = rn_net_make_vdevice,
+    .makeVDevice = rn_net_make_vdevice_v9,
 };

@@ -1,10 +1,10 @@
 /* ncclNet_v8 adapter: int sizes, no makeVDevice.  Translation only. */
-#include <limits.h>
 #include "adapters.h"
 #include "railnet/check.h"
 #include "railnet/core.h"
 
-ncclResult_t rn_sizes_from_int(int n, const int *in, size_t *out) {
+/* v8 passes int sizes: reject negatives, widen the rest. */
+static ncclResult_t rn_v8_sizes_from_int(int n, const int *in, size_t *out) {
   for (int i = 0; i < n; i++) {
     if (in[i] < 0) {
       RN_WARN("negative size %d", in[i]);
@@ -15,18 +15,6 @@ ncclResult_t rn_sizes_from_int(int n, const int *in, size_t *out) {
   return ncclSuccess;
 }
 
-ncclResult_t rn_net_devices(int *ndev) { return rn_core_devices(ndev); }
-
-ncclResult_t rn_net_listen(int dev, void *handle, void **lcomm) {
-  return rn_core_listen(NULL, dev, handle, lcomm);
-}
-
-ncclResult_t rn_net_iflush(void *rcomm, int n, void **data, int *sizes, void **mhs, void **req) {
-  return rn_core_iflush(rcomm, n, data, sizes, mhs, req);
-}
-
-static ncclResult_t rn_v8_init(ncclDebugLogger_t logger) { return rn_core_init(logger); }
-
 static ncclResult_t rn_v8_get_properties(int dev, ncclNetProperties_v8_t *props) {
   struct rn_props p;
   RN_CHECK_ARG(props != NULL, "getProperties: NULL properties pointer");
@@ -35,14 +23,9 @@ static ncclResult_t rn_v8_get_properties(int dev, ncclNetProperties_v8_t *props)
   return ncclSuccess;
 }
 
-static ncclResult_t rn_v8_connect(int dev, void *handle, void **scomm,
-                                  ncclNetDeviceHandle_t **dev_comm) {
-  return rn_core_connect(NULL, dev, handle, scomm, dev_comm);
-}
-
 static ncclResult_t rn_v8_isend(void *scomm, void *data, int size, int tag, void *mh, void **req) {
   size_t sz;
-  RN_CHECK(rn_sizes_from_int(1, &size, &sz));
+  RN_CHECK(rn_v8_sizes_from_int(1, &size, &sz));
   return rn_core_isend(scomm, data, sz, tag, mh, req);
 }
 
@@ -54,24 +37,24 @@ static ncclResult_t rn_v8_irecv(void *rcomm, int n, void **data, int *sizes, int
     RN_WARN("irecv: %d buffers, must be 1..%d (maxRecvs)", n, RN_MAX_RECVS);
     return ncclInvalidArgument;
   }
-  RN_CHECK(rn_sizes_from_int(n, sizes, sz));
+  RN_CHECK(rn_v8_sizes_from_int(n, sizes, sz));
   return rn_core_irecv(rcomm, n, data, sz, tags, mhs, req);
 }
 
 RN_EXPORT const ncclNet_v8_t ncclNetPlugin_v8 = {
     .name = "railnet",
-    .init = rn_v8_init,
-    .devices = rn_net_devices,
+    .init = rn_net_init_v8,
+    .devices = rn_core_devices,
     .getProperties = rn_v8_get_properties,
-    .listen = rn_net_listen,
-    .connect = rn_v8_connect,
+    .listen = rn_net_listen_v8,
+    .connect = rn_net_connect_v8,
     .accept = rn_core_accept,
     .regMr = rn_core_reg_mr,
     .regMrDmaBuf = rn_core_reg_mr_dmabuf,
     .deregMr = rn_core_dereg_mr,
     .isend = rn_v8_isend,
     .irecv = rn_v8_irecv,
-    .iflush = rn_net_iflush,
+    .iflush = rn_core_iflush,
     .test = rn_core_test,
     .closeSend = rn_core_close_send,
     .closeRecv = rn_core_close_recv,
