@@ -10,7 +10,7 @@
 #include "railnet/check.h"
 #include "railnet/core.h"
 #include "railnet/param.h"
-#include "railnet/sock.h"
+#include "railnet/rendezvous.h"
 
 #define RN_CTX_MAGIC 0x726e6378u /* "rncx" */
 #define RN_MAX_PENDING_CONNECTS 1024

@@ -17,7 +17,7 @@
 #include <string.h>
 #include "ibvwrap.h"
 #include "railnet/mr_cache.h"
-#include "railnet/sock.h"
+#include "railnet/rendezvous.h"
 #include "railnet/transport.h"
 
 #define RN_IB_MAX_QPS 16     /* per rail: params.def's IB_QPS upper bound */

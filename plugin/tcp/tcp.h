@@ -3,7 +3,7 @@
 #define RN_TCP_H
 
 #include <stdint.h>
-#include "railnet/sock.h"
+#include "railnet/rendezvous.h"
 #include "railnet/transport.h"
 
 /* One usable interface; rails come back from the core as rn_nic pointers
