@@ -1,0 +1,170 @@
+/* TCP comms: creation around an established connection, teardown, and
+ * the list of open ones, which finalize closes and whose deferred
+ * clear-to-sends any isend flushes. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+#include "railnet/check.h"
+#include "railnet/param.h"
+#include "tcp.h"
+
+/* Comms not yet closed, so that finalize or unload can still stop their
+ * threads before the code they run is unmapped. */
+static pthread_mutex_t rn_tcp_live_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct rn_tcp_comm *rn_tcp_live;
+
+static void rn_tcp_live_add(struct rn_tcp_comm *c) {
+  pthread_mutex_lock(&rn_tcp_live_lock);
+  c->prev = NULL;
+  c->next = rn_tcp_live;
+  if (rn_tcp_live != NULL) rn_tcp_live->prev = c;
+  rn_tcp_live = c;
+  pthread_mutex_unlock(&rn_tcp_live_lock);
+}
+
+static void rn_tcp_live_del(struct rn_tcp_comm *c) {
+  pthread_mutex_lock(&rn_tcp_live_lock);
+  if (c->prev != NULL)
+    c->prev->next = c->next;
+  else if (rn_tcp_live == c)
+    rn_tcp_live = c->next;
+  if (c->next != NULL) c->next->prev = c->prev;
+  c->prev = c->next = NULL;
+  pthread_mutex_unlock(&rn_tcp_live_lock);
+}
+
+/* Set when some comm holds a deferred clear-to-send. */
+static atomic_int rn_tcp_nlazy;
+
+/* Send the clear-to-sends that receives of small buffers deferred.  Called
+ * at the end of every isend, without the caller's comm lock (a deferred
+ * one also leaves with any progress on its own comm, e.g. the test() of
+ * that receive); other comms are only try-locked, so no thread waits. */
+void rn_tcp_flush_lazy(void) {
+  if (!atomic_load(&rn_tcp_nlazy)) return;
+  int left = 0;
+  pthread_mutex_lock(&rn_tcp_live_lock);
+  atomic_store(&rn_tcp_nlazy, 0);
+  for (struct rn_tcp_comm *c = rn_tcp_live; c != NULL; c = c->next) {
+    if (!atomic_load(&c->lazy)) continue;
+    if (pthread_mutex_trylock(&c->lock) != 0) {
+      left = 1;
+      continue;
+    }
+    atomic_store(&c->lazy, 0);
+    rn_tcp_flush_out(c); /* errors surface through this comm's own calls */
+    pthread_mutex_unlock(&c->lock);
+  }
+  if (left) atomic_store(&rn_tcp_nlazy, 1);
+  pthread_mutex_unlock(&rn_tcp_live_lock);
+}
+
+void rn_tcp_comm_free(struct rn_tcp_comm *c) {
+  rn_tcp_live_del(c);
+  atomic_store(&c->stop, 1);
+  for (int i = 0; i < c->nthreads; i++) {
+    if (!c->thread[i].started) continue;
+    uint64_t one = 1;
+    ssize_t wr = write(c->thread[i].efd, &one, sizeof(one));
+    (void)wr;
+  }
+  for (int i = 0; i < c->nthreads; i++) {
+    if (c->thread[i].started) pthread_join(c->thread[i].tid, NULL);
+    if (c->thread[i].efd >= 0) close(c->thread[i].efd);
+  }
+  for (int i = 0; i < c->nstreams; i++) {
+    if (c->stream[i].fd >= 0) close(c->stream[i].fd);
+    pthread_mutex_destroy(&c->stream[i].qlock);
+  }
+  if (c->ctrl_fd >= 0) close(c->ctrl_fd);
+  for (int i = 0; i < RN_TCP_NREQS; i++) c->reqs[i].base.magic = 0;
+  pthread_mutex_destroy(&c->lock);
+  free(c->in);
+  free(c->uq);
+  free(c->discard);
+  free(c);
+}
+
+/* Helper threads per comm: RAILNET_SOCKET_NTHREADS, or by default none on
+ * small hosts (a spinning NCCL proxy thread plus helpers oversubscribe a
+ * 2-4 core machine; the caller then moves the bytes in test()), else up to
+ * four. */
+static int rn_tcp_nthreads(int nstreams) {
+  int n = (int)rn_params()->socket_nthreads;
+  if (n < 0) {
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    n = cpus < 8 ? 0 : 4;
+  }
+  return n < nstreams ? n : nstreams;
+}
+
+/* Build a comm around an established connection; starts the helpers. */
+ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv,
+                                struct rn_tcp_comm **out) {
+  const struct rn_params *p = rn_params();
+  struct rn_tcp_comm *c = calloc(1, sizeof(*c));
+  if (c == NULL) goto out_nomem;
+  pthread_mutex_init(&c->lock, NULL);
+  c->is_recv = is_recv;
+  c->ctrl_fd = conn->ctrl_fd;
+  c->nstreams = conn->nstreams;
+  c->nthreads = rn_tcp_nthreads(c->nstreams);
+  c->inline_max = (size_t)p->socket_inline;
+  c->eager_max = c->inline_max < RN_TCP_EAGER_MAX ? c->inline_max : RN_TCP_EAGER_MAX;
+  c->chunk = (size_t)p->socket_chunk;
+  c->in = malloc(RN_TCP_CTL_BUF);
+  c->discard = malloc(RN_TCP_EAGER_MAX);
+  for (int i = 0; i < c->nstreams; i++) {
+    c->stream[i].fd = conn->data_fd[i];
+    pthread_mutex_init(&c->stream[i].qlock, NULL);
+    rn_sock_tune(c->stream[i].fd, 0);
+  }
+  for (int i = 0; i < c->nthreads; i++) c->thread[i].efd = -1;
+  rn_sock_tune(c->ctrl_fd, 0);
+  if (c->in == NULL || c->discard == NULL) {
+    RN_WARN("socket: out of memory creating a comm");
+    rn_tcp_comm_free(c); /* owns and closes the sockets by now */
+    return ncclSystemError;
+  }
+  for (int i = 0; i < c->nthreads; i++) {
+    struct rn_tcp_thread *t = &c->thread[i];
+    t->comm = c;
+    t->first = i;
+    t->step = c->nthreads;
+    t->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (t->efd < 0 || pthread_create(&t->tid, NULL, rn_tcp_thread_main, t) != 0) {
+      RN_WARN("socket: cannot start helper thread %d: %s", i, strerror(errno));
+      rn_tcp_comm_free(c);
+      return ncclSystemError;
+    }
+    t->started = 1;
+  }
+  rn_tcp_live_add(c);
+  *out = c;
+  return ncclSuccess;
+out_nomem:
+  RN_WARN("socket: out of memory creating a comm");
+  rn_sock_conn_close(conn);
+  return ncclSystemError;
+}
+
+int rn_tcp_comm_free_all(void) {
+  int n = 0;
+  for (;;) {
+    pthread_mutex_lock(&rn_tcp_live_lock);
+    struct rn_tcp_comm *c = rn_tcp_live;
+    pthread_mutex_unlock(&rn_tcp_live_lock);
+    if (c == NULL) break;
+    rn_tcp_comm_free(c);
+    n++;
+  }
+  return n;
+}
+
+void rn_tcp_comm_defer_cts(struct rn_tcp_comm *c) {
+  atomic_store(&c->lazy, 1);
+  atomic_store(&rn_tcp_nlazy, 1);
+}
