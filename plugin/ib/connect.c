@@ -13,7 +13,6 @@
  * QP that is not yet RTR.  The TCP connection stays open afterwards: its
  * EOF is how a waiting side notices a dead peer that owes it data. */
 #include <arpa/inet.h>
-#include <errno.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <ifaddrs.h>
@@ -22,7 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 #include "railnet/check.h"
 #include "railnet/param.h"
@@ -229,6 +227,18 @@ static void rn_ib_rail_info_fill(const struct rn_ib_rail *rl, struct rn_ib_rail_
   ri->mtu = (uint8_t)rl->dev->mtu;
 }
 
+/* Standing RECVs for immediates: count more on QP qpi of a rail. */
+ncclResult_t rn_ib_post_recvs(struct rn_ib_comm *c, int rail, int qpi, int count) {
+  struct ibv_recv_wr wr[RN_IB_RECV_DEPTH];
+  if (count > RN_IB_RECV_DEPTH) count = RN_IB_RECV_DEPTH;
+  memset(wr, 0, sizeof(wr[0]) * (size_t)count);
+  for (int i = 0; i < count; i++) {
+    wr[i].wr_id = RN_IB_WRID(RN_IB_WR_RECV, (rail << 8) | qpi);
+    wr[i].next = i + 1 < count ? &wr[i + 1] : NULL;
+  }
+  return rn_ibv_post_recv(c->rail[rail].qp[qpi], wr);
+}
+
 /* --- comms -------------------------------------------------------------- */
 
 static void rn_ib_comm_free(struct rn_ib_comm *c) {
@@ -302,7 +312,7 @@ static void rn_ib_info_fill(const struct rn_ib_comm *c, struct rn_ib_conn_info *
   info->nrails = (uint8_t)c->nrails;
   info->nqps = (uint8_t)c->nqps;
   info->ctl_addr = (uint64_t)(uintptr_t)c->ctl;
-  rn_ib_strcpy(info->dev, sizeof(info->dev), rn_ib_nic_of(c->rail[0].dev)->name);
+  rn_ib_strcpy(info->dev, sizeof(info->dev), c->rail[0].dev->nic->name);
   for (int r = 0; r < c->nrails; r++) {
     rn_ib_rail_info_fill(&c->rail[r], &info->rail[r]);
     for (int k = 0; k < c->nqps; k++) info->qpn[r][k] = c->rail[r].qp[k]->qp_num;
@@ -328,7 +338,7 @@ static ncclResult_t rn_ib_comm_connect(struct rn_ib_comm *c, const struct rn_ib_
         d->mtu < (enum ibv_mtu)rem->rail[r].mtu ? d->mtu : (enum ibv_mtu)rem->rail[r].mtu;
     if ((128 << (int)m) < c->mtu_bytes) c->mtu_bytes = 128 << (int)m;
     if (rem->rail[r].link != d->link) {
-      RN_WARN("IB : rail %d: %s is %s but the peer's NIC is %s", r, rn_ib_nic_of(d)->name,
+      RN_WARN("IB : rail %d: %s is %s but the peer's NIC is %s", r, d->nic->name,
               d->link == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand",
               rem->rail[r].link == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand");
       return ncclInvalidUsage;
@@ -345,31 +355,13 @@ static ncclResult_t rn_ib_comm_connect(struct rn_ib_comm *c, const struct rn_ib_
 static ncclResult_t rn_ib_flush_setup(struct rn_ib_comm *c) {
   for (int r = 0; r < c->nrails; r++) {
     struct rn_ib_rail *rl = &c->rail[r];
-    if (!(rn_ib_nic_of(rl->dev)->ptr_support & (NCCL_PTR_CUDA | NCCL_PTR_DMABUF))) continue;
+    if (!(rl->dev->nic->ptr_support & (NCCL_PTR_CUDA | NCCL_PTR_DMABUF))) continue;
     RN_CHECK(rn_ib_qp_create(rl, &rl->flush_qp));
     struct rn_ib_rail_info self;
     rn_ib_rail_info_fill(rl, &self);
     RN_CHECK(rn_ib_qp_connect(rl->flush_qp, rl->dev, &self, rl->flush_qp->qp_num));
   }
   return ncclSuccess;
-}
-
-static uint64_t rn_ib_now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-ncclResult_t rn_ib_peer_alive(struct rn_ib_comm *c) {
-  uint64_t now = rn_ib_now_ms();
-  if (now < c->next_alive_ms) return ncclSuccess;
-  c->next_alive_ms = now + RN_IB_ALIVE_CHECK_MS;
-  if (c->ctrl_fd < 0) return ncclSuccess;
-  char b;
-  ssize_t n = recv(c->ctrl_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-  if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)))
-    return ncclSuccess;
-  return ncclRemoteError; /* EOF or reset: the caller re-polls, then WARNs */
 }
 
 /* --- listen / accept ---------------------------------------------------- */

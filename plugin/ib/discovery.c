@@ -29,10 +29,6 @@ struct rn_ib_dev *rn_ib_dev_of(const struct rn_nic *nic) {
   return NULL;
 }
 
-const struct rn_nic *rn_ib_nic_of(const struct rn_ib_dev *dev) {
-  return &rn_ib_nics[dev - rn_ib_devs];
-}
-
 /* Read one sysfs attribute through the plugin's sysfs root; 0 on success. */
 static int rn_ib_sysfs_read(char *buf, size_t len, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -256,6 +252,7 @@ static ncclResult_t rn_ib_add_device(struct ibv_device *d, int *nactive_seen) {
     memset(dev, 0, sizeof(*dev));
     memset(nic, 0, sizeof(*nic));
     dev->ctx = c;
+    dev->nic = nic;
     dev->port = port;
     dev->link = pa.link_layer;
     dev->mtu = pa.active_mtu;
@@ -335,13 +332,7 @@ ncclResult_t rn_ib_init(const struct rn_nic **nics, int *n) {
   return ncclSuccess;
 }
 
-void rn_ib_fini(void) {
-  /* Comms left open (abort, unload) hold QPs, CQs and MRs on the devices:
-   * free them first, never waiting on a peer. */
-  int n = rn_ib_close_all();
-  if (n > 0) RN_INFO(NCCL_INIT | NCCL_NET, "IB : closed %d comm(s) left open at finalize", n);
-  n = rn_ib_mh_free_all();
-  if (n > 0) RN_INFO(NCCL_INIT | NCCL_NET, "IB : released %d registration(s) left at finalize", n);
+void rn_ib_devices_close(void) {
   for (int i = 0; i < rn_ib_nctx; i++) rn_ib_ctx_close(&rn_ib_ctxs[i]);
   rn_ib_nctx = rn_ib_ndevs = 0;
 }

@@ -1,4 +1,4 @@
-/* Private to the verbs transport (plugin/transport_ib.c and plugin/ib_*.c).
+/* Private to the verbs transport (plugin/ib/).
  *
  * Data path, receiver-driven like NCCL's net_ib: irecv RDMA-writes a FIFO
  * slot (address, per-rail rkeys, size, tag of each buffer; group size;
@@ -69,7 +69,7 @@ struct rn_ib_ctl {
   uint64_t flush[8];
 };
 
-/* An opened device (shared by its ports).  Owner: ib_init.c's table. */
+/* An opened device (shared by its ports).  Owner: discovery.c's table. */
 struct rn_ib_ctx {
   char name[64];
   struct ibv_context *ctx;
@@ -78,10 +78,11 @@ struct rn_ib_ctx {
   struct ibv_device_attr attr;
 };
 
-/* One reported NIC (device, ACTIVE port).  Owner: ib_init.c's table;
+/* One reported NIC (device, ACTIVE port).  Owner: discovery.c's table;
  * immutable after init. */
 struct rn_ib_dev {
   struct rn_ib_ctx *ctx;
+  const struct rn_nic *nic; /* the same NIC as the core sees it */
   int port;
   int link; /* IBV_LINK_LAYER_* */
   enum ibv_mtu mtu;
@@ -97,10 +98,6 @@ static inline void rn_ib_strcpy(char *dst, size_t len, const char *src) {
   memcpy(dst, src, n);
   dst[n] = '\0';
 }
-
-/* Device table (ib_init.c). */
-struct rn_ib_dev *rn_ib_dev_of(const struct rn_nic *nic);
-const struct rn_nic *rn_ib_nic_of(const struct rn_ib_dev *dev);
 
 /* A registration: one cache entry per rail of the comm it was made on.
  * Owner: the caller of reg_mr, until dereg_mr. */
@@ -201,12 +198,19 @@ enum rn_ib_accept_stage {
 };
 struct rn_ib_listen_comm;
 
-/* ib_init.c */
+/* Calls between the files go one way: transport.c (the table, finalize)
+ * -> p2p.c (data path) -> connect.c (QPs, out-of-band exchange) ->
+ * discovery.c (devices) -> gdr.c (probes), reg.c (the MR cache callbacks).
+ * reg.c (registration) calls none of them. */
+
+/* discovery.c */
 ncclResult_t rn_ib_init(const struct rn_nic **nics, int *n);
-void rn_ib_fini(void);
-/* ib_gdr.c: probes, run once per device at init. */
+/* At fini, after every comm and registration is gone. */
+void rn_ib_devices_close(void);
+struct rn_ib_dev *rn_ib_dev_of(const struct rn_nic *nic);
+/* gdr.c: probes, run once per device at init. */
 int rn_ib_probe_ptr_support(struct rn_ib_ctx *ctx, char *why, size_t whylen);
-/* ib_connect.c */
+/* connect.c */
 ncclResult_t rn_ib_listen(const struct rn_rails *r, struct rn_handle *h, void **lcomm);
 ncclResult_t rn_ib_connect(const struct rn_rails *r, const struct rn_handle *h, void **state,
                            void **scomm);
@@ -215,25 +219,25 @@ ncclResult_t rn_ib_accept(void *lcomm, void **rcomm);
 ncclResult_t rn_ib_close_send(void *scomm);
 ncclResult_t rn_ib_close_recv(void *rcomm);
 ncclResult_t rn_ib_close_listen(void *lcomm);
-ncclResult_t rn_ib_peer_alive(struct rn_ib_comm *c);
 int rn_ib_close_all(void); /* at fini: frees what is still open, returns how many */
-/* ib_p2p.c */
+ncclResult_t rn_ib_post_recvs(struct rn_ib_comm *c, int rail, int qpi, int count);
+/* reg.c */
 ncclResult_t rn_ib_reg_mr(void *comm, void *data, size_t size, int type, void **mh);
 ncclResult_t rn_ib_reg_mr_dmabuf(void *comm, void *data, size_t size, int type, uint64_t offset,
                                  int fd, void **mh);
 ncclResult_t rn_ib_dereg_mr(void *comm, void *mh);
+/* At fini: frees registrations the caller never deregistered (the caches,
+ * destroyed after, deregister their MRs); returns how many. */
+int rn_ib_mh_free_all(void);
+/* The mr cache callbacks for a device. */
+ncclResult_t rn_ib_mr_reg_cb(void *ctx, uintptr_t addr, size_t len, const void *arg, void **handle);
+void rn_ib_mr_dereg_cb(void *ctx, void *handle);
+/* p2p.c */
 ncclResult_t rn_ib_isend(void *scomm, void *data, size_t size, int tag, void *mh, void **req);
 ncclResult_t rn_ib_irecv(void *rcomm, int n, void **data, const size_t *sizes, const int *tags,
                          void **mhs, void **req);
 ncclResult_t rn_ib_iflush(void *rcomm, int n, void **data, const int *sizes, void **mhs,
                           void **req);
 ncclResult_t rn_ib_test(void *req, int *done, size_t *sizes, int *nsizes);
-ncclResult_t rn_ib_post_recvs(struct rn_ib_comm *c, int rail, int qpi, int count);
-/* At fini: frees registrations the caller never deregistered (the caches,
- * destroyed after, deregister their MRs); returns how many. */
-int rn_ib_mh_free_all(void);
-/* The mr cache callbacks for a device (ib_p2p.c). */
-ncclResult_t rn_ib_mr_reg_cb(void *ctx, uintptr_t addr, size_t len, const void *arg, void **handle);
-void rn_ib_mr_dereg_cb(void *ctx, void *handle);
 
 #endif

@@ -1,154 +1,17 @@
-/* Verbs data path: registration, isend/irecv/iflush/test.  Completions are
- * polled from the comm's CQs inside test() (and isend/irecv when they need
- * room); there is no progress thread.  See ib_priv.h for the protocol. */
+/* Verbs data path: isend/irecv/iflush/test and the peer's liveness.
+ * Completions are polled from the comm's CQs inside test() (and
+ * isend/irecv when they need room); there is no progress thread.  See ib.h
+ * for the protocol. */
 #include <arpa/inet.h>
-#include <pthread.h>
+#include <errno.h>
 #include <stddef.h>
-#include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
+#include <sys/socket.h>
+#include <time.h>
 #include "railnet/check.h"
 #include "ib.h"
 
-#define RN_IB_ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)
-
-/* --- registration ------------------------------------------------------- */
-
-struct rn_ib_dmabuf_arg {
-  uintptr_t data;  /* the address NCCL gave */
-  uint64_t offset; /* its offset inside the dma-buf */
-  int fd;
-};
-
-ncclResult_t rn_ib_mr_reg_cb(void *ctx, uintptr_t addr, size_t len, const void *arg,
-                             void **handle) {
-  struct rn_ib_ctx *x = ctx;
-  const struct rn_ib_dmabuf_arg *d = arg;
-  struct ibv_mr *mr;
-  if (d) {
-    /* The cache may have widened the range down to a page boundary; the
-     * dma-buf offset moves with it (the caller made sure it can). */
-    uint64_t off = d->offset - (uint64_t)(d->data - addr);
-    RN_CHECK(rn_ibv_reg_dmabuf_mr(x->pd, off, len, (uint64_t)addr, d->fd, RN_IB_ACCESS, &mr));
-  } else {
-    RN_CHECK(rn_ibv_reg_mr(x->pd, (void *)addr, len, RN_IB_ACCESS, &mr));
-  }
-  RN_TRACE(NCCL_NET, "IB : %s registered [0x%lx, +%zu) lkey 0x%x", x->name, (unsigned long)addr,
-           len, mr->lkey);
-  *handle = mr;
-  return ncclSuccess;
-}
-
-void rn_ib_mr_dereg_cb(void *ctx, void *handle) {
-  (void)ctx;
-  (void)rn_ibv_dereg_mr(handle);
-}
-
-static pthread_mutex_t rn_ib_mh_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct rn_ib_mh *rn_ib_mh_list;
-
-static void rn_ib_mh_link(struct rn_ib_mh *mh) {
-  pthread_mutex_lock(&rn_ib_mh_lock);
-  mh->prev = NULL;
-  mh->next = rn_ib_mh_list;
-  if (mh->next) mh->next->prev = mh;
-  rn_ib_mh_list = mh;
-  pthread_mutex_unlock(&rn_ib_mh_lock);
-}
-
-static void rn_ib_mh_unlink(struct rn_ib_mh *mh) {
-  pthread_mutex_lock(&rn_ib_mh_lock);
-  if (mh->prev)
-    mh->prev->next = mh->next;
-  else
-    rn_ib_mh_list = mh->next;
-  if (mh->next) mh->next->prev = mh->prev;
-  pthread_mutex_unlock(&rn_ib_mh_lock);
-}
-
-int rn_ib_mh_free_all(void) {
-  int n = 0;
-  pthread_mutex_lock(&rn_ib_mh_lock);
-  while (rn_ib_mh_list) {
-    struct rn_ib_mh *mh = rn_ib_mh_list;
-    rn_ib_mh_list = mh->next;
-    free(mh);
-    n++;
-  }
-  pthread_mutex_unlock(&rn_ib_mh_lock);
-  return n;
-}
-
-static ncclResult_t rn_ib_reg(struct rn_ib_comm *c, void *data, size_t size, int type,
-                              const struct rn_ib_dmabuf_arg *d, int flags, void **out) {
-  ncclResult_t res = ncclSuccess;
-  struct rn_ib_mh *mh = calloc(1, sizeof(*mh));
-  if (!mh) {
-    RN_WARN("IB : out of memory for a registration");
-    return ncclSystemError;
-  }
-  mh->type = type;
-  for (int r = 0; r < c->nrails; r++) {
-    mh->ctx[r] = c->rail[r].dev->ctx;
-    RN_CHECK_GOTO(rn_mr_cache_get(mh->ctx[r]->mrc, data, size, flags, d, &mh->ent[r]), res,
-                  out_put);
-    mh->nrails = r + 1;
-  }
-  rn_ib_mh_link(mh);
-  *out = mh;
-  return ncclSuccess;
-out_put:
-  for (int r = mh->nrails - 1; r >= 0; r--) rn_mr_cache_put(mh->ctx[r]->mrc, mh->ent[r]);
-  free(mh);
-  return res;
-}
-
-ncclResult_t rn_ib_reg_mr(void *comm, void *data, size_t size, int type, void **mh) {
-  struct rn_ib_comm *c = comm;
-  /* CUDA pointers go through plain ibv_reg_mr only with peermem loaded. */
-  for (int r = 0; r < c->nrails && type == NCCL_PTR_CUDA; r++) {
-    const struct rn_nic *nic = rn_ib_nic_of(c->rail[r].dev);
-    if (!(nic->ptr_support & NCCL_PTR_CUDA)) {
-      RN_WARN(
-          "IB : regMr of CUDA memory %p (%zu bytes) on %s, which cannot register GPU memory "
-          "without nvidia-peermem (use regMrDmaBuf if DMABUF is advertised)",
-          data, size, nic->name);
-      return ncclInvalidArgument;
-    }
-  }
-  return rn_ib_reg(comm, data, size, type, NULL, 0, mh);
-}
-
-ncclResult_t rn_ib_reg_mr_dmabuf(void *comm, void *data, size_t size, int type, uint64_t offset,
-                                 int fd, void **mh) {
-  /* NCCL closes fd after this call: the MR keeps its own reference. */
-  struct rn_ib_dmabuf_arg d = {.data = (uintptr_t)data, .offset = offset, .fd = fd};
-  size_t page = (size_t)sysconf(_SC_PAGESIZE);
-  uint64_t below = (uint64_t)((uintptr_t)data & (page - 1));
-  return rn_ib_reg(comm, data, size, type, &d, offset >= below ? 0 : RN_MR_EXACT, mh);
-}
-
-ncclResult_t rn_ib_dereg_mr(void *comm, void *mhp) {
-  (void)comm;
-  struct rn_ib_mh *mh = mhp;
-  rn_ib_mh_unlink(mh);
-  for (int r = mh->nrails - 1; r >= 0; r--) rn_mr_cache_put(mh->ctx[r]->mrc, mh->ent[r]);
-  free(mh);
-  return ncclSuccess;
-}
-
 /* --- completions -------------------------------------------------------- */
-
-ncclResult_t rn_ib_post_recvs(struct rn_ib_comm *c, int rail, int qpi, int count) {
-  struct ibv_recv_wr wr[RN_IB_RECV_DEPTH];
-  if (count > RN_IB_RECV_DEPTH) count = RN_IB_RECV_DEPTH;
-  memset(wr, 0, sizeof(wr[0]) * (size_t)count);
-  for (int i = 0; i < count; i++) {
-    wr[i].wr_id = RN_IB_WRID(RN_IB_WR_RECV, (rail << 8) | qpi);
-    wr[i].next = i + 1 < count ? &wr[i + 1] : NULL;
-  }
-  return rn_ibv_post_recv(c->rail[rail].qp[qpi], wr);
-}
 
 static ncclResult_t rn_ib_wc_result(enum ibv_wc_status s) {
   switch (s) {
@@ -176,7 +39,7 @@ static void rn_ib_wc_error(struct rn_ib_comm *c, int rail, const struct ibv_wc *
   const char *what[] = {"?", "send", "FIFO write", "receive", "flush read"};
   unsigned kind = (unsigned)(wc->wr_id >> 32);
   RN_WARN("IB : %s QP %u: %s completion failed: %s (status %d, vendor error 0x%x), peer %s",
-          rn_ib_nic_of(c->rail[rail].dev)->name, wc->qp_num, kind < 5 ? what[kind] : "?",
+          c->rail[rail].dev->nic->name, wc->qp_num, kind < 5 ? what[kind] : "?",
           rn_ibv_wc_status_str(wc->status), (int)wc->status, wc->vendor_err, c->peer);
   rn_ib_fail(c, rn_ib_wc_result(wc->status));
 }
@@ -199,7 +62,7 @@ static void rn_ib_on_wc(struct rn_ib_comm *c, int rail, const struct ibv_wc *wc)
       struct rn_ib_req *r = &c->rreq[RN_IB_IMM_SLOT(imm)];
       if (r->kind != RN_IB_REQ_RECV) {
         RN_WARN("IB : %s QP %u: data for slot %u with no receive posted (peer %s)",
-                rn_ib_nic_of(c->rail[rail].dev)->name, wc->qp_num, RN_IB_IMM_SLOT(imm), c->peer);
+                c->rail[rail].dev->nic->name, wc->qp_num, RN_IB_IMM_SLOT(imm), c->peer);
         rn_ib_fail(c, ncclInternalError);
         break;
       }
@@ -229,6 +92,26 @@ static ncclResult_t rn_ib_progress(struct rn_ib_comm *c) {
     } while (got == 16);
   }
   return c->error;
+}
+
+/* --- liveness ----------------------------------------------------------- */
+
+static uint64_t rn_ib_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static ncclResult_t rn_ib_peer_alive(struct rn_ib_comm *c) {
+  uint64_t now = rn_ib_now_ms();
+  if (now < c->next_alive_ms) return ncclSuccess;
+  c->next_alive_ms = now + RN_IB_ALIVE_CHECK_MS;
+  if (c->ctrl_fd < 0) return ncclSuccess;
+  char b;
+  ssize_t n = recv(c->ctrl_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)))
+    return ncclSuccess;
+  return ncclRemoteError; /* EOF or reset: the caller re-polls, then WARNs */
 }
 
 /* --- send --------------------------------------------------------------- */
@@ -345,7 +228,7 @@ static ncclResult_t rn_ib_post_group(struct rn_ib_comm *c, int slot, struct rn_i
 
 static ncclResult_t rn_ib_dead_peer(struct rn_ib_comm *c, const char *what) {
   RN_WARN("IB : %s QP %u: peer %s closed the connection while a %s was pending",
-          rn_ib_nic_of(c->rail[0].dev)->name, c->rail[0].qp[0]->qp_num, c->peer, what);
+          c->rail[0].dev->nic->name, c->rail[0].qp[0]->qp_num, c->peer, what);
   rn_ib_fail(c, ncclRemoteError);
   return c->error;
 }
@@ -366,8 +249,8 @@ ncclResult_t rn_ib_isend(void *scomm, void *data, size_t size, int tag, void *mh
   }
   int n = f[0].n;
   if (n < 1 || n > RN_IB_MAX_RECVS) {
-    RN_WARN("IB : %s: FIFO slot %d announces %d buffers (peer %s)",
-            rn_ib_nic_of(c->rail[0].dev)->name, slot, n, c->peer);
+    RN_WARN("IB : %s: FIFO slot %d announces %d buffers (peer %s)", c->rail[0].dev->nic->name, slot,
+            n, c->peer);
     rn_ib_fail(c, ncclRemoteError);
     return c->error;
   }
@@ -558,14 +441,14 @@ static ncclResult_t rn_ib_recv_sizes(struct rn_ib_comm *c, struct rn_ib_req *r, 
                                      : (size_t)((volatile uint64_t *)c->ctl->sizes[r->slot])[i];
     if (got > r->size[i] || (r->error && got > r->size[i])) {
       RN_WARN("IB : %s: peer %s sent %zu bytes for a %zu-byte receive buffer (tag %d)",
-              rn_ib_nic_of(c->rail[0].dev)->name, c->peer, got, r->size[i], r->tag[i]);
+              c->rail[0].dev->nic->name, c->peer, got, r->size[i], r->tag[i]);
       res = ncclInvalidUsage;
     }
     if (sizes) sizes[i] = got;
   }
   if (r->error && res == ncclSuccess) {
     RN_WARN("IB : %s: peer %s refused a receive of %d buffer(s) (a send exceeded its buffer)",
-            rn_ib_nic_of(c->rail[0].dev)->name, c->peer, r->n);
+            c->rail[0].dev->nic->name, c->peer, r->n);
     res = ncclInvalidUsage;
   }
   return res;

@@ -1,7 +1,19 @@
-/* The verbs transport's one table.  Discovery in ib_init.c/ib_gdr.c,
- * connection setup in ib_connect.c, the data path in ib_p2p.c, the verbs
- * wrappers in ibvwrap.c, the registration cache in mr_cache.c. */
+/* The verbs transport's one table, and finalize, which needs every other
+ * part: discovery.c and gdr.c find the devices, connect.c sets up
+ * connections, reg.c registers memory, p2p.c is the data path; the verbs
+ * wrappers are in ibvwrap.c, the registration cache in mr_cache.c. */
+#include "railnet/log.h"
 #include "ib.h"
+
+static void rn_ib_fini(void) {
+  /* Comms left open (abort, unload) hold QPs, CQs and MRs on the devices:
+   * free them first, never waiting on a peer. */
+  int n = rn_ib_close_all();
+  if (n > 0) RN_INFO(NCCL_INIT | NCCL_NET, "IB : closed %d comm(s) left open at finalize", n);
+  n = rn_ib_mh_free_all();
+  if (n > 0) RN_INFO(NCCL_INIT | NCCL_NET, "IB : released %d registration(s) left at finalize", n);
+  rn_ib_devices_close();
+}
 
 const struct rn_transport rn_transport_ib = {
     .name = "ib",
