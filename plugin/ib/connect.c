@@ -89,25 +89,18 @@ struct rn_ib_connect_state {
 /* --- open comms -------------------------------------------------------- */
 
 static pthread_mutex_t rn_ib_live_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct rn_ib_live rn_ib_live_head = {&rn_ib_live_head, &rn_ib_live_head, 0};
+static struct rn_list rn_ib_live_head = RN_LIST_HEAD_INIT(rn_ib_live_head);
 
 static void rn_ib_live_add(struct rn_ib_live *l, int is_listen) {
   pthread_mutex_lock(&rn_ib_live_lock);
   l->is_listen = is_listen;
-  l->next = &rn_ib_live_head;
-  l->prev = rn_ib_live_head.prev;
-  l->prev->next = l;
-  rn_ib_live_head.prev = l;
+  rn_list_add_tail(&rn_ib_live_head, &l->link);
   pthread_mutex_unlock(&rn_ib_live_lock);
 }
 
 static void rn_ib_live_del(struct rn_ib_live *l) {
   pthread_mutex_lock(&rn_ib_live_lock);
-  if (l->next) {
-    l->prev->next = l->next;
-    l->next->prev = l->prev;
-    l->next = l->prev = NULL;
-  }
+  rn_list_del(&l->link);
   pthread_mutex_unlock(&rn_ib_live_lock);
 }
 
@@ -603,13 +596,14 @@ int rn_ib_close_all(void) {
   int n = 0;
   for (;;) {
     pthread_mutex_lock(&rn_ib_live_lock);
-    struct rn_ib_live *l = rn_ib_live_head.next;
+    struct rn_list *first = rn_ib_live_head.next;
     pthread_mutex_unlock(&rn_ib_live_lock);
-    if (l == &rn_ib_live_head) break;
+    if (first == &rn_ib_live_head) break;
+    struct rn_ib_live *l = RN_LIST_ENTRY(first, struct rn_ib_live, link);
     if (l->is_listen)
-      (void)rn_ib_close_listen((char *)l - offsetof(struct rn_ib_listen_comm, live));
+      (void)rn_ib_close_listen(RN_LIST_ENTRY(l, struct rn_ib_listen_comm, live));
     else
-      rn_ib_comm_free((struct rn_ib_comm *)((char *)l - offsetof(struct rn_ib_comm, live)));
+      rn_ib_comm_free(RN_LIST_ENTRY(l, struct rn_ib_comm, live));
     n++;
   }
   return n;

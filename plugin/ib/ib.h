@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <string.h>
 #include "ibvwrap.h"
+#include "railnet/list.h"
 #include "railnet/mr_cache.h"
 #include "railnet/rendezvous.h"
 #include "railnet/transport.h"
@@ -102,8 +103,8 @@ static inline void rn_ib_strcpy(char *dst, size_t len, const char *src) {
 /* A registration: one cache entry per rail of the comm it was made on.
  * Owner: the caller of reg_mr, until dereg_mr. */
 struct rn_ib_mh {
-  struct rn_ib_mh *prev, *next; /* registrations alive, freed at fini */
-  int type;                     /* NCCL_PTR_* */
+  struct rn_list live; /* in reg.c's list of registrations, freed at fini */
+  int type;            /* NCCL_PTR_* */
   int nrails;
   struct rn_ib_ctx *ctx[RN_MAX_RAILS];
   struct rn_mr_entry *ent[RN_MAX_RAILS];
@@ -125,7 +126,7 @@ struct rn_ib_rail {
 /* Comms and listen comms handed to the core, so finalize (or unload) can
  * close what the caller left open. */
 struct rn_ib_live {
-  struct rn_ib_live *prev, *next;
+  struct rn_list link;
   int is_listen;
 };
 

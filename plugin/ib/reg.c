@@ -40,34 +40,27 @@ void rn_ib_mr_dereg_cb(void *ctx, void *handle) {
 }
 
 static pthread_mutex_t rn_ib_mh_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct rn_ib_mh *rn_ib_mh_list;
+static struct rn_list rn_ib_mh_list = RN_LIST_HEAD_INIT(rn_ib_mh_list);
 
 static void rn_ib_mh_link(struct rn_ib_mh *mh) {
   pthread_mutex_lock(&rn_ib_mh_lock);
-  mh->prev = NULL;
-  mh->next = rn_ib_mh_list;
-  if (mh->next) mh->next->prev = mh;
-  rn_ib_mh_list = mh;
+  rn_list_add(&rn_ib_mh_list, &mh->live);
   pthread_mutex_unlock(&rn_ib_mh_lock);
 }
 
 static void rn_ib_mh_unlink(struct rn_ib_mh *mh) {
   pthread_mutex_lock(&rn_ib_mh_lock);
-  if (mh->prev)
-    mh->prev->next = mh->next;
-  else
-    rn_ib_mh_list = mh->next;
-  if (mh->next) mh->next->prev = mh->prev;
+  rn_list_del(&mh->live);
   pthread_mutex_unlock(&rn_ib_mh_lock);
 }
 
 int rn_ib_mh_free_all(void) {
   int n = 0;
   pthread_mutex_lock(&rn_ib_mh_lock);
-  while (rn_ib_mh_list) {
-    struct rn_ib_mh *mh = rn_ib_mh_list;
-    rn_ib_mh_list = mh->next;
-    free(mh);
+  while (!rn_list_empty(&rn_ib_mh_list)) {
+    struct rn_list *first = rn_ib_mh_list.next;
+    rn_list_del(first);
+    free(RN_LIST_ENTRY(first, struct rn_ib_mh, live));
     n++;
   }
   pthread_mutex_unlock(&rn_ib_mh_lock);

@@ -14,25 +14,17 @@
 /* Comms not yet closed, so that finalize or unload can still stop their
  * threads before the code they run is unmapped. */
 static pthread_mutex_t rn_tcp_live_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct rn_tcp_comm *rn_tcp_live;
+static struct rn_list rn_tcp_live = RN_LIST_HEAD_INIT(rn_tcp_live);
 
 static void rn_tcp_live_add(struct rn_tcp_comm *c) {
   pthread_mutex_lock(&rn_tcp_live_lock);
-  c->prev = NULL;
-  c->next = rn_tcp_live;
-  if (rn_tcp_live != NULL) rn_tcp_live->prev = c;
-  rn_tcp_live = c;
+  rn_list_add(&rn_tcp_live, &c->open);
   pthread_mutex_unlock(&rn_tcp_live_lock);
 }
 
 static void rn_tcp_live_del(struct rn_tcp_comm *c) {
   pthread_mutex_lock(&rn_tcp_live_lock);
-  if (c->prev != NULL)
-    c->prev->next = c->next;
-  else if (rn_tcp_live == c)
-    rn_tcp_live = c->next;
-  if (c->next != NULL) c->next->prev = c->prev;
-  c->prev = c->next = NULL;
+  rn_list_del(&c->open);
   pthread_mutex_unlock(&rn_tcp_live_lock);
 }
 
@@ -48,7 +40,9 @@ void rn_tcp_flush_lazy(void) {
   int left = 0;
   pthread_mutex_lock(&rn_tcp_live_lock);
   atomic_store(&rn_tcp_nlazy, 0);
-  for (struct rn_tcp_comm *c = rn_tcp_live; c != NULL; c = c->next) {
+  struct rn_list *node;
+  RN_LIST_FOR_EACH(node, &rn_tcp_live) {
+    struct rn_tcp_comm *c = RN_LIST_ENTRY(node, struct rn_tcp_comm, open);
     if (!atomic_load(&c->lazy)) continue;
     if (pthread_mutex_trylock(&c->lock) != 0) {
       left = 1;
@@ -155,10 +149,10 @@ int rn_tcp_comm_free_all(void) {
   int n = 0;
   for (;;) {
     pthread_mutex_lock(&rn_tcp_live_lock);
-    struct rn_tcp_comm *c = rn_tcp_live;
+    struct rn_list *first = rn_list_empty(&rn_tcp_live) ? NULL : rn_tcp_live.next;
     pthread_mutex_unlock(&rn_tcp_live_lock);
-    if (c == NULL) break;
-    rn_tcp_comm_free(c);
+    if (first == NULL) break;
+    rn_tcp_comm_free(RN_LIST_ENTRY(first, struct rn_tcp_comm, open));
     n++;
   }
   return n;

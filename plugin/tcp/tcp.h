@@ -31,6 +31,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include "railnet/list.h"
 #include "railnet/rendezvous.h"
 #include "railnet/transport.h"
 
@@ -175,7 +176,7 @@ struct rn_tcp_thread {
 /* A send or receive comm.  Owner: NCCL between connect/accept and close. */
 struct rn_tcp_comm {
   struct rn_comm_base base;
-  struct rn_tcp_comm *prev, *next; /* rn_tcp_live, under rn_tcp_live_lock */
+  struct rn_list open; /* in comm.c's list of open comms, under its lock */
   pthread_mutex_t lock;
   int is_recv;
   int ctrl_fd;

@@ -19,7 +19,7 @@ static int rn_tcp_nifs;
 
 struct rn_tcp_listen {
   struct rn_comm_base base;
-  struct rn_tcp_listen *prev, *next; /* rn_tcp_live_listens, under rn_tcp_listens_lock */
+  struct rn_list open; /* in rn_tcp_live_listens, under rn_tcp_listens_lock */
   int nfds;
   int fd[RN_MAX_RAILS];
   struct rn_rdv *rdv;
@@ -64,7 +64,7 @@ static ncclResult_t rn_tcp_init(const struct rn_nic **nics, int *n) {
 
 /* Listen comms not yet closed, so that finalize can close them. */
 static pthread_mutex_t rn_tcp_listens_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct rn_tcp_listen *rn_tcp_live_listens;
+static struct rn_list rn_tcp_live_listens = RN_LIST_HEAD_INIT(rn_tcp_live_listens);
 
 static ncclResult_t rn_tcp_close_listen(void *lcomm);
 
@@ -72,10 +72,10 @@ static void rn_tcp_fini(void) {
   int n = 0;
   for (;;) {
     pthread_mutex_lock(&rn_tcp_listens_lock);
-    struct rn_tcp_listen *l = rn_tcp_live_listens;
+    struct rn_list *first = rn_list_empty(&rn_tcp_live_listens) ? NULL : rn_tcp_live_listens.next;
     pthread_mutex_unlock(&rn_tcp_listens_lock);
-    if (l == NULL) break;
-    rn_tcp_close_listen(l);
+    if (first == NULL) break;
+    rn_tcp_close_listen(RN_LIST_ENTRY(first, struct rn_tcp_listen, open));
     n++;
   }
   n += rn_tcp_comm_free_all();
@@ -107,9 +107,7 @@ static ncclResult_t rn_tcp_listen(const struct rn_rails *r, struct rn_handle *h,
   h->nrails = (uint8_t)n;
   RN_CHECK_GOTO(rn_rdv_create(l->fd, l->nfds, h->nonce, &l->rdv), res, out_close);
   pthread_mutex_lock(&rn_tcp_listens_lock);
-  l->next = rn_tcp_live_listens;
-  if (l->next != NULL) l->next->prev = l;
-  rn_tcp_live_listens = l;
+  rn_list_add(&rn_tcp_live_listens, &l->open);
   pthread_mutex_unlock(&rn_tcp_listens_lock);
   *lcomm = l;
   return ncclSuccess;
@@ -226,11 +224,7 @@ static ncclResult_t rn_tcp_accept(void *lcomm, void **rcomm) {
 static ncclResult_t rn_tcp_close_listen(void *lcomm) {
   struct rn_tcp_listen *l = lcomm;
   pthread_mutex_lock(&rn_tcp_listens_lock);
-  if (l->prev != NULL)
-    l->prev->next = l->next;
-  else if (rn_tcp_live_listens == l)
-    rn_tcp_live_listens = l->next;
-  if (l->next != NULL) l->next->prev = l->prev;
+  rn_list_del(&l->open);
   pthread_mutex_unlock(&rn_tcp_listens_lock);
   rn_rdv_destroy(l->rdv);
   for (int i = 0; i < l->nfds; i++) close(l->fd[i]);
