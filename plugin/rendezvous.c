@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "railnet/check.h"
+#include "railnet/clock.h"
 #include "railnet/param.h"
 #include "railnet/rendezvous.h"
 #include "railnet/transport.h"
@@ -28,12 +29,6 @@ uint64_t rn_random64(void) {
     v = ((uint64_t)ts.tv_nsec << 32) ^ (uint64_t)ts.tv_sec ^ ((uint64_t)getpid() << 16);
   }
   return v;
-}
-
-static int64_t rn_now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* ---- rendezvous (listening side) ---- */
@@ -156,7 +151,7 @@ static int rn_rdv_admit(struct rn_rdv *r, int fd, const struct rn_hello *h, int6
 }
 
 ncclResult_t rn_rdv_poll(struct rn_rdv *r, struct rn_rdv_conn *conn, int *ready) {
-  int64_t now = rn_now_ms();
+  int64_t now = rn_clock_ms();
   *ready = 0;
   for (int l = 0; l < r->nlfds; l++) {
     for (;;) {

@@ -171,9 +171,9 @@ struct rn_ib_comm {
   uint64_t rem_ctl; /* the peer's control block address */
   int ctrl_fd;      /* bootstrap socket, kept to notice a dead peer */
   char peer[64];
-  ncclResult_t error; /* sticky: set by the first failure */
-  uint64_t seq;       /* next group */
-  uint64_t next_alive_ms;
+  ncclResult_t error;    /* sticky: set by the first failure */
+  uint64_t seq;          /* next group */
+  int64_t next_alive_ms; /* rn_clock_ms() of the next liveness check */
   /* sender */
   struct rn_ib_sgroup group[RN_IB_SLOTS];
   struct rn_ib_req sreq[RN_IB_SLOTS * RN_IB_MAX_RECVS];

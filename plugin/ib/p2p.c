@@ -7,8 +7,8 @@
 #include <stddef.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include "railnet/check.h"
+#include "railnet/clock.h"
 #include "ib.h"
 
 /* --- completions -------------------------------------------------------- */
@@ -96,14 +96,8 @@ static ncclResult_t rn_ib_progress(struct rn_ib_comm *c) {
 
 /* --- liveness ----------------------------------------------------------- */
 
-static uint64_t rn_ib_now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 static ncclResult_t rn_ib_peer_alive(struct rn_ib_comm *c) {
-  uint64_t now = rn_ib_now_ms();
+  int64_t now = rn_clock_ms();
   if (now < c->next_alive_ms) return ncclSuccess;
   c->next_alive_ms = now + RN_IB_ALIVE_CHECK_MS;
   if (c->ctrl_fd < 0) return ncclSuccess;

@@ -5,9 +5,9 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 #include "railnet/check.h"
+#include "railnet/clock.h"
 #include "railnet/param.h"
 #include "tcp.h"
 
@@ -34,7 +34,7 @@ struct rn_tcp_connecting {
   struct rn_dial *dial;
   int dialed; /* all sockets up and hellos sent: awaiting the ack */
   struct rn_rdv_conn conn;
-  struct timespec start;
+  int64_t start_ms;
   char peer[64];
 };
 
@@ -117,12 +117,6 @@ out_close:
   return res;
 }
 
-static double rn_tcp_elapsed(const struct timespec *t0) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) * 1e-9;
-}
-
 static void rn_tcp_connect_abort(void *state) {
   struct rn_tcp_connecting *k = state;
   if (k == NULL) return;
@@ -150,7 +144,7 @@ static ncclResult_t rn_tcp_connect(const struct rn_rails *r, const struct rn_han
       RN_WARN("socket: out of memory in connect");
       return ncclSystemError;
     }
-    clock_gettime(CLOCK_MONOTONIC, &k->start);
+    k->start_ms = rn_clock_ms();
     rn_sockaddr_str(&addrs[0], k->peer, sizeof(k->peer));
     /* Leave from this device's own rails, in step with the peer's. */
     union rn_sockaddr locals[RN_MAX_RAILS];
@@ -175,7 +169,7 @@ static ncclResult_t rn_tcp_connect(const struct rn_rails *r, const struct rn_han
     ready = got == 1;
   }
   if (!ready) {
-    if (rn_tcp_elapsed(&k->start) * 1000 > (double)rn_params()->connect_timeout_ms) {
+    if (rn_clock_ms() - k->start_ms > rn_params()->connect_timeout_ms) {
       RN_WARN("socket: connect to %s timed out after %lld ms", k->peer,
               (long long)rn_params()->connect_timeout_ms);
       res = ncclRemoteError;
