@@ -4,6 +4,8 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
@@ -185,4 +187,25 @@ ncclResult_t rn_sock_recv_some(int fd, void *buf, size_t len, size_t *off) {
     return errno == ECONNRESET ? ncclRemoteError : ncclSystemError;
   }
   return ncclSuccess;
+}
+
+int rn_sock_each_ifaddr(rn_sock_ifaddr_fn visit, void *arg) {
+  struct ifaddrs *all = NULL;
+  if (getifaddrs(&all) != 0) return -1;
+  int stop = 0;
+  for (int pass = 0; pass < 2 && !stop; pass++) {
+    int family = pass == 0 ? AF_INET : AF_INET6;
+    for (const struct ifaddrs *a = all; a != NULL && !stop; a = a->ifa_next) {
+      if (a->ifa_addr == NULL || a->ifa_addr->sa_family != family) continue;
+      if (!(a->ifa_flags & IFF_UP)) continue;
+      union rn_sockaddr sa;
+      memset(&sa, 0, sizeof(sa));
+      memcpy(&sa, a->ifa_addr,
+             family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6));
+      if (family == AF_INET6 && IN6_IS_ADDR_LINKLOCAL(&sa.in6.sin6_addr)) continue;
+      stop = visit(arg, a->ifa_name, a->ifa_flags, &sa);
+    }
+  }
+  freeifaddrs(all);
+  return 0;
 }

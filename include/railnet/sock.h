@@ -45,4 +45,13 @@ ncclResult_t rn_sock_recv_some(int fd, void *buf, size_t len, size_t *off);
 /* TCP_NODELAY, close-on-exec, non-blocking; buffers when bufsize > 0. */
 void rn_sock_tune(int fd, int bufsize);
 
+/* Call visit for each address of an up interface that a peer can reach:
+ * every IPv4 address first, then every IPv6 one but the link-local ones
+ * (they need a scope id the peer cannot use), each family in getifaddrs
+ * order.  flags are the interface's IFF_* flags; visit returns nonzero to
+ * stop.  0, or -1 when the interfaces cannot be read. */
+typedef int (*rn_sock_ifaddr_fn)(void *arg, const char *ifname, unsigned flags,
+                                 const union rn_sockaddr *addr);
+int rn_sock_each_ifaddr(rn_sock_ifaddr_fn visit, void *arg);
+
 #endif

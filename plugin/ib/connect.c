@@ -15,7 +15,6 @@
 #include <arpa/inet.h>
 #include <pthread.h>
 #include <stddef.h>
-#include <ifaddrs.h>
 #include <net/if.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,40 +105,38 @@ static void rn_ib_live_del(struct rn_ib_live *l) {
 
 /* --- addresses ---------------------------------------------------------- */
 
-static int rn_ib_ifaddr(const struct ifaddrs *ifs, const char *name, int family, int skip_lo,
-                        union rn_sockaddr *out) {
-  for (const struct ifaddrs *i = ifs; i; i = i->ifa_next) {
-    if (!i->ifa_addr || i->ifa_addr->sa_family != family || !(i->ifa_flags & IFF_UP)) continue;
-    if (name && strcmp(i->ifa_name, name) != 0) continue;
-    if (skip_lo && (i->ifa_flags & IFF_LOOPBACK)) continue;
-    if (family == AF_INET6 &&
-        IN6_IS_ADDR_LINKLOCAL(&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr))
-      continue;
-    memset(out, 0, sizeof(*out));
-    memcpy(out, i->ifa_addr,
-           family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6));
-    return 0;
+struct rn_ib_addr_pick {
+  const struct rn_rails *rails;
+  int rank; /* of the best address so far; lower is better */
+  union rn_sockaddr addr;
+};
+
+/* Rank an address: on rail k's netdev 2k (IPv4) or 2k+1 (IPv6); on any
+ * other interface but loopback after every rail; the first of a rank
+ * wins. */
+static int rn_ib_addr_visit(void *arg, const char *ifname, unsigned flags,
+                            const union rn_sockaddr *addr) {
+  struct rn_ib_addr_pick *p = arg;
+  int v6 = addr->sa.sa_family == AF_INET6, rank = -1;
+  for (int k = 0; k < p->rails->n && rank < 0; k++) {
+    const char *nd = p->rails->nic[k]->netdev;
+    if (nd[0] && strcmp(ifname, nd) == 0) rank = 2 * k + v6;
   }
-  return -1;
+  if (rank < 0 && !(flags & IFF_LOOPBACK)) rank = 2 * RN_MAX_RAILS + v6;
+  if (rank >= 0 && rank < p->rank) {
+    p->rank = rank;
+    p->addr = *addr;
+  }
+  return 0;
 }
 
 /* The bootstrap address peers dial: the first rail's netdev (IPv4, then
  * IPv6), else any other up interface, else loopback. */
 static ncclResult_t rn_ib_listen_addr(const struct rn_rails *r, union rn_sockaddr *sa) {
-  struct ifaddrs *ifs = NULL;
-  if (getifaddrs(&ifs) == 0) {
-    int found = 0;
-    for (int k = 0; k < r->n && !found; k++) {
-      const char *nd = r->nic[k]->netdev;
-      if (!nd[0]) continue;
-      found =
-          rn_ib_ifaddr(ifs, nd, AF_INET, 0, sa) == 0 || rn_ib_ifaddr(ifs, nd, AF_INET6, 0, sa) == 0;
-    }
-    if (!found)
-      found = rn_ib_ifaddr(ifs, NULL, AF_INET, 1, sa) == 0 ||
-              rn_ib_ifaddr(ifs, NULL, AF_INET6, 1, sa) == 0;
-    freeifaddrs(ifs);
-    if (found) return ncclSuccess;
+  struct rn_ib_addr_pick p = {.rails = r, .rank = 2 * RN_MAX_RAILS + 2};
+  if (rn_sock_each_ifaddr(rn_ib_addr_visit, &p) == 0 && p.rank < 2 * RN_MAX_RAILS + 2) {
+    *sa = p.addr;
+    return ncclSuccess;
   }
   memset(sa, 0, sizeof(*sa));
   sa->in.sin_family = AF_INET;

@@ -1,8 +1,6 @@
 /* TCP interface discovery: which netdevs carry railnet's TCP traffic, with
  * their address, PCI function and link speed. */
 #include <arpa/inet.h>
-#include <ifaddrs.h>
-#include <net/if.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,31 +60,33 @@ static void rn_tcp_if_fill(struct rn_tcp_if *t, const char *name, const struct s
   t->nic.max_comms = 65536;
 }
 
+struct rn_tcp_if_scan {
+  struct rn_tcp_if *ifs;
+  int max, n;
+  const char *spec;
+};
+
+/* One interface per name: IPv4 addresses come first, so an interface's
+ * IPv4 address wins over its IPv6 one. */
+static int rn_tcp_if_visit(void *arg, const char *ifname, unsigned flags,
+                           const union rn_sockaddr *addr) {
+  struct rn_tcp_if_scan *s = arg;
+  (void)flags;
+  if (s->n >= s->max) return 1;
+  if (!rn_tcp_family_wanted(addr->sa.sa_family) || !rn_tcp_if_match(s->spec, ifname)) return 0;
+  for (int i = 0; i < s->n; i++)
+    if (strcmp(s->ifs[i].nic.name, ifname) == 0) return 0;
+  rn_tcp_if_fill(&s->ifs[s->n++], ifname, &addr->sa);
+  return 0;
+}
+
 static int rn_tcp_if_scan(struct rn_tcp_if *ifs, int max, const char *spec) {
-  struct ifaddrs *all = NULL;
-  int n = 0;
-  if (getifaddrs(&all) != 0) {
+  struct rn_tcp_if_scan s = {.ifs = ifs, .max = max, .n = 0, .spec = spec};
+  if (rn_sock_each_ifaddr(rn_tcp_if_visit, &s) != 0) {
     RN_WARN("getifaddrs failed");
     return 0;
   }
-  /* Two passes so an interface's IPv4 address wins over its IPv6 one. */
-  for (int pass = 0; pass < 2; pass++) {
-    int fam = pass == 0 ? AF_INET : AF_INET6;
-    for (struct ifaddrs *a = all; a != NULL && n < max; a = a->ifa_next) {
-      if (a->ifa_addr == NULL || a->ifa_addr->sa_family != fam) continue;
-      if (!(a->ifa_flags & IFF_UP) || !rn_tcp_family_wanted(fam)) continue;
-      if (fam == AF_INET6 &&
-          IN6_IS_ADDR_LINKLOCAL(&((struct sockaddr_in6 *)a->ifa_addr)->sin6_addr))
-        continue; /* needs a scope id the peer cannot use */
-      if (!rn_tcp_if_match(spec, a->ifa_name)) continue;
-      int dup = 0;
-      for (int i = 0; i < n; i++) dup |= strcmp(ifs[i].nic.name, a->ifa_name) == 0;
-      if (dup) continue;
-      rn_tcp_if_fill(&ifs[n++], a->ifa_name, a->ifa_addr);
-    }
-  }
-  freeifaddrs(all);
-  return n;
+  return s.n;
 }
 
 int rn_tcp_if_discover(struct rn_tcp_if *ifs, int max) {
