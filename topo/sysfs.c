@@ -86,13 +86,28 @@ void rn_topo_sysfs_enrich_nics(struct rn_topo *t, const char *root) {
   }
 }
 
+/* Where a loaded GPUDirect RDMA module shows (under the root), and its
+ * name. */
+static const struct {
+  const char *path, *module;
+} rn_topo_peermem[] = {
+    {"/sys/module/nvidia_peermem", "nvidia_peermem"},
+    {"/sys/module/nv_peer_mem", "nv_peer_mem"},
+    {"/sys/kernel/mm/memory_peers/nv_mem", "nv_peer_mem"},
+    {"/sys/kernel/mm/memory_peers/nv_mem_nc", "nv_peer_mem"},
+};
+
+/* The index of the first module found under root, or -1. */
+static int rn_topo_sysfs_peermem(const char *root) {
+  for (size_t i = 0; i < sizeof(rn_topo_peermem) / sizeof(rn_topo_peermem[0]); i++)
+    if (rn_topo_sysfs_exists(root, rn_topo_peermem[i].path)) return (int)i;
+  return -1;
+}
+
 int rn_topo_sysfs_gdr_probe(const char *root, char *why, size_t len) {
-  if (rn_topo_sysfs_exists(root, "sys/module/nvidia_peermem")) {
-    snprintf(why, len, "nvidia_peermem loaded");
-    return 1;
-  }
-  if (rn_topo_sysfs_exists(root, "sys/module/nv_peer_mem")) {
-    snprintf(why, len, "nv_peer_mem loaded");
+  int i = rn_topo_sysfs_peermem(root);
+  if (i >= 0) {
+    snprintf(why, len, "%s loaded", rn_topo_peermem[i].module);
     return 1;
   }
   /* dma-buf GDR needs a CUDA driver query; the plugin probes it. */
@@ -107,6 +122,13 @@ int rn_topo_sysfs_gdr_probe(const char *root, char *why, size_t len) {
 
 int rn_sysfs_read(const char *path, char *buf, size_t len) {
   return rn_topo_sysfs_read(rn_topo_sysfs_root(), path, buf, len);
+}
+
+int rn_sysfs_peermem(const char **path) {
+  int i = rn_topo_sysfs_peermem(rn_topo_sysfs_root());
+  if (i < 0) return 0;
+  *path = rn_topo_peermem[i].path;
+  return 1;
 }
 
 int rn_sysfs_realpath(const char *path, char *buf, size_t len) {

@@ -17,7 +17,8 @@ int rn_topo_sysfs_exists(const char *root, const char *rel);
 /* Port state, rate, link layer and GUID for RDMA NICs, speed for netdevs. */
 void rn_topo_sysfs_enrich_nics(struct rn_topo *t, const char *root);
 /* GPUDirect RDMA as far as sysfs tells: 1 with nvidia-peermem (or the old
- * nv_peer_mem) loaded.  why says what was found. */
+ * nv_peer_mem) loaded.  why says what was found.  The plugin's verbs
+ * transport asks the same question through rn_sysfs_peermem(). */
 int rn_topo_sysfs_gdr_probe(const char *root, char *why, size_t len);
 
 #endif

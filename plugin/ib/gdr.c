@@ -9,20 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 #include "railnet/check.h"
+#include "railnet/sysfs.h"
 #include "ib.h"
-
-static int rn_ib_peermem_loaded(const char **which) {
-  static const char *paths[] = {"/sys/module/nvidia_peermem/version",
-                                "/sys/kernel/mm/memory_peers/nv_mem/version",
-                                "/sys/kernel/mm/memory_peers/nv_mem_nc/version"};
-  for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
-    if (access(paths[i], F_OK) == 0) {
-      *which = paths[i];
-      return 1;
-    }
-  }
-  return 0;
-}
 
 /* The few driver API entry points the probe needs (CUDA driver ABI). */
 typedef int rn_cu_result;
@@ -134,7 +122,7 @@ int rn_ib_probe_ptr_support(struct rn_ib_ctx *ctx, char *why, size_t len) {
   int bits = 0;
   const char *mod = NULL;
   char dwhy[160];
-  if (rn_ib_peermem_loaded(&mod)) bits |= NCCL_PTR_CUDA;
+  if (rn_sysfs_peermem(&mod)) bits |= NCCL_PTR_CUDA;
   if (rn_ib_dmabuf_probe(ctx, dwhy, sizeof(dwhy))) bits |= NCCL_PTR_DMABUF;
   snprintf(why, len, "%s%s; %s", bits & NCCL_PTR_CUDA ? "peermem: " : "no CUDA: ",
            mod ? mod : "no nvidia-peermem/nv_peer_mem module", dwhy);
