@@ -44,19 +44,6 @@ static struct {
   struct rn_pending_connect pending[RN_MAX_PENDING_CONNECTS];
 } rn_core = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-static void rn_core_log_devices(void) {
-  for (int d = 0; d < rn_core.nvdevs; d++) {
-    const struct rn_vdev *v = &rn_core.vdevs[d];
-    RN_INFO(NCCL_INIT | NCCL_NET,
-            "dev %d: %s transport=%s rails=%d speed=%d Mbps ptrSupport=%s%s%s pciPath=%s%s%s", d,
-            v->name, rn_core.t->name, v->rails.n, v->speed,
-            (v->ptr_support & NCCL_PTR_HOST) ? "HOST" : "",
-            (v->ptr_support & NCCL_PTR_CUDA) ? "|CUDA" : "",
-            (v->ptr_support & NCCL_PTR_DMABUF) ? "|DMABUF" : "",
-            v->pci_path[0] ? v->pci_path : "(none)", v->why[0] ? " : " : "", v->why);
-  }
-}
-
 /* Pick the transport: forced by RAILNET_TRANSPORT, or verbs when it has an
  * ACTIVE port, else TCP. */
 static ncclResult_t rn_core_setup(void) {
@@ -106,14 +93,14 @@ static ncclResult_t rn_core_setup(void) {
     rn_core.tidx = 0;
     if (!want_ib) RN_INFO(NCCL_INIT | NCCL_NET, "transport socket: forced by RAILNET_TRANSPORT");
   }
-  ncclResult_t res = rn_vdev_build(rn_core.t, nics, nnics, rn_core.vdevs, &rn_core.nvdevs);
+  ncclResult_t res = rn_devices_build(nics, nnics, rn_core.vdevs, &rn_core.nvdevs);
   if (res != ncclSuccess) {
     rn_core.t->fini();
     return res;
   }
   if (rn_core.nvdevs == 0)
     RN_INFO(NCCL_INIT | NCCL_NET, "no usable device; reporting 0 devices (NCCL falls back)");
-  rn_core_log_devices();
+  rn_devices_log(rn_core.vdevs, rn_core.nvdevs, rn_core.t->name);
   rn_core.ready = 1;
   return ncclSuccess;
 }
@@ -246,54 +233,12 @@ ncclResult_t rn_core_make_vdevice(int *d, const ncclNetVDeviceProps_t *props) {
             NCCL_NET_MAX_DEVS_PER_NIC);
     return ncclInvalidUsage;
   }
-  ncclResult_t res = ncclSuccess;
+  ncclResult_t res = ncclInvalidUsage;
   pthread_mutex_lock(&rn_core.lock);
-  if (!rn_core.ready || rn_core.nvdevs == RN_MAX_VDEVS) {
-    RN_WARN("makeVDevice: %s", rn_core.ready ? "device table full" : "plugin not initialized");
-    res = ncclInvalidUsage;
-    goto out_unlock;
-  }
-  struct rn_vdev nv;
-  memset(&nv, 0, sizeof(nv));
-  for (int i = 0; i < props->ndevs; i++) {
-    int s = props->devs[i];
-    for (int j = 0; j < i; j++)
-      if (props->devs[j] == s) s = -1;
-    if (s < 0 || s >= rn_core.nvdevs) {
-      RN_WARN("makeVDevice: device %d invalid or repeated (%d devices)", props->devs[i],
-              rn_core.nvdevs);
-      res = ncclInvalidArgument;
-      goto out_unlock;
-    }
-    const struct rn_vdev *src = &rn_core.vdevs[s];
-    if (nv.rails.n + src->rails.n > RN_MAX_RAILS) {
-      RN_WARN("makeVDevice: more than %d rails in one device", RN_MAX_RAILS);
-      res = ncclInvalidUsage;
-      goto out_unlock;
-    }
-    for (int r = 0; r < src->rails.n; r++) nv.rails.nic[nv.rails.n++] = src->rails.nic[r];
-    if (i == 0) {
-      snprintf(nv.pci_path, sizeof(nv.pci_path), "%s", src->pci_path);
-      nv.guid = src->guid;
-      nv.port = src->port;
-      nv.ptr_support = src->ptr_support;
-      nv.max_comms = src->max_comms;
-    } else {
-      nv.ptr_support &= src->ptr_support;
-      if (src->max_comms < nv.max_comms) nv.max_comms = src->max_comms;
-    }
-    nv.force_flush |= src->force_flush;
-    nv.speed += src->speed;
-    size_t len = strlen(nv.name);
-    snprintf(nv.name + len, sizeof(nv.name) - len, "%s%s", i ? "+" : "", src->name);
-  }
-  nv.vprops = *props;
-  snprintf(nv.why, sizeof(nv.why), "merged by NCCL (makeVDevice)");
-  *d = rn_core.nvdevs;
-  rn_core.vdevs[rn_core.nvdevs++] = nv;
-  RN_INFO(NCCL_INIT | NCCL_NET, "dev %d: %s merged from %d devices, %d rails, speed %d Mbps", *d,
-          nv.name, props->ndevs, nv.rails.n, nv.speed);
-out_unlock:
+  if (rn_core.ready)
+    res = rn_devices_merge(rn_core.vdevs, &rn_core.nvdevs, props, d);
+  else
+    RN_WARN("makeVDevice: plugin not initialized");
   pthread_mutex_unlock(&rn_core.lock);
   return res;
 }

@@ -1,55 +1,77 @@
 /* The device table: the transport's NICs grouped into virtual devices by
- * the rail planner.  Runs once at init under the core lock. */
+ * the rail planner at init, and the devices NCCL merges with makeVDevice,
+ * both folded together by one helper.  The caller locks (see devices.h). */
 #include <stdio.h>
 #include <string.h>
 #include "railnet/check.h"
-#include "railnet/core.h"
+#include "railnet/devices.h"
 #include "railnet/param.h"
 #include "railnet/topo.h"
 
-static enum rn_path rn_vdev_gdr_level(int64_t level) {
+static enum rn_path rn_devices_gdr_level(int64_t level) {
   static const enum rn_path map[] = {RN_PATH_LOC, RN_PATH_PIX, RN_PATH_PXB, RN_PATH_PHB,
                                      RN_PATH_SYS};
   return map[level];
 }
 
+/* Fold part's rails into v: names joined with '+', speeds summed, the
+ * pointer types and comm count every part supports, a flush if any part
+ * needs one; the first part gives the PCI path, GUID and port.  -1 when
+ * the rails would not fit in one device. */
+static int rn_devices_fold(struct rn_vdev *v, const struct rn_vdev *part) {
+  if (v->rails.n + part->rails.n > RN_MAX_RAILS) return -1;
+  if (v->rails.n == 0) {
+    snprintf(v->pci_path, sizeof(v->pci_path), "%s", part->pci_path);
+    v->guid = part->guid;
+    v->port = part->port;
+    v->ptr_support = part->ptr_support;
+    v->max_comms = part->max_comms;
+  } else {
+    v->ptr_support &= part->ptr_support;
+    if (part->max_comms < v->max_comms) v->max_comms = part->max_comms;
+  }
+  v->force_flush |= part->force_flush;
+  v->speed += part->speed;
+  size_t len = strlen(v->name);
+  snprintf(v->name + len, sizeof(v->name) - len, "%s%s", v->rails.n ? "+" : "", part->name);
+  for (int r = 0; r < part->rails.n; r++) v->rails.nic[v->rails.n++] = part->rails.nic[r];
+  return 0;
+}
+
 /* Append one virtual device made of the given transport NICs. */
-static void rn_vdev_add(struct rn_vdev *vdevs, int *nvdevs, const struct rn_nic *nics,
-                        const int *members, int n, int gdr, const char *why) {
+static void rn_devices_add(struct rn_vdev *vdevs, int *nvdevs, const struct rn_nic *nics,
+                           const int *members, int n, int gdr, const char *why) {
   struct rn_vdev *v = &vdevs[*nvdevs];
   memset(v, 0, sizeof(*v));
-  const struct rn_nic *lead = &nics[members[0]];
-  v->ptr_support = NCCL_PTR_HOST | NCCL_PTR_CUDA | NCCL_PTR_DMABUF;
-  v->max_comms = lead->max_comms;
   for (int i = 0; i < n; i++) {
     const struct rn_nic *m = &nics[members[i]];
-    size_t len = strlen(v->name);
-    snprintf(v->name + len, sizeof(v->name) - len, "%s%s", i ? "+" : "", m->name);
-    v->rails.nic[v->rails.n++] = m;
-    v->speed += m->speed_mbps;
-    v->ptr_support &= m->ptr_support;
-    v->force_flush |= m->force_flush;
-    if (m->max_comms < v->max_comms) v->max_comms = m->max_comms;
+    struct rn_vdev one = {.rails = {.n = 1, .nic = {m}},
+                          .speed = m->speed_mbps,
+                          .ptr_support = m->ptr_support,
+                          .force_flush = m->force_flush,
+                          .guid = m->guid,
+                          .port = m->port,
+                          .max_comms = m->max_comms};
+    snprintf(one.name, sizeof(one.name), "%s", m->name);
+    snprintf(one.pci_path, sizeof(one.pci_path), "%s", m->pci_path);
+    (void)rn_devices_fold(v, &one); /* n <= RN_MAX_RAILS: always fits */
   }
   v->ptr_support |= NCCL_PTR_HOST;
   if (!gdr) v->ptr_support = NCCL_PTR_HOST;
-  snprintf(v->pci_path, sizeof(v->pci_path), "%s", lead->pci_path);
-  v->guid = lead->guid;
-  v->port = lead->port;
   v->vprops.ndevs = 1;
   v->vprops.devs[0] = *nvdevs;
   snprintf(v->why, sizeof(v->why), "%s", why);
   (*nvdevs)++;
 }
 
-static int rn_vdev_find_nic(int nnics, const int *model_of, int m) {
+static int rn_devices_find_nic(int nnics, const int *model_of, int m) {
   for (int i = 0; i < nnics; i++)
     if (model_of[i] == m) return i;
   return -1;
 }
 
-ncclResult_t rn_vdev_build(const struct rn_transport *t, const struct rn_nic *nics, int nnics,
-                           struct rn_vdev *vdevs, int *nvdevs) {
+ncclResult_t rn_devices_build(const struct rn_nic *nics, int nnics, struct rn_vdev *vdevs,
+                              int *nvdevs) {
   const struct rn_params *p = rn_params();
   char err[512];
   struct rn_topo *topo = NULL;
@@ -86,7 +108,7 @@ ncclResult_t rn_vdev_build(const struct rn_transport *t, const struct rn_nic *ni
   if (topo != NULL && ncand > 0) {
     struct rn_plan_opts o;
     rn_plan_opts_default(&o);
-    o.gdr_level = rn_vdev_gdr_level(p->gdr_level);
+    o.gdr_level = rn_devices_gdr_level(p->gdr_level);
     o.nic_filter = p->nics;
     o.candidates = cand;
     o.ncandidates = ncand;
@@ -104,7 +126,7 @@ ncclResult_t rn_vdev_build(const struct rn_transport *t, const struct rn_nic *ni
       const struct rn_plan_vdev *pv = &plan->vdevs[v];
       int members[RN_MAX_RAILS], n = 0;
       for (int k = 0; k < pv->nnics && n < RN_MAX_RAILS; k++) {
-        int i = rn_vdev_find_nic(nnics, model_of, pv->nics[k]);
+        int i = rn_devices_find_nic(nnics, model_of, pv->nics[k]);
         if (i >= 0) members[n++] = i;
       }
       if (n == 0) continue;
@@ -118,7 +140,7 @@ ncclResult_t rn_vdev_build(const struct rn_transport *t, const struct rn_nic *ni
       /* Without GPUs in the model the planner cannot judge GDR: leave it
        * to the NIC's own probe and NCCL's distance check. */
       int gdr = ngpus > 0 ? pv->gdr : 1;
-      rn_vdev_add(vdevs, nvdevs, nics, members, n, gdr, why);
+      rn_devices_add(vdevs, nvdevs, nics, members, n, gdr, why);
       for (int k = 0; k < n; k++) used[members[k]] = 1;
     }
     for (int i = 0; i < plan->nunused; i++)
@@ -140,10 +162,52 @@ ncclResult_t rn_vdev_build(const struct rn_transport *t, const struct rn_nic *ni
       continue;
     char why[128];
     snprintf(why, sizeof(why), "%s", planned ? "named by RAILNET_NICS" : "no rail plan for it");
-    rn_vdev_add(vdevs, nvdevs, nics, &i, 1, 1, why);
+    rn_devices_add(vdevs, nvdevs, nics, &i, 1, 1, why);
   }
-  (void)t;
   rn_plan_free(plan);
   rn_topo_free(topo);
   return ncclSuccess;
+}
+
+ncclResult_t rn_devices_merge(struct rn_vdev *vdevs, int *nvdevs,
+                              const ncclNetVDeviceProps_t *props, int *d) {
+  if (*nvdevs == RN_MAX_VDEVS) {
+    RN_WARN("makeVDevice: device table full");
+    return ncclInvalidUsage;
+  }
+  struct rn_vdev nv;
+  memset(&nv, 0, sizeof(nv));
+  for (int i = 0; i < props->ndevs; i++) {
+    int s = props->devs[i];
+    for (int j = 0; j < i; j++)
+      if (props->devs[j] == s) s = -1;
+    if (s < 0 || s >= *nvdevs) {
+      RN_WARN("makeVDevice: device %d invalid or repeated (%d devices)", props->devs[i], *nvdevs);
+      return ncclInvalidArgument;
+    }
+    if (rn_devices_fold(&nv, &vdevs[s]) != 0) {
+      RN_WARN("makeVDevice: more than %d rails in one device", RN_MAX_RAILS);
+      return ncclInvalidUsage;
+    }
+  }
+  nv.vprops = *props;
+  snprintf(nv.why, sizeof(nv.why), "merged by NCCL (makeVDevice)");
+  *d = *nvdevs;
+  vdevs[(*nvdevs)++] = nv;
+  RN_INFO(NCCL_INIT | NCCL_NET, "dev %d: %s merged from %d devices, %d rails, speed %d Mbps", *d,
+          nv.name, props->ndevs, nv.rails.n, nv.speed);
+  return ncclSuccess;
+}
+
+void rn_devices_log(const struct rn_vdev *vdevs, int nvdevs, const char *transport) {
+  for (int d = 0; d < nvdevs; d++) {
+    const struct rn_vdev *v = &vdevs[d];
+    RN_INFO(NCCL_INIT | NCCL_NET,
+            "dev %d: %s transport=%s rails=%d speed=%d Mbps ptrSupport=%s%s%s pciPath=%s%s%s", d,
+            v->name, transport, v->rails.n, v->speed,
+            (v->ptr_support & NCCL_PTR_HOST) ? "HOST" : "",
+            (v->ptr_support & NCCL_PTR_CUDA) ? "|CUDA" : "",
+            (v->ptr_support & NCCL_PTR_DMABUF) ? "|DMABUF" : "",
+            v->pci_path[0] ? v->pci_path : "(none)", v->why[0] ? " : " : "", v->why);
+  }
 }

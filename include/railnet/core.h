@@ -8,9 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "nccl/net_common.h"
+#include "railnet/devices.h"
 #include "railnet/transport.h"
-
-#define RN_MAX_VDEVS 64
 
 /* Properties in their newest form; adapters copy fields down. */
 struct rn_props {
@@ -29,22 +28,6 @@ struct rn_props {
   size_t max_p2p_bytes;
   size_t max_coll_bytes;
   int max_multi_request_size;
-};
-
-/* A virtual device: an ordered set of physical rails.  Owner: the core's
- * device table; immutable once published. */
-struct rn_vdev {
-  char name[256];
-  char pci_path[256];
-  struct rn_rails rails;
-  int speed;
-  int ptr_support;
-  int force_flush;
-  uint64_t guid;
-  int port;
-  int max_comms;
-  ncclNetVDeviceProps_t vprops;
-  char why[320]; /* the planner's reason, for the init log */
 };
 
 /* Legacy (v8-v10) init: once per process, no finalize. */
@@ -74,9 +57,5 @@ ncclResult_t rn_core_close_recv(void *rcomm);
 ncclResult_t rn_core_close_listen(void *lcomm);
 ncclResult_t rn_core_get_device_mr(void *comm, void *mh, void **dptr);
 ncclResult_t rn_core_irecv_consumed(void *rcomm, int n, void *req);
-
-/* Device table construction (plugin/vdev.c), called under the core lock. */
-ncclResult_t rn_vdev_build(const struct rn_transport *t, const struct rn_nic *nics, int nnics,
-                           struct rn_vdev *vdevs, int *nvdevs);
 
 #endif

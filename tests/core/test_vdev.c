@@ -1,11 +1,11 @@
-/* The plugin's device table built from the rail planner (plugin/vdev.c),
+/* The plugin's device table built from the rail planner (plugin/devices.c),
  * against the team's topology fixtures: one device per rail set, fused
  * devices named with '+', storage NICs left out, GDR from the plan. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "railnet/core.h"
+#include "railnet/devices.h"
 #include "railnet/param.h"
 #include "railnet/topo.h"
 
@@ -54,7 +54,7 @@ static int build(const char *file, const char *env_extra, struct rn_nic *nics, i
   unsetenv("RAILNET_GDR_LEVEL");
   if (env_extra != NULL) putenv((char *)env_extra);
   rn_params_reload();
-  return rn_vdev_build(&rn_transport_tcp, nics, nnics, v, nv) == ncclSuccess ? 0 : -1;
+  return rn_devices_build(nics, nnics, v, nv) == ncclSuccess ? 0 : -1;
 }
 
 static int has_vdev(const struct rn_vdev *v, int nv, const char *name) {
