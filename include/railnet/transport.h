@@ -69,6 +69,15 @@ struct rn_req_base {
   uint8_t transport;
 };
 
+/* Hand a request out on comm: test() finds its transport through it. */
+static inline void rn_req_base_start(struct rn_req_base *b, const struct rn_comm_base *comm) {
+  b->magic = RN_REQ_MAGIC;
+  b->transport = comm->transport;
+}
+
+/* Take it back: the core refuses it from now on. */
+static inline void rn_req_base_end(struct rn_req_base *b) { b->magic = 0; }
+
 /* A virtual device's rails, handed to listen/connect. */
 struct rn_rails {
   int n;

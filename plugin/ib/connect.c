@@ -244,8 +244,12 @@ static void rn_ib_comm_free(struct rn_ib_comm *c) {
   }
   free(c->ctl);
   if (c->ctrl_fd >= 0) close(c->ctrl_fd);
-  for (size_t i = 0; i < sizeof(c->sreq) / sizeof(c->sreq[0]); i++) c->sreq[i].base.magic = 0;
-  for (int i = 0; i < RN_IB_SLOTS; i++) c->rreq[i].base.magic = c->freq[i].base.magic = 0;
+  for (size_t i = 0; i < sizeof(c->sreq) / sizeof(c->sreq[0]); i++)
+    rn_req_base_end(&c->sreq[i].base);
+  for (int i = 0; i < RN_IB_SLOTS; i++) {
+    rn_req_base_end(&c->rreq[i].base);
+    rn_req_base_end(&c->freq[i].base);
+  }
   free(c);
 }
 

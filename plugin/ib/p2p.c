@@ -108,18 +108,29 @@ static ncclResult_t rn_ib_peer_alive(struct rn_ib_comm *c) {
   return ncclRemoteError; /* EOF or reset: the caller re-polls, then WARNs */
 }
 
+/* --- requests ----------------------------------------------------------- */
+
+/* Claim a free request of c's pools as one of kind. */
+static void rn_ib_req_start(struct rn_ib_req *r, struct rn_ib_comm *c, enum rn_ib_req_kind kind) {
+  memset(r, 0, sizeof(*r));
+  r->kind = kind;
+  rn_req_base_start(&r->base, &c->base);
+  r->comm = c;
+}
+
+/* Free it again. */
+static void rn_ib_req_end(struct rn_ib_req *r) {
+  r->kind = 0;
+  rn_req_base_end(&r->base);
+}
+
 /* --- send --------------------------------------------------------------- */
 
 static struct rn_ib_req *rn_ib_sreq_get(struct rn_ib_comm *c) {
   for (size_t i = 0; i < sizeof(c->sreq) / sizeof(c->sreq[0]); i++) {
     if (c->sreq[i].kind) continue;
-    struct rn_ib_req *r = &c->sreq[i];
-    memset(r, 0, sizeof(*r));
-    r->kind = RN_IB_REQ_SEND;
-    r->base.magic = RN_REQ_MAGIC;
-    r->base.transport = c->base.transport;
-    r->comm = c;
-    return r;
+    rn_ib_req_start(&c->sreq[i], c, RN_IB_REQ_SEND);
+    return &c->sreq[i];
   }
   return NULL;
 }
@@ -278,8 +289,7 @@ ncclResult_t rn_ib_isend(void *scomm, void *data, size_t size, int tag, void *mh
       if (!g->req[k]) g->size[k] = 0;
     (void)rn_ib_post_group(c, slot, g, f, NULL, 1);
     rn_ib_fail(c, ncclInvalidUsage);
-    r->kind = 0;
-    r->base.magic = 0;
+    rn_ib_req_end(r);
     return ncclInvalidUsage;
   }
   if (g->matched == n) {
@@ -344,11 +354,7 @@ ncclResult_t rn_ib_irecv(void *rcomm, int n, void **data, const size_t *sizes, c
     rn_ib_fail(c, res);
     return res;
   }
-  memset(r, 0, sizeof(*r));
-  r->kind = RN_IB_REQ_RECV;
-  r->base.magic = RN_REQ_MAGIC;
-  r->base.transport = c->base.transport;
-  r->comm = c;
+  rn_ib_req_start(r, c, RN_IB_REQ_RECV);
   r->slot = slot;
   r->n = n;
   r->inline_size = -1;
@@ -379,7 +385,7 @@ ncclResult_t rn_ib_iflush(void *rcomm, int n, void **data, const int *sizes, voi
     RN_WARN("IB : more than %d flushes in flight", RN_IB_SLOTS);
     return ncclInternalError;
   }
-  memset(r, 0, sizeof(*r));
+  rn_ib_req_start(r, c, RN_IB_REQ_FLUSH);
   struct rn_ib_mh *mh = mhs[last];
   for (int k = 0; k < c->nrails; k++) {
     struct rn_ib_rail *rl = &c->rail[k];
@@ -399,16 +405,16 @@ ncclResult_t rn_ib_iflush(void *rcomm, int n, void **data, const int *sizes, voi
     wr.wr.rdma.rkey = rn_ib_mh_mr(mh, k)->rkey;
     ncclResult_t res = rn_ibv_post_send(rl->flush_qp, &wr);
     if (res != ncclSuccess) {
+      rn_ib_req_end(r);
       rn_ib_fail(c, res);
       return res;
     }
     r->expected++;
   }
-  if (r->expected == 0) return ncclSuccess; /* no GDR-capable rail: no flush QP */
-  r->kind = RN_IB_REQ_FLUSH;
-  r->base.magic = RN_REQ_MAGIC;
-  r->base.transport = c->base.transport;
-  r->comm = c;
+  if (r->expected == 0) { /* no GDR-capable rail: no flush QP */
+    rn_ib_req_end(r);
+    return ncclSuccess;
+  }
   *req = r;
   return ncclSuccess;
 }
@@ -470,8 +476,7 @@ ncclResult_t rn_ib_test(void *req, int *done, size_t *sizes, int *nsizes) {
     if (sizes) sizes[0] = r->kind == RN_IB_REQ_SEND ? r->size[0] : 0;
     if (nsizes) *nsizes = 1;
   }
-  r->kind = 0;
-  r->base.magic = 0;
+  rn_ib_req_end(r);
   *done = 1;
   return res;
 }

@@ -74,7 +74,7 @@ void rn_tcp_comm_free(struct rn_tcp_comm *c) {
     pthread_mutex_destroy(&c->stream[i].qlock);
   }
   if (c->ctrl_fd >= 0) close(c->ctrl_fd);
-  for (int i = 0; i < RN_TCP_NREQS; i++) c->reqs[i].base.magic = 0;
+  for (int i = 0; i < RN_TCP_NREQS; i++) rn_req_base_end(&c->reqs[i].base);
   pthread_mutex_destroy(&c->lock);
   free(c->in);
   free(c->uq);

@@ -11,8 +11,7 @@ static struct rn_tcp_req *rn_tcp_req_alloc(struct rn_tcp_comm *c, int is_recv) {
     struct rn_tcp_req *r = &c->reqs[i];
     if (r->state != RN_TCP_REQ_FREE) continue;
     memset(r, 0, sizeof(*r));
-    r->base.magic = RN_REQ_MAGIC;
-    r->base.transport = c->base.transport;
+    rn_req_base_start(&r->base, &c->base);
     r->comm = c;
     r->state = RN_TCP_REQ_ACTIVE;
     r->is_recv = is_recv;
@@ -22,7 +21,7 @@ static struct rn_tcp_req *rn_tcp_req_alloc(struct rn_tcp_comm *c, int is_recv) {
 }
 
 static void rn_tcp_req_free(struct rn_tcp_req *r) {
-  r->base.magic = 0;
+  rn_req_base_end(&r->base);
   r->state = RN_TCP_REQ_FREE;
 }
 
