@@ -10,6 +10,7 @@
 #include "railnet/check.h"
 #include "railnet/core.h"
 #include "railnet/param.h"
+#include "railnet/registry.h"
 #include "railnet/rendezvous.h"
 
 #define RN_CTX_MAGIC 0x726e6378u /* "rncx" */
@@ -28,15 +29,12 @@ struct rn_pending_connect {
   void *state;
 };
 
-static const struct rn_transport *const rn_transports[] = {&rn_transport_tcp, &rn_transport_ib};
-#define RN_NTRANSPORTS ((int)(sizeof(rn_transports) / sizeof(rn_transports[0])))
-
 static struct {
   pthread_mutex_t lock;
-  int ready;  /* device table built */
-  int legacy; /* a v8-v10 init happened: never torn down before unload */
-  int nctx;   /* live v11 contexts */
-  int tidx;   /* index of the chosen transport */
+  int ready;     /* device table built */
+  int legacy;    /* a v8-v10 init happened: never torn down before unload */
+  int nctx;      /* live v11 contexts */
+  int transport; /* registry index of the chosen transport */
   const struct rn_transport *t;
   int nvdevs;
   struct rn_vdev vdevs[RN_MAX_VDEVS];
@@ -44,55 +42,19 @@ static struct {
   struct rn_pending_connect pending[RN_MAX_PENDING_CONNECTS];
 } rn_core = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-/* Pick the transport: forced by RAILNET_TRANSPORT, or verbs when it has an
- * ACTIVE port, else TCP. */
+/* Pick the transport (RAILNET_TRANSPORT, see registry.h) and build the
+ * device table from its NICs. */
 static ncclResult_t rn_core_setup(void) {
-  const struct rn_params *p = rn_params();
   const struct rn_nic *nics = NULL;
-  int nnics = 0, want_ib, want_tcp;
-  if (strcmp(p->transport, "auto") == 0) {
-    want_ib = want_tcp = 1;
-  } else if (strcmp(p->transport, "ib") == 0) {
-    want_ib = 1;
-    want_tcp = 0;
-  } else if (strcmp(p->transport, "socket") == 0 || strcmp(p->transport, "tcp") == 0) {
-    want_ib = 0;
-    want_tcp = 1;
-  } else {
-    /* Not a failed init: NCCL 2.28.9 then calls finalize through a NULL
-     * pointer.  Zero devices with a WARN makes NCCL move on visibly. */
-    RN_WARN("RAILNET_TRANSPORT=%s is not one of auto, ib, socket: railnet offers no devices",
-            p->transport);
+  int nnics = 0, index;
+  rn_core.t = NULL;
+  RN_CHECK(rn_registry_select(rn_params()->transport, &index, &nics, &nnics));
+  if (index < 0) {
     rn_core.nvdevs = 0;
     return ncclSuccess;
   }
-  rn_core.t = NULL;
-  if (want_ib) {
-    RN_CHECK(rn_transport_ib.init(&nics, &nnics));
-    if (nnics > 0) {
-      rn_core.t = &rn_transport_ib;
-      rn_core.tidx = 1;
-      RN_INFO(NCCL_INIT | NCCL_NET, "transport ib: %d active port(s)%s", nnics,
-              want_tcp ? " (RAILNET_TRANSPORT=auto prefers verbs)" : " (forced)");
-    } else if (!want_tcp) {
-      rn_transport_ib.fini();
-      RN_WARN(
-          "RAILNET_TRANSPORT=ib but no usable verbs device (no libibverbs, no device, or no "
-          "ACTIVE port): railnet offers no devices");
-      rn_core.nvdevs = 0;
-      return ncclSuccess;
-    } else {
-      rn_transport_ib.fini();
-      RN_INFO(NCCL_INIT | NCCL_NET,
-              "transport socket: verbs unavailable (no ACTIVE port), using TCP");
-    }
-  }
-  if (rn_core.t == NULL) {
-    RN_CHECK(rn_transport_tcp.init(&nics, &nnics));
-    rn_core.t = &rn_transport_tcp;
-    rn_core.tidx = 0;
-    if (!want_ib) RN_INFO(NCCL_INIT | NCCL_NET, "transport socket: forced by RAILNET_TRANSPORT");
-  }
+  rn_core.t = rn_registry_get(index);
+  rn_core.transport = index;
   ncclResult_t res = rn_devices_build(nics, nnics, rn_core.vdevs, &rn_core.nvdevs);
   if (res != ncclSuccess) {
     rn_core.t->fini();
@@ -256,7 +218,7 @@ static void rn_core_stamp(void *comm, enum rn_comm_kind kind, int dev) {
   struct rn_comm_base *b = comm;
   b->magic = RN_COMM_MAGIC;
   b->kind = (uint8_t)kind;
-  b->transport = (uint8_t)rn_core.tidx;
+  b->transport = (uint8_t)rn_core.transport;
   b->vdev = dev;
 }
 
@@ -276,7 +238,7 @@ ncclResult_t rn_core_listen(void *ctx, int dev, void *handle, void **lcomm) {
   struct rn_handle *h = handle;
   memset(h, 0, NCCL_NET_HANDLE_MAXSIZE);
   h->magic = RN_HANDLE_MAGIC;
-  h->transport = (uint8_t)rn_core.tidx;
+  h->transport = (uint8_t)rn_core.transport;
   h->nrails = (uint8_t)v->rails.n;
   h->wire = RN_WIRE_VERSION;
   h->nonce = rn_random64();
@@ -301,7 +263,7 @@ ncclResult_t rn_core_connect(void *ctx, int dev, void *handle, void **scomm,
   if (dev_comm != NULL) *dev_comm = NULL;
   RN_CHECK(rn_core_vdev(dev, "connect", &v));
   const struct rn_handle *h = handle;
-  if (h->magic != RN_HANDLE_MAGIC || h->transport >= RN_NTRANSPORTS || h->nrails == 0 ||
+  if (h->magic != RN_HANDLE_MAGIC || h->transport >= rn_registry_count() || h->nrails == 0 ||
       h->nrails > RN_MAX_RAILS) {
     RN_WARN("connect: handle %p is not a railnet handle (magic %08x)", handle, h->magic);
     return ncclInvalidArgument;
@@ -317,11 +279,11 @@ ncclResult_t rn_core_connect(void *ctx, int dev, void *handle, void **scomm,
         h->wire, RN_WIRE_VERSION);
     return ncclInvalidUsage;
   }
-  if (h->transport != rn_core.tidx) {
+  if (h->transport != rn_core.transport) {
     RN_WARN(
         "connect: peer uses transport %s, this process uses %s; set RAILNET_TRANSPORT alike "
         "on every node",
-        rn_transports[h->transport]->name, rn_core.t->name);
+        rn_registry_get(h->transport)->name, rn_core.t->name);
     return ncclInvalidUsage;
   }
   /* connect state is keyed by the handle's address, not stored in it, so
@@ -358,7 +320,8 @@ static ncclResult_t rn_core_comm(void *comm, int kind_mask, const char *what) {
     RN_WARN("%s: NULL comm", what);
     return ncclInvalidArgument;
   }
-  if (b->magic != RN_COMM_MAGIC || !((1 << b->kind) & kind_mask) || b->transport != rn_core.tidx) {
+  if (b->magic != RN_COMM_MAGIC || !((1 << b->kind) & kind_mask) ||
+      b->transport != rn_core.transport) {
     RN_WARN("%s: %p is not a railnet comm of the right kind", what, comm);
     return ncclInvalidArgument;
   }
@@ -450,13 +413,13 @@ ncclResult_t rn_core_test(void *req, int *done, int *sizes) {
   const struct rn_req_base *b = req;
   RN_CHECK_ARG(done != NULL, "test: NULL done pointer");
   *done = 0;
-  if (b == NULL || b->magic != RN_REQ_MAGIC || b->transport >= RN_NTRANSPORTS) {
+  if (b == NULL || b->magic != RN_REQ_MAGIC || b->transport >= rn_registry_count()) {
     RN_WARN("test: %p is not a live railnet request", req);
     return ncclInvalidArgument;
   }
   size_t sz[RN_MAX_RECVS];
   int nsz = 0;
-  ncclResult_t res = rn_transports[b->transport]->test(req, done, sz, &nsz);
+  ncclResult_t res = rn_registry_get(b->transport)->test(req, done, sz, &nsz);
   if (res != ncclSuccess || !*done || sizes == NULL) return res;
   /* Every size was range-checked against INT_MAX at post time. */
   for (int i = 0; i < nsz && i < RN_MAX_RECVS; i++) sizes[i] = (int)sz[i];

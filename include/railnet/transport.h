@@ -1,5 +1,6 @@
 /* The contract between the core and a transport.  Each transport is one
- * const table (plugin/transport_tcp.c, plugin/transport_ib.c).  The core
+ * const table (plugin/tcp/transport.c, plugin/ib/transport.c), listed in
+ * plugin/registry.c.  The core
  * validates every ABI argument before calling in; transports may assume
  * non-NULL comms of their own kind.  Optional operations point at the
  * rn_transport_unsupported_* stubs, never NULL. */
@@ -43,7 +44,7 @@ struct rn_nic {
 #define RN_HANDLE_PAYLOAD 104
 struct rn_handle {
   uint32_t magic;
-  uint8_t transport; /* index into the transport list */
+  uint8_t transport; /* registry index (railnet/registry.h): wire format */
   uint8_t nrails;
   uint16_t wire;  /* RN_WIRE_VERSION of the build that listened */
   uint64_t nonce; /* random per listen; accept admits only this */
@@ -120,8 +121,5 @@ ncclResult_t rn_transport_unsupported_reg_mr_dmabuf(void *comm, void *data, size
                                                     uint64_t offset, int fd, void **mh);
 ncclResult_t rn_transport_noop_iflush(void *rcomm, int n, void **data, const int *sizes, void **mhs,
                                       void **req);
-
-extern const struct rn_transport rn_transport_tcp;
-extern const struct rn_transport rn_transport_ib;
 
 #endif
