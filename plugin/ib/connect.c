@@ -260,7 +260,7 @@ static ncclResult_t rn_ib_comm_create(const struct rn_rails *rails, int nrails, 
   ncclResult_t res = ncclSuccess;
   struct rn_ib_comm *c = calloc(1, sizeof(*c));
   if (!c) {
-    RN_WARN("IB : out of memory for a comm");
+    RN_WARN("out of memory for a comm");
     return ncclSystemError;
   }
   c->ctrl_fd = -1;
@@ -268,7 +268,7 @@ static ncclResult_t rn_ib_comm_create(const struct rn_rails *rails, int nrails, 
   c->nrails = nrails;
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
   if (posix_memalign((void **)&c->ctl, page, sizeof(*c->ctl))) {
-    RN_WARN("IB : out of memory for a control block");
+    RN_WARN("out of memory for a control block");
     res = ncclSystemError;
     goto out_free;
   }
@@ -277,7 +277,7 @@ static ncclResult_t rn_ib_comm_create(const struct rn_rails *rails, int nrails, 
     struct rn_ib_rail *rl = &c->rail[r];
     rl->dev = rn_ib_dev_of(rails->nic[r]);
     if (!rl->dev) {
-      RN_WARN("IB : rail %d (%s) is not a verbs NIC", r, rails->nic[r]->name);
+      RN_WARN("rail %d (%s) is not a verbs NIC", r, rails->nic[r]->name);
       res = ncclInternalError;
       goto out_free;
     }
@@ -316,8 +316,8 @@ static void rn_ib_info_fill(const struct rn_ib_comm *c, struct rn_ib_conn_info *
 static ncclResult_t rn_ib_info_check(const struct rn_ib_conn_info *i, const char *peer) {
   if (i->magic != RN_IB_INFO_MAGIC || i->version != RN_IB_INFO_VERSION || i->nrails < 1 ||
       i->nrails > RN_MAX_RAILS || i->nqps < 1 || i->nqps > RN_IB_MAX_QPS) {
-    RN_WARN("IB : bad connection info from %s (magic %08x version %u, %u rails, %u QPs)", peer,
-            i->magic, i->version, i->nrails, i->nqps);
+    RN_WARN("bad connection info from %s (magic %08x version %u, %u rails, %u QPs)", peer, i->magic,
+            i->version, i->nrails, i->nqps);
     return ncclRemoteError;
   }
   return ncclSuccess;
@@ -332,7 +332,7 @@ static ncclResult_t rn_ib_comm_connect(struct rn_ib_comm *c, const struct rn_ib_
         d->mtu < (enum ibv_mtu)rem->rail[r].mtu ? d->mtu : (enum ibv_mtu)rem->rail[r].mtu;
     if ((128 << (int)m) < c->mtu_bytes) c->mtu_bytes = 128 << (int)m;
     if (rem->rail[r].link != d->link) {
-      RN_WARN("IB : rail %d: %s is %s but the peer's NIC is %s", r, d->nic->name,
+      RN_WARN("rail %d: %s is %s but the peer's NIC is %s", r, d->nic->name,
               d->link == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand",
               rem->rail[r].link == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand");
       return ncclInvalidUsage;
@@ -364,7 +364,7 @@ ncclResult_t rn_ib_listen(const struct rn_rails *r, struct rn_handle *h, void **
   ncclResult_t res = ncclSuccess;
   struct rn_ib_listen_comm *l = calloc(1, sizeof(*l));
   if (!l) {
-    RN_WARN("IB : out of memory for a listen comm");
+    RN_WARN("out of memory for a listen comm");
     return ncclSystemError;
   }
   l->rails = *r;
@@ -379,7 +379,7 @@ ncclResult_t rn_ib_listen(const struct rn_rails *r, struct rn_handle *h, void **
   rn_sockaddr_to_wire(&bound, &pl.addr);
   memcpy(h->payload, &pl, sizeof(pl));
   rn_sockaddr_str(&bound, l->addr, sizeof(l->addr));
-  RN_INFO(NCCL_NET, "IB : listening on %s for %s (%d rail(s))", l->addr, r->nic[0]->name, r->n);
+  RN_INFO(NCCL_NET, "listening on %s for %s (%d rail(s))", l->addr, r->nic[0]->name, r->n);
   rn_ib_live_add(&l->live, 1);
   *lcomm = l;
   return ncclSuccess;
@@ -413,7 +413,7 @@ static ncclResult_t rn_ib_accept_step(struct rn_ib_listen_comm *l, void **rcomm)
         RN_CHECK(rn_ib_info_check(&l->rinfo, peer));
         int nrails = l->rinfo.nrails < l->rails.n ? l->rinfo.nrails : l->rails.n;
         if (l->rinfo.nrails != l->rails.n)
-          RN_INFO(NCCL_NET, "IB : peer %s has %d rail(s), %s has %d: using %d", l->rinfo.dev,
+          RN_INFO(NCCL_NET, "peer %s has %d rail(s), %s has %d: using %d", l->rinfo.dev,
                   l->rinfo.nrails, l->rails.nic[0]->name, l->rails.n, nrails);
         RN_CHECK(rn_ib_comm_create(&l->rails, nrails, l->rinfo.nqps, &l->comm));
         struct rn_ib_comm *c = l->comm;
@@ -439,7 +439,7 @@ static ncclResult_t rn_ib_accept_step(struct rn_ib_listen_comm *l, void **rcomm)
         if (l->off < 1) return ncclSuccess;
         l->comm->ctrl_fd = l->fd;
         l->fd = -1;
-        RN_INFO(NCCL_NET, "IB : accepted %s: %d rail(s) x %d QP(s), first QP %u", l->comm->peer,
+        RN_INFO(NCCL_NET, "accepted %s: %d rail(s) x %d QP(s), first QP %u", l->comm->peer,
                 l->comm->nrails, l->comm->nqps, l->comm->rail[0].qp[0]->qp_num);
         rn_ib_live_add(&l->comm->live, 0);
         *rcomm = l->comm;
@@ -517,8 +517,8 @@ static ncclResult_t rn_ib_connect_step(struct rn_ib_connect_state *s, const stru
         RN_CHECK(rn_ib_info_check(&s->rinfo, s->peer));
         struct rn_ib_comm *c = s->comm;
         if (s->rinfo.nrails > c->nlocal || s->rinfo.nqps != c->nqps) {
-          RN_WARN("IB : %s answered %u rail(s) x %u QP(s); offered %d x %d", s->peer,
-                  s->rinfo.nrails, s->rinfo.nqps, c->nlocal, c->nqps);
+          RN_WARN("%s answered %u rail(s) x %u QP(s); offered %d x %d", s->peer, s->rinfo.nrails,
+                  s->rinfo.nqps, c->nlocal, c->nqps);
           return ncclRemoteError;
         }
         c->nrails = s->rinfo.nrails;
@@ -537,7 +537,7 @@ static ncclResult_t rn_ib_connect_step(struct rn_ib_connect_state *s, const stru
         if (s->off < 1) return ncclSuccess;
         s->comm->ctrl_fd = s->fd;
         s->fd = -1;
-        RN_INFO(NCCL_NET, "IB : connected to %s: %d rail(s) x %d QP(s), first QP %u", s->comm->peer,
+        RN_INFO(NCCL_NET, "connected to %s: %d rail(s) x %d QP(s), first QP %u", s->comm->peer,
                 s->comm->nrails, s->comm->nqps, s->comm->rail[0].qp[0]->qp_num);
         rn_ib_live_add(&s->comm->live, 0);
         *scomm = s->comm;
@@ -558,12 +558,12 @@ ncclResult_t rn_ib_connect(const struct rn_rails *r, const struct rn_handle *h, 
     union rn_sockaddr sa;
     memcpy(&pl, h->payload, sizeof(pl));
     if (rn_sockaddr_from_wire(&pl.addr, &sa)) {
-      RN_WARN("IB : connect: the handle carries no valid address");
+      RN_WARN("connect: the handle carries no valid address");
       return ncclInvalidArgument;
     }
     s = calloc(1, sizeof(*s));
     if (!s) {
-      RN_WARN("IB : out of memory for a connect");
+      RN_WARN("out of memory for a connect");
       return ncclSystemError;
     }
     s->fd = -1;

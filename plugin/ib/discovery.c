@@ -140,7 +140,7 @@ static ncclResult_t rn_ib_pick_gid(struct rn_ib_ctx *ctx, int port, int tbl_len,
     char *end;
     long idx = strtol(p->ib_gid_index, &end, 10);
     if (*end || idx < 0 || idx >= tbl_len) {
-      RN_WARN("IB : %s:%d: RAILNET_IB_GID_INDEX=%s is not an index below %d", ctx->name, port,
+      RN_WARN("%s:%d: RAILNET_IB_GID_INDEX=%s is not an index below %d", ctx->name, port,
               p->ib_gid_index, tbl_len);
       return ncclInvalidUsage;
     }
@@ -237,12 +237,12 @@ static ncclResult_t rn_ib_add_device(struct ibv_device *d, int *nactive_seen) {
     struct ibv_port_attr pa;
     if (rn_ibv_query_port(c->ctx, (uint8_t)port, &pa) != ncclSuccess) continue;
     if (pa.state != IBV_PORT_ACTIVE) {
-      RN_INFO(NCCL_INIT | NCCL_NET, "IB : %s:%d is not ACTIVE (state %d), skipped", c->name, port,
+      RN_INFO(NCCL_INIT | NCCL_NET, "%s:%d is not ACTIVE (state %d), skipped", c->name, port,
               (int)pa.state);
       continue;
     }
     if (pa.link_layer != IBV_LINK_LAYER_INFINIBAND && pa.link_layer != IBV_LINK_LAYER_ETHERNET) {
-      RN_INFO(NCCL_INIT | NCCL_NET, "IB : %s:%d link layer %d unsupported, skipped", c->name, port,
+      RN_INFO(NCCL_INIT | NCCL_NET, "%s:%d link layer %d unsupported, skipped", c->name, port,
               (int)pa.link_layer);
       continue;
     }
@@ -281,8 +281,8 @@ static ncclResult_t rn_ib_add_device(struct ibv_device *d, int *nactive_seen) {
     char gidstr[INET6_ADDRSTRLEN] = "";
     inet_ntop(AF_INET6, dev->gid.raw, gidstr, sizeof(gidstr));
     RN_INFO(NCCL_INIT | NCCL_NET,
-            "IB : %s port %d %s, %d Mbps, MTU %d, GID %d %s (%s), netdev %s, PCI %s", nic->name,
-            port, nic->link == RN_LINK_IB ? "InfiniBand" : "RoCE", nic->speed_mbps,
+            "%s port %d %s, %d Mbps, MTU %d, GID %d %s (%s), netdev %s, PCI %s", nic->name, port,
+            nic->link == RN_LINK_IB ? "InfiniBand" : "RoCE", nic->speed_mbps,
             rn_ib_mtu_bytes(dev->mtu), dev->gid_index, gidstr, gidwhy,
             nic->netdev[0] ? nic->netdev : "(none)", nic->pci_path[0] ? nic->pci_path : "(none)");
     rn_ib_ndevs++;
@@ -295,7 +295,7 @@ static ncclResult_t rn_ib_add_device(struct ibv_device *d, int *nactive_seen) {
   char why[256];
   int ptr = NCCL_PTR_HOST | rn_ib_probe_ptr_support(c, why, sizeof(why));
   for (int i = first; i < rn_ib_ndevs; i++) rn_ib_nics[i].ptr_support = ptr;
-  RN_INFO(NCCL_INIT | NCCL_NET, "IB : %s GPU memory: %s%s%s", c->name,
+  RN_INFO(NCCL_INIT | NCCL_NET, "%s GPU memory: %s%s%s", c->name,
           (ptr & NCCL_PTR_CUDA) ? "CUDA (peermem) " : "", (ptr & NCCL_PTR_DMABUF) ? "DMABUF " : "",
           why);
   rn_ib_nctx++;
@@ -315,19 +315,19 @@ ncclResult_t rn_ib_init(const struct rn_nic **nics, int *n) {
   struct ibv_device **list;
   int ndev = 0;
   if (rn_ibv_get_device_list(&list, &ndev) != ncclSuccess) {
-    RN_INFO(NCCL_INIT | NCCL_NET, "IB : no verbs device list: no verbs NICs");
+    RN_INFO(NCCL_INIT | NCCL_NET, "no verbs device list: no verbs NICs");
     return ncclSuccess;
   }
   int nactive = 0;
   for (int i = 0; i < ndev && rn_ib_nctx < RN_MAX_NICS && rn_ib_ndevs < RN_MAX_NICS; i++) {
     if (rn_ib_add_device(list[i], &nactive) != ncclSuccess)
-      RN_INFO(NCCL_INIT | NCCL_NET, "IB : device %s skipped", rn_ibv_get_device_name(list[i]));
+      RN_INFO(NCCL_INIT | NCCL_NET, "device %s skipped", rn_ibv_get_device_name(list[i]));
   }
   rn_ibv_free_device_list(list);
   if (rn_ib_ndevs == 0)
-    RN_INFO(NCCL_INIT | NCCL_NET, "IB : %d verbs device(s), no ACTIVE port: no verbs NICs", ndev);
+    RN_INFO(NCCL_INIT | NCCL_NET, "%d verbs device(s), no ACTIVE port: no verbs NICs", ndev);
   else
-    RN_INFO(NCCL_INIT | NCCL_NET, "IB : %d NIC(s) on %d device(s)", rn_ib_ndevs, rn_ib_nctx);
+    RN_INFO(NCCL_INIT | NCCL_NET, "%d NIC(s) on %d device(s)", rn_ib_ndevs, rn_ib_nctx);
   *n = rn_ib_ndevs;
   return ncclSuccess;
 }

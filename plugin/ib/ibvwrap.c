@@ -44,19 +44,18 @@ static void *rn_ibv_sym(void *lib, const char *name, const char *version) {
 static void rn_ibv_load_once(void) {
   void *lib = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
-    RN_INFO(NCCL_INIT | NCCL_NET, "IB : libibverbs.so.1 not loadable (%s): no verbs NICs",
-            dlerror());
+    RN_INFO(NCCL_INIT | NCCL_NET, "libibverbs.so.1 not loadable (%s): no verbs NICs", dlerror());
     return;
   }
-#define RN_IBV_REQ(field, name, ver)                                                       \
-  do {                                                                                     \
-    *(void **)&syms.field = rn_ibv_sym(lib, name, ver);                                    \
-    if (!syms.field) {                                                                     \
-      RN_INFO(NCCL_INIT | NCCL_NET, "IB : libibverbs.so.1 lacks %s: no verbs NICs", name); \
-      dlclose(lib);                                                                        \
-      memset(&syms, 0, sizeof(syms));                                                      \
-      return;                                                                              \
-    }                                                                                      \
+#define RN_IBV_REQ(field, name, ver)                                                  \
+  do {                                                                                \
+    *(void **)&syms.field = rn_ibv_sym(lib, name, ver);                               \
+    if (!syms.field) {                                                                \
+      RN_INFO(NCCL_INIT | NCCL_NET, "libibverbs.so.1 lacks %s: no verbs NICs", name); \
+      dlclose(lib);                                                                   \
+      memset(&syms, 0, sizeof(syms));                                                 \
+      return;                                                                         \
+    }                                                                                 \
   } while (0)
   RN_IBV_REQ(get_device_list, "ibv_get_device_list", "IBVERBS_1.1");
   RN_IBV_REQ(free_device_list, "ibv_free_device_list", "IBVERBS_1.1");
@@ -94,10 +93,10 @@ int rn_ibv_has_query_gid_ex(void) { return syms.query_gid_ex != NULL; }
 /* Constructors return NULL and set errno (sometimes 0: report EIO then). */
 static int rn_ibv_errno(void) { return errno ? errno : EIO; }
 
-#define RN_IBV_FAIL(name, err)                            \
-  do {                                                    \
-    RN_WARN("IB : %s failed: %s", (name), strerror(err)); \
-    return ncclSystemError;                               \
+#define RN_IBV_FAIL(name, err)                       \
+  do {                                               \
+    RN_WARN("%s failed: %s", (name), strerror(err)); \
+    return ncclSystemError;                          \
   } while (0)
 
 ncclResult_t rn_ibv_get_device_list(struct ibv_device ***list, int *n) {
@@ -106,7 +105,7 @@ ncclResult_t rn_ibv_get_device_list(struct ibv_device ***list, int *n) {
   if (*list == NULL && (errno == ENOSYS || errno == ENODEV || errno == ENOENT)) {
     /* No RDMA subsystem on this host (no /sys/class/infiniband): an
      * expected condition, not an error. */
-    RN_INFO(NCCL_INIT | NCCL_NET, "IB : no RDMA devices on this host (%s)", strerror(errno));
+    RN_INFO(NCCL_INIT | NCCL_NET, "no RDMA devices on this host (%s)", strerror(errno));
     return ncclSystemError;
   }
   if (!*list) RN_IBV_FAIL("ibv_get_device_list", rn_ibv_errno());
@@ -185,8 +184,7 @@ ncclResult_t rn_ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access
   *mr = syms.reg_mr(pd, addr, len, access);
   if (!*mr) {
     int err = rn_ibv_errno();
-    RN_WARN("IB : ibv_reg_mr(%p, %zu bytes, access 0x%x) failed: %s", addr, len, access,
-            strerror(err));
+    RN_WARN("ibv_reg_mr(%p, %zu bytes, access 0x%x) failed: %s", addr, len, access, strerror(err));
     return ncclSystemError;
   }
   return ncclSuccess;
@@ -205,7 +203,7 @@ ncclResult_t rn_ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t len
                                   int fd, int access, struct ibv_mr **mr) {
   int err = rn_ibv_reg_dmabuf_mr_probe(pd, offset, len, iova, fd, access, mr);
   if (err) {
-    RN_WARN("IB : ibv_reg_dmabuf_mr(fd %d, offset %llu, %zu bytes, iova 0x%llx) failed: %s", fd,
+    RN_WARN("ibv_reg_dmabuf_mr(fd %d, offset %llu, %zu bytes, iova 0x%llx) failed: %s", fd,
             (unsigned long long)offset, len, (unsigned long long)iova, strerror(err));
     return ncclSystemError;
   }
@@ -242,8 +240,8 @@ ncclResult_t rn_ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr,
 ncclResult_t rn_ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask) {
   int rc = syms.modify_qp(qp, attr, mask);
   if (rc) {
-    RN_WARN("IB : ibv_modify_qp(QP %u, state %d, mask 0x%x) failed: %s", qp->qp_num,
-            (int)attr->qp_state, mask, strerror(rc < 0 ? rn_ibv_errno() : rc));
+    RN_WARN("ibv_modify_qp(QP %u, state %d, mask 0x%x) failed: %s", qp->qp_num, (int)attr->qp_state,
+            mask, strerror(rc < 0 ? rn_ibv_errno() : rc));
     return ncclSystemError;
   }
   return ncclSuccess;
@@ -261,8 +259,8 @@ ncclResult_t rn_ibv_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr) {
   struct ibv_send_wr *bad = NULL;
   int rc = ibv_post_send(qp, wr, &bad);
   if (rc) {
-    RN_WARN("IB : ibv_post_send(QP %u, opcode %d) failed: %s", qp->qp_num,
-            bad ? (int)bad->opcode : -1, strerror(rc));
+    RN_WARN("ibv_post_send(QP %u, opcode %d) failed: %s", qp->qp_num, bad ? (int)bad->opcode : -1,
+            strerror(rc));
     return ncclSystemError;
   }
   return ncclSuccess;
@@ -272,7 +270,7 @@ ncclResult_t rn_ibv_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr) {
   struct ibv_recv_wr *bad = NULL;
   int rc = ibv_post_recv(qp, wr, &bad);
   if (rc) {
-    RN_WARN("IB : ibv_post_recv(QP %u) failed: %s", qp->qp_num, strerror(rc));
+    RN_WARN("ibv_post_recv(QP %u) failed: %s", qp->qp_num, strerror(rc));
     return ncclSystemError;
   }
   return ncclSuccess;
@@ -281,7 +279,7 @@ ncclResult_t rn_ibv_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr) {
 ncclResult_t rn_ibv_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc, int *got) {
   int rc = ibv_poll_cq(cq, n, wc);
   if (rc < 0) {
-    RN_WARN("IB : ibv_poll_cq failed (%d)", rc);
+    RN_WARN("ibv_poll_cq failed (%d)", rc);
     *got = 0;
     return ncclSystemError;
   }

@@ -38,7 +38,7 @@ static void rn_ib_wc_error(struct rn_ib_comm *c, int rail, const struct ibv_wc *
   if (c->error != ncclSuccess && wc->status == IBV_WC_WR_FLUSH_ERR) return;
   const char *what[] = {"?", "send", "FIFO write", "receive", "flush read"};
   unsigned kind = (unsigned)(wc->wr_id >> 32);
-  RN_WARN("IB : %s QP %u: %s completion failed: %s (status %d, vendor error 0x%x), peer %s",
+  RN_WARN("%s QP %u: %s completion failed: %s (status %d, vendor error 0x%x), peer %s",
           c->rail[rail].dev->nic->name, wc->qp_num, kind < 5 ? what[kind] : "?",
           rn_ibv_wc_status_str(wc->status), (int)wc->status, wc->vendor_err, c->peer);
   rn_ib_fail(c, rn_ib_wc_result(wc->status));
@@ -61,7 +61,7 @@ static void rn_ib_on_wc(struct rn_ib_comm *c, int rail, const struct ibv_wc *wc)
       uint32_t imm = ntohl(wc->imm_data);
       struct rn_ib_req *r = &c->rreq[RN_IB_IMM_SLOT(imm)];
       if (r->kind != RN_IB_REQ_RECV) {
-        RN_WARN("IB : %s QP %u: data for slot %u with no receive posted (peer %s)",
+        RN_WARN("%s QP %u: data for slot %u with no receive posted (peer %s)",
                 c->rail[rail].dev->nic->name, wc->qp_num, RN_IB_IMM_SLOT(imm), c->peer);
         rn_ib_fail(c, ncclInternalError);
         break;
@@ -232,7 +232,7 @@ static ncclResult_t rn_ib_post_group(struct rn_ib_comm *c, int slot, struct rn_i
 }
 
 static ncclResult_t rn_ib_dead_peer(struct rn_ib_comm *c, const char *what) {
-  RN_WARN("IB : %s QP %u: peer %s closed the connection while a %s was pending",
+  RN_WARN("%s QP %u: peer %s closed the connection while a %s was pending",
           c->rail[0].dev->nic->name, c->rail[0].qp[0]->qp_num, c->peer, what);
   rn_ib_fail(c, ncclRemoteError);
   return c->error;
@@ -254,8 +254,8 @@ ncclResult_t rn_ib_isend(void *scomm, void *data, size_t size, int tag, void *mh
   }
   int n = f[0].n;
   if (n < 1 || n > RN_IB_MAX_RECVS) {
-    RN_WARN("IB : %s: FIFO slot %d announces %d buffers (peer %s)", c->rail[0].dev->nic->name, slot,
-            n, c->peer);
+    RN_WARN("%s: FIFO slot %d announces %d buffers (peer %s)", c->rail[0].dev->nic->name, slot, n,
+            c->peer);
     rn_ib_fail(c, ncclRemoteError);
     return c->error;
   }
@@ -269,7 +269,7 @@ ncclResult_t rn_ib_isend(void *scomm, void *data, size_t size, int tag, void *mh
   if (i == n) return ncclSuccess; /* tag belongs to a later group: retry */
   struct rn_ib_mh *mh = mhp;
   if (size > 0 && (!mh || mh->nrails < c->nrails)) {
-    RN_WARN("IB : send of %zu bytes (tag %d) without a registration for this comm", size, tag);
+    RN_WARN("send of %zu bytes (tag %d) without a registration for this comm", size, tag);
     return ncclInvalidArgument;
   }
   struct rn_ib_req *r = rn_ib_sreq_get(c);
@@ -282,7 +282,7 @@ ncclResult_t rn_ib_isend(void *scomm, void *data, size_t size, int tag, void *mh
   g->size[i] = size;
   g->matched++;
   if (size > f[i].size) {
-    RN_WARN("IB : send of %zu bytes (tag %d) to %s exceeds the posted receive buffer of %llu bytes",
+    RN_WARN("send of %zu bytes (tag %d) to %s exceeds the posted receive buffer of %llu bytes",
             size, tag, c->peer, (unsigned long long)f[i].size);
     /* Tell the receiver too: refused group, sizes say why. */
     for (int k = 0; k < n; k++)
@@ -322,7 +322,7 @@ ncclResult_t rn_ib_irecv(void *rcomm, int n, void **data, const size_t *sizes, c
   for (int i = 0; i < n; i++) {
     struct rn_ib_mh *mh = mhs ? mhs[i] : NULL;
     if (sizes[i] > 0 && (!mh || mh->nrails < c->nrails)) {
-      RN_WARN("IB : receive of %zu bytes (tag %d) without a registration for this comm", sizes[i],
+      RN_WARN("receive of %zu bytes (tag %d) without a registration for this comm", sizes[i],
               tags[i]);
       return ncclInvalidArgument;
     }
@@ -382,7 +382,7 @@ ncclResult_t rn_ib_iflush(void *rcomm, int n, void **data, const int *sizes, voi
   for (int i = 0; i < RN_IB_SLOTS && !r; i++)
     if (!c->freq[i].kind) r = &c->freq[i];
   if (!r) {
-    RN_WARN("IB : more than %d flushes in flight", RN_IB_SLOTS);
+    RN_WARN("more than %d flushes in flight", RN_IB_SLOTS);
     return ncclInternalError;
   }
   rn_ib_req_start(r, c, RN_IB_REQ_FLUSH);
@@ -440,14 +440,14 @@ static ncclResult_t rn_ib_recv_sizes(struct rn_ib_comm *c, struct rn_ib_req *r, 
     size_t got = r->inline_size >= 0 ? (size_t)r->inline_size
                                      : (size_t)((volatile uint64_t *)c->ctl->sizes[r->slot])[i];
     if (got > r->size[i] || (r->error && got > r->size[i])) {
-      RN_WARN("IB : %s: peer %s sent %zu bytes for a %zu-byte receive buffer (tag %d)",
+      RN_WARN("%s: peer %s sent %zu bytes for a %zu-byte receive buffer (tag %d)",
               c->rail[0].dev->nic->name, c->peer, got, r->size[i], r->tag[i]);
       res = ncclInvalidUsage;
     }
     if (sizes) sizes[i] = got;
   }
   if (r->error && res == ncclSuccess) {
-    RN_WARN("IB : %s: peer %s refused a receive of %d buffer(s) (a send exceeded its buffer)",
+    RN_WARN("%s: peer %s refused a receive of %d buffer(s) (a send exceeded its buffer)",
             c->rail[0].dev->nic->name, c->peer, r->n);
     res = ncclInvalidUsage;
   }

@@ -28,8 +28,8 @@ ncclResult_t rn_ib_mr_reg_cb(void *ctx, uintptr_t addr, size_t len, const void *
   } else {
     RN_CHECK(rn_ibv_reg_mr(x->pd, (void *)addr, len, RN_IB_ACCESS, &mr));
   }
-  RN_TRACE(NCCL_NET, "IB : %s registered [0x%lx, +%zu) lkey 0x%x", x->name, (unsigned long)addr,
-           len, mr->lkey);
+  RN_TRACE(NCCL_NET, "%s registered [0x%lx, +%zu) lkey 0x%x", x->name, (unsigned long)addr, len,
+           mr->lkey);
   *handle = mr;
   return ncclSuccess;
 }
@@ -72,7 +72,7 @@ static ncclResult_t rn_ib_reg(struct rn_ib_comm *c, void *data, size_t size, int
   ncclResult_t res = ncclSuccess;
   struct rn_ib_mh *mh = calloc(1, sizeof(*mh));
   if (!mh) {
-    RN_WARN("IB : out of memory for a registration");
+    RN_WARN("out of memory for a registration");
     return ncclSystemError;
   }
   mh->type = type;
@@ -98,7 +98,7 @@ ncclResult_t rn_ib_reg_mr(void *comm, void *data, size_t size, int type, void **
     const struct rn_nic *nic = c->rail[r].dev->nic;
     if (!(nic->ptr_support & NCCL_PTR_CUDA)) {
       RN_WARN(
-          "IB : regMr of CUDA memory %p (%zu bytes) on %s, which cannot register GPU memory "
+          "regMr of CUDA memory %p (%zu bytes) on %s, which cannot register GPU memory "
           "without nvidia-peermem (use regMrDmaBuf if DMABUF is advertised)",
           data, size, nic->name);
       return ncclInvalidArgument;

@@ -5,7 +5,7 @@
 #include "railnet/transport.h"
 
 static ncclResult_t rn_ib_stub_init(const struct rn_nic **nics, int *n) {
-  RN_INFO(NCCL_INIT | NCCL_NET, "IB : built without verbs headers: no verbs NICs");
+  RN_INFO(NCCL_INIT | NCCL_NET, "built without verbs headers: no verbs NICs");
   *nics = NULL;
   *n = 0;
   return ncclSuccess;
@@ -15,14 +15,14 @@ static void rn_ib_stub_fini(void) {}
 
 static ncclResult_t rn_ib_stub_listen(const struct rn_rails *r, struct rn_handle *h, void **lcomm) {
   (void)r, (void)h, (void)lcomm;
-  RN_WARN("IB : built without verbs headers");
+  RN_WARN("built without verbs headers");
   return ncclInternalError;
 }
 
 static ncclResult_t rn_ib_stub_connect(const struct rn_rails *r, const struct rn_handle *h,
                                        void **state, void **scomm) {
   (void)r, (void)h, (void)state, (void)scomm;
-  RN_WARN("IB : built without verbs headers");
+  RN_WARN("built without verbs headers");
   return ncclInternalError;
 }
 

@@ -9,9 +9,9 @@ static void rn_ib_fini(void) {
   /* Comms left open (abort, unload) hold QPs, CQs and MRs on the devices:
    * free them first, never waiting on a peer. */
   int n = rn_ib_close_all();
-  if (n > 0) RN_INFO(NCCL_INIT | NCCL_NET, "IB : closed %d comm(s) left open at finalize", n);
+  if (n > 0) RN_INFO(NCCL_INIT | NCCL_NET, "closed %d comm(s) left open at finalize", n);
   n = rn_ib_mh_free_all();
-  if (n > 0) RN_INFO(NCCL_INIT | NCCL_NET, "IB : released %d registration(s) left at finalize", n);
+  if (n > 0) RN_INFO(NCCL_INIT | NCCL_NET, "released %d registration(s) left at finalize", n);
   rn_ib_devices_close();
 }
 

@@ -119,7 +119,7 @@ ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv,
   for (int i = 0; i < c->nthreads; i++) c->thread[i].efd = -1;
   rn_sock_tune(c->ctrl_fd, 0);
   if (c->in == NULL || c->discard == NULL) {
-    RN_WARN("socket: out of memory creating a comm");
+    RN_WARN("out of memory creating a comm");
     rn_tcp_comm_free(c); /* owns and closes the sockets by now */
     return ncclSystemError;
   }
@@ -130,7 +130,7 @@ ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv,
     t->step = c->nthreads;
     t->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (t->efd < 0 || pthread_create(&t->tid, NULL, rn_tcp_thread_main, t) != 0) {
-      RN_WARN("socket: cannot start helper thread %d: %s", i, strerror(errno));
+      RN_WARN("cannot start helper thread %d: %s", i, strerror(errno));
       rn_tcp_comm_free(c);
       return ncclSystemError;
     }
@@ -140,7 +140,7 @@ ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv,
   *out = c;
   return ncclSuccess;
 out_nomem:
-  RN_WARN("socket: out of memory creating a comm");
+  RN_WARN("out of memory creating a comm");
   rn_sock_conn_close(conn);
   return ncclSystemError;
 }

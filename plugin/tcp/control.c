@@ -32,8 +32,7 @@ ncclResult_t rn_tcp_flush_out(struct rn_tcp_comm *c) {
     if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return ncclSuccess;
     if (k < 0 && errno == EINTR) continue;
     if (k <= 0) {
-      RN_WARN("socket: control connection lost while sending: %s",
-              k < 0 ? strerror(errno) : "closed");
+      RN_WARN("control connection lost while sending: %s", k < 0 ? strerror(errno) : "closed");
       rn_tcp_set_error(c, ncclRemoteError);
       return ncclRemoteError;
     }
@@ -109,7 +108,7 @@ static struct rn_tcp_req *rn_tcp_filling(struct rn_tcp_comm *c) {
 static void rn_tcp_nack(struct rn_tcp_comm *c, int tag, uint64_t size, uint64_t posted) {
   struct rn_tcp_nack m = {.type = RN_TCP_NACK, .tag = tag, .size = size, .posted = posted};
   if (!rn_tcp_queue_ctl(c, &m, sizeof(m), NULL, 0, NULL))
-    RN_WARN("socket: control queue full; the sender will not hear of the oversized message");
+    RN_WARN("control queue full; the sender will not hear of the oversized message");
 }
 
 /* A message of `size` bytes for buffer idx: 0 when it fits, else both
@@ -117,7 +116,7 @@ static void rn_tcp_nack(struct rn_tcp_comm *c, int tag, uint64_t size, uint64_t 
 static int rn_tcp_fits(struct rn_tcp_comm *c, struct rn_tcp_req *r, int idx, uint64_t size,
                        int eager) {
   if (size <= r->posted[idx]) return 1;
-  RN_WARN("socket: peer sent %llu bytes but the posted receive (tag %d) holds only %zu bytes",
+  RN_WARN("peer sent %llu bytes but the posted receive (tag %d) holds only %zu bytes",
           (unsigned long long)size, r->tag[idx], r->posted[idx]);
   r->error = ncclInvalidUsage;
   if (eager) rn_tcp_nack(c, r->tag[idx], size, r->posted[idx]);
@@ -132,7 +131,7 @@ void rn_tcp_drain_unexpected(struct rn_tcp_comm *c) {
     if (r == NULL) return;
     int mismatch, idx = rn_tcp_pick(r->n, r->tag, r->taken, e->tag, &mismatch);
     if (mismatch) {
-      RN_WARN("socket: message with tag %d matches no buffer of the posted receive", e->tag);
+      RN_WARN("message with tag %d matches no buffer of the posted receive", e->tag);
       r->error = ncclInvalidUsage;
     }
     rn_tcp_take(c, r, idx);
@@ -147,7 +146,7 @@ void rn_tcp_drain_unexpected(struct rn_tcp_comm *c) {
 
 static ncclResult_t rn_tcp_protocol_error(struct rn_tcp_comm *c, const char *what,
                                           const struct rn_tcp_data *d) {
-  RN_WARN("socket: protocol error: %s (seq %llu buffer %u, %llu bytes, flags %u)", what,
+  RN_WARN("protocol error: %s (seq %llu buffer %u, %llu bytes, flags %u)", what,
           (unsigned long long)d->seq, d->idx, (unsigned long long)d->size, d->flags);
   rn_tcp_set_error(c, ncclRemoteError);
   return ncclRemoteError;
@@ -166,7 +165,7 @@ static ncclResult_t rn_tcp_on_data(struct rn_tcp_comm *c, const struct rn_tcp_da
     /* Behind queued messages, or before its receive is posted: queue it. */
     if (c->uq_head != c->uq_tail || (r = rn_tcp_filling(c)) == NULL) {
       if (c->uq == NULL && (c->uq = calloc(RN_TCP_EAGER_WINDOW, sizeof(*c->uq))) == NULL) {
-        RN_WARN("socket: out of memory for unexpected messages");
+        RN_WARN("out of memory for unexpected messages");
         rn_tcp_set_error(c, ncclSystemError);
         return ncclSystemError;
       }
@@ -184,7 +183,7 @@ static ncclResult_t rn_tcp_on_data(struct rn_tcp_comm *c, const struct rn_tcp_da
     int mismatch;
     idx = rn_tcp_pick(r->n, r->tag, r->taken, d->tag, &mismatch);
     if (mismatch) {
-      RN_WARN("socket: message with tag %d matches no buffer of the posted receive", d->tag);
+      RN_WARN("message with tag %d matches no buffer of the posted receive", d->tag);
       r->error = ncclInvalidUsage;
     }
   } else {
@@ -243,7 +242,7 @@ ncclResult_t rn_tcp_progress(struct rn_tcp_comm *c) {
       c->rx_dst += got;
       c->rx_left -= got;
       if (res != ncclSuccess) {
-        RN_WARN("socket: control connection lost in the middle of a message");
+        RN_WARN("control connection lost in the middle of a message");
         rn_tcp_set_error(c, ncclRemoteError);
         return ncclRemoteError;
       }
@@ -264,8 +263,8 @@ ncclResult_t rn_tcp_progress(struct rn_tcp_comm *c) {
         pos += sizeof(m);
         int slot = (int)(m.seq % RN_TCP_RING);
         if (m.n < 1 || m.n > RN_MAX_RECVS || c->cts_valid[slot]) {
-          RN_WARN("socket: protocol error: bad clear-to-send (seq %llu, n %u)",
-                  (unsigned long long)m.seq, m.n);
+          RN_WARN("protocol error: bad clear-to-send (seq %llu, n %u)", (unsigned long long)m.seq,
+                  m.n);
           rn_tcp_set_error(c, ncclRemoteError);
           return ncclRemoteError;
         }
@@ -281,7 +280,7 @@ ncclResult_t rn_tcp_progress(struct rn_tcp_comm *c) {
         memcpy(&m, c->in + pos, sizeof(m));
         pos += sizeof(m);
         RN_WARN(
-            "socket: the receiver refused a send of %llu bytes (tag %d): its posted buffer "
+            "the receiver refused a send of %llu bytes (tag %d): its posted buffer "
             "holds %llu bytes",
             (unsigned long long)m.size, m.tag, (unsigned long long)m.posted);
         rn_tcp_set_error(c, ncclInvalidUsage);
@@ -295,7 +294,7 @@ ncclResult_t rn_tcp_progress(struct rn_tcp_comm *c) {
         pos += avail < d.inline_len ? avail : d.inline_len;
         rn_tcp_rx_done(c);
       } else {
-        RN_WARN("socket: protocol error: unexpected control message type %u", type);
+        RN_WARN("protocol error: unexpected control message type %u", type);
         rn_tcp_set_error(c, ncclRemoteError);
         return ncclRemoteError;
       }

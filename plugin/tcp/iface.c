@@ -93,12 +93,12 @@ int rn_tcp_if_discover(struct rn_tcp_if *ifs, int max) {
   const char *spec = rn_params()->socket_ifname;
   if (spec[0] != '\0') {
     int n = rn_tcp_if_scan(ifs, max, spec);
-    if (n == 0) RN_INFO(NCCL_INIT | NCCL_NET, "socket: no interface matches '%s'", spec);
+    if (n == 0) RN_INFO(NCCL_INIT | NCCL_NET, "no interface matches '%s'", spec);
     return n;
   }
   int n = rn_tcp_if_scan(ifs, max, "^docker,lo,virbr");
   if (n == 0) {
-    RN_INFO(NCCL_INIT | NCCL_NET, "socket: only loopback available, using lo");
+    RN_INFO(NCCL_INIT | NCCL_NET, "only loopback available, using lo");
     n = rn_tcp_if_scan(ifs, max, "=lo");
   }
   return n;

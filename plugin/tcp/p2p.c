@@ -28,7 +28,7 @@ static void rn_tcp_req_free(struct rn_tcp_req *r) {
 static ncclResult_t rn_tcp_comm_error(struct rn_tcp_comm *c, const char *what) {
   int e = atomic_load(&c->error);
   if (e != ncclSuccess) {
-    RN_WARN("socket: %s on a comm that already failed (error %d)", what, e);
+    RN_WARN("%s on a comm that already failed (error %d)", what, e);
     return (ncclResult_t)e;
   }
   return ncclSuccess;
@@ -79,7 +79,7 @@ ncclResult_t rn_tcp_isend(void *scomm, void *data, size_t size, int tag, void *m
   }
   if (!c->cts_valid[slot] || c->ua_head != c->ua_tail) {
     if (atomic_load(&c->peer_closed)) {
-      RN_WARN("socket: isend: the receiver closed the connection");
+      RN_WARN("isend: the receiver closed the connection");
       res = ncclRemoteError;
     } else if (size <= c->eager_max) {
       RN_CHECK_GOTO(rn_tcp_isend_eager(c, data, size, tag, req), res, out_unlock);
@@ -90,7 +90,7 @@ ncclResult_t rn_tcp_isend(void *scomm, void *data, size_t size, int tag, void *m
   struct rn_tcp_cts *m = &c->cts[slot];
   int mismatch, idx = rn_tcp_pick((int)m->n, m->tags, c->cts_used[slot], tag, &mismatch);
   if (mismatch) {
-    RN_WARN("socket: isend with tag %d matches no buffer of the posted receive (seq %llu)", tag,
+    RN_WARN("isend with tag %d matches no buffer of the posted receive (seq %llu)", tag,
             (unsigned long long)m->seq);
     res = ncclInvalidUsage;
     goto out_unlock;
@@ -117,7 +117,7 @@ ncclResult_t rn_tcp_isend(void *scomm, void *data, size_t size, int tag, void *m
   }
   rn_tcp_queue_ctl(c, &d, sizeof(d), data, d.inline_len, r);
   if (too_big) {
-    RN_WARN("socket: send of %zu bytes exceeds the posted receive of %llu bytes (tag %d)", size,
+    RN_WARN("send of %zu bytes exceeds the posted receive of %llu bytes (tag %d)", size,
             (unsigned long long)m->sizes[idx], tag);
     r->error = ncclInvalidUsage;
   }
@@ -205,7 +205,7 @@ ncclResult_t rn_tcp_test(void *request, int *done, size_t *sizes, int *nsizes) {
   *done = 0;
   pthread_mutex_lock(&c->lock);
   if (r->state != RN_TCP_REQ_ACTIVE) {
-    RN_WARN("socket: test on a request that is not active");
+    RN_WARN("test on a request that is not active");
     res = ncclInvalidArgument;
     goto out_unlock;
   }
@@ -221,7 +221,7 @@ ncclResult_t rn_tcp_test(void *request, int *done, size_t *sizes, int *nsizes) {
     if (e == ncclSuccess && res == ncclSuccess && rn_tcp_peer_gone(c)) e = ncclRemoteError;
     if (e == ncclSuccess) e = res;
     if (e != ncclSuccess) {
-      RN_WARN("socket: %s of %s did not complete: connection to the peer failed (error %d)",
+      RN_WARN("%s of %s did not complete: connection to the peer failed (error %d)",
               r->is_recv ? "receive" : "send", r->is_recv ? "a group" : "a message", e);
       res = (ncclResult_t)e;
     }

@@ -43,7 +43,7 @@ static int rn_tcp_stream_send(struct rn_tcp_comm *c, struct rn_tcp_stream *s) {
       if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 1;
       if (k < 0 && errno == EINTR) continue;
       if (!atomic_load(&c->stop))
-        RN_WARN("socket: data stream send failed: %s", k < 0 ? strerror(errno) : "closed");
+        RN_WARN("data stream send failed: %s", k < 0 ? strerror(errno) : "closed");
       rn_tcp_set_error(c, ncclRemoteError);
       return -1;
     }
@@ -73,7 +73,7 @@ static int rn_tcp_stream_recv(struct rn_tcp_comm *c, struct rn_tcp_stream *s) {
         if (r == NULL || r->seq != h->seq || h->idx >= (uint32_t)r->n ||
             h->total > r->posted[h->idx] || h->offset + h->len > h->total) {
           RN_WARN(
-              "socket: protocol error: chunk seq %llu idx %u off %llu len %u total %llu "
+              "protocol error: chunk seq %llu idx %u off %llu len %u total %llu "
               "matches no posted receive",
               (unsigned long long)h->seq, h->idx, (unsigned long long)h->offset, h->len,
               (unsigned long long)h->total);
@@ -87,7 +87,7 @@ static int rn_tcp_stream_recv(struct rn_tcp_comm *c, struct rn_tcp_stream *s) {
       if (k == 0) {
         /* EOF between chunks is the peer's close; inside one, a failure. */
         if (s->off != 0) {
-          RN_WARN("socket: peer closed a data stream in the middle of a chunk header");
+          RN_WARN("peer closed a data stream in the middle of a chunk header");
           rn_tcp_set_error(c, ncclRemoteError);
         }
         return -1;
@@ -104,13 +104,13 @@ static int rn_tcp_stream_recv(struct rn_tcp_comm *c, struct rn_tcp_stream *s) {
       if (k > 0) {
         s->off += (size_t)k;
       } else if (k == 0) {
-        RN_WARN("socket: peer closed a data stream in the middle of a chunk");
+        RN_WARN("peer closed a data stream in the middle of a chunk");
         rn_tcp_set_error(c, ncclRemoteError);
         return -1;
       } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
         return 0;
       } else if (errno != EINTR) {
-        RN_WARN("socket: data stream recv failed: %s", strerror(errno));
+        RN_WARN("data stream recv failed: %s", strerror(errno));
         rn_tcp_set_error(c, ncclRemoteError);
         return -1;
       }
@@ -181,7 +181,7 @@ void *rn_tcp_thread_main(void *arg) {
       pfd[np++] = (struct pollfd){.fd = s->dead ? -1 : s->fd, .events = ev};
     }
     if (poll(pfd, (nfds_t)np, -1) < 0 && errno != EINTR) {
-      RN_WARN("socket: poll failed: %s", strerror(errno));
+      RN_WARN("poll failed: %s", strerror(errno));
       rn_tcp_set_error(c, ncclSystemError);
       break;
     }

@@ -53,7 +53,7 @@ static ncclResult_t rn_tcp_init(const struct rn_nic **nics, int *n) {
     char a[64];
     list[i] = rn_tcp_ifs[i].nic;
     list[i].tidx = i;
-    RN_INFO(NCCL_INIT | NCCL_NET, "socket: %s %s speed %d Mbps pci %s", list[i].name,
+    RN_INFO(NCCL_INIT | NCCL_NET, "%s %s speed %d Mbps pci %s", list[i].name,
             rn_sockaddr_str(&rn_tcp_ifs[i].addr, a, sizeof(a)), list[i].speed_mbps,
             list[i].pci_path[0] ? list[i].pci_path : "(virtual)");
   }
@@ -79,7 +79,7 @@ static void rn_tcp_fini(void) {
     n++;
   }
   n += rn_tcp_comm_free_all();
-  if (n > 0) RN_INFO(NCCL_INIT | NCCL_NET, "socket: closed %d comm(s) left open at finalize", n);
+  if (n > 0) RN_INFO(NCCL_INIT | NCCL_NET, "closed %d comm(s) left open at finalize", n);
   rn_tcp_nifs = 0;
 }
 
@@ -89,7 +89,7 @@ static ncclResult_t rn_tcp_listen(const struct rn_rails *r, struct rn_handle *h,
   ncclResult_t res = ncclSuccess;
   struct rn_tcp_listen *l = calloc(1, sizeof(*l));
   if (l == NULL) {
-    RN_WARN("socket: out of memory in listen");
+    RN_WARN("out of memory in listen");
     return ncclSystemError;
   }
   int n = r->n < RN_TCP_MAX_ADDRS ? r->n : RN_TCP_MAX_ADDRS;
@@ -135,13 +135,13 @@ static ncclResult_t rn_tcp_connect(const struct rn_rails *r, const struct rn_han
     int n = h->nrails < RN_TCP_MAX_ADDRS ? h->nrails : RN_TCP_MAX_ADDRS;
     for (int i = 0; i < n; i++) {
       if (rn_sockaddr_from_wire(&w[i], &addrs[i]) != 0) {
-        RN_WARN("socket: connect: handle carries an invalid address (rail %d)", i);
+        RN_WARN("connect: handle carries an invalid address (rail %d)", i);
         return ncclInvalidArgument;
       }
     }
     k = calloc(1, sizeof(*k));
     if (k == NULL) {
-      RN_WARN("socket: out of memory in connect");
+      RN_WARN("out of memory in connect");
       return ncclSystemError;
     }
     k->start_ms = rn_clock_ms();
@@ -162,7 +162,7 @@ static ncclResult_t rn_tcp_connect(const struct rn_rails *r, const struct rn_han
     size_t got = 0;
     if (rn_sock_recv_some(k->conn.ctrl_fd, &ack, 1, &got) != ncclSuccess ||
         (got == 1 && ack != RN_TCP_ACCEPT_ACK)) {
-      RN_WARN("socket: %s closed the connection before accepting it", k->peer);
+      RN_WARN("%s closed the connection before accepting it", k->peer);
       res = ncclRemoteError;
       goto out_free;
     }
@@ -170,7 +170,7 @@ static ncclResult_t rn_tcp_connect(const struct rn_rails *r, const struct rn_han
   }
   if (!ready) {
     if (rn_clock_ms() - k->start_ms > rn_params()->connect_timeout_ms) {
-      RN_WARN("socket: connect to %s timed out after %lld ms", k->peer,
+      RN_WARN("connect to %s timed out after %lld ms", k->peer,
               (long long)rn_params()->connect_timeout_ms);
       res = ncclRemoteError;
       goto out_free;
@@ -181,8 +181,8 @@ static ncclResult_t rn_tcp_connect(const struct rn_rails *r, const struct rn_han
   struct rn_tcp_comm *c;
   k->dialed = 0; /* the comm owns the sockets from here, also on failure */
   RN_CHECK_GOTO(rn_tcp_comm_create(&k->conn, 0, &c), res, out_free);
-  RN_INFO(NCCL_NET, "socket: connected to %s with %d streams, %d helper threads", k->peer,
-          c->nstreams, c->nthreads);
+  RN_INFO(NCCL_NET, "connected to %s with %d streams, %d helper threads", k->peer, c->nstreams,
+          c->nthreads);
   rn_tcp_connect_abort(k);
   *state = NULL;
   *scomm = c;
@@ -203,13 +203,13 @@ static ncclResult_t rn_tcp_accept(void *lcomm, void **rcomm) {
   size_t sent = 0;
   if (rn_sock_send_some(conn.ctrl_fd, &ack, 1, &sent) != ncclSuccess || sent != 1) {
     /* The connector is gone already: drop it and keep listening. */
-    RN_INFO(NCCL_NET, "socket: a connecting peer vanished before its accept completed");
+    RN_INFO(NCCL_NET, "a connecting peer vanished before its accept completed");
     rn_sock_conn_close(&conn);
     return ncclSuccess;
   }
   struct rn_tcp_comm *c;
   RN_CHECK(rn_tcp_comm_create(&conn, 1, &c));
-  RN_INFO(NCCL_NET, "socket: accepted a connection with %d streams, %d helper threads", c->nstreams,
+  RN_INFO(NCCL_NET, "accepted a connection with %d streams, %d helper threads", c->nstreams,
           c->nthreads);
   *rcomm = c;
   return ncclSuccess;
@@ -242,7 +242,7 @@ static ncclResult_t rn_tcp_reg_mr(void *comm, void *data, size_t size, int type,
   (void)data;
   (void)size;
   if (type != NCCL_PTR_HOST) {
-    RN_WARN("socket: regMr of memory type %d: TCP reaches host memory only", type);
+    RN_WARN("regMr of memory type %d: TCP reaches host memory only", type);
     return ncclInternalError;
   }
   *mh = (void *)&rn_tcp_mr_host;
@@ -252,7 +252,7 @@ static ncclResult_t rn_tcp_reg_mr(void *comm, void *data, size_t size, int type,
 static ncclResult_t rn_tcp_dereg_mr(void *comm, void *mh) {
   (void)comm;
   if (mh != &rn_tcp_mr_host) {
-    RN_WARN("socket: deregMr of %p, which is not a railnet registration", mh);
+    RN_WARN("deregMr of %p, which is not a railnet registration", mh);
     return ncclInvalidArgument;
   }
   return ncclSuccess;
