@@ -19,10 +19,10 @@
 #include "nccl/net_common.h"
 
 /* Register [addr, addr+len) (already aligned unless RN_MR_EXACT); arg is
- * get()'s, passed through.  *handle on success. */
-typedef ncclResult_t (*rn_mr_reg_fn)(void *ctx, uintptr_t addr, size_t len, const void *arg,
+ * get()'s, passed through; owner is create()'s.  *handle on success. */
+typedef ncclResult_t (*rn_mr_reg_fn)(void *owner, uintptr_t addr, size_t len, const void *arg,
                                      void **handle);
-typedef void (*rn_mr_dereg_fn)(void *ctx, void *handle);
+typedef void (*rn_mr_dereg_fn)(void *owner, void *handle);
 
 struct rn_mr_entry {
   uintptr_t addr; /* registered range, immutable */
@@ -42,7 +42,7 @@ struct rn_mr_stats {
 struct rn_mr_cache;
 /* enabled=0 turns every get() into a private registration. */
 ncclResult_t rn_mr_cache_create(size_t page, int enabled, rn_mr_reg_fn reg, rn_mr_dereg_fn dereg,
-                                void *ctx, struct rn_mr_cache **out);
+                                void *owner, struct rn_mr_cache **out);
 void rn_mr_cache_destroy(struct rn_mr_cache *c);
 ncclResult_t rn_mr_cache_get(struct rn_mr_cache *c, const void *addr, size_t len, int flags,
                              const void *arg, struct rn_mr_entry **e);

@@ -31,7 +31,7 @@ struct rn_nic {
   int force_flush;
   enum rn_link link;
   int max_comms;
-  int tidx; /* the transport's own index for this NIC */
+  int table_index; /* where the transport keeps this NIC in its own table */
 };
 
 /* The handle NCCL carries between ranks.  The core owns the header; the

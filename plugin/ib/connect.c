@@ -147,22 +147,23 @@ static ncclResult_t rn_ib_listen_addr(const struct rn_rails *r, union rn_sockadd
 /* --- QPs ---------------------------------------------------------------- */
 
 static ncclResult_t rn_ib_qp_create(struct rn_ib_rail *rl, struct ibv_qp **qp) {
-  struct rn_ib_ctx *x = rl->dev->ctx;
+  struct rn_ib_device *device = rl->port->device;
   struct ibv_qp_init_attr ia;
   memset(&ia, 0, sizeof(ia));
   ia.send_cq = rl->cq;
   ia.recv_cq = rl->cq;
   ia.qp_type = IBV_QPT_RC;
-  ia.cap.max_send_wr = RN_IB_SEND_DEPTH < x->attr.max_qp_wr ? RN_IB_SEND_DEPTH : x->attr.max_qp_wr;
+  ia.cap.max_send_wr =
+      RN_IB_SEND_DEPTH < device->attr.max_qp_wr ? RN_IB_SEND_DEPTH : device->attr.max_qp_wr;
   ia.cap.max_recv_wr = RN_IB_RECV_DEPTH;
   ia.cap.max_send_sge = 1;
   ia.cap.max_recv_sge = 1;
-  RN_CHECK(rn_ibv_create_qp(x->pd, &ia, qp));
+  RN_CHECK(rn_ibv_create_qp(device->pd, &ia, qp));
   struct ibv_qp_attr a;
   memset(&a, 0, sizeof(a));
   a.qp_state = IBV_QPS_INIT;
   a.pkey_index = 0;
-  a.port_num = (uint8_t)rl->dev->port;
+  a.port_num = (uint8_t)rl->port->num;
   a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
   ncclResult_t res = rn_ibv_modify_qp(
       *qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
@@ -173,22 +174,22 @@ static ncclResult_t rn_ib_qp_create(struct rn_ib_rail *rl, struct ibv_qp **qp) {
   return res;
 }
 
-static ncclResult_t rn_ib_qp_connect(struct ibv_qp *qp, const struct rn_ib_dev *dev,
+static ncclResult_t rn_ib_qp_connect(struct ibv_qp *qp, const struct rn_ib_port *port,
                                      const struct rn_ib_rail_info *rem, uint32_t rqpn) {
   const struct rn_params *p = rn_params();
   struct ibv_qp_attr a;
   memset(&a, 0, sizeof(a));
   a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = dev->mtu < (enum ibv_mtu)rem->mtu ? dev->mtu : (enum ibv_mtu)rem->mtu;
+  a.path_mtu = port->mtu < (enum ibv_mtu)rem->mtu ? port->mtu : (enum ibv_mtu)rem->mtu;
   a.dest_qp_num = rqpn;
   a.rq_psn = 0;
   a.max_dest_rd_atomic = 1;
   a.min_rnr_timer = 12;
-  a.ah_attr.port_num = (uint8_t)dev->port;
-  if (dev->link == IBV_LINK_LAYER_ETHERNET) {
+  a.ah_attr.port_num = (uint8_t)port->num;
+  if (port->link == IBV_LINK_LAYER_ETHERNET) {
     a.ah_attr.is_global = 1;
     memcpy(a.ah_attr.grh.dgid.raw, rem->gid, 16);
-    a.ah_attr.grh.sgid_index = (uint8_t)dev->gid_index;
+    a.ah_attr.grh.sgid_index = (uint8_t)port->gid_index;
     a.ah_attr.grh.hop_limit = 255;
   } else {
     a.ah_attr.dlid = rem->lid;
@@ -210,11 +211,11 @@ static ncclResult_t rn_ib_qp_connect(struct ibv_qp *qp, const struct rn_ib_dev *
 }
 
 static void rn_ib_rail_info_fill(const struct rn_ib_rail *rl, struct rn_ib_rail_info *ri) {
-  memcpy(ri->gid, rl->dev->gid.raw, 16);
+  memcpy(ri->gid, rl->port->gid.raw, 16);
   ri->rkey = rl->ctl_mr->rkey;
-  ri->lid = rl->dev->lid;
-  ri->link = (uint8_t)rl->dev->link;
-  ri->mtu = (uint8_t)rl->dev->mtu;
+  ri->lid = rl->port->lid;
+  ri->link = (uint8_t)rl->port->link;
+  ri->mtu = (uint8_t)rl->port->mtu;
 }
 
 /* Standing RECVs for immediates: count more on QP qpi of a rail. */
@@ -244,11 +245,11 @@ static void rn_ib_comm_free(struct rn_ib_comm *c) {
   }
   free(c->ctl);
   if (c->ctrl_fd >= 0) close(c->ctrl_fd);
-  for (size_t i = 0; i < sizeof(c->sreq) / sizeof(c->sreq[0]); i++)
-    rn_req_base_end(&c->sreq[i].base);
+  for (size_t i = 0; i < sizeof(c->send_reqs) / sizeof(c->send_reqs[0]); i++)
+    rn_req_base_end(&c->send_reqs[i].base);
   for (int i = 0; i < RN_IB_SLOTS; i++) {
-    rn_req_base_end(&c->rreq[i].base);
-    rn_req_base_end(&c->freq[i].base);
+    rn_req_base_end(&c->recv_reqs[i].base);
+    rn_req_base_end(&c->flush_reqs[i].base);
   }
   free(c);
 }
@@ -275,18 +276,18 @@ static ncclResult_t rn_ib_comm_create(const struct rn_rails *rails, int nrails, 
   memset(c->ctl, 0, sizeof(*c->ctl));
   for (int r = 0; r < nrails; r++) {
     struct rn_ib_rail *rl = &c->rail[r];
-    rl->dev = rn_ib_dev_of(rails->nic[r]);
-    if (!rl->dev) {
+    rl->port = rn_ib_port_of(rails->nic[r]);
+    if (!rl->port) {
       RN_WARN("rail %d (%s) is not a verbs NIC", r, rails->nic[r]->name);
       res = ncclInternalError;
       goto out_free;
     }
     c->nlocal = r + 1;
-    struct rn_ib_ctx *x = rl->dev->ctx;
-    int cqe = RN_IB_CQ_DEPTH < x->attr.max_cqe ? RN_IB_CQ_DEPTH : x->attr.max_cqe;
-    RN_CHECK_GOTO(rn_ibv_create_cq(x->ctx, cqe, &rl->cq), res, out_free);
+    struct rn_ib_device *device = rl->port->device;
+    int cqe = RN_IB_CQ_DEPTH < device->attr.max_cqe ? RN_IB_CQ_DEPTH : device->attr.max_cqe;
+    RN_CHECK_GOTO(rn_ibv_create_cq(device->context, cqe, &rl->cq), res, out_free);
     RN_CHECK_GOTO(
-        rn_ibv_reg_mr(x->pd, c->ctl, sizeof(*c->ctl),
+        rn_ibv_reg_mr(device->pd, c->ctl, sizeof(*c->ctl),
                       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ,
                       &rl->ctl_mr),
         res, out_free);
@@ -306,7 +307,7 @@ static void rn_ib_info_fill(const struct rn_ib_comm *c, struct rn_ib_conn_info *
   info->nrails = (uint8_t)c->nrails;
   info->nqps = (uint8_t)c->nqps;
   info->ctl_addr = (uint64_t)(uintptr_t)c->ctl;
-  rn_ib_strcpy(info->dev, sizeof(info->dev), c->rail[0].dev->nic->name);
+  rn_ib_strcpy(info->dev, sizeof(info->dev), c->rail[0].port->nic->name);
   for (int r = 0; r < c->nrails; r++) {
     rn_ib_rail_info_fill(&c->rail[r], &info->rail[r]);
     for (int k = 0; k < c->nqps; k++) info->qpn[r][k] = c->rail[r].qp[k]->qp_num;
@@ -327,19 +328,19 @@ static ncclResult_t rn_ib_info_check(const struct rn_ib_conn_info *i, const char
 static ncclResult_t rn_ib_comm_connect(struct rn_ib_comm *c, const struct rn_ib_conn_info *rem) {
   c->mtu_bytes = 1 << 30;
   for (int r = 0; r < c->nrails; r++) {
-    const struct rn_ib_dev *d = c->rail[r].dev;
+    const struct rn_ib_port *port = c->rail[r].port;
     enum ibv_mtu m =
-        d->mtu < (enum ibv_mtu)rem->rail[r].mtu ? d->mtu : (enum ibv_mtu)rem->rail[r].mtu;
+        port->mtu < (enum ibv_mtu)rem->rail[r].mtu ? port->mtu : (enum ibv_mtu)rem->rail[r].mtu;
     if ((128 << (int)m) < c->mtu_bytes) c->mtu_bytes = 128 << (int)m;
-    if (rem->rail[r].link != d->link) {
-      RN_WARN("rail %d: %s is %s but the peer's NIC is %s", r, d->nic->name,
-              d->link == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand",
+    if (rem->rail[r].link != port->link) {
+      RN_WARN("rail %d: %s is %s but the peer's NIC is %s", r, port->nic->name,
+              port->link == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand",
               rem->rail[r].link == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand");
       return ncclInvalidUsage;
     }
     c->rail[r].rem_rkey = rem->rail[r].rkey;
     for (int k = 0; k < c->nqps; k++)
-      RN_CHECK(rn_ib_qp_connect(c->rail[r].qp[k], d, &rem->rail[r], rem->qpn[r][k]));
+      RN_CHECK(rn_ib_qp_connect(c->rail[r].qp[k], port, &rem->rail[r], rem->qpn[r][k]));
   }
   c->rem_ctl = rem->ctl_addr;
   return ncclSuccess;
@@ -349,11 +350,11 @@ static ncclResult_t rn_ib_comm_connect(struct rn_ib_comm *c, const struct rn_ib_
 static ncclResult_t rn_ib_flush_setup(struct rn_ib_comm *c) {
   for (int r = 0; r < c->nrails; r++) {
     struct rn_ib_rail *rl = &c->rail[r];
-    if (!(rl->dev->nic->ptr_support & (NCCL_PTR_CUDA | NCCL_PTR_DMABUF))) continue;
+    if (!(rl->port->nic->ptr_support & (NCCL_PTR_CUDA | NCCL_PTR_DMABUF))) continue;
     RN_CHECK(rn_ib_qp_create(rl, &rl->flush_qp));
     struct rn_ib_rail_info self;
     rn_ib_rail_info_fill(rl, &self);
-    RN_CHECK(rn_ib_qp_connect(rl->flush_qp, rl->dev, &self, rl->flush_qp->qp_num));
+    RN_CHECK(rn_ib_qp_connect(rl->flush_qp, rl->port, &self, rl->flush_qp->qp_num));
   }
   return ncclSuccess;
 }

@@ -16,16 +16,17 @@
 #include "ib.h"
 
 static struct rn_nic rn_ib_nics[RN_MAX_NICS];
-static struct rn_ib_dev rn_ib_devs[RN_MAX_NICS];
-static struct rn_ib_ctx rn_ib_ctxs[RN_MAX_NICS];
-static int rn_ib_ndevs, rn_ib_nctx;
+static struct rn_ib_port rn_ib_ports[RN_MAX_NICS];
+static struct rn_ib_device rn_ib_devices[RN_MAX_NICS];
+static int rn_ib_nports, rn_ib_ndevices;
 
-struct rn_ib_dev *rn_ib_dev_of(const struct rn_nic *nic) {
-  if (nic->tidx >= 0 && nic->tidx < rn_ib_ndevs && &rn_ib_nics[nic->tidx] == nic)
-    return &rn_ib_devs[nic->tidx];
-  if (nic >= rn_ib_nics && nic < rn_ib_nics + rn_ib_ndevs) return &rn_ib_devs[nic - rn_ib_nics];
-  for (int i = 0; i < rn_ib_ndevs; i++)
-    if (strcmp(rn_ib_nics[i].name, nic->name) == 0) return &rn_ib_devs[i];
+struct rn_ib_port *rn_ib_port_of(const struct rn_nic *nic) {
+  if (nic->table_index >= 0 && nic->table_index < rn_ib_nports &&
+      &rn_ib_nics[nic->table_index] == nic)
+    return &rn_ib_ports[nic->table_index];
+  if (nic >= rn_ib_nics && nic < rn_ib_nics + rn_ib_nports) return &rn_ib_ports[nic - rn_ib_nics];
+  for (int i = 0; i < rn_ib_nports; i++)
+    if (strcmp(rn_ib_nics[i].name, nic->name) == 0) return &rn_ib_ports[i];
   return NULL;
 }
 
@@ -112,9 +113,10 @@ static int rn_ib_gid_is_linklocal(const union ibv_gid *g) {
 }
 
 /* GID entry i: 0 and its RoCE version (2, 1, or 0 when IB/unknown) when it exists. */
-static int rn_ib_gid_entry(struct rn_ib_ctx *ctx, int port, int i, union ibv_gid *gid, int *v2) {
+static int rn_ib_gid_entry(struct rn_ib_device *device, int port_num, int i, union ibv_gid *gid,
+                           int *v2) {
   struct ibv_gid_entry e;
-  int rc = rn_ibv_query_gid_ex(ctx->ctx, (uint32_t)port, (uint32_t)i, &e);
+  int rc = rn_ibv_query_gid_ex(device->context, (uint32_t)port_num, (uint32_t)i, &e);
   if (rc == 0) {
     *gid = e.gid;
     *v2 = e.gid_type == IBV_GID_TYPE_ROCE_V2;
@@ -123,9 +125,9 @@ static int rn_ib_gid_entry(struct rn_ib_ctx *ctx, int port, int i, union ibv_gid
   if (rc != EOPNOTSUPP) return -1; /* ENODATA: empty slot */
   char type[32];
   if (rn_ib_sysfs_read(type, sizeof(type), "/sys/class/infiniband/%s/ports/%d/gid_attrs/types/%d",
-                       ctx->name, port, i))
+                       device->name, port_num, i))
     return -1;
-  if (rn_ibv_query_gid(ctx->ctx, (uint8_t)port, i, gid) != ncclSuccess) return -1;
+  if (rn_ibv_query_gid(device->context, (uint8_t)port_num, i, gid) != ncclSuccess) return -1;
   *v2 = strcmp(type, "RoCE v2") == 0;
   return rn_ib_gid_is_zero(gid) ? -1 : 0;
 }
@@ -133,19 +135,19 @@ static int rn_ib_gid_entry(struct rn_ib_ctx *ctx, int port, int i, union ibv_gid
 /* The RoCE GID: RAILNET_IB_GID_INDEX when set, else the RoCE v2 GID of the
  * configured address family (IPv4-mapped, or a global IPv6 one before a
  * link-local one), else any RoCE v2 GID, else index 0. */
-static ncclResult_t rn_ib_pick_gid(struct rn_ib_ctx *ctx, int port, int tbl_len,
-                                   struct rn_ib_dev *dev, char *why, size_t whylen) {
+static ncclResult_t rn_ib_pick_gid(struct rn_ib_device *device, int port_num, int tbl_len,
+                                   struct rn_ib_port *port, char *why, size_t whylen) {
   const struct rn_params *p = rn_params();
   if (p->ib_gid_index[0]) {
     char *end;
     long idx = strtol(p->ib_gid_index, &end, 10);
     if (*end || idx < 0 || idx >= tbl_len) {
-      RN_WARN("%s:%d: RAILNET_IB_GID_INDEX=%s is not an index below %d", ctx->name, port,
+      RN_WARN("%s:%d: RAILNET_IB_GID_INDEX=%s is not an index below %d", device->name, port_num,
               p->ib_gid_index, tbl_len);
       return ncclInvalidUsage;
     }
-    dev->gid_index = (int)idx;
-    RN_CHECK(rn_ibv_query_gid(ctx->ctx, (uint8_t)port, (int)idx, &dev->gid));
+    port->gid_index = (int)idx;
+    RN_CHECK(rn_ibv_query_gid(device->context, (uint8_t)port_num, (int)idx, &port->gid));
     snprintf(why, whylen, "RAILNET_IB_GID_INDEX");
     return ncclSuccess;
   }
@@ -156,7 +158,7 @@ static ncclResult_t rn_ib_pick_gid(struct rn_ib_ctx *ctx, int port, int tbl_len,
   for (int i = 0; i < tbl_len && i < 1024; i++) {
     union ibv_gid g;
     int v2 = 0;
-    if (rn_ib_gid_entry(ctx, port, i, &g, &v2)) continue;
+    if (rn_ib_gid_entry(device, port_num, i, &g, &v2)) continue;
     int rank = 1; /* anything */
     if (v2) {
       rank = 2;
@@ -170,13 +172,13 @@ static ncclResult_t rn_ib_pick_gid(struct rn_ib_ctx *ctx, int port, int tbl_len,
     }
   }
   if (best < 0) {
-    dev->gid_index = 0;
-    RN_CHECK(rn_ibv_query_gid(ctx->ctx, (uint8_t)port, 0, &dev->gid));
+    port->gid_index = 0;
+    RN_CHECK(rn_ibv_query_gid(device->context, (uint8_t)port_num, 0, &port->gid));
     snprintf(why, whylen, "no usable GID found, index 0");
     return ncclSuccess;
   }
-  dev->gid_index = best;
-  dev->gid = best_gid;
+  port->gid_index = best;
+  port->gid = best_gid;
   snprintf(why, whylen, "%s",
            best_rank >= 3   ? (want6 ? "RoCE v2, AF_INET6" : "RoCE v2, AF_INET")
            : best_rank == 2 ? "RoCE v2, other family"
@@ -184,18 +186,19 @@ static ncclResult_t rn_ib_pick_gid(struct rn_ib_ctx *ctx, int port, int tbl_len,
   return ncclSuccess;
 }
 
-static void rn_ib_netdev(struct rn_ib_ctx *ctx, struct rn_ib_dev *dev, char *out, size_t len) {
+static void rn_ib_netdev(struct rn_ib_device *device, struct rn_ib_port *port, char *out,
+                         size_t len) {
   char buf[64];
   out[0] = '\0';
-  if (dev->link == IBV_LINK_LAYER_ETHERNET &&
+  if (port->link == IBV_LINK_LAYER_ETHERNET &&
       rn_ib_sysfs_read(buf, sizeof(buf), "/sys/class/infiniband/%s/ports/%d/gid_attrs/ndevs/%d",
-                       ctx->name, dev->port, dev->gid_index) == 0 &&
+                       device->name, port->num, port->gid_index) == 0 &&
       buf[0]) {
     rn_ib_strcpy(out, len, buf);
     return;
   }
   char path[PATH_MAX];
-  snprintf(path, sizeof(path), "/sys/class/infiniband/%s/device/net", ctx->name);
+  snprintf(path, sizeof(path), "/sys/class/infiniband/%s/device/net", device->name);
   DIR *d = opendir(path);
   if (!d) return;
   struct dirent *de;
@@ -217,100 +220,101 @@ static void rn_ib_pci(const char *name, struct rn_nic *nic) {
     nic->pci_path[0] = nic->busid[0] = '\0';
 }
 
-static void rn_ib_ctx_close(struct rn_ib_ctx *c) {
-  if (c->mrc) rn_mr_cache_destroy(c->mrc);
-  if (c->pd) (void)rn_ibv_dealloc_pd(c->pd);
-  if (c->ctx) (void)rn_ibv_close_device(c->ctx);
-  memset(c, 0, sizeof(*c));
+static void rn_ib_device_close(struct rn_ib_device *device) {
+  if (device->mr_cache) rn_mr_cache_destroy(device->mr_cache);
+  if (device->pd) (void)rn_ibv_dealloc_pd(device->pd);
+  if (device->context) (void)rn_ibv_close_device(device->context);
+  memset(device, 0, sizeof(*device));
 }
 
 /* Open one device and add its ACTIVE ports. */
-static ncclResult_t rn_ib_add_device(struct ibv_device *d, int *nactive_seen) {
+static ncclResult_t rn_ib_add_device(struct ibv_device *verbs_device, int *nactive_seen) {
   ncclResult_t res = ncclSuccess;
-  struct rn_ib_ctx *c = &rn_ib_ctxs[rn_ib_nctx];
-  memset(c, 0, sizeof(*c));
-  snprintf(c->name, sizeof(c->name), "%s", rn_ibv_get_device_name(d));
-  RN_CHECK_GOTO(rn_ibv_open_device(d, &c->ctx), res, out_close);
-  RN_CHECK_GOTO(rn_ibv_query_device(c->ctx, &c->attr), res, out_close);
-  int first = rn_ib_ndevs;
-  for (int port = 1; port <= c->attr.phys_port_cnt && rn_ib_ndevs < RN_MAX_NICS; port++) {
+  struct rn_ib_device *device = &rn_ib_devices[rn_ib_ndevices];
+  memset(device, 0, sizeof(*device));
+  snprintf(device->name, sizeof(device->name), "%s", rn_ibv_get_device_name(verbs_device));
+  RN_CHECK_GOTO(rn_ibv_open_device(verbs_device, &device->context), res, out_close);
+  RN_CHECK_GOTO(rn_ibv_query_device(device->context, &device->attr), res, out_close);
+  int first = rn_ib_nports;
+  for (int port_num = 1; port_num <= device->attr.phys_port_cnt && rn_ib_nports < RN_MAX_NICS;
+       port_num++) {
     struct ibv_port_attr pa;
-    if (rn_ibv_query_port(c->ctx, (uint8_t)port, &pa) != ncclSuccess) continue;
+    if (rn_ibv_query_port(device->context, (uint8_t)port_num, &pa) != ncclSuccess) continue;
     if (pa.state != IBV_PORT_ACTIVE) {
-      RN_INFO(NCCL_INIT | NCCL_NET, "%s:%d is not ACTIVE (state %d), skipped", c->name, port,
-              (int)pa.state);
+      RN_INFO(NCCL_INIT | NCCL_NET, "%s:%d is not ACTIVE (state %d), skipped", device->name,
+              port_num, (int)pa.state);
       continue;
     }
     if (pa.link_layer != IBV_LINK_LAYER_INFINIBAND && pa.link_layer != IBV_LINK_LAYER_ETHERNET) {
-      RN_INFO(NCCL_INIT | NCCL_NET, "%s:%d link layer %d unsupported, skipped", c->name, port,
-              (int)pa.link_layer);
+      RN_INFO(NCCL_INIT | NCCL_NET, "%s:%d link layer %d unsupported, skipped", device->name,
+              port_num, (int)pa.link_layer);
       continue;
     }
     (*nactive_seen)++;
-    struct rn_ib_dev *dev = &rn_ib_devs[rn_ib_ndevs];
-    struct rn_nic *nic = &rn_ib_nics[rn_ib_ndevs];
-    memset(dev, 0, sizeof(*dev));
+    struct rn_ib_port *port = &rn_ib_ports[rn_ib_nports];
+    struct rn_nic *nic = &rn_ib_nics[rn_ib_nports];
+    memset(port, 0, sizeof(*port));
     memset(nic, 0, sizeof(*nic));
-    dev->ctx = c;
-    dev->nic = nic;
-    dev->port = port;
-    dev->link = pa.link_layer;
-    dev->mtu = pa.active_mtu;
-    dev->lid = pa.lid;
+    port->device = device;
+    port->nic = nic;
+    port->num = port_num;
+    port->link = pa.link_layer;
+    port->mtu = pa.active_mtu;
+    port->lid = pa.lid;
     char gidwhy[64] = "IB: LID routed";
-    if (dev->link == IBV_LINK_LAYER_ETHERNET) {
-      RN_CHECK_GOTO(rn_ib_pick_gid(c, port, pa.gid_tbl_len, dev, gidwhy, sizeof(gidwhy)), res,
-                    out_close);
+    if (port->link == IBV_LINK_LAYER_ETHERNET) {
+      RN_CHECK_GOTO(rn_ib_pick_gid(device, port_num, pa.gid_tbl_len, port, gidwhy, sizeof(gidwhy)),
+                    res, out_close);
     } else {
-      dev->gid_index = 0;
-      (void)rn_ibv_query_gid(c->ctx, (uint8_t)port, 0, &dev->gid);
+      port->gid_index = 0;
+      (void)rn_ibv_query_gid(device->context, (uint8_t)port_num, 0, &port->gid);
     }
-    if (c->attr.phys_port_cnt > 1)
-      snprintf(nic->name, sizeof(nic->name), "%s:%d", c->name, port);
+    if (device->attr.phys_port_cnt > 1)
+      snprintf(nic->name, sizeof(nic->name), "%s:%d", device->name, port_num);
     else
-      snprintf(nic->name, sizeof(nic->name), "%s", c->name);
-    rn_ib_netdev(c, dev, nic->netdev, sizeof(nic->netdev));
-    rn_ib_pci(c->name, nic);
-    nic->guid = c->attr.node_guid;
-    nic->port = port;
+      snprintf(nic->name, sizeof(nic->name), "%s", device->name);
+    rn_ib_netdev(device, port, nic->netdev, sizeof(nic->netdev));
+    rn_ib_pci(device->name, nic);
+    nic->guid = device->attr.node_guid;
+    nic->port = port_num;
     nic->speed_mbps = rn_ib_speed_mbps(pa.active_speed, pa.active_width);
-    nic->link = dev->link == IBV_LINK_LAYER_INFINIBAND ? RN_LINK_IB : RN_LINK_ETH;
-    nic->max_comms = c->attr.max_qp;
+    nic->link = port->link == IBV_LINK_LAYER_INFINIBAND ? RN_LINK_IB : RN_LINK_ETH;
+    nic->max_comms = device->attr.max_qp;
     nic->force_flush = 0;
-    nic->tidx = rn_ib_ndevs;
+    nic->table_index = rn_ib_nports;
     char gidstr[INET6_ADDRSTRLEN] = "";
-    inet_ntop(AF_INET6, dev->gid.raw, gidstr, sizeof(gidstr));
+    inet_ntop(AF_INET6, port->gid.raw, gidstr, sizeof(gidstr));
     RN_INFO(NCCL_INIT | NCCL_NET,
-            "%s port %d %s, %d Mbps, MTU %d, GID %d %s (%s), netdev %s, PCI %s", nic->name, port,
-            nic->link == RN_LINK_IB ? "InfiniBand" : "RoCE", nic->speed_mbps,
-            rn_ib_mtu_bytes(dev->mtu), dev->gid_index, gidstr, gidwhy,
+            "%s port %d %s, %d Mbps, MTU %d, GID %d %s (%s), netdev %s, PCI %s", nic->name,
+            port_num, nic->link == RN_LINK_IB ? "InfiniBand" : "RoCE", nic->speed_mbps,
+            rn_ib_mtu_bytes(port->mtu), port->gid_index, gidstr, gidwhy,
             nic->netdev[0] ? nic->netdev : "(none)", nic->pci_path[0] ? nic->pci_path : "(none)");
-    rn_ib_ndevs++;
+    rn_ib_nports++;
   }
-  if (rn_ib_ndevs == first) goto out_close; /* no usable port: not kept */
-  RN_CHECK_GOTO(rn_ibv_alloc_pd(c->ctx, &c->pd), res, out_unwind);
+  if (rn_ib_nports == first) goto out_close; /* no usable port: not kept */
+  RN_CHECK_GOTO(rn_ibv_alloc_pd(device->context, &device->pd), res, out_unwind);
   RN_CHECK_GOTO(rn_mr_cache_create((size_t)sysconf(_SC_PAGESIZE), (int)rn_params()->mr_cache,
-                                   rn_ib_mr_reg_cb, rn_ib_mr_dereg_cb, c, &c->mrc),
+                                   rn_ib_mr_reg_cb, rn_ib_mr_dereg_cb, device, &device->mr_cache),
                 res, out_unwind);
   char why[256];
-  int ptr = NCCL_PTR_HOST | rn_ib_probe_ptr_support(c, why, sizeof(why));
-  for (int i = first; i < rn_ib_ndevs; i++) rn_ib_nics[i].ptr_support = ptr;
-  RN_INFO(NCCL_INIT | NCCL_NET, "%s GPU memory: %s%s%s", c->name,
+  int ptr = NCCL_PTR_HOST | rn_ib_probe_ptr_support(device, why, sizeof(why));
+  for (int i = first; i < rn_ib_nports; i++) rn_ib_nics[i].ptr_support = ptr;
+  RN_INFO(NCCL_INIT | NCCL_NET, "%s GPU memory: %s%s%s", device->name,
           (ptr & NCCL_PTR_CUDA) ? "CUDA (peermem) " : "", (ptr & NCCL_PTR_DMABUF) ? "DMABUF " : "",
           why);
-  rn_ib_nctx++;
+  rn_ib_ndevices++;
   return ncclSuccess;
 out_unwind:
-  rn_ib_ndevs = first;
+  rn_ib_nports = first;
 out_close:
-  rn_ib_ctx_close(c);
+  rn_ib_device_close(device);
   return res;
 }
 
 ncclResult_t rn_ib_init(const struct rn_nic **nics, int *n) {
   *nics = rn_ib_nics;
   *n = 0;
-  rn_ib_ndevs = rn_ib_nctx = 0;
+  rn_ib_nports = rn_ib_ndevices = 0;
   if (rn_ibv_load() != ncclSuccess) return ncclSuccess; /* logged once by the loader */
   struct ibv_device **list;
   int ndev = 0;
@@ -319,20 +323,20 @@ ncclResult_t rn_ib_init(const struct rn_nic **nics, int *n) {
     return ncclSuccess;
   }
   int nactive = 0;
-  for (int i = 0; i < ndev && rn_ib_nctx < RN_MAX_NICS && rn_ib_ndevs < RN_MAX_NICS; i++) {
+  for (int i = 0; i < ndev && rn_ib_ndevices < RN_MAX_NICS && rn_ib_nports < RN_MAX_NICS; i++) {
     if (rn_ib_add_device(list[i], &nactive) != ncclSuccess)
       RN_INFO(NCCL_INIT | NCCL_NET, "device %s skipped", rn_ibv_get_device_name(list[i]));
   }
   rn_ibv_free_device_list(list);
-  if (rn_ib_ndevs == 0)
+  if (rn_ib_nports == 0)
     RN_INFO(NCCL_INIT | NCCL_NET, "%d verbs device(s), no ACTIVE port: no verbs NICs", ndev);
   else
-    RN_INFO(NCCL_INIT | NCCL_NET, "%d NIC(s) on %d device(s)", rn_ib_ndevs, rn_ib_nctx);
-  *n = rn_ib_ndevs;
+    RN_INFO(NCCL_INIT | NCCL_NET, "%d NIC(s) on %d device(s)", rn_ib_nports, rn_ib_ndevices);
+  *n = rn_ib_nports;
   return ncclSuccess;
 }
 
 void rn_ib_devices_close(void) {
-  for (int i = 0; i < rn_ib_nctx; i++) rn_ib_ctx_close(&rn_ib_ctxs[i]);
-  rn_ib_nctx = rn_ib_ndevs = 0;
+  for (int i = 0; i < rn_ib_ndevices; i++) rn_ib_device_close(&rn_ib_devices[i]);
+  rn_ib_ndevices = rn_ib_nports = 0;
 }

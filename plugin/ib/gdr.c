@@ -34,8 +34,8 @@ static void *rn_cu_sym(void *lib, const char *v2, const char *v1) {
 #define RN_CU_DMABUF_FD 1 /* CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD */
 #define RN_CU_PROBE_BYTES (2u << 20)
 
-/* 1 when CUDA memory registers through dma-buf on ctx; why says otherwise. */
-static int rn_ib_dmabuf_probe(struct rn_ib_ctx *ctx, char *why, size_t len) {
+/* 1 when CUDA memory registers through dma-buf on device; why says otherwise. */
+static int rn_ib_dmabuf_probe(struct rn_ib_device *device, char *why, size_t len) {
   struct ibv_mr *mr = NULL;
   if (!rn_ibv_has_dmabuf()) {
     snprintf(why, len, "no DMABUF: libibverbs lacks ibv_reg_dmabuf_mr");
@@ -43,10 +43,10 @@ static int rn_ib_dmabuf_probe(struct rn_ib_ctx *ctx, char *why, size_t len) {
   }
   /* Kernel/provider support first, as net_ib does: fd -1 fails with EBADF
    * when dma-buf is wired up, EOPNOTSUPP/EPROTONOSUPPORT when it is not. */
-  int err = rn_ibv_reg_dmabuf_mr_probe(ctx->pd, 0, 0, 0, -1, 0, &mr);
+  int err = rn_ibv_reg_dmabuf_mr_probe(device->pd, 0, 0, 0, -1, 0, &mr);
   if (mr) (void)rn_ibv_dereg_mr(mr);
   if (err == EOPNOTSUPP || err == EPROTONOSUPPORT) {
-    snprintf(why, len, "no DMABUF: %s does not support dma-buf registration (%s)", ctx->name,
+    snprintf(why, len, "no DMABUF: %s does not support dma-buf registration (%s)", device->name,
              strerror(err));
     return 0;
   }
@@ -67,7 +67,7 @@ static int rn_ib_dmabuf_probe(struct rn_ib_ctx *ctx, char *why, size_t len) {
   *(void **)&cu.mem_free = rn_cu_sym(lib, "cuMemFree_v2", "cuMemFree");
   *(void **)&cu.get_handle = rn_cu_sym(lib, NULL, "cuMemGetHandleForAddressRange");
   int ok = 0, dev = 0, fd = -1;
-  void *cctx = NULL;
+  void *cuda_context = NULL;
   rn_cu_result rc = 0;
   unsigned long long dptr = 0;
   if (!cu.init || !cu.device_get || !cu.primary_retain || !cu.primary_release || !cu.ctx_push ||
@@ -79,11 +79,11 @@ static int rn_ib_dmabuf_probe(struct rn_ib_ctx *ctx, char *why, size_t len) {
     snprintf(why, len, "no DMABUF: no usable CUDA device (CUresult %d)", rc);
     goto out_close_lib;
   }
-  if ((rc = cu.primary_retain(&cctx, dev)) != 0) {
+  if ((rc = cu.primary_retain(&cuda_context, dev)) != 0) {
     snprintf(why, len, "no DMABUF: cuDevicePrimaryCtxRetain failed (CUresult %d)", rc);
     goto out_close_lib;
   }
-  if ((rc = cu.ctx_push(cctx)) != 0) {
+  if ((rc = cu.ctx_push(cuda_context)) != 0) {
     snprintf(why, len, "no DMABUF: cuCtxPushCurrent failed (CUresult %d)", rc);
     goto out_release;
   }
@@ -96,21 +96,22 @@ static int rn_ib_dmabuf_probe(struct rn_ib_ctx *ctx, char *why, size_t len) {
     goto out_free;
   }
   err = rn_ibv_reg_dmabuf_mr_probe(
-      ctx->pd, 0, RN_CU_PROBE_BYTES, dptr, fd,
+      device->pd, 0, RN_CU_PROBE_BYTES, dptr, fd,
       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ, &mr);
   if (err) {
-    snprintf(why, len, "no DMABUF: ibv_reg_dmabuf_mr of CUDA memory on %s failed (%s)", ctx->name,
-             strerror(err));
+    snprintf(why, len, "no DMABUF: ibv_reg_dmabuf_mr of CUDA memory on %s failed (%s)",
+             device->name, strerror(err));
   } else {
     (void)rn_ibv_dereg_mr(mr);
-    snprintf(why, len, "DMABUF: a dma-buf registration of CUDA memory on %s succeeded", ctx->name);
+    snprintf(why, len, "DMABUF: a dma-buf registration of CUDA memory on %s succeeded",
+             device->name);
     ok = 1;
   }
   close(fd);
 out_free:
   cu.mem_free(dptr);
 out_pop:
-  cu.ctx_pop(&cctx);
+  cu.ctx_pop(&cuda_context);
 out_release:
   cu.primary_release(dev);
 out_close_lib:
@@ -118,12 +119,12 @@ out_close_lib:
   return ok;
 }
 
-int rn_ib_probe_ptr_support(struct rn_ib_ctx *ctx, char *why, size_t len) {
+int rn_ib_probe_ptr_support(struct rn_ib_device *device, char *why, size_t len) {
   int bits = 0;
   const char *mod = NULL;
   char dwhy[160];
   if (rn_sysfs_peermem(&mod)) bits |= NCCL_PTR_CUDA;
-  if (rn_ib_dmabuf_probe(ctx, dwhy, sizeof(dwhy))) bits |= NCCL_PTR_DMABUF;
+  if (rn_ib_dmabuf_probe(device, dwhy, sizeof(dwhy))) bits |= NCCL_PTR_DMABUF;
   snprintf(why, len, "%s%s; %s", bits & NCCL_PTR_CUDA ? "peermem: " : "no CUDA: ",
            mod ? mod : "no nvidia-peermem/nv_peer_mem module", dwhy);
   return bits;

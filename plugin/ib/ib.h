@@ -71,21 +71,21 @@ struct rn_ib_ctl {
 };
 
 /* An opened device (shared by its ports).  Owner: discovery.c's table. */
-struct rn_ib_ctx {
+struct rn_ib_device {
   char name[64];
-  struct ibv_context *ctx;
+  struct ibv_context *context;
   struct ibv_pd *pd;
-  struct rn_mr_cache *mrc;
+  struct rn_mr_cache *mr_cache;
   struct ibv_device_attr attr;
 };
 
 /* One reported NIC (device, ACTIVE port).  Owner: discovery.c's table;
  * immutable after init. */
-struct rn_ib_dev {
-  struct rn_ib_ctx *ctx;
+struct rn_ib_port {
+  struct rn_ib_device *device;
   const struct rn_nic *nic; /* the same NIC as the core sees it */
-  int port;
-  int link; /* IBV_LINK_LAYER_* */
+  int num;                  /* the device's port number (1-based) */
+  int link;                 /* IBV_LINK_LAYER_* */
   enum ibv_mtu mtu;
   uint16_t lid;
   int gid_index;
@@ -106,7 +106,7 @@ struct rn_ib_mh {
   struct rn_list live; /* in reg.c's list of registrations, freed at fini */
   int type;            /* NCCL_PTR_* */
   int nrails;
-  struct rn_ib_ctx *ctx[RN_MAX_RAILS];
+  struct rn_ib_device *device[RN_MAX_RAILS];
   struct rn_mr_entry *ent[RN_MAX_RAILS];
 };
 static inline struct ibv_mr *rn_ib_mh_mr(const struct rn_ib_mh *mh, int rail) {
@@ -115,7 +115,7 @@ static inline struct ibv_mr *rn_ib_mh_mr(const struct rn_ib_mh *mh, int rail) {
 
 /* One rail of a connection. */
 struct rn_ib_rail {
-  struct rn_ib_dev *dev;
+  struct rn_ib_port *port;
   struct ibv_cq *cq;
   struct ibv_qp *qp[RN_IB_MAX_QPS];
   struct ibv_qp *flush_qp; /* receiver, GDR-capable rails only */
@@ -139,15 +139,21 @@ struct rn_ib_req {
   struct rn_ib_comm *comm;
   int slot;
   int n;
-  int got, expected; /* immediates (recv) or READs (flush) */
-  int inline_size;   /* recv: -1 unless the immediate carried the size */
-  int error;         /* recv: the sender flagged the group */
+  /* recv: immediates arrived and due; flush: READs completed and posted;
+   * send: got is set when its group completed, expected counts the
+   * group's signaled completions on its first request */
+  int got, expected;
+  int inline_size; /* recv: -1 unless the immediate carried the size */
+  int error;       /* recv: the sender flagged the group */
   size_t size[RN_IB_MAX_RECVS];
-  int tag[RN_IB_MAX_RECVS];
+  union {
+    int tag[RN_IB_MAX_RECVS];    /* recv: the posted tags */
+    int member[RN_IB_MAX_RECVS]; /* send, first of a group: its requests' send_reqs indices */
+  };
 };
 
 /* A matched send group (sender side), one per slot. */
-struct rn_ib_sgroup {
+struct rn_ib_send_group {
   int n; /* buffers in the group, from the FIFO */
   int matched;
   int pending; /* signaled completions still expected */
@@ -175,14 +181,14 @@ struct rn_ib_comm {
   uint64_t seq;          /* next group */
   int64_t next_alive_ms; /* rn_clock_ms() of the next liveness check */
   /* sender */
-  struct rn_ib_sgroup group[RN_IB_SLOTS];
-  struct rn_ib_req sreq[RN_IB_SLOTS * RN_IB_MAX_RECVS];
+  struct rn_ib_send_group group[RN_IB_SLOTS];
+  struct rn_ib_req send_reqs[RN_IB_SLOTS * RN_IB_MAX_RECVS];
   /* receiver */
-  struct rn_ib_req rreq[RN_IB_SLOTS]; /* recv request of sequence s sits at s % SLOTS */
-  struct rn_ib_req freq[RN_IB_SLOTS]; /* flushes */
+  struct rn_ib_req recv_reqs[RN_IB_SLOTS];  /* recv request of sequence s sits at s % SLOTS */
+  struct rn_ib_req flush_reqs[RN_IB_SLOTS]; /* flushes */
 };
 
-static inline int rn_ib_nq(const struct rn_ib_comm *c) { return c->nrails * c->nqps; }
+static inline int rn_ib_qp_count(const struct rn_ib_comm *c) { return c->nrails * c->nqps; }
 /* QP number q of the connection: rails interleave, so using the first m
  * QPs spreads over rails first. */
 static inline struct ibv_qp *rn_ib_qp(const struct rn_ib_comm *c, int q, int *rail) {
@@ -208,9 +214,9 @@ struct rn_ib_listen_comm;
 ncclResult_t rn_ib_init(const struct rn_nic **nics, int *n);
 /* At fini, after every comm and registration is gone. */
 void rn_ib_devices_close(void);
-struct rn_ib_dev *rn_ib_dev_of(const struct rn_nic *nic);
+struct rn_ib_port *rn_ib_port_of(const struct rn_nic *nic);
 /* gdr.c: probes, run once per device at init. */
-int rn_ib_probe_ptr_support(struct rn_ib_ctx *ctx, char *why, size_t whylen);
+int rn_ib_probe_ptr_support(struct rn_ib_device *device, char *why, size_t whylen);
 /* connect.c */
 ncclResult_t rn_ib_listen(const struct rn_rails *r, struct rn_handle *h, void **lcomm);
 ncclResult_t rn_ib_connect(const struct rn_rails *r, const struct rn_handle *h, void **state,
@@ -231,8 +237,9 @@ ncclResult_t rn_ib_dereg_mr(void *comm, void *mh);
  * destroyed after, deregister their MRs); returns how many. */
 int rn_ib_mh_free_all(void);
 /* The mr cache callbacks for a device. */
-ncclResult_t rn_ib_mr_reg_cb(void *ctx, uintptr_t addr, size_t len, const void *arg, void **handle);
-void rn_ib_mr_dereg_cb(void *ctx, void *handle);
+ncclResult_t rn_ib_mr_reg_cb(void *owner, uintptr_t addr, size_t len, const void *arg,
+                             void **handle);
+void rn_ib_mr_dereg_cb(void *owner, void *handle);
 /* p2p.c */
 ncclResult_t rn_ib_isend(void *scomm, void *data, size_t size, int tag, void *mh, void **req);
 ncclResult_t rn_ib_irecv(void *rcomm, int n, void **data, const size_t *sizes, const int *tags,

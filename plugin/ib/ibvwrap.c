@@ -119,55 +119,56 @@ const char *rn_ibv_get_device_name(struct ibv_device *dev) {
   return name ? name : "?";
 }
 
-ncclResult_t rn_ibv_open_device(struct ibv_device *dev, struct ibv_context **ctx) {
+ncclResult_t rn_ibv_open_device(struct ibv_device *dev, struct ibv_context **context) {
   errno = 0;
-  *ctx = syms.open_device(dev);
-  if (!*ctx) RN_IBV_FAIL("ibv_open_device", rn_ibv_errno());
+  *context = syms.open_device(dev);
+  if (!*context) RN_IBV_FAIL("ibv_open_device", rn_ibv_errno());
   return ncclSuccess;
 }
 
-ncclResult_t rn_ibv_close_device(struct ibv_context *ctx) {
-  int rc = syms.close_device(ctx);
+ncclResult_t rn_ibv_close_device(struct ibv_context *context) {
+  int rc = syms.close_device(context);
   if (rc) RN_IBV_FAIL("ibv_close_device", rc < 0 ? rn_ibv_errno() : rc);
   return ncclSuccess;
 }
 
-ncclResult_t rn_ibv_query_device(struct ibv_context *ctx, struct ibv_device_attr *attr) {
-  int rc = syms.query_device(ctx, attr);
+ncclResult_t rn_ibv_query_device(struct ibv_context *context, struct ibv_device_attr *attr) {
+  int rc = syms.query_device(context, attr);
   if (rc) RN_IBV_FAIL("ibv_query_device", rc < 0 ? rn_ibv_errno() : rc);
   return ncclSuccess;
 }
 
-ncclResult_t rn_ibv_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr) {
+ncclResult_t rn_ibv_query_port(struct ibv_context *context, uint8_t port,
+                               struct ibv_port_attr *attr) {
   /* As verbs.h's inline does: the extended op when the provider has it,
    * else the exported symbol filling the compat layout (a prefix). */
-  struct verbs_context *vctx = verbs_get_ctx_op(ctx, query_port);
+  struct verbs_context *vctx = verbs_get_ctx_op(context, query_port);
   int rc;
   memset(attr, 0, sizeof(*attr));
   if (vctx)
-    rc = vctx->query_port(ctx, port, attr, sizeof(*attr));
+    rc = vctx->query_port(context, port, attr, sizeof(*attr));
   else
-    rc = syms.query_port(ctx, port, (struct _compat_ibv_port_attr *)attr);
+    rc = syms.query_port(context, port, (struct _compat_ibv_port_attr *)attr);
   if (rc) RN_IBV_FAIL("ibv_query_port", rc < 0 ? rn_ibv_errno() : rc);
   return ncclSuccess;
 }
 
-ncclResult_t rn_ibv_query_gid(struct ibv_context *ctx, uint8_t port, int index,
+ncclResult_t rn_ibv_query_gid(struct ibv_context *context, uint8_t port, int index,
                               union ibv_gid *gid) {
-  int rc = syms.query_gid(ctx, port, index, gid);
+  int rc = syms.query_gid(context, port, index, gid);
   if (rc) RN_IBV_FAIL("ibv_query_gid", rc < 0 ? rn_ibv_errno() : rc);
   return ncclSuccess;
 }
 
-int rn_ibv_query_gid_ex(struct ibv_context *ctx, uint32_t port, uint32_t index,
+int rn_ibv_query_gid_ex(struct ibv_context *context, uint32_t port, uint32_t index,
                         struct ibv_gid_entry *entry) {
   if (!syms.query_gid_ex) return EOPNOTSUPP;
-  return syms.query_gid_ex(ctx, port, index, entry, 0, sizeof(*entry));
+  return syms.query_gid_ex(context, port, index, entry, 0, sizeof(*entry));
 }
 
-ncclResult_t rn_ibv_alloc_pd(struct ibv_context *ctx, struct ibv_pd **pd) {
+ncclResult_t rn_ibv_alloc_pd(struct ibv_context *context, struct ibv_pd **pd) {
   errno = 0;
-  *pd = syms.alloc_pd(ctx);
+  *pd = syms.alloc_pd(context);
   if (!*pd) RN_IBV_FAIL("ibv_alloc_pd", rn_ibv_errno());
   return ncclSuccess;
 }
@@ -216,9 +217,9 @@ ncclResult_t rn_ibv_dereg_mr(struct ibv_mr *mr) {
   return ncclSuccess;
 }
 
-ncclResult_t rn_ibv_create_cq(struct ibv_context *ctx, int cqe, struct ibv_cq **cq) {
+ncclResult_t rn_ibv_create_cq(struct ibv_context *context, int cqe, struct ibv_cq **cq) {
   errno = 0;
-  *cq = syms.create_cq(ctx, cqe, NULL, NULL, 0);
+  *cq = syms.create_cq(context, cqe, NULL, NULL, 0);
   if (!*cq) RN_IBV_FAIL("ibv_create_cq", rn_ibv_errno());
   return ncclSuccess;
 }

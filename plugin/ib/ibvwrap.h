@@ -21,15 +21,17 @@ int rn_ibv_has_query_gid_ex(void);
 ncclResult_t rn_ibv_get_device_list(struct ibv_device ***list, int *n);
 void rn_ibv_free_device_list(struct ibv_device **list);
 const char *rn_ibv_get_device_name(struct ibv_device *dev);
-ncclResult_t rn_ibv_open_device(struct ibv_device *dev, struct ibv_context **ctx);
-ncclResult_t rn_ibv_close_device(struct ibv_context *ctx);
-ncclResult_t rn_ibv_query_device(struct ibv_context *ctx, struct ibv_device_attr *attr);
-ncclResult_t rn_ibv_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr);
-ncclResult_t rn_ibv_query_gid(struct ibv_context *ctx, uint8_t port, int index, union ibv_gid *gid);
+ncclResult_t rn_ibv_open_device(struct ibv_device *dev, struct ibv_context **context);
+ncclResult_t rn_ibv_close_device(struct ibv_context *context);
+ncclResult_t rn_ibv_query_device(struct ibv_context *context, struct ibv_device_attr *attr);
+ncclResult_t rn_ibv_query_port(struct ibv_context *context, uint8_t port,
+                               struct ibv_port_attr *attr);
+ncclResult_t rn_ibv_query_gid(struct ibv_context *context, uint8_t port, int index,
+                              union ibv_gid *gid);
 /* Probe: returns 0 or an errno value, never WARNs (unused GID slots fail). */
-int rn_ibv_query_gid_ex(struct ibv_context *ctx, uint32_t port, uint32_t index,
+int rn_ibv_query_gid_ex(struct ibv_context *context, uint32_t port, uint32_t index,
                         struct ibv_gid_entry *entry);
-ncclResult_t rn_ibv_alloc_pd(struct ibv_context *ctx, struct ibv_pd **pd);
+ncclResult_t rn_ibv_alloc_pd(struct ibv_context *context, struct ibv_pd **pd);
 ncclResult_t rn_ibv_dealloc_pd(struct ibv_pd *pd);
 ncclResult_t rn_ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access,
                            struct ibv_mr **mr);
@@ -40,7 +42,7 @@ ncclResult_t rn_ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t len
 int rn_ibv_reg_dmabuf_mr_probe(struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova,
                                int fd, int access, struct ibv_mr **mr);
 ncclResult_t rn_ibv_dereg_mr(struct ibv_mr *mr);
-ncclResult_t rn_ibv_create_cq(struct ibv_context *ctx, int cqe, struct ibv_cq **cq);
+ncclResult_t rn_ibv_create_cq(struct ibv_context *context, int cqe, struct ibv_cq **cq);
 ncclResult_t rn_ibv_destroy_cq(struct ibv_cq *cq);
 ncclResult_t rn_ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr, struct ibv_qp **qp);
 ncclResult_t rn_ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask);

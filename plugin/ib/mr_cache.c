@@ -12,14 +12,14 @@ struct rn_mr_cache {
   int enabled;
   rn_mr_reg_fn reg;
   rn_mr_dereg_fn dereg;
-  void *ctx;
+  void *owner;
   struct rn_mr_entry **ent; /* sorted by addr, then len */
   int n, cap;
   uint64_t hits, misses, live;
 };
 
 ncclResult_t rn_mr_cache_create(size_t page, int enabled, rn_mr_reg_fn reg, rn_mr_dereg_fn dereg,
-                                void *ctx, struct rn_mr_cache **out) {
+                                void *owner, struct rn_mr_cache **out) {
   if (page == 0 || (page & (page - 1)) || !reg || !dereg) {
     RN_WARN("MR cache: bad arguments (page %zu)", page);
     return ncclInternalError;
@@ -34,7 +34,7 @@ ncclResult_t rn_mr_cache_create(size_t page, int enabled, rn_mr_reg_fn reg, rn_m
   c->enabled = enabled;
   c->reg = reg;
   c->dereg = dereg;
-  c->ctx = ctx;
+  c->owner = owner;
   *out = c;
   return ncclSuccess;
 }
@@ -45,7 +45,7 @@ void rn_mr_cache_destroy(struct rn_mr_cache *c) {
   for (int i = 0; i < c->n; i++) {
     RN_INFO(NCCL_NET, "MR cache: deregistering [0x%lx, +%zu) still held by %d reference(s)",
             (unsigned long)c->ent[i]->addr, c->ent[i]->len, c->ent[i]->refs);
-    c->dereg(c->ctx, c->ent[i]->handle);
+    c->dereg(c->owner, c->ent[i]->handle);
     free(c->ent[i]);
   }
   free(c->ent);
@@ -117,14 +117,14 @@ ncclResult_t rn_mr_cache_get(struct rn_mr_cache *c, const void *addr, size_t len
   e->len = hi - lo;
   e->refs = 1;
   e->cached = shared;
-  RN_CHECK_GOTO(c->reg(c->ctx, e->addr, e->len, arg, &e->handle), res, out_free_entry);
+  RN_CHECK_GOTO(c->reg(c->owner, e->addr, e->len, arg, &e->handle), res, out_free_entry);
   if (shared) RN_CHECK_GOTO(rn_mr_insert(c, e), res, out_dereg);
   c->misses++;
   c->live++;
   *out = e;
   goto out_unlock;
 out_dereg:
-  c->dereg(c->ctx, e->handle);
+  c->dereg(c->owner, e->handle);
 out_free_entry:
   free(e);
 out_unlock:
@@ -148,7 +148,7 @@ void rn_mr_cache_put(struct rn_mr_cache *c, struct rn_mr_entry *e) {
     }
   }
   c->live--;
-  c->dereg(c->ctx, e->handle);
+  c->dereg(c->owner, e->handle);
   pthread_mutex_unlock(&c->lock);
   free(e);
 }

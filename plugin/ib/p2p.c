@@ -39,7 +39,7 @@ static void rn_ib_wc_error(struct rn_ib_comm *c, int rail, const struct ibv_wc *
   const char *what[] = {"?", "send", "FIFO write", "receive", "flush read"};
   unsigned kind = (unsigned)(wc->wr_id >> 32);
   RN_WARN("%s QP %u: %s completion failed: %s (status %d, vendor error 0x%x), peer %s",
-          c->rail[rail].dev->nic->name, wc->qp_num, kind < 5 ? what[kind] : "?",
+          c->rail[rail].port->nic->name, wc->qp_num, kind < 5 ? what[kind] : "?",
           rn_ibv_wc_status_str(wc->status), (int)wc->status, wc->vendor_err, c->peer);
   rn_ib_fail(c, rn_ib_wc_result(wc->status));
 }
@@ -52,17 +52,17 @@ static void rn_ib_on_wc(struct rn_ib_comm *c, int rail, const struct ibv_wc *wc)
   uint32_t idx = (uint32_t)wc->wr_id;
   switch ((int)(wc->wr_id >> 32)) {
     case RN_IB_WR_SEND: {
-      struct rn_ib_req *lead = &c->sreq[idx];
+      struct rn_ib_req *lead = &c->send_reqs[idx];
       if (--lead->expected == 0)
-        for (int i = 0; i < lead->n; i++) c->sreq[lead->tag[i]].got = 1;
+        for (int i = 0; i < lead->n; i++) c->send_reqs[lead->member[i]].got = 1;
       break;
     }
     case RN_IB_WR_RECV: {
       uint32_t imm = ntohl(wc->imm_data);
-      struct rn_ib_req *r = &c->rreq[RN_IB_IMM_SLOT(imm)];
+      struct rn_ib_req *r = &c->recv_reqs[RN_IB_IMM_SLOT(imm)];
       if (r->kind != RN_IB_REQ_RECV) {
         RN_WARN("%s QP %u: data for slot %u with no receive posted (peer %s)",
-                c->rail[rail].dev->nic->name, wc->qp_num, RN_IB_IMM_SLOT(imm), c->peer);
+                c->rail[rail].port->nic->name, wc->qp_num, RN_IB_IMM_SLOT(imm), c->peer);
         rn_ib_fail(c, ncclInternalError);
         break;
       }
@@ -75,7 +75,7 @@ static void rn_ib_on_wc(struct rn_ib_comm *c, int rail, const struct ibv_wc *wc)
       break;
     }
     case RN_IB_WR_FLUSH:
-      c->freq[idx].got++;
+      c->flush_reqs[idx].got++;
       break;
     default: /* FIFO writes and error notices: nothing waits on them */
       break;
@@ -126,11 +126,11 @@ static void rn_ib_req_end(struct rn_ib_req *r) {
 
 /* --- send --------------------------------------------------------------- */
 
-static struct rn_ib_req *rn_ib_sreq_get(struct rn_ib_comm *c) {
-  for (size_t i = 0; i < sizeof(c->sreq) / sizeof(c->sreq[0]); i++) {
-    if (c->sreq[i].kind) continue;
-    rn_ib_req_start(&c->sreq[i], c, RN_IB_REQ_SEND);
-    return &c->sreq[i];
+static struct rn_ib_req *rn_ib_send_req_get(struct rn_ib_comm *c) {
+  for (size_t i = 0; i < sizeof(c->send_reqs) / sizeof(c->send_reqs[0]); i++) {
+    if (c->send_reqs[i].kind) continue;
+    rn_ib_req_start(&c->send_reqs[i], c, RN_IB_REQ_SEND);
+    return &c->send_reqs[i];
   }
   return NULL;
 }
@@ -138,10 +138,10 @@ static struct rn_ib_req *rn_ib_sreq_get(struct rn_ib_comm *c) {
 /* Post one matched group: data chunks over nused QPs, the sizes (unless
  * the immediate carries them) and a WRITE_WITH_IMM per QP.  err: refuse
  * the group, telling the receiver through the immediate and the sizes. */
-static ncclResult_t rn_ib_post_group(struct rn_ib_comm *c, int slot, struct rn_ib_sgroup *g,
+static ncclResult_t rn_ib_post_group(struct rn_ib_comm *c, int slot, struct rn_ib_send_group *g,
                                      volatile struct rn_ib_fifo_elem *f, struct rn_ib_req *lead,
                                      int err) {
-  int nq = rn_ib_nq(c);
+  int nq = rn_ib_qp_count(c);
   size_t total = 0;
   for (int i = 0; i < g->n; i++) total += g->size[i];
   int nused = 1;
@@ -221,8 +221,8 @@ static ncclResult_t rn_ib_post_group(struct rn_ib_comm *c, int slot, struct rn_i
     wr[nwr].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
     wr[nwr].imm_data = htonl(imm);
     wr[nwr].send_flags = IBV_SEND_SIGNALED;
-    wr[nwr].wr_id =
-        err ? RN_IB_WRID(RN_IB_WR_FIFO, 0) : RN_IB_WRID(RN_IB_WR_SEND, (uint32_t)(lead - c->sreq));
+    wr[nwr].wr_id = err ? RN_IB_WRID(RN_IB_WR_FIFO, 0)
+                        : RN_IB_WRID(RN_IB_WR_SEND, (uint32_t)(lead - c->send_reqs));
     nwr++;
     for (int w = 0; w + 1 < nwr; w++) wr[w].next = &wr[w + 1];
     RN_CHECK(rn_ibv_post_send(qp, wr));
@@ -233,7 +233,7 @@ static ncclResult_t rn_ib_post_group(struct rn_ib_comm *c, int slot, struct rn_i
 
 static ncclResult_t rn_ib_dead_peer(struct rn_ib_comm *c, const char *what) {
   RN_WARN("%s QP %u: peer %s closed the connection while a %s was pending",
-          c->rail[0].dev->nic->name, c->rail[0].qp[0]->qp_num, c->peer, what);
+          c->rail[0].port->nic->name, c->rail[0].qp[0]->qp_num, c->peer, what);
   rn_ib_fail(c, ncclRemoteError);
   return c->error;
 }
@@ -243,7 +243,7 @@ ncclResult_t rn_ib_isend(void *scomm, void *data, size_t size, int tag, void *mh
   *req = NULL;
   if (c->error) return c->error;
   int slot = (int)(c->seq % RN_IB_SLOTS);
-  struct rn_ib_sgroup *g = &c->group[slot];
+  struct rn_ib_send_group *g = &c->group[slot];
   volatile struct rn_ib_fifo_elem *f = c->ctl->fifo[slot];
   uint64_t want = c->seq + 1;
   if (f[0].idx != want) {
@@ -254,7 +254,7 @@ ncclResult_t rn_ib_isend(void *scomm, void *data, size_t size, int tag, void *mh
   }
   int n = f[0].n;
   if (n < 1 || n > RN_IB_MAX_RECVS) {
-    RN_WARN("%s: FIFO slot %d announces %d buffers (peer %s)", c->rail[0].dev->nic->name, slot, n,
+    RN_WARN("%s: FIFO slot %d announces %d buffers (peer %s)", c->rail[0].port->nic->name, slot, n,
             c->peer);
     rn_ib_fail(c, ncclRemoteError);
     return c->error;
@@ -272,7 +272,7 @@ ncclResult_t rn_ib_isend(void *scomm, void *data, size_t size, int tag, void *mh
     RN_WARN("send of %zu bytes (tag %d) without a registration for this comm", size, tag);
     return ncclInvalidArgument;
   }
-  struct rn_ib_req *r = rn_ib_sreq_get(c);
+  struct rn_ib_req *r = rn_ib_send_req_get(c);
   if (!r) return ncclSuccess; /* cannot happen: the pool holds a full FIFO's worth */
   r->slot = slot;
   r->size[0] = size;
@@ -295,7 +295,7 @@ ncclResult_t rn_ib_isend(void *scomm, void *data, size_t size, int tag, void *mh
   if (g->matched == n) {
     struct rn_ib_req *lead = g->req[0];
     lead->n = n;
-    for (int k = 0; k < n; k++) lead->tag[k] = (int)(g->req[k] - c->sreq);
+    for (int k = 0; k < n; k++) lead->member[k] = (int)(g->req[k] - c->send_reqs);
     ncclResult_t res = rn_ib_post_group(c, slot, g, f, lead, 0);
     memset(g, 0, sizeof(*g));
     c->seq++;
@@ -316,7 +316,7 @@ ncclResult_t rn_ib_irecv(void *rcomm, int n, void **data, const size_t *sizes, c
   *req = NULL;
   if (c->error) return c->error;
   int slot = (int)(c->seq % RN_IB_SLOTS);
-  struct rn_ib_req *r = &c->rreq[slot];
+  struct rn_ib_req *r = &c->recv_reqs[slot];
   if (r->kind) return ncclSuccess; /* RN_IB_SLOTS receives in flight: retry later */
   struct rn_ib_fifo_elem *e = c->ctl->fifo[slot];
   for (int i = 0; i < n; i++) {
@@ -335,7 +335,7 @@ ncclResult_t rn_ib_irecv(void *rcomm, int n, void **data, const size_t *sizes, c
     e[i].idx = c->seq + 1;
   }
   int rail;
-  struct ibv_qp *qp = rn_ib_qp(c, (int)(c->seq % (uint64_t)rn_ib_nq(c)), &rail);
+  struct ibv_qp *qp = rn_ib_qp(c, (int)(c->seq % (uint64_t)rn_ib_qp_count(c)), &rail);
   struct ibv_sge sge = {.addr = (uintptr_t)e,
                         .length = (uint32_t)(sizeof(*e) * (size_t)n),
                         .lkey = c->rail[rail].ctl_mr->lkey};
@@ -380,7 +380,7 @@ ncclResult_t rn_ib_iflush(void *rcomm, int n, void **data, const int *sizes, voi
   if (last < 0) return ncclSuccess; /* host memory: nothing to wait for */
   struct rn_ib_req *r = NULL;
   for (int i = 0; i < RN_IB_SLOTS && !r; i++)
-    if (!c->freq[i].kind) r = &c->freq[i];
+    if (!c->flush_reqs[i].kind) r = &c->flush_reqs[i];
   if (!r) {
     RN_WARN("more than %d flushes in flight", RN_IB_SLOTS);
     return ncclInternalError;
@@ -396,7 +396,7 @@ ncclResult_t rn_ib_iflush(void *rcomm, int n, void **data, const int *sizes, voi
         .addr = (uintptr_t)&c->ctl->flush[0], .length = 1, .lkey = rl->ctl_mr->lkey};
     struct ibv_send_wr wr;
     memset(&wr, 0, sizeof(wr));
-    wr.wr_id = RN_IB_WRID(RN_IB_WR_FLUSH, (uint32_t)(r - c->freq));
+    wr.wr_id = RN_IB_WRID(RN_IB_WR_FLUSH, (uint32_t)(r - c->flush_reqs));
     wr.opcode = IBV_WR_RDMA_READ;
     wr.sg_list = &sge;
     wr.num_sge = 1;
@@ -441,14 +441,14 @@ static ncclResult_t rn_ib_recv_sizes(struct rn_ib_comm *c, struct rn_ib_req *r, 
                                      : (size_t)((volatile uint64_t *)c->ctl->sizes[r->slot])[i];
     if (got > r->size[i] || (r->error && got > r->size[i])) {
       RN_WARN("%s: peer %s sent %zu bytes for a %zu-byte receive buffer (tag %d)",
-              c->rail[0].dev->nic->name, c->peer, got, r->size[i], r->tag[i]);
+              c->rail[0].port->nic->name, c->peer, got, r->size[i], r->tag[i]);
       res = ncclInvalidUsage;
     }
     if (sizes) sizes[i] = got;
   }
   if (r->error && res == ncclSuccess) {
     RN_WARN("%s: peer %s refused a receive of %d buffer(s) (a send exceeded its buffer)",
-            c->rail[0].dev->nic->name, c->peer, r->n);
+            c->rail[0].port->nic->name, c->peer, r->n);
     res = ncclInvalidUsage;
   }
   return res;

@@ -15,27 +15,27 @@ struct rn_ib_dmabuf_arg {
   int fd;
 };
 
-ncclResult_t rn_ib_mr_reg_cb(void *ctx, uintptr_t addr, size_t len, const void *arg,
+ncclResult_t rn_ib_mr_reg_cb(void *owner, uintptr_t addr, size_t len, const void *arg,
                              void **handle) {
-  struct rn_ib_ctx *x = ctx;
+  struct rn_ib_device *device = owner;
   const struct rn_ib_dmabuf_arg *d = arg;
   struct ibv_mr *mr;
   if (d) {
     /* The cache may have widened the range down to a page boundary; the
      * dma-buf offset moves with it (the caller made sure it can). */
     uint64_t off = d->offset - (uint64_t)(d->data - addr);
-    RN_CHECK(rn_ibv_reg_dmabuf_mr(x->pd, off, len, (uint64_t)addr, d->fd, RN_IB_ACCESS, &mr));
+    RN_CHECK(rn_ibv_reg_dmabuf_mr(device->pd, off, len, (uint64_t)addr, d->fd, RN_IB_ACCESS, &mr));
   } else {
-    RN_CHECK(rn_ibv_reg_mr(x->pd, (void *)addr, len, RN_IB_ACCESS, &mr));
+    RN_CHECK(rn_ibv_reg_mr(device->pd, (void *)addr, len, RN_IB_ACCESS, &mr));
   }
-  RN_TRACE(NCCL_NET, "%s registered [0x%lx, +%zu) lkey 0x%x", x->name, (unsigned long)addr, len,
-           mr->lkey);
+  RN_TRACE(NCCL_NET, "%s registered [0x%lx, +%zu) lkey 0x%x", device->name, (unsigned long)addr,
+           len, mr->lkey);
   *handle = mr;
   return ncclSuccess;
 }
 
-void rn_ib_mr_dereg_cb(void *ctx, void *handle) {
-  (void)ctx;
+void rn_ib_mr_dereg_cb(void *owner, void *handle) {
+  (void)owner;
   (void)rn_ibv_dereg_mr(handle);
 }
 
@@ -77,8 +77,8 @@ static ncclResult_t rn_ib_reg(struct rn_ib_comm *c, void *data, size_t size, int
   }
   mh->type = type;
   for (int r = 0; r < c->nrails; r++) {
-    mh->ctx[r] = c->rail[r].dev->ctx;
-    RN_CHECK_GOTO(rn_mr_cache_get(mh->ctx[r]->mrc, data, size, flags, d, &mh->ent[r]), res,
+    mh->device[r] = c->rail[r].port->device;
+    RN_CHECK_GOTO(rn_mr_cache_get(mh->device[r]->mr_cache, data, size, flags, d, &mh->ent[r]), res,
                   out_put);
     mh->nrails = r + 1;
   }
@@ -86,7 +86,7 @@ static ncclResult_t rn_ib_reg(struct rn_ib_comm *c, void *data, size_t size, int
   *out = mh;
   return ncclSuccess;
 out_put:
-  for (int r = mh->nrails - 1; r >= 0; r--) rn_mr_cache_put(mh->ctx[r]->mrc, mh->ent[r]);
+  for (int r = mh->nrails - 1; r >= 0; r--) rn_mr_cache_put(mh->device[r]->mr_cache, mh->ent[r]);
   free(mh);
   return res;
 }
@@ -95,7 +95,7 @@ ncclResult_t rn_ib_reg_mr(void *comm, void *data, size_t size, int type, void **
   struct rn_ib_comm *c = comm;
   /* CUDA pointers go through plain ibv_reg_mr only with peermem loaded. */
   for (int r = 0; r < c->nrails && type == NCCL_PTR_CUDA; r++) {
-    const struct rn_nic *nic = c->rail[r].dev->nic;
+    const struct rn_nic *nic = c->rail[r].port->nic;
     if (!(nic->ptr_support & NCCL_PTR_CUDA)) {
       RN_WARN(
           "regMr of CUDA memory %p (%zu bytes) on %s, which cannot register GPU memory "
@@ -120,7 +120,7 @@ ncclResult_t rn_ib_dereg_mr(void *comm, void *mhp) {
   (void)comm;
   struct rn_ib_mh *mh = mhp;
   rn_ib_mh_unlink(mh);
-  for (int r = mh->nrails - 1; r >= 0; r--) rn_mr_cache_put(mh->ctx[r]->mrc, mh->ent[r]);
+  for (int r = mh->nrails - 1; r >= 0; r--) rn_mr_cache_put(mh->device[r]->mr_cache, mh->ent[r]);
   free(mh);
   return ncclSuccess;
 }

@@ -234,7 +234,7 @@ static inline void rn_tcp_set_error(struct rn_tcp_comm *c, ncclResult_t res) {
 
 /* iface.c */
 /* One usable interface; rails come back from the core as rn_nic pointers
- * whose tidx indexes this table. */
+ * whose table_index indexes this table. */
 struct rn_tcp_if {
   struct rn_nic nic;
   union rn_sockaddr addr;

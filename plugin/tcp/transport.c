@@ -52,7 +52,7 @@ static ncclResult_t rn_tcp_init(const struct rn_nic **nics, int *n) {
   for (int i = 0; i < rn_tcp_nifs; i++) {
     char a[64];
     list[i] = rn_tcp_ifs[i].nic;
-    list[i].tidx = i;
+    list[i].table_index = i;
     RN_INFO(NCCL_INIT | NCCL_NET, "%s %s speed %d Mbps pci %s", list[i].name,
             rn_sockaddr_str(&rn_tcp_ifs[i].addr, a, sizeof(a)), list[i].speed_mbps,
             list[i].pci_path[0] ? list[i].pci_path : "(virtual)");
@@ -95,7 +95,7 @@ static ncclResult_t rn_tcp_listen(const struct rn_rails *r, struct rn_handle *h,
   int n = r->n < RN_TCP_MAX_ADDRS ? r->n : RN_TCP_MAX_ADDRS;
   struct rn_wire_addr *w = (struct rn_wire_addr *)h->payload;
   for (int i = 0; i < n; i++) {
-    union rn_sockaddr a = rn_tcp_ifs[r->nic[i]->tidx].addr, bound;
+    union rn_sockaddr a = rn_tcp_ifs[r->nic[i]->table_index].addr, bound;
     if (a.sa.sa_family == AF_INET6)
       a.in6.sin6_port = 0;
     else
@@ -148,7 +148,7 @@ static ncclResult_t rn_tcp_connect(const struct rn_rails *r, const struct rn_han
     rn_sockaddr_str(&addrs[0], k->peer, sizeof(k->peer));
     /* Leave from this device's own rails, in step with the peer's. */
     union rn_sockaddr locals[RN_MAX_RAILS];
-    for (int i = 0; i < r->n; i++) locals[i] = rn_tcp_ifs[r->nic[i]->tidx].addr;
+    for (int i = 0; i < r->n; i++) locals[i] = rn_tcp_ifs[r->nic[i]->table_index].addr;
     RN_CHECK_GOTO(rn_dial_create_from(addrs, n, locals, r->n, h->nonce,
                                       (int)rn_params()->socket_nstreams, &k->dial),
                   res, out_free);

@@ -41,7 +41,7 @@ static int fake_nics(const char *file, struct rn_nic *nics) {
     nics[i].speed_mbps = m->speed_mbps;
     nics[i].ptr_support = NCCL_PTR_HOST | NCCL_PTR_CUDA;
     nics[i].max_comms = 1024;
-    nics[i].tidx = i;
+    nics[i].table_index = i;
   }
   rn_topo_free(t);
   return n;
