@@ -29,30 +29,30 @@ static void rn_tcp_live_del(struct rn_tcp_comm *c) {
 }
 
 /* Set when some comm holds a deferred clear-to-send. */
-static atomic_int rn_tcp_nlazy;
+static atomic_int rn_tcp_any_deferred;
 
 /* Send the clear-to-sends that receives of small buffers deferred.  Called
  * at the end of every isend, without the caller's comm lock (a deferred
  * one also leaves with any progress on its own comm, e.g. the test() of
  * that receive); other comms are only try-locked, so no thread waits. */
-void rn_tcp_flush_lazy(void) {
-  if (!atomic_load(&rn_tcp_nlazy)) return;
+void rn_tcp_comm_flush_deferred(void) {
+  if (!atomic_load(&rn_tcp_any_deferred)) return;
   int left = 0;
   pthread_mutex_lock(&rn_tcp_live_lock);
-  atomic_store(&rn_tcp_nlazy, 0);
+  atomic_store(&rn_tcp_any_deferred, 0);
   struct rn_list *node;
   RN_LIST_FOR_EACH(node, &rn_tcp_live) {
     struct rn_tcp_comm *c = RN_LIST_ENTRY(node, struct rn_tcp_comm, open);
-    if (!atomic_load(&c->lazy)) continue;
+    if (!atomic_load(&c->cts_deferred)) continue;
     if (pthread_mutex_trylock(&c->lock) != 0) {
       left = 1;
       continue;
     }
-    atomic_store(&c->lazy, 0);
-    rn_tcp_flush_out(c); /* errors surface through this comm's own calls */
+    atomic_store(&c->cts_deferred, 0);
+    rn_tcp_ctl_flush(c); /* errors surface through this comm's own calls */
     pthread_mutex_unlock(&c->lock);
   }
-  if (left) atomic_store(&rn_tcp_nlazy, 1);
+  if (left) atomic_store(&rn_tcp_any_deferred, 1);
   pthread_mutex_unlock(&rn_tcp_live_lock);
 }
 
@@ -62,22 +62,22 @@ void rn_tcp_comm_free(struct rn_tcp_comm *c) {
   for (int i = 0; i < c->nthreads; i++) {
     if (!c->thread[i].started) continue;
     uint64_t one = 1;
-    ssize_t wr = write(c->thread[i].efd, &one, sizeof(one));
+    ssize_t wr = write(c->thread[i].wake_fd, &one, sizeof(one));
     (void)wr;
   }
   for (int i = 0; i < c->nthreads; i++) {
     if (c->thread[i].started) pthread_join(c->thread[i].tid, NULL);
-    if (c->thread[i].efd >= 0) close(c->thread[i].efd);
+    if (c->thread[i].wake_fd >= 0) close(c->thread[i].wake_fd);
   }
   for (int i = 0; i < c->nstreams; i++) {
     if (c->stream[i].fd >= 0) close(c->stream[i].fd);
-    pthread_mutex_destroy(&c->stream[i].qlock);
+    pthread_mutex_destroy(&c->stream[i].queue_lock);
   }
   if (c->ctrl_fd >= 0) close(c->ctrl_fd);
   for (int i = 0; i < RN_TCP_NREQS; i++) rn_req_base_end(&c->reqs[i].base);
   pthread_mutex_destroy(&c->lock);
   free(c->in);
-  free(c->uq);
+  free(c->unexpected);
   free(c->discard);
   free(c);
 }
@@ -109,14 +109,14 @@ ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv,
   c->inline_max = (size_t)p->socket_inline;
   c->eager_max = c->inline_max < RN_TCP_EAGER_MAX ? c->inline_max : RN_TCP_EAGER_MAX;
   c->chunk = (size_t)p->socket_chunk;
-  c->in = malloc(RN_TCP_CTL_BUF);
+  c->in = malloc(RN_TCP_IN_BUF);
   c->discard = malloc(RN_TCP_EAGER_MAX);
   for (int i = 0; i < c->nstreams; i++) {
     c->stream[i].fd = conn->data_fd[i];
-    pthread_mutex_init(&c->stream[i].qlock, NULL);
+    pthread_mutex_init(&c->stream[i].queue_lock, NULL);
     rn_sock_tune(c->stream[i].fd, 0);
   }
-  for (int i = 0; i < c->nthreads; i++) c->thread[i].efd = -1;
+  for (int i = 0; i < c->nthreads; i++) c->thread[i].wake_fd = -1;
   rn_sock_tune(c->ctrl_fd, 0);
   if (c->in == NULL || c->discard == NULL) {
     RN_WARN("out of memory creating a comm");
@@ -128,8 +128,8 @@ ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv,
     t->comm = c;
     t->first = i;
     t->step = c->nthreads;
-    t->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (t->efd < 0 || pthread_create(&t->tid, NULL, rn_tcp_thread_main, t) != 0) {
+    t->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (t->wake_fd < 0 || pthread_create(&t->tid, NULL, rn_tcp_thread_main, t) != 0) {
       RN_WARN("cannot start helper thread %d: %s", i, strerror(errno));
       rn_tcp_comm_free(c);
       return ncclSystemError;
@@ -159,6 +159,6 @@ int rn_tcp_comm_free_all(void) {
 }
 
 void rn_tcp_comm_defer_cts(struct rn_tcp_comm *c) {
-  atomic_store(&c->lazy, 1);
-  atomic_store(&rn_tcp_nlazy, 1);
+  atomic_store(&c->cts_deferred, 1);
+  atomic_store(&rn_tcp_any_deferred, 1);
 }

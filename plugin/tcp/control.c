@@ -11,14 +11,14 @@
 
 /* Write queued control messages, as many per sendmsg as fit in one iovec
  * array, so a clear-to-send and the data behind it leave in one segment. */
-ncclResult_t rn_tcp_flush_out(struct rn_tcp_comm *c) {
+ncclResult_t rn_tcp_ctl_flush(struct rn_tcp_comm *c) {
   enum { RN_TCP_FLUSH_IOV = 64 };
-  while (c->oq_head != c->oq_tail) {
+  while (c->out_head != c->out_tail) {
     struct iovec iov[RN_TCP_FLUSH_IOV];
     int niov = 0;
-    for (int i = c->oq_head; i != c->oq_tail && niov + 2 <= RN_TCP_FLUSH_IOV;
-         i = (i + 1) % RN_TCP_CTL_Q) {
-      struct rn_tcp_ctl_out *e = &c->oq[i];
+    for (int i = c->out_head; i != c->out_tail && niov + 2 <= RN_TCP_FLUSH_IOV;
+         i = (i + 1) % RN_TCP_OUT_QUEUE) {
+      struct rn_tcp_ctl_out *e = &c->out[i];
       if (e->off < e->hlen) {
         iov[niov++] = (struct iovec){(char *)&e->hdr + e->off, e->hlen - e->off};
         if (e->plen) iov[niov++] = (struct iovec){(void *)e->payload, e->plen};
@@ -39,29 +39,29 @@ ncclResult_t rn_tcp_flush_out(struct rn_tcp_comm *c) {
     /* Retire what went out. */
     size_t left = (size_t)k;
     while (left > 0) {
-      struct rn_tcp_ctl_out *e = &c->oq[c->oq_head];
+      struct rn_tcp_ctl_out *e = &c->out[c->out_head];
       size_t rest = e->hlen + e->plen - e->off;
-      size_t take = left < rest ? left : rest;
-      e->off += take;
-      left -= take;
+      size_t sent = left < rest ? left : rest;
+      e->off += sent;
+      left -= sent;
       if (e->off < e->hlen + e->plen) break;
       if (e->req != NULL) e->req->ctl_pending = 0;
-      c->oq_head = (c->oq_head + 1) % RN_TCP_CTL_Q;
+      c->out_head = (c->out_head + 1) % RN_TCP_OUT_QUEUE;
     }
   }
   return ncclSuccess;
 }
 
 int rn_tcp_ctl_room(const struct rn_tcp_comm *c) {
-  return (c->oq_tail + 1) % RN_TCP_CTL_Q != c->oq_head;
+  return (c->out_tail + 1) % RN_TCP_OUT_QUEUE != c->out_head;
 }
 
 /* Queue a control message; 0 when the queue is full (retry later). */
-int rn_tcp_queue_ctl(struct rn_tcp_comm *c, const void *hdr, size_t hl, const void *payload,
+int rn_tcp_ctl_queue(struct rn_tcp_comm *c, const void *hdr, size_t hl, const void *payload,
                      size_t pl, struct rn_tcp_req *req) {
-  int next = (c->oq_tail + 1) % RN_TCP_CTL_Q;
-  if (next == c->oq_head) return 0;
-  struct rn_tcp_ctl_out *e = &c->oq[c->oq_tail];
+  int next = (c->out_tail + 1) % RN_TCP_OUT_QUEUE;
+  if (next == c->out_head) return 0;
+  struct rn_tcp_ctl_out *e = &c->out[c->out_tail];
   memcpy(&e->hdr, hdr, hl);
   e->hlen = (uint32_t)hl;
   e->payload = payload;
@@ -69,18 +69,18 @@ int rn_tcp_queue_ctl(struct rn_tcp_comm *c, const void *hdr, size_t hl, const vo
   e->off = 0;
   e->req = req;
   if (req != NULL) req->ctl_pending = 1;
-  c->oq_tail = next;
+  c->out_tail = next;
   return 1;
 }
 
 /* NCCL's matching rule, applied alike by sender and receiver: the next
- * message of a group takes the first buffer not yet taken whose tag is its
- * own.  *mismatch when none is (the first free buffer is taken anyway, so
+ * message of a group claims the first buffer not yet claimed whose tag is
+ * its own.  *mismatch when none is (the first free buffer is claimed anyway, so
  * both sides keep counting alike). */
-int rn_tcp_pick(int n, const int32_t *tags, uint32_t taken, int tag, int *mismatch) {
+int rn_tcp_match_buffer(int n, const int32_t *tags, uint32_t claimed, int tag, int *mismatch) {
   int first = -1;
   for (int i = 0; i < n; i++) {
-    if (taken & (1u << i)) continue;
+    if (claimed & (1u << i)) continue;
     if (tags[i] == tag) {
       *mismatch = 0;
       return i;
@@ -92,22 +92,22 @@ int rn_tcp_pick(int n, const int32_t *tags, uint32_t taken, int tag, int *mismat
 }
 
 /* Take buffer idx of the group being filled; advance when it is full. */
-static void rn_tcp_take(struct rn_tcp_comm *c, struct rn_tcp_req *r, int idx) {
-  r->taken |= 1u << idx;
+static void rn_tcp_claim_buffer(struct rn_tcp_comm *c, struct rn_tcp_req *r, int idx) {
+  r->claimed |= 1u << idx;
   if (++c->match_cnt == r->n) {
     c->match_seq++;
     c->match_cnt = 0;
   }
 }
 
-static struct rn_tcp_req *rn_tcp_filling(struct rn_tcp_comm *c) {
+static struct rn_tcp_req *rn_tcp_matching_group(struct rn_tcp_comm *c) {
   struct rn_tcp_req *r = atomic_load(&c->ring[c->match_seq % RN_TCP_RING]);
   return (r != NULL && r->seq == c->match_seq) ? r : NULL;
 }
 
 static void rn_tcp_nack(struct rn_tcp_comm *c, int tag, uint64_t size, uint64_t posted) {
   struct rn_tcp_nack m = {.type = RN_TCP_NACK, .tag = tag, .size = size, .posted = posted};
-  if (!rn_tcp_queue_ctl(c, &m, sizeof(m), NULL, 0, NULL))
+  if (!rn_tcp_ctl_queue(c, &m, sizeof(m), NULL, 0, NULL))
     RN_WARN("control queue full; the sender will not hear of the oversized message");
 }
 
@@ -125,22 +125,22 @@ static int rn_tcp_fits(struct rn_tcp_comm *c, struct rn_tcp_req *r, int idx, uin
 
 /* Deliver queued eager messages whose receive is now posted, in order. */
 void rn_tcp_drain_unexpected(struct rn_tcp_comm *c) {
-  while (c->uq_head != c->uq_tail && c->uq[c->uq_head].ready) {
-    struct rn_tcp_unexp *e = &c->uq[c->uq_head];
-    struct rn_tcp_req *r = rn_tcp_filling(c);
+  while (c->unexpected_head != c->unexpected_tail && c->unexpected[c->unexpected_head].ready) {
+    struct rn_tcp_unexpected *e = &c->unexpected[c->unexpected_head];
+    struct rn_tcp_req *r = rn_tcp_matching_group(c);
     if (r == NULL) return;
-    int mismatch, idx = rn_tcp_pick(r->n, r->tag, r->taken, e->tag, &mismatch);
+    int mismatch, idx = rn_tcp_match_buffer(r->n, r->tag, r->claimed, e->tag, &mismatch);
     if (mismatch) {
       RN_WARN("message with tag %d matches no buffer of the posted receive", e->tag);
       r->error = ncclInvalidUsage;
     }
-    rn_tcp_take(c, r, idx);
+    rn_tcp_claim_buffer(c, r, idx);
     if (rn_tcp_fits(c, r, idx, e->size, 1)) {
       memcpy(r->buf[idx], e->data, e->size);
       r->got[idx] = e->size;
     }
     atomic_fetch_sub(&r->pending, 1);
-    c->uq_head = (c->uq_head + 1) % RN_TCP_EAGER_WINDOW;
+    c->unexpected_head = (c->unexpected_head + 1) % RN_TCP_EAGER_WINDOW;
   }
 }
 
@@ -163,37 +163,38 @@ static ncclResult_t rn_tcp_on_data(struct rn_tcp_comm *c, const struct rn_tcp_da
     if (d->inline_len != d->size || d->size > RN_TCP_EAGER_MAX)
       return rn_tcp_protocol_error(c, "eager message with a bad length", d);
     /* Behind queued messages, or before its receive is posted: queue it. */
-    if (c->uq_head != c->uq_tail || (r = rn_tcp_filling(c)) == NULL) {
-      if (c->uq == NULL && (c->uq = calloc(RN_TCP_EAGER_WINDOW, sizeof(*c->uq))) == NULL) {
+    if (c->unexpected_head != c->unexpected_tail || (r = rn_tcp_matching_group(c)) == NULL) {
+      if (c->unexpected == NULL &&
+          (c->unexpected = calloc(RN_TCP_EAGER_WINDOW, sizeof(*c->unexpected))) == NULL) {
         RN_WARN("out of memory for unexpected messages");
         rn_tcp_set_error(c, ncclSystemError);
         return ncclSystemError;
       }
-      int next = (c->uq_tail + 1) % RN_TCP_EAGER_WINDOW;
-      if (next == c->uq_head) return rn_tcp_protocol_error(c, "eager window exceeded", d);
-      struct rn_tcp_unexp *e = &c->uq[c->uq_tail];
+      int next = (c->unexpected_tail + 1) % RN_TCP_EAGER_WINDOW;
+      if (next == c->unexpected_head) return rn_tcp_protocol_error(c, "eager window exceeded", d);
+      struct rn_tcp_unexpected *e = &c->unexpected[c->unexpected_tail];
       e->tag = d->tag;
       e->size = d->size;
       e->ready = 0;
-      c->uq_tail = next;
-      c->rx_unexp = e;
+      c->unexpected_tail = next;
+      c->rx_unexpected = e;
       dst = e->data;
       goto out_payload;
     }
     int mismatch;
-    idx = rn_tcp_pick(r->n, r->tag, r->taken, d->tag, &mismatch);
+    idx = rn_tcp_match_buffer(r->n, r->tag, r->claimed, d->tag, &mismatch);
     if (mismatch) {
       RN_WARN("message with tag %d matches no buffer of the posted receive", d->tag);
       r->error = ncclInvalidUsage;
     }
   } else {
-    r = rn_tcp_filling(c);
+    r = rn_tcp_matching_group(c);
     if (r == NULL || d->seq != c->match_seq || d->idx >= (uint32_t)r->n ||
-        (r->taken & (1u << d->idx)) || d->inline_len > d->size)
+        (r->claimed & (1u << d->idx)) || d->inline_len > d->size)
       return rn_tcp_protocol_error(c, "data matches no posted receive", d);
     idx = (int)d->idx;
   }
-  rn_tcp_take(c, r, idx);
+  rn_tcp_claim_buffer(c, r, idx);
   if (d->flags & RN_TCP_F_STREAMED) {
     atomic_fetch_add(&c->stream_work, 1); /* the chunks complete it */
     return ncclSuccess;
@@ -204,19 +205,19 @@ static ncclResult_t rn_tcp_on_data(struct rn_tcp_comm *c, const struct rn_tcp_da
   c->rx_idx = (uint32_t)idx;
   c->rx_size = d->size;
 out_payload:;
-  size_t take = avail < d->inline_len ? avail : d->inline_len;
-  if (take) memcpy(dst, payload, take);
-  c->rx_dst = dst + take;
-  c->rx_left = d->inline_len - take;
+  size_t copied = avail < d->inline_len ? avail : d->inline_len;
+  if (copied) memcpy(dst, payload, copied);
+  c->rx_dst = dst + copied;
+  c->rx_left = d->inline_len - copied;
   return ncclSuccess;
 }
 
 /* Finish the inline payload in progress; 1 when done. */
 static int rn_tcp_rx_done(struct rn_tcp_comm *c) {
   if (c->rx_left > 0) return 0;
-  if (c->rx_unexp != NULL) {
-    c->rx_unexp->ready = 1;
-    c->rx_unexp = NULL;
+  if (c->rx_unexpected != NULL) {
+    c->rx_unexpected->ready = 1;
+    c->rx_unexpected = NULL;
     rn_tcp_drain_unexpected(c);
     return 1;
   }
@@ -231,7 +232,7 @@ static int rn_tcp_rx_done(struct rn_tcp_comm *c) {
 /* Move whatever the control connection (and, without helper threads, the
  * data streams) can move now.  Never blocks. */
 ncclResult_t rn_tcp_progress(struct rn_tcp_comm *c) {
-  RN_CHECK(rn_tcp_flush_out(c));
+  RN_CHECK(rn_tcp_ctl_flush(c));
   /* Once the peer is gone, drive the streams too so their EOF is seen. */
   if (c->nthreads == 0 && (atomic_load(&c->stream_work) != 0 || atomic_load(&c->peer_closed)))
     rn_tcp_drive_streams(c);
@@ -250,10 +251,10 @@ ncclResult_t rn_tcp_progress(struct rn_tcp_comm *c) {
     }
     rn_tcp_rx_done(c);
     size_t before = c->in_len;
-    ncclResult_t res = rn_sock_recv_some(c->ctrl_fd, c->in, RN_TCP_CTL_BUF, &c->in_len);
+    ncclResult_t res = rn_sock_recv_some(c->ctrl_fd, c->in, RN_TCP_IN_BUF, &c->in_len);
     if (res != ncclSuccess) atomic_store(&c->peer_closed, 1);
     size_t pos = 0;
-    while (c->rx_req == NULL && c->rx_unexp == NULL && c->in_len - pos >= sizeof(uint32_t)) {
+    while (c->rx_req == NULL && c->rx_unexpected == NULL && c->in_len - pos >= sizeof(uint32_t)) {
       uint32_t type;
       memcpy(&type, c->in + pos, sizeof(type));
       if (type == RN_TCP_CTS && !c->is_recv) {
@@ -270,10 +271,10 @@ ncclResult_t rn_tcp_progress(struct rn_tcp_comm *c) {
         }
         c->cts[slot] = m;
         c->cts_valid[slot] = true;
-        c->cts_used[slot] = 0;
-        /* Eager sends waiting for this group take their buffers now, so the
+        c->cts_claimed[slot] = 0;
+        /* Eager sends waiting for this group claim their buffers now, so the
          * slot is free again before the receiver can reuse it. */
-        rn_tcp_assign_eager(c);
+        rn_tcp_match_eager(c);
       } else if (type == RN_TCP_NACK && !c->is_recv) {
         struct rn_tcp_nack m;
         if (c->in_len - pos < sizeof(m)) break;
@@ -306,33 +307,33 @@ ncclResult_t rn_tcp_progress(struct rn_tcp_comm *c) {
   }
   /* Replies queued while parsing (a refusal) leave now, not at the next
    * call, which may never come. */
-  return c->oq_head != c->oq_tail ? rn_tcp_flush_out(c) : ncclSuccess;
+  return c->out_head != c->out_tail ? rn_tcp_ctl_flush(c) : ncclSuccess;
 }
 
 /* Sender: buffer idx of the current clear-to-send is spoken for; the next
  * group starts once all of its buffers are. */
-void rn_tcp_cts_take(struct rn_tcp_comm *c, int slot, int idx) {
-  c->cts_used[slot] |= 1u << idx;
-  if (c->cts_used[slot] == (1u << c->cts[slot].n) - 1) {
+void rn_tcp_cts_claim(struct rn_tcp_comm *c, int slot, int idx) {
+  c->cts_claimed[slot] |= 1u << idx;
+  if (c->cts_claimed[slot] == (1u << c->cts[slot].n) - 1) {
     c->cts_valid[slot] = false;
     c->send_seq++;
   }
 }
 
 /* Sender: match eager messages to the clear-to-sends that have arrived
- * since, by the receiver's rule, so later sends pick the same buffers. */
-void rn_tcp_assign_eager(struct rn_tcp_comm *c) {
-  while (c->ua_head != c->ua_tail) {
+ * since, by the receiver's rule, so later sends match the same buffers. */
+void rn_tcp_match_eager(struct rn_tcp_comm *c) {
+  while (c->eager_head != c->eager_tail) {
     int slot = (int)(c->send_seq % RN_TCP_RING);
     if (!c->cts_valid[slot]) return;
     struct rn_tcp_cts *m = &c->cts[slot];
-    int mismatch,
-        idx = rn_tcp_pick((int)m->n, m->tags, c->cts_used[slot], c->ua_tag[c->ua_head], &mismatch);
-    c->ua_head = (c->ua_head + 1) % RN_TCP_EAGER_WINDOW;
-    rn_tcp_cts_take(c, slot, idx);
+    int mismatch, idx = rn_tcp_match_buffer((int)m->n, m->tags, c->cts_claimed[slot],
+                                            c->eager_tag[c->eager_head], &mismatch);
+    c->eager_head = (c->eager_head + 1) % RN_TCP_EAGER_WINDOW;
+    rn_tcp_cts_claim(c, slot, idx);
   }
 }
 
-int rn_tcp_unassigned(const struct rn_tcp_comm *c) {
-  return (c->ua_tail - c->ua_head + RN_TCP_EAGER_WINDOW) % RN_TCP_EAGER_WINDOW;
+int rn_tcp_eager_unmatched(const struct rn_tcp_comm *c) {
+  return (c->eager_tail - c->eager_head + RN_TCP_EAGER_WINDOW) % RN_TCP_EAGER_WINDOW;
 }

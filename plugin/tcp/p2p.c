@@ -38,7 +38,8 @@ static ncclResult_t rn_tcp_comm_error(struct rn_tcp_comm *c, const char *what) {
  * receiver matches it by tag (or holds it until its receive is posted). */
 static ncclResult_t rn_tcp_isend_eager(struct rn_tcp_comm *c, void *data, size_t size, int tag,
                                        void **req) {
-  if (rn_tcp_unassigned(c) == RN_TCP_EAGER_WINDOW - 1 || !rn_tcp_ctl_room(c)) return ncclSuccess;
+  if (rn_tcp_eager_unmatched(c) == RN_TCP_EAGER_WINDOW - 1 || !rn_tcp_ctl_room(c))
+    return ncclSuccess;
   struct rn_tcp_req *r = rn_tcp_req_alloc(c, 0);
   if (r == NULL) return ncclSuccess;
   r->size = size;
@@ -47,9 +48,9 @@ static ncclResult_t rn_tcp_isend_eager(struct rn_tcp_comm *c, void *data, size_t
                           .flags = RN_TCP_F_EAGER,
                           .inline_len = (uint32_t)size,
                           .tag = tag};
-  rn_tcp_queue_ctl(c, &d, sizeof(d), data, size, r);
-  c->ua_tag[c->ua_tail] = tag;
-  c->ua_tail = (c->ua_tail + 1) % RN_TCP_EAGER_WINDOW;
+  rn_tcp_ctl_queue(c, &d, sizeof(d), data, size, r);
+  c->eager_tag[c->eager_tail] = tag;
+  c->eager_tail = (c->eager_tail + 1) % RN_TCP_EAGER_WINDOW;
   *req = r;
   return ncclSuccess;
 }
@@ -65,30 +66,30 @@ ncclResult_t rn_tcp_isend(void *scomm, void *data, size_t size, int tag, void *m
    * connection (one system call less on the round trip); clear-to-sends
    * are collected in batches, at the latest when half the eager window is
    * used. */
-  if (size <= c->eager_max && rn_tcp_unassigned(c) < RN_TCP_EAGER_WINDOW / 2 &&
-      !atomic_load(&c->peer_closed) && (!c->cts_valid[slot] || c->ua_head != c->ua_tail)) {
+  if (size <= c->eager_max && rn_tcp_eager_unmatched(c) < RN_TCP_EAGER_WINDOW / 2 &&
+      !atomic_load(&c->peer_closed) && (!c->cts_valid[slot] || c->eager_head != c->eager_tail)) {
     RN_CHECK_GOTO(rn_tcp_isend_eager(c, data, size, tag, req), res, out_unlock);
-    RN_CHECK_GOTO(rn_tcp_flush_out(c), res, out_unlock);
+    RN_CHECK_GOTO(rn_tcp_ctl_flush(c), res, out_unlock);
     goto out_unlock;
   }
   /* Look for the clear-to-send only when it has not arrived yet. */
-  if (!c->cts_valid[slot] || c->ua_head != c->ua_tail) {
+  if (!c->cts_valid[slot] || c->eager_head != c->eager_tail) {
     RN_CHECK_GOTO(rn_tcp_progress(c), res, out_unlock);
-    rn_tcp_assign_eager(c);
+    rn_tcp_match_eager(c);
     slot = (int)(c->send_seq % RN_TCP_RING);
   }
-  if (!c->cts_valid[slot] || c->ua_head != c->ua_tail) {
+  if (!c->cts_valid[slot] || c->eager_head != c->eager_tail) {
     if (atomic_load(&c->peer_closed)) {
       RN_WARN("isend: the receiver closed the connection");
       res = ncclRemoteError;
     } else if (size <= c->eager_max) {
       RN_CHECK_GOTO(rn_tcp_isend_eager(c, data, size, tag, req), res, out_unlock);
-      RN_CHECK_GOTO(rn_tcp_flush_out(c), res, out_unlock);
+      RN_CHECK_GOTO(rn_tcp_ctl_flush(c), res, out_unlock);
     }
     goto out_unlock; /* else no receive posted yet: *req stays NULL, NCCL retries */
   }
   struct rn_tcp_cts *m = &c->cts[slot];
-  int mismatch, idx = rn_tcp_pick((int)m->n, m->tags, c->cts_used[slot], tag, &mismatch);
+  int mismatch, idx = rn_tcp_match_buffer((int)m->n, m->tags, c->cts_claimed[slot], tag, &mismatch);
   if (mismatch) {
     RN_WARN("isend with tag %d matches no buffer of the posted receive (seq %llu)", tag,
             (unsigned long long)m->seq);
@@ -99,34 +100,35 @@ ncclResult_t rn_tcp_isend(void *scomm, void *data, size_t size, int tag, void *m
   if (r == NULL) goto out_unlock;
   r->size = size;
   int too_big = size > m->sizes[idx];
-  int inl = too_big || size <= c->inline_max;
+  int inline_send = too_big || size <= c->inline_max;
   struct rn_tcp_data d = {.type = RN_TCP_DATA,
                           .idx = (uint32_t)idx,
                           .seq = m->seq,
                           .size = size,
-                          .flags = too_big ? RN_TCP_F_TOO_BIG
-                                   : inl   ? 0
-                                           : RN_TCP_F_STREAMED,
-                          .inline_len = (inl && !too_big) ? (uint32_t)size : 0,
+                          .flags = too_big       ? RN_TCP_F_TOO_BIG
+                                   : inline_send ? 0
+                                                 : RN_TCP_F_STREAMED,
+                          .inline_len = (inline_send && !too_big) ? (uint32_t)size : 0,
                           .tag = tag};
   /* The header always goes on the control connection: it carries inline
    * payloads, and announces streamed ones so the receiver knows to poll. */
-  if (!rn_tcp_ctl_room(c) || (!inl && !rn_tcp_enqueue(c, r, data, size, m->seq, (uint32_t)idx))) {
+  if (!rn_tcp_ctl_room(c) ||
+      (!inline_send && !rn_tcp_enqueue(c, r, data, size, m->seq, (uint32_t)idx))) {
     rn_tcp_req_free(r); /* queues full: retry later */
     goto out_unlock;
   }
-  rn_tcp_queue_ctl(c, &d, sizeof(d), data, d.inline_len, r);
+  rn_tcp_ctl_queue(c, &d, sizeof(d), data, d.inline_len, r);
   if (too_big) {
     RN_WARN("send of %zu bytes exceeds the posted receive of %llu bytes (tag %d)", size,
             (unsigned long long)m->sizes[idx], tag);
     r->error = ncclInvalidUsage;
   }
-  rn_tcp_cts_take(c, slot, idx);
-  RN_CHECK_GOTO(rn_tcp_flush_out(c), res, out_unlock);
+  rn_tcp_cts_claim(c, slot, idx);
+  RN_CHECK_GOTO(rn_tcp_ctl_flush(c), res, out_unlock);
   *req = r;
 out_unlock:
   pthread_mutex_unlock(&c->lock);
-  rn_tcp_flush_lazy();
+  rn_tcp_comm_flush_deferred();
   return res;
 }
 
@@ -152,7 +154,7 @@ ncclResult_t rn_tcp_irecv(void *rcomm, int n, void **data, const size_t *sizes, 
     m.tags[i] = tags[i];
   }
   atomic_store(&r->pending, n);
-  if (!rn_tcp_queue_ctl(c, &m, sizeof(m), NULL, 0, NULL)) {
+  if (!rn_tcp_ctl_queue(c, &m, sizeof(m), NULL, 0, NULL)) {
     rn_tcp_req_free(r);
     goto out_unlock;
   }
@@ -170,7 +172,7 @@ ncclResult_t rn_tcp_irecv(void *rcomm, int n, void **data, const size_t *sizes, 
   if (small) {
     rn_tcp_comm_defer_cts(c);
   } else {
-    RN_CHECK_GOTO(rn_tcp_flush_out(c), res, out_unlock);
+    RN_CHECK_GOTO(rn_tcp_ctl_flush(c), res, out_unlock);
   }
   *req = r;
 out_unlock:

@@ -11,19 +11,21 @@
 #include "railnet/check.h"
 #include "tcp.h"
 
-static int rn_tcp_queue_empty(struct rn_tcp_stream *s) { return s->qhead == s->qtail; }
+static int rn_tcp_stream_queue_empty(struct rn_tcp_stream *s) {
+  return s->queue_head == s->queue_tail;
+}
 
 /* Write as much of the head chunk as the socket takes.  Returns 1 when the
  * stream has more to send, 0 when idle, -1 on error. */
 static int rn_tcp_stream_send(struct rn_tcp_comm *c, struct rn_tcp_stream *s) {
   for (;;) {
-    pthread_mutex_lock(&s->qlock);
-    if (rn_tcp_queue_empty(s)) {
-      pthread_mutex_unlock(&s->qlock);
+    pthread_mutex_lock(&s->queue_lock);
+    if (rn_tcp_stream_queue_empty(s)) {
+      pthread_mutex_unlock(&s->queue_lock);
       return 0;
     }
-    struct rn_tcp_work *w = &s->q[s->qhead];
-    pthread_mutex_unlock(&s->qlock);
+    struct rn_tcp_queued_chunk *w = &s->queue[s->queue_head];
+    pthread_mutex_unlock(&s->queue_lock);
     size_t hl = sizeof(w->hdr), total = hl + w->hdr.len;
     while (s->off < total) {
       struct iovec iov[2];
@@ -50,24 +52,24 @@ static int rn_tcp_stream_send(struct rn_tcp_comm *c, struct rn_tcp_stream *s) {
     atomic_fetch_sub(&w->req->unsent, (size_t)w->hdr.len);
     atomic_fetch_sub(&c->stream_work, 1);
     s->off = 0;
-    pthread_mutex_lock(&s->qlock);
-    s->qhead = (s->qhead + 1) % RN_TCP_QUEUE;
-    pthread_mutex_unlock(&s->qlock);
+    pthread_mutex_lock(&s->queue_lock);
+    s->queue_head = (s->queue_head + 1) % RN_TCP_STREAM_QUEUE;
+    pthread_mutex_unlock(&s->queue_lock);
   }
 }
 
 /* Read chunks into their receive buffers.  Returns 0 when the socket is
  * drained, -1 on error or EOF. */
 static int rn_tcp_stream_recv(struct rn_tcp_comm *c, struct rn_tcp_stream *s) {
-  const size_t hl = sizeof(s->rhdr);
+  const size_t hl = sizeof(s->rx_hdr);
   for (;;) {
     if (s->off < hl) {
-      ssize_t k = recv(s->fd, (char *)&s->rhdr + s->off, hl - s->off, MSG_DONTWAIT);
+      ssize_t k = recv(s->fd, (char *)&s->rx_hdr + s->off, hl - s->off, MSG_DONTWAIT);
       if (k > 0) {
         s->off += (size_t)k;
         if (s->off < hl) continue;
         /* A full header: find the posted group. */
-        struct rn_tcp_chunk *h = &s->rhdr;
+        struct rn_tcp_chunk *h = &s->rx_hdr;
         struct rn_tcp_req *r =
             atomic_load_explicit(&c->ring[h->seq % RN_TCP_RING], memory_order_acquire);
         if (r == NULL || r->seq != h->seq || h->idx >= (uint32_t)r->n ||
@@ -80,8 +82,8 @@ static int rn_tcp_stream_recv(struct rn_tcp_comm *c, struct rn_tcp_stream *s) {
           rn_tcp_set_error(c, ncclRemoteError);
           return -1;
         }
-        s->rreq = r;
-        s->rdst = (char *)r->buf[h->idx] + h->offset;
+        s->rx_req = r;
+        s->rx_dst = (char *)r->buf[h->idx] + h->offset;
         continue;
       }
       if (k == 0) {
@@ -98,9 +100,9 @@ static int rn_tcp_stream_recv(struct rn_tcp_comm *c, struct rn_tcp_stream *s) {
       return -1;
     }
     size_t done = s->off - hl;
-    size_t left = s->rhdr.len - done;
+    size_t left = s->rx_hdr.len - done;
     if (left > 0) {
-      ssize_t k = recv(s->fd, s->rdst + done, left, MSG_DONTWAIT);
+      ssize_t k = recv(s->fd, s->rx_dst + done, left, MSG_DONTWAIT);
       if (k > 0) {
         s->off += (size_t)k;
       } else if (k == 0) {
@@ -114,20 +116,20 @@ static int rn_tcp_stream_recv(struct rn_tcp_comm *c, struct rn_tcp_stream *s) {
         rn_tcp_set_error(c, ncclRemoteError);
         return -1;
       }
-      if (s->off - hl < s->rhdr.len) continue;
+      if (s->off - hl < s->rx_hdr.len) continue;
     }
     /* Chunk complete. */
-    struct rn_tcp_req *r = s->rreq;
-    _Atomic size_t *arrived = &r->arrived[s->rhdr.idx];
+    struct rn_tcp_req *r = s->rx_req;
+    _Atomic size_t *arrived = &r->arrived[s->rx_hdr.idx];
     size_t now =
-        atomic_fetch_add_explicit(arrived, s->rhdr.len, memory_order_acq_rel) + s->rhdr.len;
-    if (now == s->rhdr.total) {
-      r->got[s->rhdr.idx] = s->rhdr.total;
+        atomic_fetch_add_explicit(arrived, s->rx_hdr.len, memory_order_acq_rel) + s->rx_hdr.len;
+    if (now == s->rx_hdr.total) {
+      r->got[s->rx_hdr.idx] = s->rx_hdr.total;
       atomic_fetch_sub(&c->stream_work, 1);
       atomic_fetch_sub_explicit(&r->pending, 1, memory_order_release);
     }
     s->off = 0;
-    s->rreq = NULL;
+    s->rx_req = NULL;
   }
 }
 
@@ -169,14 +171,14 @@ void *rn_tcp_thread_main(void *arg) {
   for (int i = t->first; i < c->nstreams; i += t->step) ids[nmine++] = i;
   while (!atomic_load(&c->stop)) {
     int np = 0;
-    pfd[np++] = (struct pollfd){.fd = t->efd, .events = POLLIN};
+    pfd[np++] = (struct pollfd){.fd = t->wake_fd, .events = POLLIN};
     for (int k = 0; k < nmine; k++) {
       struct rn_tcp_stream *s = &c->stream[ids[k]];
       short ev = POLLIN; /* data on a receive stream, EOF on a send stream */
       if (!c->is_recv) {
-        pthread_mutex_lock(&s->qlock);
-        if (!rn_tcp_queue_empty(s)) ev = POLLOUT;
-        pthread_mutex_unlock(&s->qlock);
+        pthread_mutex_lock(&s->queue_lock);
+        if (!rn_tcp_stream_queue_empty(s)) ev = POLLOUT;
+        pthread_mutex_unlock(&s->queue_lock);
       }
       pfd[np++] = (struct pollfd){.fd = s->dead ? -1 : s->fd, .events = ev};
     }
@@ -187,7 +189,7 @@ void *rn_tcp_thread_main(void *arg) {
     }
     if (pfd[0].revents & POLLIN) {
       uint64_t v;
-      ssize_t rd = read(t->efd, &v, sizeof(v));
+      ssize_t rd = read(t->wake_fd, &v, sizeof(v));
       (void)rd;
     }
     for (int k = 0; k < nmine; k++) rn_tcp_stream_step(c, &c->stream[ids[k]], pfd[k + 1].revents);
@@ -198,7 +200,7 @@ void *rn_tcp_thread_main(void *arg) {
 static void rn_tcp_wake(struct rn_tcp_comm *c, int stream) {
   uint64_t one = 1;
   if (c->nthreads == 0) return;
-  ssize_t wr = write(c->thread[stream % c->nthreads].efd, &one, sizeof(one));
+  ssize_t wr = write(c->thread[stream % c->nthreads].wake_fd, &one, sizeof(one));
   (void)wr;
 }
 
@@ -210,32 +212,32 @@ int rn_tcp_enqueue(struct rn_tcp_comm *c, struct rn_tcp_req *r, const char *data
   if (chunk > c->chunk) chunk = c->chunk;
   /* A huge message on few streams uses larger chunks, so that it always
    * fits in a quarter of each stream's queue. */
-  size_t cap = (size_t)c->nstreams * (RN_TCP_QUEUE / 4);
+  size_t cap = (size_t)c->nstreams * (RN_TCP_STREAM_QUEUE / 4);
   if ((size + chunk - 1) / chunk > cap) chunk = (size + cap - 1) / cap;
   size_t nchunks = (size + chunk - 1) / chunk;
   /* Check room first so a message is queued whole or not at all. */
   size_t per = nchunks / (size_t)c->nstreams + 1;
   for (int i = 0; i < c->nstreams; i++) {
     struct rn_tcp_stream *s = &c->stream[i];
-    pthread_mutex_lock(&s->qlock);
-    int used = (s->qtail - s->qhead + RN_TCP_QUEUE) % RN_TCP_QUEUE;
-    pthread_mutex_unlock(&s->qlock);
-    if ((size_t)used + per >= RN_TCP_QUEUE) return 0;
+    pthread_mutex_lock(&s->queue_lock);
+    int used = (s->queue_tail - s->queue_head + RN_TCP_STREAM_QUEUE) % RN_TCP_STREAM_QUEUE;
+    pthread_mutex_unlock(&s->queue_lock);
+    if ((size_t)used + per >= RN_TCP_STREAM_QUEUE) return 0;
   }
   atomic_store(&r->unsent, size);
   uint32_t touched = 0;
   for (size_t off = 0; off < size; off += chunk) {
-    int sidx = (int)(c->rr++ % (unsigned)c->nstreams);
+    int sidx = (int)(c->next_stream++ % (unsigned)c->nstreams);
     struct rn_tcp_stream *s = &c->stream[sidx];
     size_t len = size - off < chunk ? size - off : chunk;
-    pthread_mutex_lock(&s->qlock);
-    s->q[s->qtail] = (struct rn_tcp_work){
+    pthread_mutex_lock(&s->queue_lock);
+    s->queue[s->queue_tail] = (struct rn_tcp_queued_chunk){
         .req = r,
         .hdr = {.seq = seq, .idx = idx, .len = (uint32_t)len, .offset = off, .total = size},
         .data = data + off};
-    s->qtail = (s->qtail + 1) % RN_TCP_QUEUE;
+    s->queue_tail = (s->queue_tail + 1) % RN_TCP_STREAM_QUEUE;
     atomic_fetch_add(&c->stream_work, 1);
-    pthread_mutex_unlock(&s->qlock);
+    pthread_mutex_unlock(&s->queue_lock);
     if (c->nthreads > 0) touched |= 1u << (sidx % c->nthreads);
   }
   for (int t = 0; t < c->nthreads; t++)

@@ -37,13 +37,13 @@
 
 #define RN_TCP_MAX_IFS RN_MAX_NICS
 #define RN_TCP_MAX_ADDRS ((int)(RN_HANDLE_PAYLOAD / sizeof(struct rn_wire_addr)))
-#define RN_TCP_NREQS 256 /* NCCL_NET_MAX_REQUESTS x maxRecvs */
-#define RN_TCP_RING 64   /* outstanding receive groups (>= 32) */
-#define RN_TCP_QUEUE 512 /* chunks queued per stream */
+#define RN_TCP_NREQS 256        /* NCCL_NET_MAX_REQUESTS x maxRecvs */
+#define RN_TCP_RING 64          /* outstanding receive groups (>= 32) */
+#define RN_TCP_STREAM_QUEUE 512 /* chunks queued per stream */
 #define RN_TCP_MIN_CHUNK 65536
 #define RN_TCP_MAX_STREAMS RN_RDV_MAX_STREAMS
-#define RN_TCP_CTL_BUF 65536 /* control input buffer */
-#define RN_TCP_CTL_Q 512     /* control messages queued for output */
+#define RN_TCP_IN_BUF 65536  /* control input buffer */
+#define RN_TCP_OUT_QUEUE 512 /* control messages queued for output */
 
 /* Small messages sent before their clear-to-send arrived, unmatched at the
  * sender and possibly unexpected at the receiver, at most this many. */
@@ -86,7 +86,7 @@ struct rn_tcp_nack {
 };
 
 /* An eager message that arrived before its receive was posted. */
-struct rn_tcp_unexp {
+struct rn_tcp_unexpected {
   int32_t tag;
   int ready; /* payload complete */
   uint64_t size;
@@ -123,14 +123,14 @@ struct rn_tcp_req {
   void *buf[RN_MAX_RECVS];
   size_t posted[RN_MAX_RECVS];
   int32_t tag[RN_MAX_RECVS];
-  uint32_t taken;                       /* buffers matched to a message */
+  uint32_t claimed;                     /* buffers matched to a message */
   size_t got[RN_MAX_RECVS];             /* message size per buffer, once known */
   _Atomic size_t arrived[RN_MAX_RECVS]; /* bytes landed through streams */
   _Atomic int pending;                  /* buffers not yet complete */
 };
 
 /* A chunk queued on a send stream. */
-struct rn_tcp_work {
+struct rn_tcp_queued_chunk {
   struct rn_tcp_req *req;
   struct rn_tcp_chunk hdr;
   const char *data;
@@ -151,24 +151,24 @@ struct rn_tcp_ctl_out {
 };
 
 /* One data stream.  Owner: its helper thread (fd, progress); the queue is
- * shared with the caller thread under qlock. */
+ * shared with the caller thread under queue_lock. */
 struct rn_tcp_stream {
   int fd;
   atomic_int dead; /* EOF or error seen: no more I/O */
-  pthread_mutex_t qlock;
-  int qhead, qtail; /* ring of RN_TCP_QUEUE */
-  struct rn_tcp_work q[RN_TCP_QUEUE];
+  pthread_mutex_t queue_lock;
+  int queue_head, queue_tail; /* ring of RN_TCP_STREAM_QUEUE */
+  struct rn_tcp_queued_chunk queue[RN_TCP_STREAM_QUEUE];
   /* progress of the chunk at the head (send) or being read (recv) */
   size_t off;
-  struct rn_tcp_chunk rhdr;
-  struct rn_tcp_req *rreq;
-  char *rdst;
+  struct rn_tcp_chunk rx_hdr;
+  struct rn_tcp_req *rx_req;
+  char *rx_dst;
 };
 
 struct rn_tcp_thread {
   struct rn_tcp_comm *comm;
   pthread_t tid;
-  int efd; /* eventfd: new work or stop */
+  int wake_fd; /* eventfd: new work or stop */
   int first, step;
   int started;
 };
@@ -190,10 +190,10 @@ struct rn_tcp_comm {
    * they have work: chunks queued (send) or announced messages (recv). */
   atomic_int stream_work;
   size_t inline_max, chunk;
-  unsigned rr; /* next stream for a chunk */
+  unsigned next_stream; /* next stream for a chunk */
   /* control output: messages in order, payloads referenced, not copied */
-  int oq_head, oq_tail;
-  struct rn_tcp_ctl_out oq[RN_TCP_CTL_Q];
+  int out_head, out_tail;
+  struct rn_tcp_ctl_out out[RN_TCP_OUT_QUEUE];
   /* control input: headers are parsed from `in`; a payload is read
    * straight into its receive buffer (rx_*) */
   char *in;
@@ -203,24 +203,25 @@ struct rn_tcp_comm {
   struct rn_tcp_req *rx_req;
   uint32_t rx_idx;
   uint64_t rx_size;
-  struct rn_tcp_unexp *rx_unexp; /* payload being read into the unexpected queue */
+  struct rn_tcp_unexpected *rx_unexpected; /* payload being read into the unexpected queue */
   size_t eager_max;
-  atomic_int lazy; /* a clear-to-send waits in oq (rn_tcp_flush_lazy) */
+  atomic_int cts_deferred; /* a clear-to-send waits in out (rn_tcp_comm_flush_deferred) */
   /* recv side: messages are matched to buffers in arrival order, filling
-   * group match_seq; eager ones whose group is not posted wait in uq */
+   * group match_seq; eager ones whose group is not posted wait in
+   * unexpected */
   uint64_t match_seq;
   int match_cnt;
-  struct rn_tcp_unexp *uq; /* RN_TCP_EAGER_WINDOW entries, allocated on first use */
-  int uq_head, uq_tail;
+  struct rn_tcp_unexpected *unexpected; /* RN_TCP_EAGER_WINDOW entries, allocated on first use */
+  int unexpected_head, unexpected_tail;
   char *discard; /* payload of a message too big for its buffer */
   /* send side: tags of eager messages not yet matched to a clear-to-send */
-  int32_t ua_tag[RN_TCP_EAGER_WINDOW];
-  int ua_head, ua_tail;
+  int32_t eager_tag[RN_TCP_EAGER_WINDOW];
+  int eager_head, eager_tail;
   /* send side: CTS ring indexed by seq % RN_TCP_RING */
   uint64_t send_seq;
   struct rn_tcp_cts cts[RN_TCP_RING];
   bool cts_valid[RN_TCP_RING];
-  uint32_t cts_used[RN_TCP_RING]; /* bitmask of matched buffers */
+  uint32_t cts_claimed[RN_TCP_RING]; /* bitmask of matched buffers */
   /* recv side: posted groups indexed by seq % RN_TCP_RING */
   uint64_t recv_seq;
   struct rn_tcp_req *_Atomic ring[RN_TCP_RING];
@@ -255,19 +256,19 @@ void rn_tcp_comm_free(struct rn_tcp_comm *c);
 int rn_tcp_comm_free_all(void);
 /* A receive deferred its clear-to-send: the next isend of any comm sends it. */
 void rn_tcp_comm_defer_cts(struct rn_tcp_comm *c);
-void rn_tcp_flush_lazy(void);
+void rn_tcp_comm_flush_deferred(void);
 
 /* control.c */
-ncclResult_t rn_tcp_flush_out(struct rn_tcp_comm *c);
+ncclResult_t rn_tcp_ctl_flush(struct rn_tcp_comm *c);
 int rn_tcp_ctl_room(const struct rn_tcp_comm *c);
-int rn_tcp_queue_ctl(struct rn_tcp_comm *c, const void *hdr, size_t hl, const void *payload,
+int rn_tcp_ctl_queue(struct rn_tcp_comm *c, const void *hdr, size_t hl, const void *payload,
                      size_t pl, struct rn_tcp_req *req);
-int rn_tcp_pick(int n, const int32_t *tags, uint32_t taken, int tag, int *mismatch);
+int rn_tcp_match_buffer(int n, const int32_t *tags, uint32_t claimed, int tag, int *mismatch);
 void rn_tcp_drain_unexpected(struct rn_tcp_comm *c);
 ncclResult_t rn_tcp_progress(struct rn_tcp_comm *c);
-void rn_tcp_cts_take(struct rn_tcp_comm *c, int slot, int idx);
-void rn_tcp_assign_eager(struct rn_tcp_comm *c);
-int rn_tcp_unassigned(const struct rn_tcp_comm *c);
+void rn_tcp_cts_claim(struct rn_tcp_comm *c, int slot, int idx);
+void rn_tcp_match_eager(struct rn_tcp_comm *c);
+int rn_tcp_eager_unmatched(const struct rn_tcp_comm *c);
 
 /* streams.c */
 void rn_tcp_drive_streams(struct rn_tcp_comm *c);
