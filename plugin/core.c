@@ -31,11 +31,11 @@ struct rn_pending_connect {
 
 static struct {
   pthread_mutex_t lock;
-  int ready;     /* device table built */
-  int legacy;    /* a v8-v10 init happened: never torn down before unload */
-  int nctx;      /* live v11 contexts */
-  int transport; /* registry index of the chosen transport */
-  const struct rn_transport *t;
+  int ready;                            /* device table built */
+  int legacy;                           /* a v8-v10 init happened: never torn down before unload */
+  int nctx;                             /* live v11 contexts */
+  int transport_index;                  /* its registry index */
+  const struct rn_transport *transport; /* chosen at setup */
   int nvdevs;
   struct rn_vdev vdevs[RN_MAX_VDEVS];
   int npending;
@@ -47,31 +47,32 @@ static struct {
 static ncclResult_t rn_core_setup(void) {
   const struct rn_nic *nics = NULL;
   int nnics = 0, index;
-  rn_core.t = NULL;
+  rn_core.transport = NULL;
   RN_CHECK(rn_registry_select(rn_params()->transport, &index, &nics, &nnics));
   if (index < 0) {
     rn_core.nvdevs = 0;
     return ncclSuccess;
   }
-  rn_core.t = rn_registry_get(index);
-  rn_core.transport = index;
+  rn_core.transport = rn_registry_get(index);
+  rn_core.transport_index = index;
   ncclResult_t res = rn_devices_build(nics, nnics, rn_core.vdevs, &rn_core.nvdevs);
   if (res != ncclSuccess) {
-    rn_core.t->fini();
+    rn_core.transport->fini();
     return res;
   }
   if (rn_core.nvdevs == 0)
     RN_INFO(NCCL_INIT | NCCL_NET, "no usable device; reporting 0 devices (NCCL falls back)");
-  rn_devices_log(rn_core.vdevs, rn_core.nvdevs, rn_core.t->name);
+  rn_devices_log(rn_core.vdevs, rn_core.nvdevs, rn_core.transport->name);
   rn_core.ready = 1;
   return ncclSuccess;
 }
 
 static void rn_core_teardown(void) {
-  for (int i = 0; i < rn_core.npending; i++) rn_core.t->connect_abort(rn_core.pending[i].state);
+  for (int i = 0; i < rn_core.npending; i++)
+    rn_core.transport->connect_abort(rn_core.pending[i].state);
   rn_core.npending = 0;
-  if (rn_core.t != NULL) rn_core.t->fini();
-  rn_core.t = NULL;
+  if (rn_core.transport != NULL) rn_core.transport->fini();
+  rn_core.transport = NULL;
   rn_core.nvdevs = 0;
   rn_core.ready = 0;
 }
@@ -218,7 +219,7 @@ static void rn_core_stamp(void *comm, enum rn_comm_kind kind, int dev) {
   struct rn_comm_base *b = comm;
   b->magic = RN_COMM_MAGIC;
   b->kind = (uint8_t)kind;
-  b->transport = (uint8_t)rn_core.transport;
+  b->transport = (uint8_t)rn_core.transport_index;
   b->vdev = dev;
 }
 
@@ -238,11 +239,11 @@ ncclResult_t rn_core_listen(void *ctx, int dev, void *handle, void **lcomm) {
   struct rn_handle *h = handle;
   memset(h, 0, NCCL_NET_HANDLE_MAXSIZE);
   h->magic = RN_HANDLE_MAGIC;
-  h->transport = (uint8_t)rn_core.transport;
+  h->transport = (uint8_t)rn_core.transport_index;
   h->nrails = (uint8_t)v->rails.n;
   h->wire = RN_WIRE_VERSION;
-  h->nonce = rn_random64();
-  RN_CHECK(rn_core.t->listen(&v->rails, h, lcomm));
+  h->nonce = rn_rdv_random64();
+  RN_CHECK(rn_core.transport->listen(&v->rails, h, lcomm));
   h->check = rn_handle_check(h);
   rn_core_stamp(*lcomm, RN_COMM_LISTEN, dev);
   return ncclSuccess;
@@ -279,11 +280,11 @@ ncclResult_t rn_core_connect(void *ctx, int dev, void *handle, void **scomm,
         h->wire, RN_WIRE_VERSION);
     return ncclInvalidUsage;
   }
-  if (h->transport != rn_core.transport) {
+  if (h->transport != rn_core.transport_index) {
     RN_WARN(
         "connect: peer uses transport %s, this process uses %s; set RAILNET_TRANSPORT alike "
         "on every node",
-        rn_registry_get(h->transport)->name, rn_core.t->name);
+        rn_registry_get(h->transport)->name, rn_core.transport->name);
     return ncclInvalidUsage;
   }
   /* connect state is keyed by the handle's address, not stored in it, so
@@ -294,7 +295,7 @@ ncclResult_t rn_core_connect(void *ctx, int dev, void *handle, void **scomm,
   if (slot >= 0) rn_core.pending[slot] = rn_core.pending[--rn_core.npending];
   pthread_mutex_unlock(&rn_core.lock);
 
-  ncclResult_t res = rn_core.t->connect(&v->rails, h, &state, scomm);
+  ncclResult_t res = rn_core.transport->connect(&v->rails, h, &state, scomm);
   if (res != ncclSuccess) return res;
   if (*scomm != NULL) {
     rn_core_stamp(*scomm, RN_COMM_SEND, dev);
@@ -304,7 +305,7 @@ ncclResult_t rn_core_connect(void *ctx, int dev, void *handle, void **scomm,
   pthread_mutex_lock(&rn_core.lock);
   if (rn_core.npending == RN_MAX_PENDING_CONNECTS) {
     pthread_mutex_unlock(&rn_core.lock);
-    rn_core.t->connect_abort(state);
+    rn_core.transport->connect_abort(state);
     RN_WARN("connect: more than %d connections in progress", RN_MAX_PENDING_CONNECTS);
     return ncclInternalError;
   }
@@ -321,7 +322,7 @@ static ncclResult_t rn_core_comm(void *comm, int kind_mask, const char *what) {
     return ncclInvalidArgument;
   }
   if (b->magic != RN_COMM_MAGIC || !((1 << b->kind) & kind_mask) ||
-      b->transport != rn_core.transport) {
+      b->transport != rn_core.transport_index) {
     RN_WARN("%s: %p is not a railnet comm of the right kind", what, comm);
     return ncclInvalidArgument;
   }
@@ -337,7 +338,7 @@ ncclResult_t rn_core_accept(void *lcomm, void **rcomm, ncclNetDeviceHandle_t **d
   *rcomm = NULL;
   if (dev_comm != NULL) *dev_comm = NULL;
   RN_CHECK(rn_core_comm(lcomm, RN_K_LISTEN, "accept"));
-  RN_CHECK(rn_core.t->accept(lcomm, rcomm));
+  RN_CHECK(rn_core.transport->accept(lcomm, rcomm));
   if (*rcomm != NULL) rn_core_stamp(*rcomm, RN_COMM_RECV, ((struct rn_comm_base *)lcomm)->vdev);
   return ncclSuccess;
 }
@@ -349,20 +350,20 @@ ncclResult_t rn_core_reg_mr(void *comm, void *data, size_t size, int type, void 
     RN_WARN("regMr: unknown memory type %d", type);
     return ncclInvalidArgument;
   }
-  return rn_core.t->reg_mr(comm, data, size, type, mh);
+  return rn_core.transport->reg_mr(comm, data, size, type, mh);
 }
 
 ncclResult_t rn_core_reg_mr_dmabuf(void *comm, void *data, size_t size, int type, uint64_t offset,
                                    int fd, void **mh) {
   RN_CHECK(rn_core_comm(comm, RN_K_SEND | RN_K_RECV, "regMrDmaBuf"));
   RN_CHECK_ARG(mh != NULL, "regMrDmaBuf: NULL handle pointer");
-  return rn_core.t->reg_mr_dmabuf(comm, data, size, type, offset, fd, mh);
+  return rn_core.transport->reg_mr_dmabuf(comm, data, size, type, offset, fd, mh);
 }
 
 ncclResult_t rn_core_dereg_mr(void *comm, void *mh) {
   RN_CHECK(rn_core_comm(comm, RN_K_SEND | RN_K_RECV, "deregMr"));
   if (mh == NULL) return ncclSuccess;
-  return rn_core.t->dereg_mr(comm, mh);
+  return rn_core.transport->dereg_mr(comm, mh);
 }
 
 ncclResult_t rn_core_isend(void *scomm, void *data, size_t size, int tag, void *mh, void **req) {
@@ -374,7 +375,7 @@ ncclResult_t rn_core_isend(void *scomm, void *data, size_t size, int tag, void *
     return ncclInvalidArgument;
   }
   *req = NULL;
-  return rn_core.t->isend(scomm, data, size, tag, mh, req);
+  return rn_core.transport->isend(scomm, data, size, tag, mh, req);
 }
 
 ncclResult_t rn_core_irecv(void *rcomm, int n, void **data, const size_t *sizes, const int *tags,
@@ -395,7 +396,7 @@ ncclResult_t rn_core_irecv(void *rcomm, int n, void **data, const size_t *sizes,
                  sizes[i]);
   }
   *req = NULL;
-  return rn_core.t->irecv(rcomm, n, data, sizes, tags, mhs, req);
+  return rn_core.transport->irecv(rcomm, n, data, sizes, tags, mhs, req);
 }
 
 ncclResult_t rn_core_iflush(void *rcomm, int n, void **data, int *sizes, void **mhs, void **req) {
@@ -406,7 +407,7 @@ ncclResult_t rn_core_iflush(void *rcomm, int n, void **data, int *sizes, void **
     RN_WARN("iflush: bad buffer list (n=%d)", n);
     return ncclInvalidArgument;
   }
-  return rn_core.t->iflush(rcomm, n, data, sizes, mhs, req);
+  return rn_core.transport->iflush(rcomm, n, data, sizes, mhs, req);
 }
 
 ncclResult_t rn_core_test(void *req, int *done, int *sizes) {
@@ -430,21 +431,21 @@ ncclResult_t rn_core_close_send(void *scomm) {
   if (scomm == NULL) return ncclSuccess;
   RN_CHECK(rn_core_comm(scomm, RN_K_SEND, "closeSend"));
   ((struct rn_comm_base *)scomm)->magic = 0;
-  return rn_core.t->close_send(scomm);
+  return rn_core.transport->close_send(scomm);
 }
 
 ncclResult_t rn_core_close_recv(void *rcomm) {
   if (rcomm == NULL) return ncclSuccess;
   RN_CHECK(rn_core_comm(rcomm, RN_K_RECV, "closeRecv"));
   ((struct rn_comm_base *)rcomm)->magic = 0;
-  return rn_core.t->close_recv(rcomm);
+  return rn_core.transport->close_recv(rcomm);
 }
 
 ncclResult_t rn_core_close_listen(void *lcomm) {
   if (lcomm == NULL) return ncclSuccess;
   RN_CHECK(rn_core_comm(lcomm, RN_K_LISTEN, "closeListen"));
   ((struct rn_comm_base *)lcomm)->magic = 0;
-  return rn_core.t->close_listen(lcomm);
+  return rn_core.transport->close_listen(lcomm);
 }
 
 ncclResult_t rn_core_get_device_mr(void *comm, void *mh, void **dptr) {

@@ -19,7 +19,7 @@
 #define RN_RDV_MAX_PENDING 256
 #define RN_RDV_MAX_GROUPS 64
 
-uint64_t rn_random64(void) {
+uint64_t rn_rdv_random64(void) {
   uint64_t v = 0;
   if (getrandom(&v, sizeof(v), 0) != (ssize_t)sizeof(v)) {
     /* getrandom cannot fail for 8 bytes once the pool is ready; keep a
@@ -59,7 +59,7 @@ struct rn_rdv {
   uint64_t dropped;
 };
 
-void rn_sock_conn_close(const struct rn_rdv_conn *c) {
+void rn_rdv_conn_close(const struct rn_rdv_conn *c) {
   if (c->ctrl_fd >= 0) close(c->ctrl_fd);
   for (int i = 0; i < RN_RDV_MAX_STREAMS; i++)
     if (c->data_fd[i] >= 0) close(c->data_fd[i]);
@@ -68,7 +68,7 @@ void rn_sock_conn_close(const struct rn_rdv_conn *c) {
 static void rn_rdv_group_drop(struct rn_rdv *r, int i, const char *why) {
   RN_INFO(NCCL_NET, "dropping incomplete connection %016llx: %s",
           (unsigned long long)r->group[i].conn_id, why);
-  rn_sock_conn_close(&r->group[i].conn);
+  rn_rdv_conn_close(&r->group[i].conn);
   r->group[i] = r->group[--r->ngroups];
 }
 
@@ -222,7 +222,7 @@ ncclResult_t rn_rdv_poll(struct rn_rdv *r, struct rn_rdv_conn *conn, int *ready)
 void rn_rdv_destroy(struct rn_rdv *r) {
   if (r == NULL) return;
   for (int i = 0; i < r->npending; i++) close(r->pending[i].fd);
-  for (int i = 0; i < r->ngroups; i++) rn_sock_conn_close(&r->group[i].conn);
+  for (int i = 0; i < r->ngroups; i++) rn_rdv_conn_close(&r->group[i].conn);
   free(r);
 }
 
@@ -230,7 +230,7 @@ void rn_rdv_destroy(struct rn_rdv *r) {
 
 enum rn_dial_state { RN_DIAL_CONNECTING = 0, RN_DIAL_HELLO = 1, RN_DIAL_DONE = 2 };
 
-struct rn_dial {
+struct rn_rdv_dial {
   int nfds; /* 1 + nstreams */
   int fd[1 + RN_RDV_MAX_STREAMS];
   enum rn_dial_state state[1 + RN_RDV_MAX_STREAMS];
@@ -238,22 +238,22 @@ struct rn_dial {
   struct rn_hello hello[1 + RN_RDV_MAX_STREAMS];
 };
 
-ncclResult_t rn_dial_create(const union rn_sockaddr *addrs, int naddrs, uint64_t nonce,
-                            int nstreams, struct rn_dial **out) {
-  return rn_dial_create_from(addrs, naddrs, NULL, 0, nonce, nstreams, out);
+ncclResult_t rn_rdv_dial_create(const union rn_sockaddr *addrs, int naddrs, uint64_t nonce,
+                                int nstreams, struct rn_rdv_dial **out) {
+  return rn_rdv_dial_create_from(addrs, naddrs, NULL, 0, nonce, nstreams, out);
 }
 
-ncclResult_t rn_dial_create_from(const union rn_sockaddr *addrs, int naddrs,
-                                 const union rn_sockaddr *locals, int nlocals, uint64_t nonce,
-                                 int nstreams, struct rn_dial **out) {
+ncclResult_t rn_rdv_dial_create_from(const union rn_sockaddr *addrs, int naddrs,
+                                     const union rn_sockaddr *locals, int nlocals, uint64_t nonce,
+                                     int nstreams, struct rn_rdv_dial **out) {
   ncclResult_t res = ncclSuccess;
   if (naddrs < 1 || nstreams < 0 || nstreams > RN_RDV_MAX_STREAMS) return ncclInternalError;
-  struct rn_dial *d = calloc(1, sizeof(*d));
+  struct rn_rdv_dial *d = calloc(1, sizeof(*d));
   if (d == NULL) {
     RN_WARN("out of memory allocating a connection");
     return ncclSystemError;
   }
-  uint64_t conn_id = rn_random64();
+  uint64_t conn_id = rn_rdv_random64();
   for (int i = 0; i <= nstreams; i++) d->fd[i] = -1;
   d->nfds = 1 + nstreams;
   for (int i = 0; i < d->nfds; i++) {
@@ -274,11 +274,11 @@ ncclResult_t rn_dial_create_from(const union rn_sockaddr *addrs, int naddrs,
   *out = d;
   return ncclSuccess;
 out_free:
-  rn_dial_destroy(d);
+  rn_rdv_dial_destroy(d);
   return res;
 }
 
-ncclResult_t rn_dial_poll(struct rn_dial *d, struct rn_rdv_conn *conn, int *ready) {
+ncclResult_t rn_rdv_dial_poll(struct rn_rdv_dial *d, struct rn_rdv_conn *conn, int *ready) {
   int done = 0;
   *ready = 0;
   for (int i = 0; i < d->nfds; i++) {
@@ -304,7 +304,7 @@ ncclResult_t rn_dial_poll(struct rn_dial *d, struct rn_rdv_conn *conn, int *read
   return ncclSuccess;
 }
 
-void rn_dial_destroy(struct rn_dial *d) {
+void rn_rdv_dial_destroy(struct rn_rdv_dial *d) {
   if (d == NULL) return;
   for (int i = 0; i < d->nfds; i++)
     if (d->fd[i] >= 0) close(d->fd[i]);

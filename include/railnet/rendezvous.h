@@ -34,7 +34,7 @@ struct rn_rdv_conn {
   int data_fd[RN_RDV_MAX_STREAMS];
 };
 /* Close every socket of a connection (unused slots hold -1). */
-void rn_sock_conn_close(const struct rn_rdv_conn *c);
+void rn_rdv_conn_close(const struct rn_rdv_conn *c);
 
 struct rn_rdv;
 ncclResult_t rn_rdv_create(const int *lfds, int nlfds, uint64_t nonce, struct rn_rdv **out);
@@ -44,17 +44,17 @@ void rn_rdv_destroy(struct rn_rdv *r); /* closes pending fds, not the listening 
 
 /* Connector side: open ctrl + nstreams connections to addrs (stream i goes
  * to addrs[i % naddrs]) and send each its hello.  Non-blocking. */
-struct rn_dial;
-ncclResult_t rn_dial_create(const union rn_sockaddr *addrs, int naddrs, uint64_t nonce,
-                            int nstreams, struct rn_dial **out);
+struct rn_rdv_dial;
+ncclResult_t rn_rdv_dial_create(const union rn_sockaddr *addrs, int naddrs, uint64_t nonce,
+                                int nstreams, struct rn_rdv_dial **out);
 /* The same, with stream i leaving from locals[i % nlocals] (the sender's
  * own rails), so traffic stays on the rails of the chosen device. */
-ncclResult_t rn_dial_create_from(const union rn_sockaddr *addrs, int naddrs,
-                                 const union rn_sockaddr *locals, int nlocals, uint64_t nonce,
-                                 int nstreams, struct rn_dial **out);
-ncclResult_t rn_dial_poll(struct rn_dial *d, struct rn_rdv_conn *conn, int *ready);
-void rn_dial_destroy(struct rn_dial *d); /* closes fds not yet handed out */
+ncclResult_t rn_rdv_dial_create_from(const union rn_sockaddr *addrs, int naddrs,
+                                     const union rn_sockaddr *locals, int nlocals, uint64_t nonce,
+                                     int nstreams, struct rn_rdv_dial **out);
+ncclResult_t rn_rdv_dial_poll(struct rn_rdv_dial *d, struct rn_rdv_conn *conn, int *ready);
+void rn_rdv_dial_destroy(struct rn_rdv_dial *d); /* closes fds not yet handed out */
 
-uint64_t rn_random64(void);
+uint64_t rn_rdv_random64(void);
 
 #endif

@@ -77,7 +77,7 @@ enum rn_ib_connect_stage {
 };
 struct rn_ib_connect_state {
   enum rn_ib_connect_stage stage;
-  struct rn_dial *dial;
+  struct rn_rdv_dial *dial;
   int fd;
   size_t off;
   struct rn_ib_conn_info linfo, rinfo;
@@ -484,7 +484,7 @@ static void rn_ib_connect_free(struct rn_ib_connect_state *s) {
   if (!s) return;
   rn_ib_comm_free(s->comm);
   if (s->fd >= 0) close(s->fd);
-  if (s->dial) rn_dial_destroy(s->dial);
+  if (s->dial) rn_rdv_dial_destroy(s->dial);
   free(s);
 }
 
@@ -497,7 +497,7 @@ static ncclResult_t rn_ib_connect_step(struct rn_ib_connect_state *s, const stru
       case RN_IB_CON_DIAL: {
         struct rn_rdv_conn conn;
         int ready = 0;
-        RN_CHECK(rn_dial_poll(s->dial, &conn, &ready));
+        RN_CHECK(rn_rdv_dial_poll(s->dial, &conn, &ready));
         if (!ready) return ncclSuccess;
         s->fd = conn.ctrl_fd;
         RN_CHECK(rn_ib_comm_create(r, r->n, (int)rn_params()->ib_qps, &s->comm));
@@ -569,7 +569,7 @@ ncclResult_t rn_ib_connect(const struct rn_rails *r, const struct rn_handle *h, 
     }
     s->fd = -1;
     rn_sockaddr_str(&sa, s->peer, sizeof(s->peer));
-    RN_CHECK_GOTO(rn_dial_create(&sa, 1, h->nonce, 0, &s->dial), res, out_free);
+    RN_CHECK_GOTO(rn_rdv_dial_create(&sa, 1, h->nonce, 0, &s->dial), res, out_free);
     *state = s;
   }
   RN_CHECK_GOTO(rn_ib_connect_step(s, r, scomm), res, out_free);

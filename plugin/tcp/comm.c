@@ -141,7 +141,7 @@ ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv,
   return ncclSuccess;
 out_nomem:
   RN_WARN("out of memory creating a comm");
-  rn_sock_conn_close(conn);
+  rn_rdv_conn_close(conn);
   return ncclSystemError;
 }
 

@@ -30,9 +30,16 @@ struct rn_tcp_listen {
  * socket completes handshakes even for a process about to die). */
 #define RN_TCP_ACCEPT_ACK 0xa5
 
+/* Where a connect stands; NCCL calls again until it is done. */
+enum rn_tcp_connect_stage {
+  RN_TCP_CONNECT_DIAL = 0,  /* sockets connecting, hellos going out */
+  RN_TCP_CONNECT_AWAIT_ACK, /* all up and hellos sent: conn is ours until the ack */
+  RN_TCP_CONNECT_DONE,      /* the comm owns the sockets, also if creating it failed */
+};
+
 struct rn_tcp_connecting {
-  struct rn_dial *dial;
-  int dialed; /* all sockets up and hellos sent: awaiting the ack */
+  enum rn_tcp_connect_stage stage;
+  struct rn_rdv_dial *dial;
   struct rn_rdv_conn conn;
   int64_t start_ms;
   char peer[64];
@@ -120,8 +127,8 @@ out_close:
 static void rn_tcp_connect_abort(void *state) {
   struct rn_tcp_connecting *k = state;
   if (k == NULL) return;
-  if (k->dialed) rn_sock_conn_close(&k->conn);
-  rn_dial_destroy(k->dial);
+  if (k->stage == RN_TCP_CONNECT_AWAIT_ACK) rn_rdv_conn_close(&k->conn);
+  rn_rdv_dial_destroy(k->dial);
   free(k);
 }
 
@@ -149,15 +156,17 @@ static ncclResult_t rn_tcp_connect(const struct rn_rails *r, const struct rn_han
     /* Leave from this device's own rails, in step with the peer's. */
     union rn_sockaddr locals[RN_MAX_RAILS];
     for (int i = 0; i < r->n; i++) locals[i] = rn_tcp_ifs[r->nic[i]->table_index].addr;
-    RN_CHECK_GOTO(rn_dial_create_from(addrs, n, locals, r->n, h->nonce,
-                                      (int)rn_params()->socket_nstreams, &k->dial),
+    RN_CHECK_GOTO(rn_rdv_dial_create_from(addrs, n, locals, r->n, h->nonce,
+                                          (int)rn_params()->socket_nstreams, &k->dial),
                   res, out_free);
   }
   int ready = 0;
-  if (!k->dialed) {
-    RN_CHECK_GOTO(rn_dial_poll(k->dial, &k->conn, &k->dialed), res, out_free);
+  if (k->stage == RN_TCP_CONNECT_DIAL) {
+    int dialed = 0;
+    RN_CHECK_GOTO(rn_rdv_dial_poll(k->dial, &k->conn, &dialed), res, out_free);
+    if (dialed) k->stage = RN_TCP_CONNECT_AWAIT_ACK;
   }
-  if (k->dialed) {
+  if (k->stage == RN_TCP_CONNECT_AWAIT_ACK) {
     uint8_t ack = 0;
     size_t got = 0;
     if (rn_sock_recv_some(k->conn.ctrl_fd, &ack, 1, &got) != ncclSuccess ||
@@ -179,7 +188,7 @@ static ncclResult_t rn_tcp_connect(const struct rn_rails *r, const struct rn_han
     return ncclSuccess;
   }
   struct rn_tcp_comm *c;
-  k->dialed = 0; /* the comm owns the sockets from here, also on failure */
+  k->stage = RN_TCP_CONNECT_DONE;
   RN_CHECK_GOTO(rn_tcp_comm_create(&k->conn, 0, &c), res, out_free);
   RN_INFO(NCCL_NET, "connected to %s with %d streams, %d helper threads", k->peer, c->nstreams,
           c->nthreads);
@@ -204,7 +213,7 @@ static ncclResult_t rn_tcp_accept(void *lcomm, void **rcomm) {
   if (rn_sock_send_some(conn.ctrl_fd, &ack, 1, &sent) != ncclSuccess || sent != 1) {
     /* The connector is gone already: drop it and keep listening. */
     RN_INFO(NCCL_NET, "a connecting peer vanished before its accept completed");
-    rn_sock_conn_close(&conn);
+    rn_rdv_conn_close(&conn);
     return ncclSuccess;
   }
   struct rn_tcp_comm *c;
