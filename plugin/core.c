@@ -19,8 +19,6 @@
 /* v11 context: one per communicator.  Owner: NCCL, between init and finalize. */
 struct rn_ctx {
   uint32_t magic;
-  uint64_t comm_id;
-  int traffic_class;
 };
 
 struct rn_pending_connect {
@@ -97,8 +95,7 @@ ncclResult_t rn_core_init(ncclDebugLogger_t logger) {
   return rn_core_ensure(logger, &rn_core.legacy);
 }
 
-ncclResult_t rn_core_init_ctx(ncclDebugLogger_t logger, uint64_t comm_id, int traffic_class,
-                              void **ctx) {
+ncclResult_t rn_core_init_ctx(ncclDebugLogger_t logger, uint64_t comm_id, void **ctx) {
   RN_CHECK_ARG(ctx != NULL, "init: NULL context pointer");
   *ctx = NULL;
   struct rn_ctx *c = calloc(1, sizeof(*c));
@@ -112,8 +109,6 @@ ncclResult_t rn_core_init_ctx(ncclDebugLogger_t logger, uint64_t comm_id, int tr
     return res;
   }
   c->magic = RN_CTX_MAGIC;
-  c->comm_id = comm_id;
-  c->traffic_class = traffic_class;
   RN_INFO(NCCL_INIT | NCCL_NET, "context for comm %016llx created", (unsigned long long)comm_id);
   *ctx = c;
   return ncclSuccess;

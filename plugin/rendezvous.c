@@ -56,7 +56,6 @@ struct rn_rdv {
   struct rn_rdv_pending pending[RN_RDV_MAX_PENDING];
   int ngroups;
   struct rn_rdv_group group[RN_RDV_MAX_GROUPS];
-  uint64_t dropped;
 };
 
 void rn_rdv_conn_close(const struct rn_rdv_conn *c) {
@@ -82,7 +81,6 @@ static void rn_rdv_pending_drop(struct rn_rdv *r, int i, const char *why) {
   RN_INFO(NCCL_INIT | NCCL_NET, "closed stray connection from %s: %s", str, why);
   close(r->pending[i].fd);
   r->pending[i] = r->pending[--r->npending];
-  r->dropped++;
 }
 
 ncclResult_t rn_rdv_create(const int *lfds, int nlfds, uint64_t nonce, struct rn_rdv **out) {

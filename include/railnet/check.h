@@ -3,8 +3,6 @@
 #ifndef RN_CHECK_H
 #define RN_CHECK_H
 
-#include <errno.h>
-#include <string.h>
 #include "railnet/log.h"
 
 /* Propagate a failing ncclResult_t, leaving an INFO breadcrumb. */
@@ -26,19 +24,6 @@
       RN_INFO(NCCL_NET, "%s:%d -> %d", __FILE__, __LINE__, (int)(res)); \
       goto label;                                                       \
     }                                                                   \
-  } while (0)
-
-/* A libc call returning -1 on failure, retried on EINTR; WARNs with errno. */
-#define RN_SYSCHECK(call, name)                          \
-  do {                                                   \
-    int rn_rc_;                                          \
-    do {                                                 \
-      rn_rc_ = (int)(call);                              \
-    } while (rn_rc_ == -1 && errno == EINTR);            \
-    if (rn_rc_ == -1) {                                  \
-      RN_WARN("%s failed: %s", (name), strerror(errno)); \
-      return ncclSystemError;                            \
-    }                                                    \
   } while (0)
 
 /* Reject NULL arguments at the ABI boundary. */

@@ -7,8 +7,8 @@
 static ncclResult_t rn_v11_init(void **ctx, uint64_t comm_id, ncclNetCommConfig_v11_t *config,
                                 ncclDebugLogger_t logger, ncclProfilerCallback_t prof) {
   (void)prof;
-  int tc = config != NULL ? config->trafficClass : NCCL_NET_TRAFFIC_CLASS_UNDEF;
-  return rn_core_init_ctx(logger, comm_id, tc, ctx);
+  (void)config; /* traffic class: no transport maps it yet */
+  return rn_core_init_ctx(logger, comm_id, ctx);
 }
 
 static ncclResult_t rn_v11_get_properties(int dev, ncclNetProperties_v11_t *props) {

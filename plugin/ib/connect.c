@@ -53,6 +53,13 @@ struct rn_ib_payload {
 };
 static_assert(sizeof(struct rn_ib_payload) <= RN_HANDLE_PAYLOAD, "handle payload is 108 bytes");
 
+enum rn_ib_accept_stage {
+  RN_IB_ACC_RDV = 0,
+  RN_IB_ACC_RECV_INFO,
+  RN_IB_ACC_SEND_INFO,
+  RN_IB_ACC_RECV_READY
+};
+
 struct rn_ib_listen_comm {
   struct rn_comm_base base;
   struct rn_ib_live live;
@@ -392,8 +399,6 @@ out_free:
 }
 
 static ncclResult_t rn_ib_accept_step(struct rn_ib_listen_comm *l, void **rcomm) {
-  const struct rn_params *p = rn_params();
-  (void)p;
   for (;;) {
     switch (l->stage) {
       case RN_IB_ACC_RDV: {

@@ -156,7 +156,6 @@ struct rn_ib_req {
 struct rn_ib_send_group {
   int n; /* buffers in the group, from the FIFO */
   int matched;
-  int pending; /* signaled completions still expected */
   struct rn_ib_req *req[RN_IB_MAX_RECVS];
   void *data[RN_IB_MAX_RECVS];
   struct rn_ib_mh *mh[RN_IB_MAX_RECVS];
@@ -195,15 +194,6 @@ static inline struct ibv_qp *rn_ib_qp(const struct rn_ib_comm *c, int q, int *ra
   *rail = q % c->nrails;
   return c->rail[*rail].qp[q / c->nrails];
 }
-
-/* Listen comm. */
-enum rn_ib_accept_stage {
-  RN_IB_ACC_RDV = 0,
-  RN_IB_ACC_RECV_INFO,
-  RN_IB_ACC_SEND_INFO,
-  RN_IB_ACC_RECV_READY
-};
-struct rn_ib_listen_comm;
 
 /* Calls between the files go one way: transport.c (the table, finalize)
  * -> p2p.c (data path) -> connect.c (QPs, out-of-band exchange) ->

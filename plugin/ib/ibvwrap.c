@@ -88,7 +88,6 @@ ncclResult_t rn_ibv_load(void) {
 }
 
 int rn_ibv_has_dmabuf(void) { return syms.reg_dmabuf_mr != NULL; }
-int rn_ibv_has_query_gid_ex(void) { return syms.query_gid_ex != NULL; }
 
 /* Constructors return NULL and set errno (sometimes 0: report EIO then). */
 static int rn_ibv_errno(void) { return errno ? errno : EIO; }

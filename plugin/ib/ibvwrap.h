@@ -16,7 +16,6 @@
 ncclResult_t rn_ibv_load(void);
 /* Optional entry points: 1 when the loaded library provides them. */
 int rn_ibv_has_dmabuf(void);
-int rn_ibv_has_query_gid_ex(void);
 
 ncclResult_t rn_ibv_get_device_list(struct ibv_device ***list, int *n);
 void rn_ibv_free_device_list(struct ibv_device **list);
