@@ -4,6 +4,7 @@
 #ifndef RN_LIST_H
 #define RN_LIST_H
 
+#include <pthread.h>
 #include <stddef.h>
 
 struct rn_list {
@@ -45,6 +46,45 @@ static inline void rn_list_del(struct rn_list *node) {
   node->prev->next = node->next;
   node->next->prev = node->prev;
   node->next = node->prev = NULL;
+}
+
+/* A list several threads share, with the lock that guards it: the
+ * transports' lists of open comms and registrations, which finalize
+ * closes.  Iterating takes the lock by hand. */
+struct rn_shared_list {
+  pthread_mutex_t lock;
+  struct rn_list head;
+};
+
+#define RN_SHARED_LIST_INIT(list) \
+  { PTHREAD_MUTEX_INITIALIZER, RN_LIST_HEAD_INIT((list).head) }
+
+static inline void rn_shared_list_add(struct rn_shared_list *l, struct rn_list *node) {
+  pthread_mutex_lock(&l->lock);
+  rn_list_add(&l->head, node);
+  pthread_mutex_unlock(&l->lock);
+}
+
+static inline void rn_shared_list_add_tail(struct rn_shared_list *l, struct rn_list *node) {
+  pthread_mutex_lock(&l->lock);
+  rn_list_add_tail(&l->head, node);
+  pthread_mutex_unlock(&l->lock);
+}
+
+static inline void rn_shared_list_del(struct rn_shared_list *l, struct rn_list *node) {
+  pthread_mutex_lock(&l->lock);
+  rn_list_del(node);
+  pthread_mutex_unlock(&l->lock);
+}
+
+/* The first member, or NULL when empty; it stays linked (closing it
+ * unlinks it), so finalize can close members one by one without holding
+ * the lock across the close. */
+static inline struct rn_list *rn_shared_list_first(struct rn_shared_list *l) {
+  pthread_mutex_lock(&l->lock);
+  struct rn_list *first = rn_list_empty(&l->head) ? NULL : l->head.next;
+  pthread_mutex_unlock(&l->lock);
+  return first;
 }
 
 #endif

@@ -94,21 +94,14 @@ struct rn_ib_connect_state {
 
 /* --- open comms -------------------------------------------------------- */
 
-static pthread_mutex_t rn_ib_live_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct rn_list rn_ib_live_head = RN_LIST_HEAD_INIT(rn_ib_live_head);
+static struct rn_shared_list rn_ib_live = RN_SHARED_LIST_INIT(rn_ib_live);
 
 static void rn_ib_live_add(struct rn_ib_live *l, int is_listen) {
-  pthread_mutex_lock(&rn_ib_live_lock);
   l->is_listen = is_listen;
-  rn_list_add_tail(&rn_ib_live_head, &l->link);
-  pthread_mutex_unlock(&rn_ib_live_lock);
+  rn_shared_list_add_tail(&rn_ib_live, &l->link);
 }
 
-static void rn_ib_live_del(struct rn_ib_live *l) {
-  pthread_mutex_lock(&rn_ib_live_lock);
-  rn_list_del(&l->link);
-  pthread_mutex_unlock(&rn_ib_live_lock);
-}
+static void rn_ib_live_del(struct rn_ib_live *l) { rn_shared_list_del(&rn_ib_live, &l->link); }
 
 /* --- addresses ---------------------------------------------------------- */
 
@@ -601,17 +594,12 @@ ncclResult_t rn_ib_close_recv(void *rcomm) {
 
 int rn_ib_close_all(void) {
   int n = 0;
-  for (;;) {
-    pthread_mutex_lock(&rn_ib_live_lock);
-    struct rn_list *first = rn_ib_live_head.next;
-    pthread_mutex_unlock(&rn_ib_live_lock);
-    if (first == &rn_ib_live_head) break;
+  for (struct rn_list *first; (first = rn_shared_list_first(&rn_ib_live)) != NULL; n++) {
     struct rn_ib_live *l = RN_LIST_ENTRY(first, struct rn_ib_live, link);
     if (l->is_listen)
       (void)rn_ib_close_listen(RN_LIST_ENTRY(l, struct rn_ib_listen_comm, live));
     else
       rn_ib_comm_free(RN_LIST_ENTRY(l, struct rn_ib_comm, live));
-    n++;
   }
   return n;
 }

@@ -39,31 +39,18 @@ void rn_ib_mr_dereg_cb(void *owner, void *handle) {
   (void)rn_ibv_dereg_mr(handle);
 }
 
-static pthread_mutex_t rn_ib_mh_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct rn_list rn_ib_mh_list = RN_LIST_HEAD_INIT(rn_ib_mh_list);
-
-static void rn_ib_mh_link(struct rn_ib_mh *mh) {
-  pthread_mutex_lock(&rn_ib_mh_lock);
-  rn_list_add(&rn_ib_mh_list, &mh->live);
-  pthread_mutex_unlock(&rn_ib_mh_lock);
-}
-
-static void rn_ib_mh_unlink(struct rn_ib_mh *mh) {
-  pthread_mutex_lock(&rn_ib_mh_lock);
-  rn_list_del(&mh->live);
-  pthread_mutex_unlock(&rn_ib_mh_lock);
-}
+static struct rn_shared_list rn_ib_mh_list = RN_SHARED_LIST_INIT(rn_ib_mh_list);
 
 int rn_ib_mh_free_all(void) {
   int n = 0;
-  pthread_mutex_lock(&rn_ib_mh_lock);
-  while (!rn_list_empty(&rn_ib_mh_list)) {
-    struct rn_list *first = rn_ib_mh_list.next;
+  pthread_mutex_lock(&rn_ib_mh_list.lock);
+  while (!rn_list_empty(&rn_ib_mh_list.head)) {
+    struct rn_list *first = rn_ib_mh_list.head.next;
     rn_list_del(first);
     free(RN_LIST_ENTRY(first, struct rn_ib_mh, live));
     n++;
   }
-  pthread_mutex_unlock(&rn_ib_mh_lock);
+  pthread_mutex_unlock(&rn_ib_mh_list.lock);
   return n;
 }
 
@@ -82,7 +69,7 @@ static ncclResult_t rn_ib_reg(struct rn_ib_comm *c, void *data, size_t size, int
                   out_put);
     mh->nrails = r + 1;
   }
-  rn_ib_mh_link(mh);
+  rn_shared_list_add(&rn_ib_mh_list, &mh->live);
   *out = mh;
   return ncclSuccess;
 out_put:
@@ -119,7 +106,7 @@ ncclResult_t rn_ib_reg_mr_dmabuf(void *comm, void *data, size_t size, int type, 
 ncclResult_t rn_ib_dereg_mr(void *comm, void *mhp) {
   (void)comm;
   struct rn_ib_mh *mh = mhp;
-  rn_ib_mh_unlink(mh);
+  rn_shared_list_del(&rn_ib_mh_list, &mh->live);
   for (int r = mh->nrails - 1; r >= 0; r--) rn_mr_cache_put(mh->device[r]->mr_cache, mh->ent[r]);
   free(mh);
   return ncclSuccess;

@@ -13,20 +13,7 @@
 
 /* Comms not yet closed, so that finalize or unload can still stop their
  * threads before the code they run is unmapped. */
-static pthread_mutex_t rn_tcp_live_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct rn_list rn_tcp_live = RN_LIST_HEAD_INIT(rn_tcp_live);
-
-static void rn_tcp_live_add(struct rn_tcp_comm *c) {
-  pthread_mutex_lock(&rn_tcp_live_lock);
-  rn_list_add(&rn_tcp_live, &c->open);
-  pthread_mutex_unlock(&rn_tcp_live_lock);
-}
-
-static void rn_tcp_live_del(struct rn_tcp_comm *c) {
-  pthread_mutex_lock(&rn_tcp_live_lock);
-  rn_list_del(&c->open);
-  pthread_mutex_unlock(&rn_tcp_live_lock);
-}
+static struct rn_shared_list rn_tcp_live = RN_SHARED_LIST_INIT(rn_tcp_live);
 
 /* Set when some comm holds a deferred clear-to-send. */
 static atomic_int rn_tcp_any_deferred;
@@ -38,10 +25,10 @@ static atomic_int rn_tcp_any_deferred;
 void rn_tcp_comm_flush_deferred(void) {
   if (!atomic_load(&rn_tcp_any_deferred)) return;
   int left = 0;
-  pthread_mutex_lock(&rn_tcp_live_lock);
+  pthread_mutex_lock(&rn_tcp_live.lock);
   atomic_store(&rn_tcp_any_deferred, 0);
   struct rn_list *node;
-  RN_LIST_FOR_EACH(node, &rn_tcp_live) {
+  RN_LIST_FOR_EACH(node, &rn_tcp_live.head) {
     struct rn_tcp_comm *c = RN_LIST_ENTRY(node, struct rn_tcp_comm, open);
     if (!atomic_load(&c->cts_deferred)) continue;
     if (pthread_mutex_trylock(&c->lock) != 0) {
@@ -53,11 +40,11 @@ void rn_tcp_comm_flush_deferred(void) {
     pthread_mutex_unlock(&c->lock);
   }
   if (left) atomic_store(&rn_tcp_any_deferred, 1);
-  pthread_mutex_unlock(&rn_tcp_live_lock);
+  pthread_mutex_unlock(&rn_tcp_live.lock);
 }
 
 void rn_tcp_comm_free(struct rn_tcp_comm *c) {
-  rn_tcp_live_del(c);
+  rn_shared_list_del(&rn_tcp_live, &c->open);
   atomic_store(&c->stop, 1);
   for (int i = 0; i < c->nthreads; i++) {
     if (!c->thread[i].started) continue;
@@ -136,7 +123,7 @@ ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv,
     }
     t->started = 1;
   }
-  rn_tcp_live_add(c);
+  rn_shared_list_add(&rn_tcp_live, &c->open);
   *out = c;
   return ncclSuccess;
 out_nomem:
@@ -147,14 +134,8 @@ out_nomem:
 
 int rn_tcp_comm_free_all(void) {
   int n = 0;
-  for (;;) {
-    pthread_mutex_lock(&rn_tcp_live_lock);
-    struct rn_list *first = rn_list_empty(&rn_tcp_live) ? NULL : rn_tcp_live.next;
-    pthread_mutex_unlock(&rn_tcp_live_lock);
-    if (first == NULL) break;
+  for (struct rn_list *first; (first = rn_shared_list_first(&rn_tcp_live)) != NULL; n++)
     rn_tcp_comm_free(RN_LIST_ENTRY(first, struct rn_tcp_comm, open));
-    n++;
-  }
   return n;
 }
 

@@ -19,7 +19,7 @@ static int rn_tcp_nifs;
 
 struct rn_tcp_listen {
   struct rn_comm_base base;
-  struct rn_list open; /* in rn_tcp_live_listens, under rn_tcp_listens_lock */
+  struct rn_list open; /* in rn_tcp_live_listens */
   int nfds;
   int fd[RN_MAX_RAILS];
   struct rn_rdv *rdv;
@@ -70,21 +70,14 @@ static ncclResult_t rn_tcp_init(const struct rn_nic **nics, int *n) {
 }
 
 /* Listen comms not yet closed, so that finalize can close them. */
-static pthread_mutex_t rn_tcp_listens_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct rn_list rn_tcp_live_listens = RN_LIST_HEAD_INIT(rn_tcp_live_listens);
+static struct rn_shared_list rn_tcp_live_listens = RN_SHARED_LIST_INIT(rn_tcp_live_listens);
 
 static ncclResult_t rn_tcp_close_listen(void *lcomm);
 
 static void rn_tcp_fini(void) {
   int n = 0;
-  for (;;) {
-    pthread_mutex_lock(&rn_tcp_listens_lock);
-    struct rn_list *first = rn_list_empty(&rn_tcp_live_listens) ? NULL : rn_tcp_live_listens.next;
-    pthread_mutex_unlock(&rn_tcp_listens_lock);
-    if (first == NULL) break;
+  for (struct rn_list *first; (first = rn_shared_list_first(&rn_tcp_live_listens)) != NULL; n++)
     rn_tcp_close_listen(RN_LIST_ENTRY(first, struct rn_tcp_listen, open));
-    n++;
-  }
   n += rn_tcp_comm_free_all();
   if (n > 0) RN_INFO(NCCL_INIT | NCCL_NET, "closed %d comm(s) left open at finalize", n);
   rn_tcp_nifs = 0;
@@ -113,9 +106,7 @@ static ncclResult_t rn_tcp_listen(const struct rn_rails *r, struct rn_handle *h,
   }
   h->nrails = (uint8_t)n;
   RN_CHECK_GOTO(rn_rdv_create(l->fd, l->nfds, h->nonce, &l->rdv), res, out_close);
-  pthread_mutex_lock(&rn_tcp_listens_lock);
-  rn_list_add(&rn_tcp_live_listens, &l->open);
-  pthread_mutex_unlock(&rn_tcp_listens_lock);
+  rn_shared_list_add(&rn_tcp_live_listens, &l->open);
   *lcomm = l;
   return ncclSuccess;
 out_close:
@@ -226,9 +217,7 @@ static ncclResult_t rn_tcp_accept(void *lcomm, void **rcomm) {
 
 static ncclResult_t rn_tcp_close_listen(void *lcomm) {
   struct rn_tcp_listen *l = lcomm;
-  pthread_mutex_lock(&rn_tcp_listens_lock);
-  rn_list_del(&l->open);
-  pthread_mutex_unlock(&rn_tcp_listens_lock);
+  rn_shared_list_del(&rn_tcp_live_listens, &l->open);
   rn_rdv_destroy(l->rdv);
   for (int i = 0; i < l->nfds; i++) close(l->fd[i]);
   free(l);
