@@ -73,14 +73,22 @@ void rn_sock_tune(int fd, int bufsize) {
   fcntl(fd, F_SETFD, FD_CLOEXEC);
 }
 
+/* A non-blocking, close-on-exec TCP socket of addr's family; what says
+ * what it is for, in the WARN. */
+static ncclResult_t rn_sock_open(const union rn_sockaddr *addr, const char *what, int *fd) {
+  char str[64];
+  *fd = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (*fd >= 0) return ncclSuccess;
+  RN_WARN("socket() %s %s failed: %s", what, rn_sockaddr_str(addr, str, sizeof(str)),
+          strerror(errno));
+  return ncclSystemError;
+}
+
 ncclResult_t rn_sock_listen(const union rn_sockaddr *addr, int *fd, union rn_sockaddr *bound) {
   char str[64];
-  int s = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (s < 0) {
-    RN_WARN("socket() for listen on %s failed: %s", rn_sockaddr_str(addr, str, sizeof(str)),
-            strerror(errno));
-    return ncclSystemError;
-  }
+  int s;
+  ncclResult_t res = rn_sock_open(addr, "for listen on", &s);
+  if (res != ncclSuccess) return res;
   int one = 1;
   setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   if (bind(s, &addr->sa, rn_sockaddr_len(addr)) != 0 || listen(s, 16384) != 0) {
@@ -102,12 +110,9 @@ ncclResult_t rn_sock_listen(const union rn_sockaddr *addr, int *fd, union rn_soc
 ncclResult_t rn_sock_connect_start(const union rn_sockaddr *addr, const union rn_sockaddr *local,
                                    int *fd) {
   char str[64];
-  int s = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (s < 0) {
-    RN_WARN("socket() to connect to %s failed: %s", rn_sockaddr_str(addr, str, sizeof(str)),
-            strerror(errno));
-    return ncclSystemError;
-  }
+  int s;
+  ncclResult_t res = rn_sock_open(addr, "to connect to", &s);
+  if (res != ncclSuccess) return res;
   rn_sock_tune(s, 0);
   if (local != NULL && local->sa.sa_family == addr->sa.sa_family) {
     union rn_sockaddr l = *local;

@@ -391,7 +391,34 @@ out_free:
   return res;
 }
 
+/* Send (or receive) the rest of an out-of-band message over fd; *done once
+ * all of it went through, with off reset for the next one. */
+static ncclResult_t rn_ib_oob_send(int fd, const void *buf, size_t len, size_t *off, int *done) {
+  RN_CHECK(rn_sock_send_some(fd, buf, len, off));
+  *done = *off == len;
+  if (*done) *off = 0;
+  return ncclSuccess;
+}
+
+static ncclResult_t rn_ib_oob_recv(int fd, void *buf, size_t len, size_t *off, int *done) {
+  RN_CHECK(rn_sock_recv_some(fd, buf, len, off));
+  *done = *off == len;
+  if (*done) *off = 0;
+  return ncclSuccess;
+}
+
+/* The exchange is over: the comm keeps the socket to notice a dead peer,
+ * and joins the open comms finalize closes. */
+static void rn_ib_comm_ready(struct rn_ib_comm *c, int *fd, const char *how) {
+  c->ctrl_fd = *fd;
+  *fd = -1;
+  RN_INFO(NCCL_NET, "%s %s: %d rail(s) x %d QP(s), first QP %u", how, c->peer, c->nrails, c->nqps,
+          c->rail[0].qp[0]->qp_num);
+  rn_ib_live_add(&c->live, 0);
+}
+
 static ncclResult_t rn_ib_accept_step(struct rn_ib_listen_comm *l, void **rcomm) {
+  int done;
   for (;;) {
     switch (l->stage) {
       case RN_IB_ACC_RDV: {
@@ -405,8 +432,8 @@ static ncclResult_t rn_ib_accept_step(struct rn_ib_listen_comm *l, void **rcomm)
         break;
       }
       case RN_IB_ACC_RECV_INFO: {
-        RN_CHECK(rn_sock_recv_some(l->fd, &l->rinfo, sizeof(l->rinfo), &l->off));
-        if (l->off < sizeof(l->rinfo)) return ncclSuccess;
+        RN_CHECK(rn_ib_oob_recv(l->fd, &l->rinfo, sizeof(l->rinfo), &l->off, &done));
+        if (!done) return ncclSuccess;
         char peer[64];
         snprintf(peer, sizeof(peer), "%s", l->rinfo.dev);
         RN_CHECK(rn_ib_info_check(&l->rinfo, peer));
@@ -423,24 +450,18 @@ static ncclResult_t rn_ib_accept_step(struct rn_ib_listen_comm *l, void **rcomm)
         RN_CHECK(rn_ib_comm_connect(c, &l->rinfo));
         RN_CHECK(rn_ib_flush_setup(c));
         rn_ib_info_fill(c, &l->linfo);
-        l->off = 0;
         l->stage = RN_IB_ACC_SEND_INFO;
         break;
       }
       case RN_IB_ACC_SEND_INFO:
-        RN_CHECK(rn_sock_send_some(l->fd, &l->linfo, sizeof(l->linfo), &l->off));
-        if (l->off < sizeof(l->linfo)) return ncclSuccess;
-        l->off = 0;
+        RN_CHECK(rn_ib_oob_send(l->fd, &l->linfo, sizeof(l->linfo), &l->off, &done));
+        if (!done) return ncclSuccess;
         l->stage = RN_IB_ACC_RECV_READY;
         break;
       case RN_IB_ACC_RECV_READY:
-        RN_CHECK(rn_sock_recv_some(l->fd, &l->ready, 1, &l->off));
-        if (l->off < 1) return ncclSuccess;
-        l->comm->ctrl_fd = l->fd;
-        l->fd = -1;
-        RN_INFO(NCCL_NET, "accepted %s: %d rail(s) x %d QP(s), first QP %u", l->comm->peer,
-                l->comm->nrails, l->comm->nqps, l->comm->rail[0].qp[0]->qp_num);
-        rn_ib_live_add(&l->comm->live, 0);
+        RN_CHECK(rn_ib_oob_recv(l->fd, &l->ready, 1, &l->off, &done));
+        if (!done) return ncclSuccess;
+        rn_ib_comm_ready(l->comm, &l->fd, "accepted");
         *rcomm = l->comm;
         l->comm = NULL;
         l->stage = RN_IB_ACC_RDV;
@@ -490,6 +511,7 @@ void rn_ib_connect_abort(void *state) { rn_ib_connect_free(state); }
 
 static ncclResult_t rn_ib_connect_step(struct rn_ib_connect_state *s, const struct rn_rails *r,
                                        void **scomm) {
+  int done;
   for (;;) {
     switch (s->stage) {
       case RN_IB_CON_DIAL: {
@@ -505,14 +527,13 @@ static ncclResult_t rn_ib_connect_step(struct rn_ib_connect_state *s, const stru
         break;
       }
       case RN_IB_CON_SEND_INFO:
-        RN_CHECK(rn_sock_send_some(s->fd, &s->linfo, sizeof(s->linfo), &s->off));
-        if (s->off < sizeof(s->linfo)) return ncclSuccess;
-        s->off = 0;
+        RN_CHECK(rn_ib_oob_send(s->fd, &s->linfo, sizeof(s->linfo), &s->off, &done));
+        if (!done) return ncclSuccess;
         s->stage = RN_IB_CON_RECV_INFO;
         break;
       case RN_IB_CON_RECV_INFO: {
-        RN_CHECK(rn_sock_recv_some(s->fd, &s->rinfo, sizeof(s->rinfo), &s->off));
-        if (s->off < sizeof(s->rinfo)) return ncclSuccess;
+        RN_CHECK(rn_ib_oob_recv(s->fd, &s->rinfo, sizeof(s->rinfo), &s->off, &done));
+        if (!done) return ncclSuccess;
         RN_CHECK(rn_ib_info_check(&s->rinfo, s->peer));
         struct rn_ib_comm *c = s->comm;
         if (s->rinfo.nrails > c->nlocal || s->rinfo.nqps != c->nqps) {
@@ -526,19 +547,14 @@ static ncclResult_t rn_ib_connect_step(struct rn_ib_connect_state *s, const stru
         c->peer[pl++] = '@';
         rn_ib_strcpy(c->peer + pl, sizeof(c->peer) - pl, s->peer);
         RN_CHECK(rn_ib_comm_connect(c, &s->rinfo));
-        s->off = 0;
         s->stage = RN_IB_CON_SEND_READY;
         break;
       }
       case RN_IB_CON_SEND_READY: {
         static const uint8_t ready = 1;
-        RN_CHECK(rn_sock_send_some(s->fd, &ready, 1, &s->off));
-        if (s->off < 1) return ncclSuccess;
-        s->comm->ctrl_fd = s->fd;
-        s->fd = -1;
-        RN_INFO(NCCL_NET, "connected to %s: %d rail(s) x %d QP(s), first QP %u", s->comm->peer,
-                s->comm->nrails, s->comm->nqps, s->comm->rail[0].qp[0]->qp_num);
-        rn_ib_live_add(&s->comm->live, 0);
+        RN_CHECK(rn_ib_oob_send(s->fd, &ready, 1, &s->off, &done));
+        if (!done) return ncclSuccess;
+        rn_ib_comm_ready(s->comm, &s->fd, "connected to");
         *scomm = s->comm;
         s->comm = NULL;
         return ncclSuccess;

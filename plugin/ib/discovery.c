@@ -42,60 +42,32 @@ static int rn_ib_sysfs_read(char *buf, size_t len, const char *fmt, ...) {
   return rn_sysfs_read(path, buf, len);
 }
 
-/* Per-lane Mbps for ibv_port_attr.active_speed, and lanes for active_width. */
+struct rn_ib_code {
+  uint8_t code;
+  int value;
+};
+
+static int rn_ib_decode(const struct rn_ib_code *table, size_t n, uint8_t code, int unknown) {
+  for (size_t i = 0; i < n; i++)
+    if (table[i].code == code) return table[i].value;
+  return unknown;
+}
+
+/* Mbps of a port from ibv_port_attr.active_speed (per lane) and
+ * active_width (lanes). */
 static int rn_ib_speed_mbps(uint8_t speed, uint8_t width) {
-  int lane;
-  switch (speed) {
-    case 1:
-      lane = 2500;
-      break; /* SDR */
-    case 2:
-      lane = 5000;
-      break; /* DDR */
-    case 4:
-      lane = 10000;
-      break; /* QDR */
-    case 8:
-      lane = 10000;
-      break; /* FDR10 */
-    case 16:
-      lane = 14000;
-      break; /* FDR */
-    case 32:
-      lane = 25000;
-      break; /* EDR */
-    case 64:
-      lane = 50000;
-      break; /* HDR */
-    case 128:
-      lane = 100000;
-      break; /* NDR */
-    default:
-      lane = 10000;
-      break; /* unknown: assume QDR-like */
-  }
-  int lanes;
-  switch (width) {
-    case 1:
-      lanes = 1;
-      break;
-    case 2:
-      lanes = 4;
-      break;
-    case 4:
-      lanes = 8;
-      break;
-    case 8:
-      lanes = 12;
-      break;
-    case 16:
-      lanes = 2;
-      break;
-    default:
-      lanes = 1;
-      break;
-  }
-  return lane * lanes;
+  static const struct rn_ib_code lane_mbps[] = {{1, 2500},   /* SDR */
+                                                {2, 5000},   /* DDR */
+                                                {4, 10000},  /* QDR */
+                                                {8, 10000},  /* FDR10 */
+                                                {16, 14000}, /* FDR */
+                                                {32, 25000}, /* EDR */
+                                                {64, 50000}, /* HDR */
+                                                {128, 100000} /* NDR */};
+  static const struct rn_ib_code lanes[] = {{1, 1}, {2, 4}, {4, 8}, {8, 12}, {16, 2}};
+  /* Unknown codes: a QDR-like lane, one lane. */
+  return rn_ib_decode(lane_mbps, sizeof(lane_mbps) / sizeof(lane_mbps[0]), speed, 10000) *
+         rn_ib_decode(lanes, sizeof(lanes) / sizeof(lanes[0]), width, 1);
 }
 
 static int rn_ib_mtu_bytes(enum ibv_mtu m) { return 128 << ((int)m); }

@@ -92,11 +92,20 @@ int rn_ibv_has_dmabuf(void) { return syms.reg_dmabuf_mr != NULL; }
 /* Constructors return NULL and set errno (sometimes 0: report EIO then). */
 static int rn_ibv_errno(void) { return errno ? errno : EIO; }
 
-#define RN_IBV_FAIL(name, err)                       \
-  do {                                               \
-    RN_WARN("%s failed: %s", (name), strerror(err)); \
-    return ncclSystemError;                          \
-  } while (0)
+/* An int-returning call: 0 is success, a negative result leaves the
+ * reason in errno, a positive one is the errno value. */
+static ncclResult_t rn_ibv_rc(const char *name, int rc) {
+  if (rc == 0) return ncclSuccess;
+  RN_WARN("%s failed: %s", name, strerror(rc < 0 ? rn_ibv_errno() : rc));
+  return ncclSystemError;
+}
+
+/* A constructor's result (the caller cleared errno before the call). */
+static ncclResult_t rn_ibv_made(const char *name, const void *made) {
+  if (made != NULL) return ncclSuccess;
+  RN_WARN("%s failed: %s", name, strerror(rn_ibv_errno()));
+  return ncclSystemError;
+}
 
 ncclResult_t rn_ibv_get_device_list(struct ibv_device ***list, int *n) {
   errno = 0;
@@ -107,8 +116,7 @@ ncclResult_t rn_ibv_get_device_list(struct ibv_device ***list, int *n) {
     RN_INFO(NCCL_INIT | NCCL_NET, "no RDMA devices on this host (%s)", strerror(errno));
     return ncclSystemError;
   }
-  if (!*list) RN_IBV_FAIL("ibv_get_device_list", rn_ibv_errno());
-  return ncclSuccess;
+  return rn_ibv_made("ibv_get_device_list", *list);
 }
 
 void rn_ibv_free_device_list(struct ibv_device **list) { syms.free_device_list(list); }
@@ -121,20 +129,15 @@ const char *rn_ibv_get_device_name(struct ibv_device *dev) {
 ncclResult_t rn_ibv_open_device(struct ibv_device *dev, struct ibv_context **context) {
   errno = 0;
   *context = syms.open_device(dev);
-  if (!*context) RN_IBV_FAIL("ibv_open_device", rn_ibv_errno());
-  return ncclSuccess;
+  return rn_ibv_made("ibv_open_device", *context);
 }
 
 ncclResult_t rn_ibv_close_device(struct ibv_context *context) {
-  int rc = syms.close_device(context);
-  if (rc) RN_IBV_FAIL("ibv_close_device", rc < 0 ? rn_ibv_errno() : rc);
-  return ncclSuccess;
+  return rn_ibv_rc("ibv_close_device", syms.close_device(context));
 }
 
 ncclResult_t rn_ibv_query_device(struct ibv_context *context, struct ibv_device_attr *attr) {
-  int rc = syms.query_device(context, attr);
-  if (rc) RN_IBV_FAIL("ibv_query_device", rc < 0 ? rn_ibv_errno() : rc);
-  return ncclSuccess;
+  return rn_ibv_rc("ibv_query_device", syms.query_device(context, attr));
 }
 
 ncclResult_t rn_ibv_query_port(struct ibv_context *context, uint8_t port,
@@ -148,15 +151,12 @@ ncclResult_t rn_ibv_query_port(struct ibv_context *context, uint8_t port,
     rc = vctx->query_port(context, port, attr, sizeof(*attr));
   else
     rc = syms.query_port(context, port, (struct _compat_ibv_port_attr *)attr);
-  if (rc) RN_IBV_FAIL("ibv_query_port", rc < 0 ? rn_ibv_errno() : rc);
-  return ncclSuccess;
+  return rn_ibv_rc("ibv_query_port", rc);
 }
 
 ncclResult_t rn_ibv_query_gid(struct ibv_context *context, uint8_t port, int index,
                               union ibv_gid *gid) {
-  int rc = syms.query_gid(context, port, index, gid);
-  if (rc) RN_IBV_FAIL("ibv_query_gid", rc < 0 ? rn_ibv_errno() : rc);
-  return ncclSuccess;
+  return rn_ibv_rc("ibv_query_gid", syms.query_gid(context, port, index, gid));
 }
 
 int rn_ibv_query_gid_ex(struct ibv_context *context, uint32_t port, uint32_t index,
@@ -168,14 +168,11 @@ int rn_ibv_query_gid_ex(struct ibv_context *context, uint32_t port, uint32_t ind
 ncclResult_t rn_ibv_alloc_pd(struct ibv_context *context, struct ibv_pd **pd) {
   errno = 0;
   *pd = syms.alloc_pd(context);
-  if (!*pd) RN_IBV_FAIL("ibv_alloc_pd", rn_ibv_errno());
-  return ncclSuccess;
+  return rn_ibv_made("ibv_alloc_pd", *pd);
 }
 
 ncclResult_t rn_ibv_dealloc_pd(struct ibv_pd *pd) {
-  int rc = syms.dealloc_pd(pd);
-  if (rc) RN_IBV_FAIL("ibv_dealloc_pd", rc < 0 ? rn_ibv_errno() : rc);
-  return ncclSuccess;
+  return rn_ibv_rc("ibv_dealloc_pd", syms.dealloc_pd(pd));
 }
 
 ncclResult_t rn_ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access,
@@ -211,30 +208,24 @@ ncclResult_t rn_ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t len
 }
 
 ncclResult_t rn_ibv_dereg_mr(struct ibv_mr *mr) {
-  int rc = syms.dereg_mr(mr);
-  if (rc) RN_IBV_FAIL("ibv_dereg_mr", rc < 0 ? rn_ibv_errno() : rc);
-  return ncclSuccess;
+  return rn_ibv_rc("ibv_dereg_mr", syms.dereg_mr(mr));
 }
 
 ncclResult_t rn_ibv_create_cq(struct ibv_context *context, int cqe, struct ibv_cq **cq) {
   errno = 0;
   *cq = syms.create_cq(context, cqe, NULL, NULL, 0);
-  if (!*cq) RN_IBV_FAIL("ibv_create_cq", rn_ibv_errno());
-  return ncclSuccess;
+  return rn_ibv_made("ibv_create_cq", *cq);
 }
 
 ncclResult_t rn_ibv_destroy_cq(struct ibv_cq *cq) {
-  int rc = syms.destroy_cq(cq);
-  if (rc) RN_IBV_FAIL("ibv_destroy_cq", rc < 0 ? rn_ibv_errno() : rc);
-  return ncclSuccess;
+  return rn_ibv_rc("ibv_destroy_cq", syms.destroy_cq(cq));
 }
 
 ncclResult_t rn_ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr,
                               struct ibv_qp **qp) {
   errno = 0;
   *qp = syms.create_qp(pd, attr);
-  if (!*qp) RN_IBV_FAIL("ibv_create_qp", rn_ibv_errno());
-  return ncclSuccess;
+  return rn_ibv_made("ibv_create_qp", *qp);
 }
 
 ncclResult_t rn_ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask) {
@@ -248,9 +239,7 @@ ncclResult_t rn_ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int m
 }
 
 ncclResult_t rn_ibv_destroy_qp(struct ibv_qp *qp) {
-  int rc = syms.destroy_qp(qp);
-  if (rc) RN_IBV_FAIL("ibv_destroy_qp", rc < 0 ? rn_ibv_errno() : rc);
-  return ncclSuccess;
+  return rn_ibv_rc("ibv_destroy_qp", syms.destroy_qp(qp));
 }
 
 /* The data-path calls are inline in verbs.h (they dispatch through the

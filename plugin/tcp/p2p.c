@@ -25,12 +25,15 @@ static void rn_tcp_req_free(struct rn_tcp_req *r) {
   r->state = RN_TCP_REQ_FREE;
 }
 
-static ncclResult_t rn_tcp_comm_error(struct rn_tcp_comm *c, const char *what) {
+/* Enter isend/irecv: refuse a comm that already failed, else take its
+ * lock. */
+static ncclResult_t rn_tcp_comm_lock(struct rn_tcp_comm *c, const char *what) {
   int e = atomic_load(&c->error);
   if (e != ncclSuccess) {
     RN_WARN("%s on a comm that already failed (error %d)", what, e);
     return (ncclResult_t)e;
   }
+  pthread_mutex_lock(&c->lock);
   return ncclSuccess;
 }
 
@@ -59,8 +62,7 @@ ncclResult_t rn_tcp_isend(void *scomm, void *data, size_t size, int tag, void *m
   (void)mh;
   struct rn_tcp_comm *c = scomm;
   ncclResult_t res = ncclSuccess;
-  RN_CHECK(rn_tcp_comm_error(c, "isend"));
-  pthread_mutex_lock(&c->lock);
+  RN_CHECK(rn_tcp_comm_lock(c, "isend"));
   int slot = (int)(c->send_seq % RN_TCP_RING);
   /* A small send goes eagerly without first reading the control
    * connection (one system call less on the round trip); clear-to-sends
@@ -137,8 +139,7 @@ ncclResult_t rn_tcp_irecv(void *rcomm, int n, void **data, const size_t *sizes, 
   (void)mhs;
   struct rn_tcp_comm *c = rcomm;
   ncclResult_t res = ncclSuccess;
-  RN_CHECK(rn_tcp_comm_error(c, "irecv"));
-  pthread_mutex_lock(&c->lock);
+  RN_CHECK(rn_tcp_comm_lock(c, "irecv"));
   int slot = (int)(c->recv_seq % RN_TCP_RING);
   if (atomic_load(&c->ring[slot]) != NULL) goto out_unlock; /* too many in flight: retry */
   struct rn_tcp_req *r = rn_tcp_req_alloc(c, 1);
