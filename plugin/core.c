@@ -1,5 +1,6 @@
-/* The core: device table, contexts, argument checking, connect progress,
- * and dispatch to the chosen transport.  Only the device table and the
+/* The core: lifecycle (init, v11 contexts, finalize, unload), argument
+ * checking, handles, connect progress, and dispatch to the transport the
+ * registry chose.  Only the device table (built by devices.c) and the
  * pending-connect list are global, both under rn_core.lock. */
 #include <limits.h>
 #include <stddef.h>

@@ -1,5 +1,5 @@
-/* The one core behind every exported ABI version.  Adapters (net_v8.c ...
- * net_v11.c) only translate types and call these; all defaults and checks
+/* The one core behind every exported ABI version.  Adapters
+ * (plugin/abi/net_v8.c ... net_v11.c) only translate types and call these; all defaults and checks
  * live here.  Thread-safe: NCCL calls in from init, proxy service and proxy
  * progress threads of several communicators at once. */
 #ifndef RN_CORE_H

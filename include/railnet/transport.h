@@ -1,9 +1,9 @@
 /* The contract between the core and a transport.  Each transport is one
  * const table (plugin/tcp/transport.c, plugin/ib/transport.c), listed in
- * plugin/registry.c.  The core
- * validates every ABI argument before calling in; transports may assume
- * non-NULL comms of their own kind.  Optional operations point at the
- * rn_transport_unsupported_* stubs, never NULL. */
+ * plugin/registry.c.  The core validates every ABI argument before
+ * calling in; transports may assume non-NULL comms of their own kind.
+ * Optional operations point at the rn_transport_unsupported_* and _noop_*
+ * defaults (registry.c), never NULL. */
 #ifndef RN_TRANSPORT_H
 #define RN_TRANSPORT_H
 

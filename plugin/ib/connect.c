@@ -1,6 +1,6 @@
 /* Verbs connection setup and teardown.  The out-of-band exchange runs over
- * one nonce-checked TCP connection (sock.h's dial/rendezvous, no data
- * streams) as non-blocking state machines: listen/connect/accept never
+ * one nonce-checked TCP connection (rendezvous.h's dial and rendezvous, no
+ * data streams) as non-blocking state machines: listen/connect/accept never
  * block and return success with a NULL comm until ready.
  *
  *   connector (send side)              listener (recv side)

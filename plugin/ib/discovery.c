@@ -1,6 +1,7 @@
-/* Verbs discovery: devices, ACTIVE ports, link layer, speed, PCI path,
- * netdev, RoCE GID choice.  The table is built once per init (the core
- * calls init once under its lock and refcounts it) and read-only after. */
+/* Verbs discovery: devices (opened with their PD and MR cache), ACTIVE
+ * ports, link layer, speed, PCI path, netdev, RoCE GID choice.  The table
+ * is built once per init (the core calls init once under its lock and
+ * refcounts it), read-only after, and closed at finalize. */
 #include <arpa/inet.h>
 #include <limits.h>
 #include <pthread.h>
