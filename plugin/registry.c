@@ -1,6 +1,5 @@
-/* The transport registry, the selection RAILNET_TRANSPORT makes from it,
- * and the defaults a registered transport's optional operations may point
- * at, so the core never tests for NULL. */
+/* The transport registry and the selection RAILNET_TRANSPORT makes from
+ * it. */
 #include <stdio.h>
 #include <string.h>
 #include "railnet/check.h"
@@ -120,29 +119,5 @@ ncclResult_t rn_registry_select(const char *want, int *index, const struct rn_ni
     RN_INFO(NCCL_INIT | NCCL_NET, "transport %s: %s unavailable (%s), using %s",
             next->transport->name, e->medium, e->none, next->medium);
   }
-  return ncclSuccess;
-}
-
-ncclResult_t rn_transport_unsupported_reg_mr_dmabuf(void *comm, void *data, size_t size, int type,
-                                                    uint64_t offset, int fd, void **mh) {
-  (void)comm;
-  (void)data;
-  (void)size;
-  (void)type;
-  (void)offset;
-  (void)fd;
-  *mh = NULL;
-  RN_WARN("regMrDmaBuf: this transport does not support DMA-BUF registration");
-  return ncclInvalidUsage;
-}
-
-ncclResult_t rn_transport_noop_iflush(void *rcomm, int n, void **data, const int *sizes, void **mhs,
-                                      void **req) {
-  (void)rcomm;
-  (void)n;
-  (void)data;
-  (void)sizes;
-  (void)mhs;
-  *req = NULL; /* nothing to wait for: data landed through the CPU */
   return ncclSuccess;
 }

@@ -3,7 +3,7 @@
  * plugin/registry.c.  The core validates every ABI argument before
  * calling in; transports may assume non-NULL comms of their own kind.
  * Optional operations point at the rn_transport_unsupported_* and _noop_*
- * defaults (registry.c), never NULL. */
+ * defaults (plugin/transport.c), never NULL. */
 #ifndef RN_TRANSPORT_H
 #define RN_TRANSPORT_H
 
