@@ -178,6 +178,24 @@ ncclResult_t rn_net_devices(struct rn_net *n, int *ndev) {
   return n->t.v8->devices(ndev); /* same slot and type in every version */
 }
 
+/* A version's properties into the harness's view.  Field names agree
+ * between versions, so one macro per addition. */
+#define RN_TEST_PROPS_V8(p, q)                                                  \
+  do {                                                                          \
+    (p)->name = (q).name, (p)->pci_path = (q).pciPath, (p)->guid = (q).guid;    \
+    (p)->ptr_support = (q).ptrSupport, (p)->reg_is_global = (q).regIsGlobal;    \
+    (p)->speed = (q).speed, (p)->port = (q).port, (p)->latency = (q).latency;   \
+    (p)->max_comms = (q).maxComms, (p)->max_recvs = (q).maxRecvs;               \
+    (p)->dev_type = (q).netDeviceType, (p)->dev_version = (q).netDeviceVersion; \
+  } while (0)
+#define RN_TEST_PROPS_V9(p, q)                                                    \
+  do {                                                                            \
+    RN_TEST_PROPS_V8(p, q);                                                       \
+    (p)->force_flush = (q).forceFlush;                                            \
+    (p)->vndevs = (q).vProps.ndevs, (p)->vdev0 = (q).vProps.devs[0];              \
+    (p)->max_p2p_bytes = (q).maxP2pBytes, (p)->max_coll_bytes = (q).maxCollBytes; \
+  } while (0)
+
 ncclResult_t rn_net_props(struct rn_net *n, int dev, struct rn_props *p) {
   ncclResult_t r;
   memset(p, 0, sizeof *p);
@@ -187,33 +205,20 @@ ncclResult_t rn_net_props(struct rn_net *n, int dev, struct rn_props *p) {
     ncclNetProperties_v8_t q;
     memset(&q, 0, sizeof q);
     r = n->t.v8->getProperties(dev, &q);
-    p->name = q.name, p->pci_path = q.pciPath, p->guid = q.guid, p->ptr_support = q.ptrSupport;
-    p->reg_is_global = q.regIsGlobal, p->speed = q.speed, p->port = q.port;
-    p->latency = q.latency, p->max_comms = q.maxComms, p->max_recvs = q.maxRecvs;
-    p->dev_type = q.netDeviceType, p->dev_version = q.netDeviceVersion;
+    RN_TEST_PROPS_V8(p, q);
     return r;
   }
   if (n->version == 9 || n->version == 10) {
     ncclNetProperties_v9_t q;
     memset(&q, 0, sizeof q);
     r = n->version == 9 ? n->t.v9->getProperties(dev, &q) : n->t.v10->getProperties(dev, &q);
-    p->name = q.name, p->pci_path = q.pciPath, p->guid = q.guid, p->ptr_support = q.ptrSupport;
-    p->reg_is_global = q.regIsGlobal, p->force_flush = q.forceFlush, p->speed = q.speed;
-    p->port = q.port, p->latency = q.latency, p->max_comms = q.maxComms;
-    p->max_recvs = q.maxRecvs, p->dev_type = q.netDeviceType, p->dev_version = q.netDeviceVersion;
-    p->vndevs = q.vProps.ndevs, p->vdev0 = q.vProps.devs[0];
-    p->max_p2p_bytes = q.maxP2pBytes, p->max_coll_bytes = q.maxCollBytes;
+    RN_TEST_PROPS_V9(p, q);
     return r;
   }
   ncclNetProperties_v11_t q;
   memset(&q, 0, sizeof q);
   r = n->t.v11->getProperties(dev, &q);
-  p->name = q.name, p->pci_path = q.pciPath, p->guid = q.guid, p->ptr_support = q.ptrSupport;
-  p->reg_is_global = q.regIsGlobal, p->force_flush = q.forceFlush, p->speed = q.speed;
-  p->port = q.port, p->latency = q.latency, p->max_comms = q.maxComms;
-  p->max_recvs = q.maxRecvs, p->dev_type = q.netDeviceType, p->dev_version = q.netDeviceVersion;
-  p->vndevs = q.vProps.ndevs, p->vdev0 = q.vProps.devs[0];
-  p->max_p2p_bytes = q.maxP2pBytes, p->max_coll_bytes = q.maxCollBytes;
+  RN_TEST_PROPS_V9(p, q);
   p->max_multi_request_size = q.maxMultiRequestSize;
   return r;
 }
@@ -297,55 +302,19 @@ ncclResult_t rn_net_irecv(struct rn_net *n, void *rcomm, int cnt, void **data, c
 }
 
 ncclResult_t rn_net_test(struct rn_net *n, void *req, int *done, int *sizes) {
-  switch (n->version) {
-    case 8:
-      return n->t.v8->test(req, done, sizes);
-    case 9:
-      return n->t.v9->test(req, done, sizes);
-    case 10:
-      return n->t.v10->test(req, done, sizes);
-    default:
-      return n->t.v11->test(req, done, sizes);
-  }
+  return n->t.v8->test(req, done, sizes); /* same slot and type in every version */
 }
 
 ncclResult_t rn_net_close_send(struct rn_net *n, void *c) {
-  switch (n->version) {
-    case 8:
-      return n->t.v8->closeSend(c);
-    case 9:
-      return n->t.v9->closeSend(c);
-    case 10:
-      return n->t.v10->closeSend(c);
-    default:
-      return n->t.v11->closeSend(c);
-  }
+  return n->t.v8->closeSend(c); /* same slot and type in every version */
 }
 
 ncclResult_t rn_net_close_recv(struct rn_net *n, void *c) {
-  switch (n->version) {
-    case 8:
-      return n->t.v8->closeRecv(c);
-    case 9:
-      return n->t.v9->closeRecv(c);
-    case 10:
-      return n->t.v10->closeRecv(c);
-    default:
-      return n->t.v11->closeRecv(c);
-  }
+  return n->t.v8->closeRecv(c); /* same slot and type in every version */
 }
 
 ncclResult_t rn_net_close_listen(struct rn_net *n, void *c) {
-  switch (n->version) {
-    case 8:
-      return n->t.v8->closeListen(c);
-    case 9:
-      return n->t.v9->closeListen(c);
-    case 10:
-      return n->t.v10->closeListen(c);
-    default:
-      return n->t.v11->closeListen(c);
-  }
+  return n->t.v8->closeListen(c); /* same slot and type in every version */
 }
 
 const char *rn_result_str(ncclResult_t r) {

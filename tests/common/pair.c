@@ -330,20 +330,19 @@ int rn_run_pair(rn_peer_fn recv_fn, rn_peer_fn send_fn, struct rn_pair_opts *o, 
   }
   fflush(stdout);
   fflush(stderr);
+  /* The receiver writes on a and reads b, the sender the other way round;
+   * each child closes the other's ends. */
+  const rn_peer_fn fn[2] = {[RN_RECEIVER] = recv_fn, [RN_SENDER] = send_fn};
+  const int to_peer[2] = {[RN_RECEIVER] = a[1], [RN_SENDER] = b[1]};
+  const int from_peer[2] = {[RN_RECEIVER] = b[0], [RN_SENDER] = a[0]};
   pid_t pid[2];
-  pid[0] = fork();
-  if (pid[0] == 0) {
-    close(a[0]);
-    close(b[1]);
+  for (int i = 0; i < 2; i++) {
+    pid[i] = fork();
+    if (pid[i] != 0) continue;
+    close(to_peer[1 - i]);
+    close(from_peer[1 - i]);
     if (par[0] >= 0) close(par[0]);
-    child_main(RN_RECEIVER, recv_fn, o, a[1], b[0], par[1]);
-  }
-  pid[1] = fork();
-  if (pid[1] == 0) {
-    close(a[1]);
-    close(b[0]);
-    if (par[0] >= 0) close(par[0]);
-    child_main(RN_SENDER, send_fn, o, b[1], a[0], par[1]);
+    child_main((enum rn_role)i, fn[i], o, to_peer[i], from_peer[i], par[1]);
   }
   close(a[0]);
   close(a[1]);

@@ -45,28 +45,29 @@ void tap_skip_all(const char *why) {
   fflush(stdout);
 }
 
-int tap_result(int ok, const char *fmt, ...) {
+/* One numbered test line: "<status> N <sep> <description>". */
+static void tap_line(const char *status, const char *sep, const char *fmt, va_list ap) {
   char desc[1024];
+  vsnprintf(desc, sizeof desc, fmt, ap);
+  tap_n++;
+  printf("%s %d %s %s\n", status, tap_n, sep, desc);
+  fflush(stdout);
+}
+
+int tap_result(int ok, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(desc, sizeof desc, fmt, ap);
-  va_end(ap);
-  tap_n++;
   if (!ok) tap_nfail++;
-  printf("%sok %d - %s\n", ok ? "" : "not ", tap_n, desc);
-  fflush(stdout);
+  tap_line(ok ? "ok" : "not ok", "-", fmt, ap);
+  va_end(ap);
   return ok;
 }
 
 void tap_skip(const char *fmt, ...) {
-  char desc[1024];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(desc, sizeof desc, fmt, ap);
+  tap_line("ok", "# SKIP", fmt, ap);
   va_end(ap);
-  tap_n++;
-  printf("ok %d # SKIP %s\n", tap_n, desc);
-  fflush(stdout);
 }
 
 int tap_failed(void) { return tap_nfail; }

@@ -1,11 +1,6 @@
 # Conformance harness: drives $(PLUGIN_SO) as NCCL does (v8..v11 tables).
 CONFORMANCE := $(BUILD)/tests/conformance-test
-CONFORMANCE_OBJS := $(BUILD)/tests/conformance/conformance.o \
-  $(patsubst %.c,$(BUILD)/%.o,tests/common/tap.c tests/common/netapi.c tests/common/pair.c tests/common/stream.c)
-
-$(CONFORMANCE): $(CONFORMANCE_OBJS) | $(PLUGIN_SO)
-	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS_COMMON) -o $@ $^ -ldl -lpthread
+$(eval $(call rn_harness_prog,$(CONFORMANCE),$(BUILD)/tests/conformance/conformance.o))
 
 TEST_PROGS += $(CONFORMANCE)
 

@@ -6,21 +6,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "../common/rn_test.h"
 #include <time.h>
 #include "nccl/net_v9.h"
 
-static int failures, count, warns;
-
-__attribute__((format(printf, 2, 3))) static void ok(int cond, const char *fmt, ...) {
-  va_list ap;
-  count++;
-  if (!cond) failures++;
-  printf("%sok %d - ", cond ? "" : "not ", count);
-  va_start(ap, fmt);
-  vprintf(fmt, ap);
-  va_end(ap);
-  printf("\n");
-}
+static int warns;
 
 static void logger(ncclDebugLogLevel level, unsigned long flags, const char *file, int line,
                    const char *fmt, ...) {
@@ -107,7 +97,7 @@ int main(void) {
   printf("1..9\n");
   int nd = 0;
   int c = n != NULL && n->init(logger) == ncclSuccess && n->devices(&nd) == ncclSuccess && nd == 2;
-  ok(c, "init with RAILNET_SOCKET_IFNAME=%s gives 2 devices (%d)", spec, nd);
+  tap_result(c, "init with RAILNET_SOCKET_IFNAME=%s gives 2 devices (%d)", spec, nd);
   if (nd != 2) return 1;
   ncclNetProperties_v9_t p0, p1, pm;
   n->getProperties(0, &p0);
@@ -115,27 +105,29 @@ int main(void) {
   ncclNetVDeviceProps_t vp = {.ndevs = 2, .devs = {0, 1}};
   int d = -1;
   c = n->makeVDevice(&d, &vp) == ncclSuccess && d == 2;
-  ok(c, "makeVDevice({0,1}) returns the next index (%d)", d);
+  tap_result(c, "makeVDevice({0,1}) returns the next index (%d)", d);
   int nd2 = 0;
   n->devices(&nd2);
-  ok(nd2 == 3, "devices() then counts it (%d)", nd2);
+  tap_result(nd2 == 3, "devices() then counts it (%d)", nd2);
   c = n->getProperties(d, &pm) == ncclSuccess;
-  ok(c && strchr(pm.name, '+') != NULL && pm.speed == p0.speed + p1.speed && pm.vProps.ndevs == 2 &&
-         pm.vProps.devs[0] == 0 && pm.vProps.devs[1] == 1,
-     "merged device %s: speeds summed (%d), vProps {2,{0,1}}", pm.name, pm.speed);
-  ok(traffic(n, d, 24u << 20) == 0, "%s", "24 MiB over the merged device's two rails, verified");
-  ok(traffic(n, 0, 1u << 20) == 0, "%s", "the original devices still work");
+  tap_result(c && strchr(pm.name, '+') != NULL && pm.speed == p0.speed + p1.speed &&
+                 pm.vProps.ndevs == 2 && pm.vProps.devs[0] == 0 && pm.vProps.devs[1] == 1,
+             "merged device %s: speeds summed (%d), vProps {2,{0,1}}", pm.name, pm.speed);
+  tap_result(traffic(n, d, 24u << 20) == 0, "%s",
+             "24 MiB over the merged device's two rails, verified");
+  tap_result(traffic(n, 0, 1u << 20) == 0, "%s", "the original devices still work");
   int w = warns;
   ncclNetVDeviceProps_t bad = {.ndevs = 0};
-  ok(n->makeVDevice(&d, &bad) != ncclSuccess && warns > w, "%s", "0 devices: error with a WARN");
+  tap_result(n->makeVDevice(&d, &bad) != ncclSuccess && warns > w, "%s",
+             "0 devices: error with a WARN");
   w = warns;
   bad = (ncclNetVDeviceProps_t){.ndevs = 2, .devs = {1, 1}};
-  ok(n->makeVDevice(&d, &bad) != ncclSuccess && warns > w, "%s",
-     "a repeated device: error with a WARN");
+  tap_result(n->makeVDevice(&d, &bad) != ncclSuccess && warns > w, "%s",
+             "a repeated device: error with a WARN");
   w = warns;
   bad = (ncclNetVDeviceProps_t){.ndevs = 1, .devs = {42}};
-  ok(n->makeVDevice(&d, &bad) != ncclSuccess && warns > w, "%s",
-     "an unknown device: error with a WARN");
-  printf("# %d passed, %d failed\n", count - failures, failures);
-  return failures != 0;
+  tap_result(n->makeVDevice(&d, &bad) != ncclSuccess && warns > w, "%s",
+             "an unknown device: error with a WARN");
+  printf("# %d passed, %d failed\n", tap_count() - tap_failed(), tap_failed());
+  return tap_failed() != 0;
 }

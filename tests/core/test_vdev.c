@@ -5,22 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "../common/rn_test.h"
 #include "railnet/devices.h"
 #include "railnet/param.h"
 #include "railnet/topo.h"
-
-static int failures, count;
-
-__attribute__((format(printf, 2, 3))) static void ok(int cond, const char *fmt, ...) {
-  va_list ap;
-  count++;
-  if (!cond) failures++;
-  printf("%sok %d - ", cond ? "" : "not ", count);
-  va_start(ap, fmt);
-  vprintf(fmt, ap);
-  va_end(ap);
-  printf("\n");
-}
 
 /* NICs as a verbs transport would report them: every NIC in the file,
  * each with a made-up sysfs path ending in its bus id. */
@@ -70,37 +58,39 @@ int main(void) {
   printf("1..14\n");
   const char *dgx = "tests/topo/fixtures/dgx-h100-like.xml";
   int n = fake_nics(dgx, nics);
-  ok(n == 12, "DGX-H100-like fixture gives 12 NICs (%s)", dgx);
-  ok(build(dgx, NULL, nics, n, v, &nv) == 0 && nv == 8, "%s", "one device per GPU rail set: 8");
+  tap_result(n == 12, "DGX-H100-like fixture gives 12 NICs (%s)", dgx);
+  tap_result(build(dgx, NULL, nics, n, v, &nv) == 0 && nv == 8, "%s",
+             "one device per GPU rail set: 8");
   int i0 = has_vdev(v, nv, "mlx5_0");
-  ok(i0 >= 0 && v[i0].rails.n == 1 && (v[i0].ptr_support & NCCL_PTR_CUDA) &&
-         strstr(v[i0].why, "PIX") != NULL,
-     "mlx5_0 is a one-rail device with GDR, and says why: %s", i0 >= 0 ? v[i0].why : "-");
-  ok(i0 >= 0 && strcmp(v[i0].pci_path, "/sys/devices/pci0000:00/0000:18:00.0") == 0,
-     "pciPath is the lead NIC's sysfs path (%s)", i0 >= 0 ? v[i0].pci_path : "-");
-  ok(has_vdev(v, nv, "mlx5_1") < 0 && has_vdev(v, nv, "mlx5_2") < 0 &&
-         has_vdev(v, nv, "mlx5_7") < 0 && has_vdev(v, nv, "mlx5_8") < 0,
-     "%s", "storage NICs mlx5_1/2/7/8 are not exposed");
-  ok(build(dgx, "RAILNET_NICS=mlx5_0,mlx5_1", nics, n, v, &nv) == 0 &&
-         has_vdev(v, nv, "mlx5_1") >= 0 && has_vdev(v, nv, "mlx5_0") >= 0 &&
-         has_vdev(v, nv, "mlx5_3") < 0,
-     "%s", "RAILNET_NICS=mlx5_0,mlx5_1 exposes exactly what it names");
-  ok(build(dgx, "RAILNET_GDR_LEVEL=0", nics, n, v, &nv) == 0 && nv == 8 &&
-         !(v[0].ptr_support & NCCL_PTR_CUDA),
-     "%s", "RAILNET_GDR_LEVEL=0 (LOC) turns GDR off for PIX rails");
+  tap_result(i0 >= 0 && v[i0].rails.n == 1 && (v[i0].ptr_support & NCCL_PTR_CUDA) &&
+                 strstr(v[i0].why, "PIX") != NULL,
+             "mlx5_0 is a one-rail device with GDR, and says why: %s", i0 >= 0 ? v[i0].why : "-");
+  tap_result(i0 >= 0 && strcmp(v[i0].pci_path, "/sys/devices/pci0000:00/0000:18:00.0") == 0,
+             "pciPath is the lead NIC's sysfs path (%s)", i0 >= 0 ? v[i0].pci_path : "-");
+  tap_result(has_vdev(v, nv, "mlx5_1") < 0 && has_vdev(v, nv, "mlx5_2") < 0 &&
+                 has_vdev(v, nv, "mlx5_7") < 0 && has_vdev(v, nv, "mlx5_8") < 0,
+             "%s", "storage NICs mlx5_1/2/7/8 are not exposed");
+  tap_result(build(dgx, "RAILNET_NICS=mlx5_0,mlx5_1", nics, n, v, &nv) == 0 &&
+                 has_vdev(v, nv, "mlx5_1") >= 0 && has_vdev(v, nv, "mlx5_0") >= 0 &&
+                 has_vdev(v, nv, "mlx5_3") < 0,
+             "%s", "RAILNET_NICS=mlx5_0,mlx5_1 exposes exactly what it names");
+  tap_result(build(dgx, "RAILNET_GDR_LEVEL=0", nics, n, v, &nv) == 0 && nv == 8 &&
+                 !(v[0].ptr_support & NCCL_PTR_CUDA),
+             "%s", "RAILNET_GDR_LEVEL=0 (LOC) turns GDR off for PIX rails");
   struct rn_nic only_host[RN_MAX_NICS];
   memcpy(only_host, nics, sizeof(only_host));
   for (int i = 0; i < n; i++) only_host[i].ptr_support = NCCL_PTR_HOST;
-  ok(build(dgx, NULL, only_host, n, v, &nv) == 0 && nv == 8 && v[0].ptr_support == NCCL_PTR_HOST,
-     "%s", "a NIC whose probe found no GDR stays HOST-only even on a PIX path");
+  tap_result(
+      build(dgx, NULL, only_host, n, v, &nv) == 0 && nv == 8 && v[0].ptr_support == NCCL_PTR_HOST,
+      "%s", "a NIC whose probe found no GDR stays HOST-only even on a PIX path");
 
   const char *p5 = "tests/topo/fixtures/p5-like.xml";
   n = fake_nics(p5, nics);
-  ok(n == 32 && build(p5, NULL, nics, n, v, &nv) == 0 && nv == 8,
-     "p5-like: 8 devices from 32 NICs (%s)", p5);
+  tap_result(n == 32 && build(p5, NULL, nics, n, v, &nv) == 0 && nv == 8,
+             "p5-like: 8 devices from 32 NICs (%s)", p5);
   int f = has_vdev(v, nv, "rdmap79s0+rdmap80s0+rdmap81s0+rdmap82s0");
-  ok(f >= 0 && v[f].rails.n == 4 && v[f].speed == 400000, "%s",
-     "p5-like: 4 NICs fused into one device named with '+', speeds summed");
+  tap_result(f >= 0 && v[f].rails.n == 4 && v[f].speed == 400000, "%s",
+             "p5-like: 4 NICs fused into one device named with '+', speeds summed");
 
   /* A transport NIC the topology does not know (a veth, say). */
   n = fake_nics(dgx, nics);
@@ -108,16 +98,16 @@ int main(void) {
   snprintf(nics[n].name, sizeof(nics[n].name), "veth0");
   nics[n].speed_mbps = 10000;
   nics[n].ptr_support = NCCL_PTR_HOST;
-  ok(build(dgx, NULL, nics, n + 1, v, &nv) == 0 && has_vdev(v, nv, "veth0") < 0 && nv == 8, "%s",
-     "a NIC outside the topology stays hidden when GPUs have planned rails");
-  ok(build(dgx, "RAILNET_NICS=veth0,mlx5_0", nics, n + 1, v, &nv) == 0 &&
-         has_vdev(v, nv, "veth0") >= 0,
-     "%s", "... and is exposed when RAILNET_NICS names it");
-  ok(build("tests/topo/fixtures/no-nics.xml", NULL, nics + n, 1, v, &nv) == 0 && nv == 1 &&
-         strcmp(v[0].name, "veth0") == 0,
-     "%s", "with no planned rails every transport NIC is its own device");
-  ok(build("/nonexistent/topo.xml", NULL, nics, n, v, &nv) == 0 && nv >= 1, "%s",
-     "an unreadable RAILNET_TOPO_FILE warns and falls back to the live machine");
-  printf("# %d passed, %d failed\n", count - failures, failures);
-  return failures != 0;
+  tap_result(build(dgx, NULL, nics, n + 1, v, &nv) == 0 && has_vdev(v, nv, "veth0") < 0 && nv == 8,
+             "%s", "a NIC outside the topology stays hidden when GPUs have planned rails");
+  tap_result(build(dgx, "RAILNET_NICS=veth0,mlx5_0", nics, n + 1, v, &nv) == 0 &&
+                 has_vdev(v, nv, "veth0") >= 0,
+             "%s", "... and is exposed when RAILNET_NICS names it");
+  tap_result(build("tests/topo/fixtures/no-nics.xml", NULL, nics + n, 1, v, &nv) == 0 && nv == 1 &&
+                 strcmp(v[0].name, "veth0") == 0,
+             "%s", "with no planned rails every transport NIC is its own device");
+  tap_result(build("/nonexistent/topo.xml", NULL, nics, n, v, &nv) == 0 && nv >= 1, "%s",
+             "an unreadable RAILNET_TOPO_FILE warns and falls back to the live machine");
+  printf("# %d passed, %d failed\n", tap_count() - tap_failed(), tap_failed());
+  return tap_failed() != 0;
 }
