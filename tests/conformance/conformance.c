@@ -313,6 +313,16 @@ static size_t group_size(uint64_t seed, int round, int j) {
   return (size_t)(rng_next(&s) % (256 * KB));
 }
 
+/* End a case that registered one buffer on one comm: release them, wait
+ * for the peer to be done too, and close; the first failure decides. */
+static int case_finish(struct rn_peer *p, int rc, void *comm, void *mh, void *buf, void **lc) {
+  rn_net_deregmr(&p->net, comm, mh);
+  free(buf);
+  if (peer_sync(p, 30) != 0 && rc == 0) rc = peer_fail(p, "peer gone");
+  if (peer_close(p, 1, &comm, lc) != 0 && rc == 0) rc = -1;
+  return rc;
+}
+
 static int case_group_recv(struct rn_peer *p) {
   int k = group_k(p);
   if (k < 2)
@@ -376,11 +386,7 @@ static int case_group_recv(struct rn_peer *p) {
       }
     }
   }
-  rn_net_deregmr(&p->net, comm, mh);
-  free(arena);
-  if (peer_sync(p, 30) != 0 && rc == 0) rc = peer_fail(p, "peer gone");
-  if (peer_close(p, 1, &comm, &lc) != 0 && rc == 0) rc = -1;
-  return rc;
+  return case_finish(p, rc, comm, mh, arena, &lc);
 }
 
 static int case_group_send(struct rn_peer *p) {
@@ -437,11 +443,7 @@ static int case_group_send(struct rn_peer *p) {
       if (r != ncclSuccess) rc = p->why[0] ? -1 : peer_fail(p, "test(send): %s", rn_result_str(r));
     }
   }
-  rn_net_deregmr(&p->net, comm, mh);
-  free(arena);
-  if (peer_sync(p, 30) != 0 && rc == 0) rc = peer_fail(p, "peer gone");
-  if (peer_close(p, 1, &comm, NULL) != 0 && rc == 0) rc = -1;
-  return rc;
+  return case_finish(p, rc, comm, mh, arena, NULL);
 }
 
 /* Both processes send and receive at once, each from one thread. */
@@ -615,11 +617,7 @@ static int case_req_preset_recv(struct rn_peer *p) {
         pattern_check(buf, (size_t)got, pattern_key(p->seed, (uint64_t)i, 1000)) != (size_t)-1)
       rc = peer_fail(p, "msg %d: data differs", i);
   }
-  rn_net_deregmr(&p->net, comm, mh);
-  free(buf);
-  if (peer_sync(p, 30) != 0 && rc == 0) rc = peer_fail(p, "peer gone");
-  if (peer_close(p, 1, &comm, &lc) != 0 && rc == 0) rc = -1;
-  return rc;
+  return case_finish(p, rc, comm, mh, buf, &lc);
 }
 
 static int case_req_preset_send(struct rn_peer *p) {
@@ -644,11 +642,7 @@ static int case_req_preset_send(struct rn_peer *p) {
     if (rc == 0 && (r = peer_wait(p, req, NULL, 30 * tscale())) != ncclSuccess)
       rc = p->why[0] ? -1 : peer_fail(p, "test: %s", rn_result_str(r));
   }
-  rn_net_deregmr(&p->net, comm, mh);
-  free(buf);
-  if (peer_sync(p, 30) != 0 && rc == 0) rc = peer_fail(p, "peer gone");
-  if (peer_close(p, 1, &comm, NULL) != 0 && rc == 0) rc = -1;
-  return rc;
+  return case_finish(p, rc, comm, mh, buf, NULL);
 }
 
 /* v11: init/finalize per communicator, repeated and concurrent. */

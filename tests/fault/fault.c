@@ -772,6 +772,23 @@ static int stray_connect(const struct lsock *s) {
 }
 
 #define NSTRAY 5
+/* After the strays: four verified messages between the real peers, then
+ * wait for the other side to finish. */
+static int stray_traffic(struct rn_peer *p, void *comm, int is_send) {
+  static const size_t sizes[] = {100, 70000, 1 << 20, 0};
+  struct rn_stream s = {.p = p,
+                        .comm = comm,
+                        .is_send = is_send,
+                        .nmsg = 4,
+                        .sizes = sizes,
+                        .window = 2,
+                        .verify = 1,
+                        .seed = p->seed};
+  int rc = rn_stream_run(&s, 20 * tscale());
+  if (peer_sync(p, 10) != 0 && rc == 0) rc = peer_fail(p, "peer gone");
+  return rc;
+}
+
 static int stray_r(struct rn_peer *p) {
   struct lsock before[64], after[64];
   int nb = my_listeners(before, 64);
@@ -843,17 +860,7 @@ static int stray_r(struct rn_peer *p) {
     if (rcm == NULL && now_s() > end)
       return peer_fail(p, "real peer not accepted within 10 s of the strays");
   }
-  static const size_t sizes[] = {100, 70000, 1 << 20, 0};
-  struct rn_stream s = {.p = p,
-                        .comm = rcm,
-                        .is_send = 0,
-                        .nmsg = 4,
-                        .sizes = sizes,
-                        .window = 2,
-                        .verify = 1,
-                        .seed = p->seed};
-  int rc = rn_stream_run(&s, 20 * tscale());
-  if (peer_sync(p, 10) != 0 && rc == 0) rc = peer_fail(p, "peer gone");
+  int rc = stray_traffic(p, rcm, 0);
   for (int i = 0; i < nfd; i++) close(fds[i]);
   rn_net_close_recv(&p->net, rcm);
   rn_net_close_listen(&p->net, lc);
@@ -871,17 +878,7 @@ static int stray_s(struct rn_peer *p) {
     if (r != ncclSuccess) return peer_fail(p, "connect: %s", rn_result_str(r));
     if (sc == NULL && now_s() > end) return peer_fail(p, "connect not done within 10 s");
   }
-  static const size_t sizes[] = {100, 70000, 1 << 20, 0};
-  struct rn_stream s = {.p = p,
-                        .comm = sc,
-                        .is_send = 1,
-                        .nmsg = 4,
-                        .sizes = sizes,
-                        .window = 2,
-                        .verify = 1,
-                        .seed = p->seed};
-  int rc = rn_stream_run(&s, 20 * tscale());
-  if (peer_sync(p, 10) != 0 && rc == 0) rc = peer_fail(p, "peer gone");
+  int rc = stray_traffic(p, sc, 1);
   rn_net_close_send(&p->net, sc);
   return rc;
 }
