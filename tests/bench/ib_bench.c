@@ -61,6 +61,15 @@ static void bufs_put(struct rn_peer *p, void *comm, struct bufs *b) {
   free(b->buf);
 }
 
+/* A side is done: release its buffers and close its comm. */
+static void side_end(struct rn_peer *p, void *comm, struct bufs *b) {
+  bufs_put(p, comm, b);
+  if (p->role == RN_SENDER)
+    rn_net_close_send(&p->net, comm);
+  else
+    rn_net_close_recv(&p->net, comm);
+}
+
 /* ---- verify ---------------------------------------------------------- */
 static const size_t vsizes[] = {0,     1,      7,      4095,       4096,   65536,
                                 65537, 262143, 1 * MB, 4 * MB + 3, 16 * MB};
@@ -150,11 +159,7 @@ static int verify_side(struct rn_peer *p) {
   }
   rc = 0;
 out:
-  bufs_put(p, comm, &b);
-  if (p->role == RN_SENDER)
-    rn_net_close_send(&p->net, comm);
-  else
-    rn_net_close_recv(&p->net, comm);
+  side_end(p, comm, &b);
   return rc;
 }
 
@@ -218,11 +223,7 @@ static int bw_side(struct rn_peer *p) {
   }
   rc = 0;
 out:
-  bufs_put(p, comm, &b);
-  if (p->role == RN_SENDER)
-    rn_net_close_send(&p->net, comm);
-  else
-    rn_net_close_recv(&p->net, comm);
+  side_end(p, comm, &b);
   return rc;
 }
 
