@@ -254,7 +254,10 @@ static void json_ping(FILE *f, const char *name, const struct kv_ping_result *p)
           "\"%s\": {\"n\": %ld, \"dropped\": %ld, \"p50_us\": %.2f, \"p99_us\": %.2f, "
           "\"max_us\": %.2f, \"mean_us\": %.2f, ",
           name, p->n, p->n_outside, p->p50_us, p->p99_us, p->max_us, p->mean_us);
-  json_result(f, "bulk", &p->bulk);
+  if (p->bulk.ok || p->bulk.why[0])
+    json_result(f, "bulk", &p->bulk);
+  else
+    fprintf(f, "\"bulk\": null");
   fprintf(f, "}");
 }
 
@@ -402,36 +405,36 @@ int kv_report_plot(const char *png, const struct kv_report *rep) {
   fprintf(fg,
           "set multiplot layout 2,2 title 'railnet-kvbench: railnet (lines) vs plain TCP "
           "through the same proxy model (dashed)'\nset grid\nset key top left\n");
-  fprintf(fg, "set logscale x 2\nset format x '%%.0s%%cB'\nset xlabel 'request bytes'\n");
+  fprintf(fg, "set logscale x 2\nset format x '%%.0b%%BB'\nset xlabel 'request bytes'\n");
+  /* one colour per series; railnet solid, the anchor dashed */
+  static const char *const w1cols[] = {"using 1:2", "using 1:3", "using 1:4", "using 1:5"};
   if (blocks1) {
-    fprintf(fg, "set ylabel 'GB/s'\nset title 'W1 throughput'\nplot ");
-    for (int b = 0; b < blocks1; b++)
-      fprintf(fg,
-              "%s'%s' index %d using 1:2 with linespoints lw 2 title 'railnet %s', '%s' index "
-              "%d using 1:3 with linespoints dt 2 title 'TCP %s'",
-              b ? ", " : "", p1, b, names1[b], p1, b, names1[b]);
-    fprintf(fg,
-            "\nset logscale y 10\nset ylabel 'ms (p50)'\nset title 'W1 transfer time per "
-            "request'\nplot ");
-    for (int b = 0; b < blocks1; b++)
-      fprintf(fg,
-              "%s'%s' index %d using 1:4 with linespoints lw 2 title 'railnet %s', '%s' index "
-              "%d using 1:5 with linespoints dt 2 title 'TCP %s'",
-              b ? ", " : "", p1, b, names1[b], p1, b, names1[b]);
-    fprintf(fg, "\nunset logscale y\n");
+    for (int panel = 0; panel < 2; panel++) {
+      fprintf(fg, panel ? "set logscale y 10\nset ylabel 'ms (p50)'\nset title 'W1 transfer time "
+                          "per request'\nplot "
+                        : "set ylabel 'GB/s'\nset title 'W1 throughput'\nplot ");
+      for (int k = 0; k < blocks1; k++)
+        fprintf(fg,
+                "%s'%s' index %d %s with linespoints lw 2 lc %d title 'railnet %s', '%s' index %d "
+                "%s with linespoints dt 2 lc %d title 'TCP %s'",
+                k ? ", " : "", p1, k, w1cols[2 * panel], k + 1, names1[k], p1, k,
+                w1cols[2 * panel + 1], k + 1, names1[k]);
+      fprintf(fg, "\n");
+    }
+    fprintf(fg, "unset logscale y\n");
   } else {
     fprintf(fg, "set multiplot next\nset multiplot next\n");
   }
   if (blocks2) {
     fprintf(fg,
-            "set xlabel 'block bytes'\nset ylabel 'messages/s'\nset title 'W2 message rate'\n"
-            "plot ");
-    for (int b = 0; b < blocks2; b++)
+            "set xlabel 'block bytes'\nset logscale y 10\nset ylabel 'messages/s'\nset title "
+            "'W2 message rate'\nplot ");
+    for (int k = 0; k < blocks2; k++)
       fprintf(fg,
-              "%s'%s' index %d using 1:3 with points pt 7 ps 1.5 title 'railnet %s', '%s' "
-              "index %d using 1:4 with points pt 6 ps 1.5 title 'TCP %s'",
-              b ? ", " : "", p2, b, names2[b], p2, b, names2[b]);
-    fprintf(fg, "\n");
+              "%s'%s' index %d using 1:3 with points pt 7 ps 1.5 lc %d title 'railnet %s', '%s' "
+              "index %d using 1:4 with points pt 6 ps 1.5 lc %d title 'TCP %s'",
+              k ? ", " : "", p2, k, k + 1, names2[k], p2, k, k + 1, names2[k]);
+    fprintf(fg, "\nunset logscale y\n");
   } else {
     fprintf(fg, "set multiplot next\n");
   }

@@ -541,11 +541,9 @@ static int run_forked(void) {
 }
 
 static int parse_hostport(const char *s, char *host, size_t hlen, int *port) {
-  const char *colon = strrchr(s, ':');
-  if (colon == NULL) {
-    snprintf(host, hlen, "%s", "");
-    *port = atoi(s);
-  } else {
+  const char *colon = strrchr(s, ':'), *num = s;
+  host[0] = '\0';
+  if (colon != NULL) {
     size_t n = (size_t)(colon - s);
     if (n >= hlen) return -1;
     memcpy(host, s, n);
@@ -554,9 +552,13 @@ static int parse_hostport(const char *s, char *host, size_t hlen, int *port) {
       memmove(host, host + 1, n - 2);
       host[n - 2] = '\0';
     }
-    *port = atoi(colon + 1);
+    num = colon + 1;
   }
-  return *port > 0 && *port < 65536 ? 0 : -1;
+  char *end = NULL;
+  long v = strtol(num, &end, 10);
+  if (end == num || *end != '\0' || v < 0 || v > 65535) return -1;
+  *port = (int)v;
+  return 0;
 }
 
 static int local_addr(int fd, char *buf, size_t len) {
@@ -572,7 +574,8 @@ static int run_split(void) {
   char host[256];
   int port, fd = -1, one = 1;
   int listening = opt.listen != NULL;
-  if (parse_hostport(listening ? opt.listen : opt.connect, host, sizeof host, &port) != 0) {
+  if (parse_hostport(listening ? opt.listen : opt.connect, host, sizeof host, &port) != 0 ||
+      (!listening && (port == 0 || host[0] == '\0'))) {
     fprintf(stderr, "railnet-kvbench: bad %s address\n", listening ? "--listen" : "--connect");
     return KV_EXIT_USAGE;
   }
@@ -595,7 +598,12 @@ static int run_split(void) {
       freeaddrinfo(ai);
       return KV_EXIT_FAIL;
     }
-    fprintf(stderr, "# railnet-kvbench: waiting for the peer on port %d\n", port);
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    if (getsockname(lfd, (struct sockaddr *)&ss, &sl) == 0)
+      port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                            : ((struct sockaddr_in *)&ss)->sin_port);
+    fprintf(stderr, "# railnet-kvbench: listening on port %d for the peer\n", port);
     fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
     close(lfd);
   } else {
