@@ -14,7 +14,7 @@ $(KVBENCH): $(KVBENCH_OBJS) | $(PLUGIN_SO)
 	$(CC) $(LDFLAGS_COMMON) -o $@ $^ -ldl -lpthread
 
 BENCH_PROGS += $(KVBENCH)
-TEST_SCRIPTS += tests/bench/kvbench-smoke.sh
+TEST_SCRIPTS += tests/bench/kvbench-smoke.sh tests/bench/gpu-check.sh
 
 
 .PHONY: kvbench install-kvbench
