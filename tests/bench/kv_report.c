@@ -187,10 +187,45 @@ static void goals(FILE *f, const struct kv_report *rep) {
   if (!any) fprintf(f, "#   (no row of this run carries a goal)\n");
 }
 
+/* Per plugin message, both sides: how often each call ran, NULL returns
+ * ("retry later"), and the wall time spent inside the calls. */
+static void detail_side(FILE *f, const char *label, const char *tr, const char *side,
+                        const struct kv_side_stats *s) {
+  double m = s->msgs ? (double)s->msgs : 1;
+  fprintf(
+      f,
+      "  %-30s %-7s %-4s %6.2f %6.2f %6.2f %6.1f | %6.2f %6.2f %6.2f %6.2f | %6.1f %6.1f %5.0f%%\n",
+      label, tr, side, (double)s->calls.isend / m, (double)s->calls.isend_null / m,
+      (double)s->calls.irecv / m, (double)s->calls.test / m, s->calls.ns_isend / m / 1e3,
+      s->calls.ns_irecv / m / 1e3, s->calls.ns_test_done / m / 1e3,
+      s->calls.ns_test_pending / m / 1e3, s->proxy_cpu_s * 1e6 / m, s->proc_cpu_s * 1e6 / m,
+      s->passes ? 100.0 * (double)s->idle_passes / (double)s->passes : 0);
+}
+
+static void detail(FILE *f, const struct kv_report *rep) {
+  fprintf(
+      f,
+      "#\n# per plugin message (--detail): calls, NULL returns and wall time inside the calls\n");
+  fprintf(f, "# %-30s %-7s %-4s %6s %6s %6s %6s | %6s %6s %6s %6s | %6s %6s %6s\n", "case", "",
+          "side", "isend", "NULL", "irecv", "test", "us in", "us in", "us in", "us in", "proxy",
+          "proc", "idle");
+  fprintf(f, "# %-30s %-7s %-4s %6s %6s %6s %6s | %6s %6s %6s %6s | %6s %6s %6s\n", "", "", "",
+          "/msg", "/msg", "/msg", "/msg", "isend", "irecv", "t.done", "t.wait", "cpu us", "cpu us",
+          "passes");
+  for (int i = 0; i < rep->nrows; i++)
+    for (int b = 0; b < 2; b++) {
+      const struct kv_result *r = &rep->rows[i].r[b];
+      if (!r->ok) continue;
+      detail_side(f, rep->rows[i].c.label, b == KV_RN ? "railnet" : "tcp", "snd", &r->snd);
+      detail_side(f, rep->rows[i].c.label, b == KV_RN ? "railnet" : "tcp", "rcv", &r->rcv);
+    }
+}
+
 void kv_report_tables(FILE *f, const struct kv_report *rep) {
   fputs(rep->header, f);
   for (int w = 1; w <= 3; w++) w1_table(f, rep, w);
   w4_table(f, rep);
+  if (rep->detail) detail(f, rep);
   goals(f, rep);
   fprintf(f,
           "# snd/rcv us/m: proxy-thread CPU time per plugin message, sender / receiver "

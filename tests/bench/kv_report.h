@@ -25,7 +25,7 @@ struct kv_w4 {
 
 struct kv_report {
   char header[2048];
-  int quick, verify, anchor;
+  int quick, verify, anchor, detail;
   struct kv_nccl m;
   struct kv_row *rows;
   int nrows;

@@ -42,10 +42,16 @@ struct kv_opts {
   long tokens[16];
   int ntokens;
   int layers; /* 0: the model's */
+  size_t block_sizes[8];
+  int nblock_sizes;
+  long block_counts[8];
+  int nblock_counts;
+  int w2_shapes; /* bit 0 per-op, bit 1 pipelined */
   long requests;
   struct kv_nccl m;
   int version, dev;
   int anchor, anchor_streams;
+  int railnet; /* 0: --transports tcp (the anchor alone, for profiling) */
   const char *json, *plot;
   const char *listen, *connect;
   int role; /* -1 auto, 0 recv, 1 send */
@@ -54,6 +60,7 @@ struct kv_opts {
   double timeout;
   uint64_t seed;
   int self_test;
+  int detail;
 };
 
 static struct kv_opts opt;
@@ -180,11 +187,14 @@ static void build_plan(struct kv_plan *pl) {
                    : opt.level == LV_QUICK ? counts_quick
                                            : counts_smoke;
     int ncounts = opt.level == LV_FULL ? 2 : 1;
+    if (opt.nblock_sizes) bs = opt.block_sizes, nbs = opt.nblock_sizes;
+    if (opt.nblock_counts) counts = opt.block_counts, ncounts = opt.nblock_counts;
     for (int shape = 0; shape < 2; shape++)
       for (int b = 0; b < nbs; b++)
         for (int k = 0; k < ncounts; k++)
-          add_w2(pl, bs[b], counts[k], shape ? KV_PIPELINED : KV_GROUPED);
-    if (opt.level == LV_FULL) {
+          if (opt.w2_shapes & (1 << shape))
+            add_w2(pl, bs[b], counts[k], shape ? KV_PIPELINED : KV_GROUPED);
+    if (opt.level == LV_FULL && !opt.nblock_sizes && !opt.nblock_counts && opt.w2_shapes == 3) {
       add_w2(pl, 16 * KV_KIB, 100000, KV_GROUPED);
       add_w2(pl, 16 * KV_KIB, 100000, KV_PIPELINED);
     }
@@ -253,7 +263,7 @@ static uint64_t plan_hash(const struct kv_plan *pl) {
                         (uint64_t)opt.m.shared_comms,
                         (uint64_t)opt.verify,
                         (uint64_t)opt.version,
-                        (uint64_t)opt.anchor,
+                        (uint64_t)(opt.anchor * 2 + opt.railnet),
                         opt.w4_size,
                         opt.seed};
   for (size_t k = 0; k < sizeof g / sizeof g[0]; k++) mix(&h, g[k]);
@@ -320,7 +330,7 @@ static int run_rows(int side, int is_send, struct kv_plan *pl, struct kv_net *ne
      * falls on both */
     for (int k = 0; k < 2; k++) {
       int b = (i % 2) ? 1 - k : k;
-      if (b == KV_TCP && !opt.anchor) continue;
+      if ((b == KV_TCP && !opt.anchor) || (b == KV_RN && !opt.railnet)) continue;
       if (!is_send) progress_note("running", pl->rows[i].label, b ? "plain TCP" : "railnet");
       struct kv_result *res = row ? &row->r[b] : NULL;
       if (kv_run_case(side, is_send, &pl->rows[i], &opt.m, nets[b], ro, res) != 0) {
@@ -344,7 +354,7 @@ static int run_w4(int side, int is_send, struct kv_plan *pl, struct kv_net *nets
     rep->have_w4 = 1;
   }
   for (int b = 0; b < 2; b++) {
-    if (b == KV_TCP && !opt.anchor) continue;
+    if ((b == KV_TCP && !opt.anchor) || (b == KV_RN && !opt.railnet)) continue;
     struct kv_ping_opts po = {.size = opt.w4_size, .count = pl->w4_pings};
     struct kv_ping_result pr;
     if (!is_send) progress_note("W4", "stream alone", nets[b]->ops->name);
@@ -441,6 +451,7 @@ static int side_main(int side, int is_send, const char *peer_desc, const char *b
   rep->quick = opt.level != LV_FULL;
   rep->verify = opt.verify;
   rep->anchor = opt.anchor;
+  rep->detail = opt.detail;
   rep->m = opt.m;
   char peer[256];
   snprintf(peer, sizeof peer, "%s (peer %s, pid %d)", peer_desc, them.host, them.pid);
@@ -695,11 +706,13 @@ static void usage(FILE *f) {
           "--no-verify]\n"
           "         [--models 8b,70b] [--tokens N,N..] [--modes grouped,ungrouped] [--layers N] "
           "[--requests N]\n"
+          "         [--block-sizes 4k,64k..] [--blocks N,N..] [--w2-shapes per-op,pipelined]\n"
           "         [--channels N] [--chunk BYTES] [--steps N] [--proto auto|simple] "
           "[--no-shared-comms]\n"
           "         [--api v8|v9|v10|v11] [--dev N] [--no-anchor] [--anchor-streams N]\n"
+          "         [--transports railnet,tcp] (one alone: for profiling; no ratios)\n"
           "         [--w4-size BYTES] [--tc-bulk N] [--tc-small N] [--timeout S] [--seed N]\n"
-          "         [--json FILE|-] [--plot FILE.png]\n"
+          "         [--json FILE|-] [--plot FILE.png] [--detail]\n"
           "         [--listen [HOST:]PORT | --connect HOST:PORT] [--role send|recv]\n"
           "       railnet-kvbench --self-test\n"
           "Default: both sides forked on this host over loopback, every workload, full sizes "
@@ -728,10 +741,12 @@ int main(int argc, char **argv) {
   opt.workloads = 2 | 4 | 8 | 16;
   opt.modes = 3;
   opt.models = 3;
+  opt.w2_shapes = 3;
   opt.m = (struct kv_nccl){
       .chunk = 128 * KV_KIB, .channels = 2, .steps = 8, .ll = 1, .shared_comms = 1};
   opt.version = 11;
   opt.anchor = 1;
+  opt.railnet = 1;
   opt.anchor_streams = 1;
   opt.role = -1;
   opt.tc_bulk = opt.tc_small = -1;
@@ -763,6 +778,20 @@ int main(int argc, char **argv) {
            t = strtok_r(NULL, ",", &save))
         opt.tokens[opt.ntokens++] = strtol(t, NULL, 0);
       free(copy);
+    } else if (!strcmp(a, "--block-sizes") || !strcmp(a, "--blocks")) {
+      int sizes = !strcmp(a, "--block-sizes");
+      char *copy = strdup(ARG()), *save = NULL;
+      for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        char *end = NULL;
+        unsigned long long n = strtoull(t, &end, 0);
+        if (end && (*end == 'k' || *end == 'K')) n *= 1024;
+        if (sizes && opt.nblock_sizes < 8) opt.block_sizes[opt.nblock_sizes++] = (size_t)n;
+        if (!sizes && opt.nblock_counts < 8) opt.block_counts[opt.nblock_counts++] = (long)n;
+      }
+      free(copy);
+    } else if (!strcmp(a, "--w2-shapes")) {
+      static const char *const sh[] = {"per-op", "pipelined"};
+      opt.w2_shapes = parse_list(ARG(), sh, 2);
     } else if (!strcmp(a, "--layers"))
       opt.layers = atoi(ARG());
     else if (!strcmp(a, "--requests"))
@@ -785,7 +814,12 @@ int main(int argc, char **argv) {
       opt.dev = atoi(ARG());
     else if (!strcmp(a, "--no-anchor"))
       opt.anchor = 0;
-    else if (!strcmp(a, "--anchor-streams"))
+    else if (!strcmp(a, "--transports")) {
+      const char *t = ARG();
+      opt.railnet = strstr(t, "railnet") != NULL;
+      opt.anchor = strstr(t, "tcp") != NULL;
+      if (!opt.railnet && !opt.anchor) opt.anchor_streams = 0; /* rejected below */
+    } else if (!strcmp(a, "--anchor-streams"))
       opt.anchor_streams = atoi(ARG());
     else if (!strcmp(a, "--w4-size"))
       opt.w4_size = strtoull(ARG(), NULL, 0);
@@ -808,7 +842,9 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--role")) {
       const char *r = ARG();
       opt.role = !strcmp(r, "send") ? 1 : !strcmp(r, "recv") ? 0 : -2;
-    } else if (!strcmp(a, "--self-test"))
+    } else if (!strcmp(a, "--detail"))
+      opt.detail = 1;
+    else if (!strcmp(a, "--self-test"))
       opt.self_test = 1;
     else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
       usage(stdout);
@@ -821,11 +857,17 @@ int main(int argc, char **argv) {
 #undef ARG
   }
   if (opt.self_test) return self_test();
-  if ((int)opt.workloads <= 0 || opt.modes <= 0 || opt.models <= 0 || opt.version == 0 ||
-      opt.m.channels < 1 || opt.m.channels > KV_MAX_CHANNELS || opt.m.steps < 1 ||
-      opt.m.steps > KV_NCCL_STEPS || opt.m.chunk < 4 * KV_KIB || opt.m.chunk > 64 * KV_MIB ||
-      opt.m.ll < 0 || opt.role == -2 || (opt.listen && opt.connect) || opt.anchor_streams < 1 ||
-      opt.anchor_streams > 8 || opt.w4_size < 1 || opt.w4_size > KV_MIB || opt.timeout <= 0) {
+  int bad_blocks = opt.w2_shapes <= 0;
+  for (int i = 0; i < opt.nblock_sizes; i++)
+    bad_blocks |= opt.block_sizes[i] < 1 || opt.block_sizes[i] > 16 * KV_MIB;
+  for (int i = 0; i < opt.nblock_counts; i++)
+    bad_blocks |= opt.block_counts[i] < 1 || opt.block_counts[i] > 10000000;
+  if (bad_blocks || (int)opt.workloads <= 0 || opt.modes <= 0 || opt.models <= 0 ||
+      opt.version == 0 || opt.m.channels < 1 || opt.m.channels > KV_MAX_CHANNELS ||
+      opt.m.steps < 1 || opt.m.steps > KV_NCCL_STEPS || opt.m.chunk < 4 * KV_KIB ||
+      opt.m.chunk > 64 * KV_MIB || opt.m.ll < 0 || opt.role == -2 || (opt.listen && opt.connect) ||
+      opt.anchor_streams < 1 || opt.anchor_streams > 8 || opt.w4_size < 1 || opt.w4_size > KV_MIB ||
+      opt.timeout <= 0) {
     fprintf(stderr, "railnet-kvbench: bad option value\n");
     usage(stderr);
     return KV_EXIT_USAGE;
