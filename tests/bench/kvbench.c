@@ -492,6 +492,11 @@ out:
   if (rep->rows)
     for (int i = 0; i < rep->nrows; i++)
       for (int b = 0; b < 2; b++) kv_result_free(&rep->rows[i].r[b]);
+  for (int b = 0; b < 2; b++) {
+    kv_result_free(&rep->w4.bulk_alone[b]);
+    kv_result_free(&rep->w4.own[b].bulk);
+    kv_result_free(&rep->w4.shared[b].bulk);
+  }
   free(rep->rows);
   free(rep);
   free(pl);
