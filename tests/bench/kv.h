@@ -197,6 +197,9 @@ struct kv_result {
 };
 
 void kv_result_free(struct kv_result *r);
+/* Fold the result of another round of the same case into dst (dst takes
+ * src's allocations); -1 out of memory. */
+int kv_result_merge(struct kv_result *dst, struct kv_result *src);
 
 /* ---- proxy engine (kv_proxy.c) ---------------------------------------- */
 struct kv_run_opts {

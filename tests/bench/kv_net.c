@@ -277,3 +277,47 @@ void kv_result_free(struct kv_result *r) {
   free(r->req_s);
   r->req_s = NULL;
 }
+
+static void side_add(struct kv_side_stats *a, const struct kv_side_stats *b) {
+  a->wall_s += b->wall_s;
+  a->proxy_cpu_s += b->proxy_cpu_s;
+  a->proc_cpu_s += b->proc_cpu_s;
+  a->msgs += b->msgs;
+  a->wire_bytes += b->wire_bytes;
+  a->verified += b->verified;
+  a->passes += b->passes;
+  a->idle_passes += b->idle_passes;
+  a->grouped_irecvs += b->grouped_irecvs;
+  if (b->max_inflight > a->max_inflight) a->max_inflight = b->max_inflight;
+  kv_calls_add(&a->calls, &b->calls);
+}
+
+int kv_result_merge(struct kv_result *dst, struct kv_result *src) {
+  if (!src->ok) return 0;
+  if (!dst->ok) {
+    *dst = *src;
+    src->req_s = NULL;
+    return 0;
+  }
+  double *x = realloc(dst->req_s, sizeof(double) * (size_t)(dst->nreq + src->nreq));
+  if (x == NULL) return -1;
+  memcpy(x + dst->nreq, src->req_s, sizeof(double) * (size_t)src->nreq);
+  double units = dst->ops_per_s * dst->rcv.wall_s + src->ops_per_s * src->rcv.wall_s;
+  dst->req_s = x;
+  dst->nreq += src->nreq;
+  dst->data_bytes += src->data_bytes;
+  side_add(&dst->snd, &src->snd);
+  side_add(&dst->rcv, &src->rcv);
+  qsort(dst->req_s, (size_t)dst->nreq, sizeof(double), kv_cmp_double);
+  double sum = 0;
+  for (long i = 0; i < dst->nreq; i++) sum += dst->req_s[i];
+  dst->mean_s = sum / (double)dst->nreq;
+  dst->p50_s = kv_percentile(dst->req_s, dst->nreq, 0.50);
+  dst->p99_s = kv_percentile(dst->req_s, dst->nreq, 0.99);
+  double w = dst->rcv.wall_s > 0 ? dst->rcv.wall_s : 1e-9;
+  dst->gbps = (double)dst->data_bytes / w / 1e9;
+  dst->msgs_per_s = (double)dst->rcv.msgs / w;
+  dst->ops_per_s = units / w;
+  kv_result_free(src);
+  return 0;
+}
