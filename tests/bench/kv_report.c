@@ -190,34 +190,39 @@ static void goals(FILE *f, const struct kv_report *rep) {
 /* Per plugin message, both sides: how often each call ran, NULL returns
  * ("retry later"), and the wall time spent inside the calls. */
 static void detail_side(FILE *f, const char *label, const char *tr, const char *side,
-                        const struct kv_side_stats *s) {
+                        const struct kv_side_stats *s, long nreq) {
   double m = s->msgs ? (double)s->msgs : 1;
-  fprintf(
-      f,
-      "  %-30s %-7s %-4s %6.2f %6.2f %6.2f %6.1f | %6.2f %6.2f %6.2f %6.2f | %6.1f %6.1f %5.0f%%\n",
-      label, tr, side, (double)s->calls.isend / m, (double)s->calls.isend_null / m,
-      (double)s->calls.irecv / m, (double)s->calls.test / m, s->calls.ns_isend / m / 1e3,
-      s->calls.ns_irecv / m / 1e3, s->calls.ns_test_done / m / 1e3,
-      s->calls.ns_test_pending / m / 1e3, s->proxy_cpu_s * 1e6 / m, s->proc_cpu_s * 1e6 / m,
-      s->passes ? 100.0 * (double)s->idle_passes / (double)s->passes : 0);
+  fprintf(f, "  %-30s %-7s %-4s %6.2f %6.2f %6.2f %6.1f | %6.2f %6.2f %6.2f %6.2f |", label, tr,
+          side, (double)s->calls.isend / m, (double)s->calls.isend_null / m,
+          (double)s->calls.irecv / m, (double)s->calls.test / m, s->calls.ns_isend / m / 1e3,
+          s->calls.ns_irecv / m / 1e3, s->calls.ns_test_done / m / 1e3,
+          s->calls.ns_test_pending / m / 1e3);
+  fprintf(f, " %6.1f %6.1f %7.2f %5.0f%%\n", s->proxy_cpu_s * 1e6 / m, s->proc_cpu_s * 1e6 / m,
+          nreq > 0 ? s->proxy_cpu_s * 1e3 / (double)nreq : 0,
+          s->passes ? 100.0 * (double)s->idle_passes / (double)s->passes : 0);
 }
 
 static void detail(FILE *f, const struct kv_report *rep) {
-  fprintf(
-      f,
-      "#\n# per plugin message (--detail): calls, NULL returns and wall time inside the calls\n");
-  fprintf(f, "# %-30s %-7s %-4s %6s %6s %6s %6s | %6s %6s %6s %6s | %6s %6s %6s\n", "case", "",
-          "side", "isend", "NULL", "irecv", "test", "us in", "us in", "us in", "us in", "proxy",
-          "proc", "idle");
-  fprintf(f, "# %-30s %-7s %-4s %6s %6s %6s %6s | %6s %6s %6s %6s | %6s %6s %6s\n", "", "", "",
-          "/msg", "/msg", "/msg", "/msg", "isend", "irecv", "t.done", "t.wait", "cpu us", "cpu us",
-          "passes");
+  fprintf(f,
+          "#\n# per plugin message (--detail): calls, NULL returns, wall time inside the calls, "
+          "CPU\n");
+  static const char *const h1[] = {"isend", "NULL",  "irecv", "test", "us in", "us in",
+                                   "us in", "us in", "proxy", "proc", "proxy", "idle"};
+  static const char *const h2[] = {"/msg",   "/msg",   "/msg",   "/msg",   "isend",  "irecv",
+                                   "t.done", "t.wait", "us/msg", "us/msg", "ms/req", "passes"};
+  for (int line = 0; line < 2; line++) {
+    const char *const *h = line ? h2 : h1;
+    fprintf(f, "# %-30s %-7s %-4s %6s %6s %6s %6s | %6s %6s %6s %6s | %6s %6s %7s %6s\n",
+            line ? "" : "case", "", line ? "" : "side", h[0], h[1], h[2], h[3], h[4], h[5], h[6],
+            h[7], h[8], h[9], h[10], h[11]);
+  }
   for (int i = 0; i < rep->nrows; i++)
     for (int b = 0; b < 2; b++) {
       const struct kv_result *r = &rep->rows[i].r[b];
       if (!r->ok) continue;
-      detail_side(f, rep->rows[i].c.label, b == KV_RN ? "railnet" : "tcp", "snd", &r->snd);
-      detail_side(f, rep->rows[i].c.label, b == KV_RN ? "railnet" : "tcp", "rcv", &r->rcv);
+      const char *tr = b == KV_RN ? "railnet" : "tcp";
+      detail_side(f, rep->rows[i].c.label, tr, "snd", &r->snd, r->nreq);
+      detail_side(f, rep->rows[i].c.label, tr, "rcv", &r->rcv, r->nreq);
     }
 }
 
