@@ -37,6 +37,7 @@ struct kv_ping {
   long n, cap, outside;
   char why[256];
   double deadline;
+  _Atomic int abort; /* set by the bulk's side when it failed */
 };
 
 static int ping_fail(struct kv_ping *p, const char *what, ncclResult_t r) {
@@ -90,6 +91,10 @@ static int ping_step(void *arg, int *progress) {
   struct kv_ping *p = arg;
   int ok, got = -1;
   if (p->state == P_FINISHED) return 0;
+  if (atomic_load(&p->abort)) {
+    snprintf(p->why, sizeof p->why, "stream abandoned: the bulk transfer failed");
+    return -1;
+  }
   if (now_s() > p->deadline) {
     snprintf(p->why, sizeof p->why, "%s stream stuck (state %d, %ld done)",
              p->pinger ? "ping" : "echo", p->state, p->seq);
@@ -300,24 +305,22 @@ int kv_run_ping(int side, int is_send, const struct kv_case *bulk, const struct 
       started = 1;
     }
     int brc = kv_run_case(side, is_send, bulk, m, net, &bo, is_send ? NULL : &res->bulk);
+    if (brc != 0) atomic_store(&p.abort, 1);
     atomic_store(&bulk_state, 2);
+    void *fail = NULL;
     if (started) {
-      void *fail = NULL;
       pthread_join(tid, &fail);
       started = 0;
-      if (fail != NULL) {
-        snprintf(why, sizeof why, "%s", p.why);
-        goto out;
-      }
-    } else {
+    } else if (brc == 0) {
       /* the bulk is done; finish the stream (the stop message) here */
-      if (ping_thread(&p) != NULL) {
-        snprintf(why, sizeof why, "%s", p.why);
-        goto out;
-      }
+      fail = ping_thread(&p);
     }
     if (brc != 0) {
       snprintf(why, sizeof why, "bulk: %.240s", is_send ? "failed" : res->bulk.why);
+      goto out;
+    }
+    if (fail != NULL) {
+      snprintf(why, sizeof why, "%s", p.why);
       goto out;
     }
   }
@@ -358,7 +361,7 @@ int kv_run_ping(int side, int is_send, const struct kv_case *bulk, const struct 
   rc = 0;
 out:
   if (started) {
-    p.deadline = 0; /* make the thread give up */
+    atomic_store(&p.abort, 1); /* make the thread give up */
     pthread_join(tid, NULL);
   }
   if (p.smh) sn->ops->deregmr(sn, p.scomm, p.smh);
