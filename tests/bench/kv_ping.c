@@ -328,7 +328,7 @@ int kv_run_ping(int side, int is_send, const struct kv_case *bulk, const struct 
   struct ping_summary sum;
   memset(&sum, 0, sizeof sum);
   if (is_send) {
-    qsort(p.rtt_us, (size_t)p.n, sizeof(double), kv_cmp_double);
+    if (p.n > 0) qsort(p.rtt_us, (size_t)p.n, sizeof(double), kv_cmp_double);
     sum.n = p.n;
     sum.outside = p.outside;
     sum.p50 = kv_percentile(p.rtt_us, p.n, 0.50);

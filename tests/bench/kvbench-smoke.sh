@@ -22,7 +22,7 @@ if "$bin" --self-test >"$tmp/self.txt" 2>&1; then
   echo "ok 1 - --self-test: NCCL's op split, depth, gates and the TCP anchor"
 else
   echo "not ok 1 - --self-test"
-  sed 's/^/# /' "$tmp/self.txt"
+  sed 's/^/# /' "$tmp/self.txt" >&2
 fi
 
 # 2-4: every workload, forked on loopback, verified, with a JSON document
@@ -32,7 +32,7 @@ if [ $rc -eq 0 ] && grep -q "every byte arrived intact" "$tmp/out.txt"; then
   echo "ok 2 - --smoke: W1-W4 through railnet and plain TCP, every byte verified"
 else
   echo "not ok 2 - --smoke: W1-W4 through railnet and plain TCP, every byte verified (exit $rc)"
-  sed 's/^/# /' "$tmp/out.txt" "$tmp/err.txt" | tail -40
+  sed 's/^/# /' "$tmp/out.txt" "$tmp/err.txt" | tail -40 >&2
 fi
 missing=
 for t in "# W1 " "# W2 " "# W3 " "# W4 " "# goals"; do
@@ -82,7 +82,7 @@ if [ "$crc" -eq 0 ] && [ "$lrc" -eq 0 ] && grep -q "every byte arrived intact" "
   echo "ok 6 - --listen / --connect: receiver and sender as separate processes (port $port)"
 else
   echo "not ok 6 - --listen / --connect (listener exit $lrc, connector exit $crc)"
-  sed 's/^/# /' "$tmp/l.out" "$tmp/l.err" "$tmp/c.err" | tail -30
+  sed 's/^/# /' "$tmp/l.out" "$tmp/l.err" "$tmp/c.out" "$tmp/c.err" | tail -40 >&2
 fi
 
 # 7: the oldest ABI NCCL still binds (no optional-completion marker, int sizes)
@@ -91,7 +91,7 @@ if timeout 120 "$bin" --smoke --workloads w1,w2 --models 70b --modes grouped --a
   echo "ok 7 - --api v8: W1 and W2 verified"
 else
   echo "not ok 7 - --api v8: W1 and W2 verified"
-  tail -20 "$tmp/v8.out" | sed 's/^/# /'
+  tail -20 "$tmp/v8.out" | sed 's/^/# /' >&2
 fi
 
 # 8: --plot without gnuplot fails the plot step only (exit 3), tables printed
@@ -103,7 +103,7 @@ if [ $prc -eq 3 ] && grep -q "gnuplot" "$tmp/np.err" && grep -q "^# W2 " "$tmp/n
   echo "ok 8 - --plot without gnuplot: says so, exits 3, the tables are still printed"
 else
   echo "not ok 8 - --plot without gnuplot (exit $prc)"
-  sed 's/^/# /' "$tmp/np.err" | tail -10
+  sed 's/^/# /' "$tmp/np.err" | tail -10 >&2
 fi
 
 # 9: --plot with gnuplot draws the picture
@@ -114,5 +114,5 @@ elif timeout 120 "$bin" --smoke --workloads w1,w2,w4 --models 70b --plot "$tmp/k
   echo "ok 9 - --plot: $(wc -c <"$tmp/kv.png") byte PNG with the anchors"
 else
   echo "not ok 9 - --plot with gnuplot"
-  sed 's/^/# /' "$tmp/pl.err" | tail -10
+  sed 's/^/# /' "$tmp/pl.err" | tail -10 >&2
 fi
