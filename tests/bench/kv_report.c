@@ -171,18 +171,24 @@ static void goals(FILE *f, const struct kv_report *rep) {
   if (rep->have_w4 && rep->w4.have[KV_RN]) {
     any = 1;
     const struct kv_w4 *w = &rep->w4;
-    double own = ratio(w->own[KV_RN].p99_us, w->alone[KV_RN].p99_us);
-    double sh = ratio(w->shared[KV_RN].p99_us, w->alone[KV_RN].p99_us);
-    fprintf(f,
-            "#   W4 small-stream p99 with bulk / alone: %.2fx own proxy thread, %.2fx shared "
-            "(goal <= 2x): %s / %s",
-            own, sh, verdict(own > 0 && own <= 2), verdict(sh > 0 && sh <= 2));
-    if (w->have[KV_TCP])
-      fprintf(f, " (plain TCP itself: %.2fx / %.2fx)\n",
-              ratio(w->own[KV_TCP].p99_us, w->alone[KV_TCP].p99_us),
-              ratio(w->shared[KV_TCP].p99_us, w->alone[KV_TCP].p99_us));
-    else
+    const struct kv_ping_result *with[2] = {&w->own[KV_RN], &w->shared[KV_RN]};
+    static const char *const how[2] = {"own proxy thread", "shared proxy thread"};
+    for (int k = 0; k < 2; k++) {
+      if (with[k]->n == 0 || w->alone[KV_RN].n == 0) {
+        fprintf(f,
+                "#   W4 small-stream p99 with bulk / alone (%s): not measured, no round trip "
+                "fell inside the bulk\n",
+                how[k]);
+        continue;
+      }
+      double x = ratio(with[k]->p99_us, w->alone[KV_RN].p99_us);
+      fprintf(f, "#   W4 small-stream p99 with bulk / alone (%s): %.2fx (goal <= 2x): %s", how[k],
+              x, verdict(x <= 2));
+      const struct kv_ping_result *t = k ? &w->shared[KV_TCP] : &w->own[KV_TCP];
+      if (w->have[KV_TCP] && t->n > 0 && w->alone[KV_TCP].n > 0)
+        fprintf(f, "; plain TCP itself %.2fx", ratio(t->p99_us, w->alone[KV_TCP].p99_us));
       fprintf(f, "\n");
+    }
   }
   if (!any) fprintf(f, "#   (no row of this run carries a goal)\n");
 }
