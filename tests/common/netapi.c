@@ -166,6 +166,19 @@ ncclResult_t rn_net_init(struct rn_net *n) {
   return r;
 }
 
+/* As rn_net_init, with a traffic class in v11's per-communicator config
+ * (the other versions take it at connect: rn_net_connect_tc). */
+ncclResult_t rn_net_init_tc(struct rn_net *n, int traffic_class) {
+  if (n->version != 11) return rn_net_init(n);
+  static uint64_t tc_comm_id = 0x5678;
+  ncclNetCommConfig_v11_t cfg = {traffic_class};
+  n->ctx = NULL;
+  ncclResult_t r = n->t.v11->init(&n->ctx, __atomic_add_fetch(&tc_comm_id, 1, __ATOMIC_RELAXED),
+                                  &cfg, rn_logger, rn_profiler_stub);
+  if (r == ncclSuccess) n->inited = 1;
+  return r;
+}
+
 ncclResult_t rn_net_finalize(struct rn_net *n) {
   if (n->version != 11) return ncclSuccess;
   ncclResult_t r = n->t.v11->finalize(n->ctx);
@@ -242,6 +255,16 @@ ncclResult_t rn_net_connect(struct rn_net *n, int dev, void *handle, void **scom
     default:
       return n->t.v11->connect(n->ctx, dev, handle, scomm, &dh);
   }
+}
+
+/* As rn_net_connect, with a traffic class in v10's comm config (v11 takes
+ * it at init, v8/v9 have none). */
+ncclResult_t rn_net_connect_tc(struct rn_net *n, int dev, void *handle, void **scomm,
+                               int traffic_class) {
+  if (n->version != 10) return rn_net_connect(n, dev, handle, scomm);
+  ncclNetDeviceHandle_t *dh = NULL;
+  ncclNetCommConfig_v10_t cfg = {traffic_class};
+  return n->t.v10->connect(dev, &cfg, handle, scomm, &dh);
 }
 
 ncclResult_t rn_net_accept(struct rn_net *n, void *lcomm, void **rcomm) {

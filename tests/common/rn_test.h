@@ -103,6 +103,11 @@ int rn_net_open(struct rn_net *n, int version, char *err, size_t errlen);
 void rn_net_close(struct rn_net *n);            /* dlclose */
 ncclResult_t rn_net_init(struct rn_net *n);     /* v11: a fresh context in n->ctx */
 ncclResult_t rn_net_finalize(struct rn_net *n); /* v11 only; else success */
+/* Traffic class: v11 carries it in init's config, v10 in connect's; v8/v9
+ * have none (these then act as rn_net_init / rn_net_connect). */
+ncclResult_t rn_net_init_tc(struct rn_net *n, int traffic_class);
+ncclResult_t rn_net_connect_tc(struct rn_net *n, int dev, void *handle, void **scomm,
+                               int traffic_class);
 ncclResult_t rn_net_devices(struct rn_net *n, int *ndev);
 ncclResult_t rn_net_props(struct rn_net *n, int dev, struct rn_props *p);
 ncclResult_t rn_net_listen(struct rn_net *n, int dev, void *handle, void **lcomm);
