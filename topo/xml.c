@@ -157,13 +157,12 @@ int rn_topo_xml_parse_buf(const char *buf, size_t len, const char *name,
   return 0;
 }
 
-int rn_topo_xml_parse_file(const char *path, struct rn_topo_xml_node **root, char *err,
-                           size_t errlen) {
+int rn_topo_xml_read_file(const char *path, char **out, size_t *outlen, char *err, size_t errlen) {
   FILE *f = fopen(path, "rb");
   char *buf = NULL;
   size_t len = 0, cap = 0;
-  int rc = -1;
-  *root = NULL;
+  *out = NULL;
+  *outlen = 0;
   if (!f) {
     rn_topo_errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
     return -1;
@@ -171,10 +170,11 @@ int rn_topo_xml_parse_file(const char *path, struct rn_topo_xml_node **root, cha
   for (;;) {
     if (cap - len < 65536) {
       if (cap >= RN_TOPO_XML_MAX_BYTES) {
-        rn_topo_errf(err, errlen, "%s: file too large", path);
+        rn_topo_errf(err, errlen, "%s: file too large (over %u bytes)", path,
+                     RN_TOPO_XML_MAX_BYTES);
         goto out_free_buf;
       }
-      char *nb = realloc(buf, cap + 65536);
+      char *nb = realloc(buf, cap + 65536 + 1);
       if (!nb) {
         rn_topo_errf(err, errlen, "%s: out of memory", path);
         goto out_free_buf;
@@ -190,10 +190,25 @@ int rn_topo_xml_parse_file(const char *path, struct rn_topo_xml_node **root, cha
     rn_topo_errf(err, errlen, "%s: read error", path);
     goto out_free_buf;
   }
-  rc = rn_topo_xml_parse_buf(buf, len, path, root, err, errlen);
+  fclose(f);
+  buf[len] = '\0';
+  *out = buf;
+  *outlen = len;
+  return 0;
 out_free_buf:
   free(buf);
   fclose(f);
+  return -1;
+}
+
+int rn_topo_xml_parse_file(const char *path, struct rn_topo_xml_node **root, char *err,
+                           size_t errlen) {
+  char *buf;
+  size_t len;
+  *root = NULL;
+  if (rn_topo_xml_read_file(path, &buf, &len, err, errlen)) return -1;
+  int rc = rn_topo_xml_parse_buf(buf, len, path, root, err, errlen);
+  free(buf);
   return rc;
 }
 

@@ -23,6 +23,9 @@ int rn_topo_xml_parse_file(const char *path, struct rn_topo_xml_node **root, cha
 int rn_topo_xml_parse_buf(const char *buf, size_t len, const char *name,
                           struct rn_topo_xml_node **root, char *err, size_t errlen);
 void rn_topo_xml_free(struct rn_topo_xml_node *root);
+/* Reads a whole file (at most the parser's size limit) into a malloc'd,
+ * NUL-terminated buffer.  0 ok, -1 with err naming the file. */
+int rn_topo_xml_read_file(const char *path, char **buf, size_t *len, char *err, size_t errlen);
 /* Value of attribute name, NULL when absent. */
 const char *rn_topo_xml_attr(const struct rn_topo_xml_node *n, const char *name);
 /* Replaces (or adds) attribute name.  0 ok, -1 out of memory. */

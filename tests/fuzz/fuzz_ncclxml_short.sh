@@ -13,7 +13,7 @@ T=$(mktemp -d) || { echo "1..0 # SKIP no temp dir"; exit 0; }
 trap 'rm -rf "$T"' EXIT
 printf 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n);\nint LLVMFuzzerTestOneInput(const char *d, unsigned long n){(void)d;(void)n;return 0;}\n' >"$T/probe.c"
 "$CC_FUZZ" -fsanitize=fuzzer "$T/probe.c" -o "$T/probe" >/dev/null 2>&1 || { echo "1..0 # SKIP $CC_FUZZ lacks libFuzzer"; exit 0; }
-SRCS="topo/model.c topo/load.c topo/xml.c topo/ncclxml.c topo/hwloc.c topo/sysfs.c topo/smi.c topo/filter.c topo/plan.c tests/fuzz/fuzz_ncclxml.c"
+SRCS="topo/model.c topo/load.c topo/xml.c topo/ncclxml.c topo/hwloc.c topo/hwloc_check.c topo/sysfs.c topo/smi.c topo/filter.c topo/settings.c topo/plan.c tests/fuzz/fuzz_ncclxml.c"
 if [ ! -x "$BIN" ] || [ -n "$(find topo tests/fuzz include/railnet/topo.h -newer "$BIN" -name '*.[ch]' 2>/dev/null)" ]; then
   # shellcheck disable=SC2086
   "$CC_FUZZ" -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \

@@ -54,8 +54,16 @@ static void test_busid(void) {
 static void test_path_names(void) {
   enum rn_path p;
   ok(rn_path_parse("pxb", &p) == 0 && p == RN_PATH_PXB, "path_parse is case-insensitive");
-  ok(rn_path_parse("P2C", &p) != 0, "path_parse rejects unknown levels");
-  ok(strcmp(rn_path_name(RN_PATH_NODE), "NODE") == 0, "path_name names NODE");
+  ok(rn_path_parse("P2C", &p) == 0 && p == RN_PATH_P2C, "path_parse knows NCCL's P2C");
+  ok(rn_path_parse("NODE", &p) != 0, "path_parse rejects NODE (nvidia-smi's, not NCCL's)");
+  /* NCCL's numbering (graph.h): levels compare as NCCL compares them. */
+  ok(RN_PATH_LOC == 0 && RN_PATH_NVL == 1 && RN_PATH_C2C == 3 && RN_PATH_PIX == 4 &&
+         RN_PATH_PXB == 5 && RN_PATH_P2C == 6 && RN_PATH_PXN == 7 && RN_PATH_PHB == 8 &&
+         RN_PATH_SYS == 9 && RN_PATH_DIS == 11,
+     "path types carry NCCL's numbers");
+  ok(strcmp(rn_path_name(RN_PATH_PXN), "PXN") == 0 &&
+         strcmp(rn_path_name((enum rn_path)42), "?") == 0,
+     "path_name names PXN and marks unknown numbers");
 }
 
 static void test_filter(void) {

@@ -1,0 +1,176 @@
+/* What libhwloc needs before it may see an XML topology.  hwloc 2.9 trusts
+ * its input in places (a v1 NUMANode without complete_cpuset or
+ * complete_nodeset is dereferenced before the consistency checks run), so
+ * a malformed file given through RAILNET_TOPO_FILE could crash the NCCL job
+ * at plugin init.  Every hwloc XML document is therefore parsed by our own
+ * reader first (topo/xml.c, with size and depth limits), checked and
+ * normalised here, written back out, and only then handed to hwloc from
+ * memory.  Errors name the file, the line and what was expected.
+ * Owner: topo/hwloc.c is the only caller. */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hwloc_check.h"
+#include "model.h"
+
+/* Object types hwloc 2.x reads, including the 1.x names it converts. */
+static const char *const rn_hwc_types[] = {
+    "Machine", "Misc",    "Group",   "NUMANode", "MemCache", "Package",  "Die",      "L1Cache",
+    "L2Cache", "L3Cache", "L4Cache", "L5Cache",  "L1iCache", "L2iCache", "L3iCache", "Core",
+    "PU",      "Bridge",  "PCIDev",  "OSDev",    "System",   "Socket",   "Cache",    "Node",
+};
+
+/* Children hwloc's importer knows; anything else is rejected by hwloc
+ * itself, cleanly, so it only matters that we recurse into objects. */
+static int rn_hwc_is_type(const char *t) {
+  for (size_t i = 0; i < sizeof(rn_hwc_types) / sizeof(rn_hwc_types[0]); i++)
+    if (strcmp(t, rn_hwc_types[i]) == 0) return 1;
+  return 0;
+}
+
+/* hwloc bitmap text: comma-separated words of 1 to 8 hex digits, each
+ * "0x"-prefixed, optionally led by "0xf...f" (an infinite set); a zero
+ * word may be left empty ("0x1,,0x2"). */
+static int rn_hwc_bitmap_ok(const char *s) {
+  if (strncmp(s, "0xf...f", 7) == 0) {
+    s += 7;
+    if (*s == '\0') return 1;
+    if (*s++ != ',') return 0;
+  }
+  for (;;) {
+    if (*s == ',') {
+      s++;
+      continue;
+    }
+    if (s[0] != '0' || (s[1] != 'x' && s[1] != 'X')) return 0;
+    s += 2;
+    int n = 0;
+    while (isxdigit((unsigned char)*s)) s++, n++;
+    if (n < 1 || n > 8) return 0;
+    if (*s == '\0') return 1;
+    if (*s++ != ',') return 0;
+  }
+}
+
+static int rn_hwc_uint_ok(const char *s) {
+  if (!*s || strlen(s) > 10) return 0;
+  for (; *s; s++)
+    if (!isdigit((unsigned char)*s)) return 0;
+  return 1;
+}
+
+struct rn_hwc {
+  const char *name;
+  char *err;
+  size_t errlen;
+  int major; /* format version: 1, 2 (3 is downgraded to 2 first) */
+};
+
+static int rn_hwc_fail(struct rn_hwc *c, const struct rn_topo_xml_node *n, const char *what,
+                       const char *detail) {
+  rn_topo_errf(c->err, c->errlen, "%s:%d: %s%s%.60s%s", c->name, n->line, what, detail ? " \"" : "",
+               detail ? detail : "", detail ? "\"" : "");
+  return -1;
+}
+
+/* A set present in only one of its two forms gets the other: hwloc
+ * dereferences complete_* whenever the plain set exists. */
+static int rn_hwc_pair(struct rn_hwc *c, struct rn_topo_xml_node *n, const char *plain,
+                       const char *complete) {
+  const char *a = rn_topo_xml_attr(n, plain), *b = rn_topo_xml_attr(n, complete);
+  if (a && !b && rn_topo_xml_set_attr(n, complete, a)) goto out_oom;
+  if (b && !a && rn_topo_xml_set_attr(n, plain, b)) goto out_oom;
+  return 0;
+out_oom:
+  rn_topo_errf(c->err, c->errlen, "%s: out of memory", c->name);
+  return -1;
+}
+
+static int rn_hwc_object(struct rn_hwc *c, struct rn_topo_xml_node *n,
+                         const struct rn_topo_xml_node *parent_obj) {
+  static const char *const sets[] = {"cpuset",  "complete_cpuset",  "allowed_cpuset",
+                                     "nodeset", "complete_nodeset", "allowed_nodeset"};
+  const char *type = rn_topo_xml_attr(n, "type");
+  if (!type) return rn_hwc_fail(c, n, "<object> without a type attribute", NULL);
+  if (!rn_hwc_is_type(type)) return rn_hwc_fail(c, n, "unknown hwloc object type", type);
+  const char *osi = rn_topo_xml_attr(n, "os_index");
+  if (osi && !rn_hwc_uint_ok(osi)) return rn_hwc_fail(c, n, "os_index is not a number", osi);
+  for (size_t i = 0; i < sizeof(sets) / sizeof(sets[0]); i++) {
+    const char *v = rn_topo_xml_attr(n, sets[i]);
+    if (v && !rn_hwc_bitmap_ok(v)) return rn_hwc_fail(c, n, "malformed bitmap", v);
+  }
+  if (rn_hwc_pair(c, n, "cpuset", "complete_cpuset") ||
+      rn_hwc_pair(c, n, "nodeset", "complete_nodeset"))
+    return -1;
+  int numa = strcmp(type, "NUMANode") == 0 || strcmp(type, "Node") == 0;
+  if (numa && c->major < 2) {
+    /* hwloc compares a v1 NUMA node's sets with its parent's before any
+     * check: both must exist. */
+    if (!rn_topo_xml_attr(n, "cpuset") || !rn_topo_xml_attr(n, "nodeset"))
+      return rn_hwc_fail(c, n, "NUMANode without cpuset and nodeset", NULL);
+    if (parent_obj && !rn_topo_xml_attr(parent_obj, "cpuset"))
+      return rn_hwc_fail(c, n, "NUMANode under an object without a cpuset", NULL);
+  }
+  for (struct rn_topo_xml_node *ch = n->child; ch; ch = ch->next)
+    if (strcmp(ch->name, "object") == 0 && rn_hwc_object(c, ch, n)) return -1;
+  return 0;
+}
+
+/* hwloc 3.0 made osdev_type a bitmask (STORAGE 1, MEMORY 2, GPU 4, COPROC 8,
+ * NETWORK 16, OPENFABRICS 32, DMA 64); hwloc 2.x reads an enum (BLOCK 0,
+ * GPU 1, NETWORK 2, OPENFABRICS 3, DMA 4, COPROC 5, MEMORY 6). */
+static const char *rn_hwc_osdev_v2(unsigned long mask) {
+  if (mask & 32) return "3";
+  if (mask & 16) return "2";
+  if (mask & 8) return "5";
+  if (mask & 4) return "1";
+  if (mask & 64) return "4";
+  if (mask & 2) return "6";
+  return "0";
+}
+
+static int rn_hwc_downgrade_v3(struct rn_topo_xml_node *n) {
+  for (; n; n = n->next) {
+    const char *ty = rn_topo_xml_attr(n, "osdev_type");
+    if (ty && strcmp(n->name, "object") == 0) {
+      char *end;
+      unsigned long mask = strtoul(ty, &end, 10);
+      if (*end == '\0' && rn_topo_xml_set_attr(n, "osdev_type", rn_hwc_osdev_v2(mask))) return -1;
+    }
+    if (n->child && rn_hwc_downgrade_v3(n->child)) return -1;
+  }
+  return 0;
+}
+
+int rn_hwloc_xml_check(struct rn_topo_xml_node *root, const char *name, char *err, size_t errlen) {
+  struct rn_hwc c = {name, err, errlen, 1};
+  if (strcmp(root->name, "topology") != 0 && strcmp(root->name, "root") != 0)
+    return rn_hwc_fail(&c, root, "not hwloc XML: expected <topology>, found", root->name);
+  const char *ver = rn_topo_xml_attr(root, "version");
+  if (ver) {
+    char *end;
+    long major = strtol(ver, &end, 10);
+    if (end == ver || major < 1 || major > 3)
+      return rn_hwc_fail(&c, root, "unsupported hwloc XML version", ver);
+    c.major = (int)major;
+    if (major == 3) {
+      /* The installed hwloc (2.x) refuses version="3.0" documents.  Their
+       * objects are the same apart from osdev_type. */
+      if (rn_topo_xml_set_attr(root, "version", "2.0") || rn_hwc_downgrade_v3(root->child)) {
+        rn_topo_errf(err, errlen, "%s: out of memory", name);
+        return -1;
+      }
+      c.major = 2;
+    }
+  }
+  int nobj = 0;
+  for (struct rn_topo_xml_node *ch = root->child; ch; ch = ch->next) {
+    if (strcmp(ch->name, "object") != 0) continue;
+    if (rn_hwc_object(&c, ch, NULL)) return -1;
+    nobj++;
+  }
+  if (nobj != 1) return rn_hwc_fail(&c, root, "expected exactly one top-level <object>", NULL);
+  return 0;
+}
