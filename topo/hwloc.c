@@ -273,7 +273,7 @@ static int rn_hw_build(struct rn_hw *h, int live, char *err, size_t errlen) {
   int maxnuma = 0;
   for (hwloc_obj_t o = hwloc_get_next_obj_by_type(h->topo, HWLOC_OBJ_NUMANODE, NULL); o;
        o = hwloc_get_next_obj_by_type(h->topo, HWLOC_OBJ_NUMANODE, o))
-    if ((int)o->os_index < 4096 && (int)o->os_index + 1 > maxnuma) maxnuma = (int)o->os_index + 1;
+    if (o->os_index < 4096 && (int)o->os_index + 1 > maxnuma) maxnuma = (int)o->os_index + 1;
   h->nnuma = maxnuma;
   h->numa_cpu = calloc((size_t)maxnuma + 1, sizeof(int));
   if (!pkg_node || !h->numa_cpu) {
@@ -291,7 +291,9 @@ static int rn_hw_build(struct rn_hw *h, int live, char *err, size_t errlen) {
    * are not CPUs), under the package that holds it. */
   for (hwloc_obj_t o = hwloc_get_next_obj_by_type(h->topo, HWLOC_OBJ_NUMANODE, NULL); o;
        o = hwloc_get_next_obj_by_type(h->topo, HWLOC_OBJ_NUMANODE, o)) {
-    if ((int)o->os_index >= maxnuma) continue;
+    /* Unknown (HWLOC_UNKNOWN_INDEX) or absurd NUMA numbers are skipped:
+     * devices there fall back to an anonymous CPU node. */
+    if (o->os_index >= (unsigned)maxnuma) continue;
     if (o->subtype && strcmp(o->subtype, "GPUMemory") == 0) continue;
     hwloc_obj_t pkg = hwloc_get_ancestor_obj_by_type(h->topo, HWLOC_OBJ_PACKAGE, o);
     if (!pkg && o->cpuset && !hwloc_bitmap_iszero(o->cpuset))

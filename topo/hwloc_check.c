@@ -88,8 +88,65 @@ out_oom:
   return -1;
 }
 
+/* What we pass on to hwloc: the attributes and elements the model needs,
+ * nothing else.  hwloc 2.9 crashes on some unknown attributes (a name with
+ * a digit or a dot on the root object) and has more importers (memory
+ * attributes, CPU kinds, user data) than we want to expose to a file. */
+static const char *const rn_hwc_object_attrs[] = {"type",
+                                                  "os_index",
+                                                  "gp_index",
+                                                  "cpuset",
+                                                  "complete_cpuset",
+                                                  "allowed_cpuset",
+                                                  "nodeset",
+                                                  "complete_nodeset",
+                                                  "allowed_nodeset",
+                                                  "name",
+                                                  "subtype",
+                                                  "local_memory",
+                                                  "depth",
+                                                  "kind",
+                                                  "subkind",
+                                                  "cache_size",
+                                                  "cache_linesize",
+                                                  "cache_associativity",
+                                                  "cache_type",
+                                                  "pci_busid",
+                                                  "pci_type",
+                                                  "pci_link_speed",
+                                                  "bridge_type",
+                                                  "bridge_pci",
+                                                  "osdev_type",
+                                                  NULL};
+static const char *const rn_hwc_info_attrs[] = {"name", "value", NULL};
+static const char *const rn_hwc_dist_attrs[] = {"type", "nbobjs", "kind", "name", "indexing", NULL};
+static const char *const rn_hwc_len_attrs[] = {"length", NULL};
+static const char *const rn_hwc_root_attrs[] = {"version", NULL};
+
+static int rn_hwc_object(struct rn_hwc *c, struct rn_topo_xml_node *n,
+                         const struct rn_topo_xml_node *parent_obj);
+
+/* Keeps an object's known children (objects and info pairs). */
+static int rn_hwc_children(struct rn_hwc *c, struct rn_topo_xml_node *n) {
+  struct rn_topo_xml_node *ch = n->child;
+  while (ch) {
+    struct rn_topo_xml_node *next = ch->next;
+    if (strcmp(ch->name, "object") == 0) {
+      if (rn_hwc_object(c, ch, n)) return -1;
+    } else if (strcmp(ch->name, "info") == 0 && rn_topo_xml_attr(ch, "name") &&
+               rn_topo_xml_attr(ch, "value") && !ch->child) {
+      rn_topo_xml_keep_attrs(ch, rn_hwc_info_attrs);
+    } else {
+      rn_topo_xml_remove(ch);
+    }
+    ch = next;
+  }
+  return 0;
+}
+
 static int rn_hwc_object(struct rn_hwc *c, struct rn_topo_xml_node *n,
                          const struct rn_topo_xml_node *parent_obj) {
+  rn_topo_xml_keep_attrs(n, rn_hwc_object_attrs);
   static const char *const sets[] = {"cpuset",  "complete_cpuset",  "allowed_cpuset",
                                      "nodeset", "complete_nodeset", "allowed_nodeset"};
   const char *type = rn_topo_xml_attr(n, "type");
@@ -113,9 +170,35 @@ static int rn_hwc_object(struct rn_hwc *c, struct rn_topo_xml_node *n,
     if (parent_obj && !rn_topo_xml_attr(parent_obj, "cpuset"))
       return rn_hwc_fail(c, n, "NUMANode under an object without a cpuset", NULL);
   }
-  for (struct rn_topo_xml_node *ch = n->child; ch; ch = ch->next)
-    if (strcmp(ch->name, "object") == 0 && rn_hwc_object(c, ch, n)) return -1;
-  return 0;
+  /* Normal objects carry both sets in every format hwloc writes; without
+   * them hwloc's importer rejects the object and leaks it. */
+  int io = strcmp(type, "Bridge") == 0 || strcmp(type, "PCIDev") == 0 ||
+           strcmp(type, "OSDev") == 0 || strcmp(type, "Misc") == 0;
+  if (!io && !rn_topo_xml_attr(n, "cpuset"))
+    return rn_hwc_fail(c, n, "object without a cpuset:", type);
+  if (!io && c->major >= 2 && !rn_topo_xml_attr(n, "nodeset"))
+    return rn_hwc_fail(c, n, "object without a nodeset:", type);
+  return rn_hwc_children(c, n);
+}
+
+/* An NVLinkBandwidth distance matrix (the only one the model reads), with
+ * its index and value lists; other matrices are dropped. */
+static void rn_hwc_distances(struct rn_topo_xml_node *n) {
+  const char *name = rn_topo_xml_attr(n, "name");
+  if (strcmp(n->name, "distances2") != 0 || !name || strcmp(name, "NVLinkBandwidth") != 0) {
+    rn_topo_xml_remove(n);
+    return;
+  }
+  rn_topo_xml_keep_attrs(n, rn_hwc_dist_attrs);
+  struct rn_topo_xml_node *ch = n->child;
+  while (ch) {
+    struct rn_topo_xml_node *next = ch->next;
+    if ((strcmp(ch->name, "indexes") == 0 || strcmp(ch->name, "u64values") == 0) && !ch->child)
+      rn_topo_xml_keep_attrs(ch, rn_hwc_len_attrs);
+    else
+      rn_topo_xml_remove(ch);
+    ch = next;
+  }
 }
 
 /* hwloc 3.0 made osdev_type a bitmask (STORAGE 1, MEMORY 2, GPU 4, COPROC 8,
@@ -165,11 +248,17 @@ int rn_hwloc_xml_check(struct rn_topo_xml_node *root, const char *name, char *er
       c.major = 2;
     }
   }
+  rn_topo_xml_keep_attrs(root, rn_hwc_root_attrs);
   int nobj = 0;
-  for (struct rn_topo_xml_node *ch = root->child; ch; ch = ch->next) {
-    if (strcmp(ch->name, "object") != 0) continue;
-    if (rn_hwc_object(&c, ch, NULL)) return -1;
-    nobj++;
+  struct rn_topo_xml_node *ch = root->child;
+  while (ch) {
+    struct rn_topo_xml_node *next = ch->next;
+    if (strcmp(ch->name, "object") == 0) {
+      if (nobj++ == 0 && rn_hwc_object(&c, ch, NULL)) return -1;
+    } else {
+      rn_hwc_distances(ch);
+    }
+    ch = next;
   }
   if (nobj != 1) return rn_hwc_fail(&c, root, "expected exactly one top-level <object>", NULL);
   return 0;

@@ -235,11 +235,12 @@ static int rn_smi_parse(struct rn_smi *s, const char *buf, size_t len) {
     rn_smi_fail(s, lineno ? lineno : 1, "no nvidia-smi matrix header (a line starting with GPU0)");
     goto out_free;
   }
-  for (int d = 0; d < s->ndev; d++) {
+  for (int d = 0; d < s->ndev; d++)
     if (!s->rowseen[d]) {
       rn_smi_fail(s, s->header_line, "no row for column %s", s->col[d]);
       goto out_free;
     }
+  for (int d = 0; d < s->ndev; d++) {
     for (int e = 0; e < s->ndev; e++)
       if (s->rel[d][e] != s->rel[e][d]) {
         rn_smi_fail(s, s->rowline[d], "%s-%s relation is not symmetric (line %d says otherwise)",

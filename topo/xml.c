@@ -263,6 +263,39 @@ int rn_topo_xml_set_attr(struct rn_topo_xml_node *n, const char *name, const cha
   return 0;
 }
 
+void rn_topo_xml_keep_attrs(struct rn_topo_xml_node *n, const char *const *keep) {
+  int w = 0;
+  for (int i = 0; i < n->nattrs; i++) {
+    int ok = 0;
+    for (int k = 0; keep[k] && !ok; k++) ok = strcmp(n->attrs[2 * i], keep[k]) == 0;
+    if (!ok) {
+      free(n->attrs[2 * i]);
+      free(n->attrs[2 * i + 1]);
+      continue;
+    }
+    n->attrs[2 * w] = n->attrs[2 * i];
+    n->attrs[2 * w + 1] = n->attrs[2 * i + 1];
+    w++;
+  }
+  n->nattrs = w;
+  n->attrs[2 * w] = NULL;
+}
+
+void rn_topo_xml_remove(struct rn_topo_xml_node *child) {
+  struct rn_topo_xml_node *p = child->parent, *prev = NULL;
+  if (p) {
+    for (struct rn_topo_xml_node *c = p->child; c && c != child; c = c->next) prev = c;
+    if (prev)
+      prev->next = child->next;
+    else
+      p->child = child->next;
+    if (p->last_child == child) p->last_child = prev;
+  }
+  child->parent = NULL;
+  child->next = NULL;
+  rn_topo_xml_free(child);
+}
+
 struct rn_topo_xml_out {
   char *buf;
   size_t len, cap;

@@ -30,6 +30,10 @@ int rn_topo_xml_read_file(const char *path, char **buf, size_t *len, char *err, 
 const char *rn_topo_xml_attr(const struct rn_topo_xml_node *n, const char *name);
 /* Replaces (or adds) attribute name.  0 ok, -1 out of memory. */
 int rn_topo_xml_set_attr(struct rn_topo_xml_node *n, const char *name, const char *value);
+/* Drops every attribute of n whose name is not in keep (NULL-terminated). */
+void rn_topo_xml_keep_attrs(struct rn_topo_xml_node *n, const char *const *keep);
+/* Unlinks child from its parent and frees it with its subtree. */
+void rn_topo_xml_remove(struct rn_topo_xml_node *child);
 /* Serialises the tree (elements, attributes, text) after
  * prolog.  *buf is malloc'd.  0 ok, -1 out of memory. */
 int rn_topo_xml_write(const struct rn_topo_xml_node *root, const char *prolog, char **buf,

@@ -102,7 +102,7 @@ printf '<system>\n<cpu>\n<pci busid="0000:01:00.0">\n</system>\n' >"$T/bad.xml"
 RAILNET_TOPO_FILE="$T/bad.xml" "$CLI" >"$T/e2b" 2>&1; rc=$?
 [ $rc = 2 ] && grep -q "$T/bad.xml:4:" "$T/e2b" && grep -q RAILNET_TOPO_FILE "$T/e2b"
 ok $? "a malformed RAILNET_TOPO_FILE: exit 2 naming the file and the variable"
-printf '<topology version="1.0"><object type="Machine"><object type="NUMANode" os_index="0"/></object></topology>\n' >"$T/badhw.xml"
+printf '<topology version="1.0"><object type="Machine" cpuset="0x1" nodeset="0x1"><object type="NUMANode" os_index="0"/></object></topology>\n' >"$T/badhw.xml"
 "$CLI" --topo "$T/badhw.xml" >"$T/e2c" 2>&1; rc=$?
 [ $rc = 2 ] && grep -q "$T/badhw.xml:1: NUMANode without cpuset" "$T/e2c"
 ok $? "hwloc XML that would crash libhwloc: exit 2 naming the problem"
