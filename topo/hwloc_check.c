@@ -154,6 +154,14 @@ static int rn_hwc_object(struct rn_hwc *c, struct rn_topo_xml_node *n,
   if (!rn_hwc_is_type(type)) return rn_hwc_fail(c, n, "unknown hwloc object type", type);
   const char *osi = rn_topo_xml_attr(n, "os_index");
   if (osi && !rn_hwc_uint_ok(osi)) return rn_hwc_fail(c, n, "os_index is not a number", osi);
+  /* hwloc sets bit os_index of the machine's sets for every PU and NUMA
+   * node it inserts: without an index that is bit 2^32-1 (half a gigabyte
+   * and seconds of work), so both need a plausible one. */
+  int indexed =
+      strcmp(type, "PU") == 0 || strcmp(type, "NUMANode") == 0 || strcmp(type, "Node") == 0;
+  if (indexed && (!osi || strtoul(osi, NULL, 10) > (1ul << 20)))
+    return rn_hwc_fail(
+        c, n, "PU or NUMANode without a plausible os_index (0 to 1048576):", osi ? osi : "none");
   for (size_t i = 0; i < sizeof(sets) / sizeof(sets[0]); i++) {
     const char *v = rn_topo_xml_attr(n, sets[i]);
     if (v && !rn_hwc_bitmap_ok(v)) return rn_hwc_fail(c, n, "malformed bitmap", v);
