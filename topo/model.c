@@ -141,6 +141,7 @@ void rn_topo_free(struct rn_topo *t) {
   free(t->ncclp);
   free(t->lca);
   free(t->bw);
+  free(t->nic_local);
   free(t);
 }
 
@@ -370,7 +371,8 @@ static int rn_topo_compute_paths(struct rn_topo *t) {
   t->ncclp = calloc(G * N + 1, 1);
   t->lca = calloc(G * N + 1, sizeof(int));
   t->bw = calloc(G * N + 1, sizeof(float));
-  if (!t->nvl || !t->pci || !t->ncclp || !t->lca || !t->bw) return -1;
+  t->nic_local = calloc(N + 1, sizeof(int));
+  if (!t->nvl || !t->pci || !t->ncclp || !t->lca || !t->bw || !t->nic_local) return -1;
   /* NVLink: GPUs of one host both on NVSwitches, or linked directly. */
   for (size_t g = 0; g < G; g++)
     for (size_t h = 0; h < G; h++)
@@ -413,6 +415,18 @@ static int rn_topo_compute_paths(struct rn_topo *t) {
       t->lca[g * N + n] = lca;
       t->bw[g * N + n] = (float)bw;
     }
+  }
+  /* The NIC's local GPU (ncclTopoGetLocalGpu): among the GPUs of its host
+   * with the widest, then shortest, path to it, the first in bus order. */
+  for (size_t n = 0; n < N; n++) {
+    int best = -1;
+    for (size_t h = 0; h < G; h++) {
+      if (t->gpus[h].pub.host != t->nics[n].pub.host) continue;
+      float bh = t->bw[h * N + n], bb = best < 0 ? 0 : t->bw[(size_t)best * N + n];
+      unsigned char ph = t->pci[h * N + n], pb = best < 0 ? 0 : t->pci[(size_t)best * N + n];
+      if (best < 0 || bh > bb || (bh == bb && ph < pb)) best = (int)h;
+    }
+    t->nic_local[n] = best;
   }
   for (size_t g = 0; g < G; g++)
     for (size_t n = 0; n < N; n++) {
@@ -643,22 +657,9 @@ double rn_topo_path_bw(const struct rn_topo *t, int g, int n) {
 int rn_topo_pxn_peer(const struct rn_topo *t, int g, int n, int pxn_c2c, int *peer) {
   *peer = -1;
   if (g < 0 || g >= t->ngpus || n < 0 || n >= t->nnics) return 0;
-  /* The NIC's local GPU (ncclTopoGetLocalGpu): among the GPUs with the
-   * widest, then shortest, path to it, the first in bus order.  When g is
-   * one of them the NIC is local to g and PXN does not apply. */
-  int best = -1;
-  for (int h = 0; h < t->ngpus; h++) {
-    if (t->gpus[h].pub.host != t->nics[n].pub.host) continue;
-    double bh = rn_topo_path_bw(t, h, n);
-    enum rn_path ph = rn_topo_pci_path(t, h, n);
-    if (best < 0) {
-      best = h;
-      continue;
-    }
-    double bb = rn_topo_path_bw(t, best, n);
-    enum rn_path pb = rn_topo_pci_path(t, best, n);
-    if (bh > bb || (bh == bb && ph < pb)) best = h;
-  }
+  /* When g is as close as the NIC's local GPU, the NIC is local to g and
+   * PXN does not apply. */
+  int best = t->nic_local[n];
   if (best < 0) return 0;
   enum rn_path pg = rn_topo_pci_path(t, g, n), pp = rn_topo_pci_path(t, best, n);
   double bg = rn_topo_path_bw(t, g, n), bp = rn_topo_path_bw(t, best, n);

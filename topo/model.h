@@ -88,6 +88,7 @@ struct rn_topo {
   unsigned char *ncclp; /* ngpus x nnics: NCCL's path with its defaults */
   int *lca;             /* ngpus x nnics: node where the PCI path meets */
   float *bw;            /* ngpus x nnics: GB/s */
+  int *nic_local;       /* per NIC: its local GPU (widest, then shortest path), -1 */
 };
 
 #define RN_TOPO_ROOT 0
