@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "model.h"
+#include "railnet/sysfs.h"
 #include "railnet/topo.h"
 #include "sysfs.h"
 
@@ -405,6 +406,68 @@ static void test_vpi_ports(void) {
   rn_topo_free(t);
 }
 
+/* The plugin's sysfs helpers (topo/sysfs.c) on a replayed tree. */
+static void test_sysfs_helpers(void) {
+  char root[300], d[600], buf[256], path[512], busid[32], why[128];
+  snprintf(root, sizeof(root), "%s/fs2", tmpdir);
+  snprintf(d, sizeof(d), "%s/sys/devices/pci0000:00/0000:00:01.0/0000:18:00.0/infiniband/mlx5_0",
+           root);
+  mkdirs(d);
+  snprintf(d, sizeof(d), "%s/sys/class/infiniband", root);
+  mkdirs(d);
+  snprintf(d, sizeof(d), "%s/sys/class/infiniband/mlx5_0", root);
+  int linked = symlink("../../devices/pci0000:00/0000:00:01.0/0000:18:00.0/infiniband/mlx5_0", d);
+  snprintf(d, sizeof(d), "%s/sys/class/net/eth9", root);
+  mkdirs(d);
+  write_tmp("fs2/sys/class/net/eth9/speed", "25000\n");
+  snprintf(d, sizeof(d), "%s/sys/module/nvidia", root);
+  mkdirs(d);
+  setenv("RAILNET_FSROOT", root, 1);
+  ok(rn_sysfs_read("sys/class/net/eth9/speed", buf, sizeof(buf)) == 0 && strcmp(buf, "25000") == 0,
+     "sysfs_read reads under RAILNET_FSROOT");
+  ok(rn_sysfs_read("sys/class/net/none/speed", buf, sizeof(buf)) != 0,
+     "sysfs_read fails on a missing file");
+  ok(linked == 0 && rn_sysfs_realpath("sys/class/infiniband/mlx5_0", path, sizeof(path)) == 0 &&
+         strcmp(path, "/sys/devices/pci0000:00/0000:00:01.0/0000:18:00.0/infiniband/mlx5_0") == 0,
+     "sysfs_realpath resolves links and drops the root");
+  ok(rn_sysfs_pci_parent(path, buf, sizeof(buf), busid, sizeof(busid)) == 0 &&
+         strcmp(busid, "0000:18:00.0") == 0 &&
+         strcmp(buf, "/sys/devices/pci0000:00/0000:00:01.0/0000:18:00.0") == 0,
+     "sysfs_pci_parent finds the nearest PCI function above a device");
+  ok(rn_sysfs_pci_parent("/sys/devices/virtual/net/lo", buf, sizeof(buf), busid, sizeof(busid)) !=
+         0,
+     "sysfs_pci_parent: a virtual device has none");
+  ok(rn_topo_sysfs_gdr_probe(root, why, sizeof(why)) == 0 && strstr(why, "no peermem"),
+     "GDR probe: NVIDIA driver without a peermem module says so");
+  snprintf(d, sizeof(d), "%s/sys/module/nv_peer_mem", root);
+  mkdirs(d);
+  ok(rn_topo_sysfs_gdr_probe(root, why, sizeof(why)) == 1 && strstr(why, "nv_peer_mem"),
+     "GDR probe: the old nv_peer_mem module counts");
+  unsetenv("RAILNET_FSROOT");
+  struct rn_topo *t;
+  char err[256];
+  if (rn_topo_load_file("tests/topo/fixtures/hwloc-small.xml", &t, err, sizeof(err)) == 0) {
+    rn_topo_sysfs_enrich_nics(t, root);
+    const struct rn_topo_nic *e = rn_topo_nic(t, rn_topo_find_nic(t, "eth9", NULL));
+    ok(e && e->speed_mbps == 25000 && e->link == RN_TOPO_LINK_ETH,
+       "sysfs replay: a netdev's speed and Ethernet link");
+    rn_topo_free(t);
+  }
+}
+
+static void test_hwloc_grace(void) {
+  struct rn_topo *t;
+  char err[256];
+  if (rn_topo_load_file("tests/topo/fixtures/hwloc-grace.xml", &t, err, sizeof(err))) {
+    ok(0, err);
+    return;
+  }
+  ok(rn_topo_nvlinked(t, 0, 1) && rn_topo_gpu(t, 0)->c2c &&
+         strcmp(rn_topo_gpu(t, 1)->uuid, "GPU-66666666-2222-3333-4444-555555555555") == 0,
+     "hwloc: NVLinkBandwidth distances give NVLinks, GPU memory nodes C2C, OS devices UUIDs");
+  rn_topo_free(t);
+}
+
 static void rn_count_line(void *ctx, const char *line) {
   int *n = ctx;
   (*n) += strncmp(line, "plan: ", 6) == 0;
@@ -514,6 +577,8 @@ int main(void) {
   test_find_nic_ports();
   test_vpi_ports();
   test_plan_log();
+  test_sysfs_helpers();
+  test_hwloc_grace();
   test_live();
   test_threads();
   printf("1..%d\n", n_tests);
