@@ -78,8 +78,13 @@ static void XMLCALL rn_topo_xml_text(void *ud, const XML_Char *s, int len) {
   struct rn_topo_xml_ctx *c = ud;
   struct rn_topo_xml_node *n = c->cur;
   if (!n || len <= 0) return;
-  /* Whitespace between elements is layout, not content. */
-  if (!n->text && strspn(s, " \t\r\n") >= (size_t)len) return;
+  /* Whitespace between elements is layout, not content.  s is not
+   * NUL-terminated: look at len bytes only. */
+  int blank = 0;
+  while (blank < len &&
+         (s[blank] == ' ' || s[blank] == '\t' || s[blank] == '\r' || s[blank] == '\n'))
+    blank++;
+  if (!n->text && blank == len) return;
   char *t = realloc(n->text, n->textlen + (size_t)len + 1);
   if (!t) return rn_topo_xml_fail(c, "out of memory");
   memcpy(t + n->textlen, s, (size_t)len);
