@@ -492,9 +492,11 @@ static void rn_reason(struct rn_pl *s, int g, struct rn_plan_rail *rail) {
     snprintf(gname, sizeof(gname), "%s", gp->busid);
   else
     snprintf(gname, sizeof(gname), "GPU%d", g);
-  int w = snprintf(rail->reason, sizeof(rail->reason), "GPU %s -> %s: %s via %s%s, GDR %s (%s)",
-                   gname, np->name, rn_path_name(rail->path), via, why, rail->gdr ? "yes" : "no",
-                   rail->gdr_why);
+  char gdrwhy[sizeof(rail->gdr_why)]; /* a copy: reason and gdr_why share the struct */
+  snprintf(gdrwhy, sizeof(gdrwhy), "%s", rail->gdr_why);
+  int w =
+      snprintf(rail->reason, sizeof(rail->reason), "GPU %s -> %s: %s via %s%s, GDR %s (%s)", gname,
+               np->name, rn_path_name(rail->path), via, why, rail->gdr ? "yes" : "no", gdrwhy);
   if (w >= (int)sizeof(rail->reason)) /* long names: mark the cut */
     memcpy(rail->reason + sizeof(rail->reason) - 4, "...", 4);
 }
@@ -749,7 +751,7 @@ static int rn_plan_fill(struct rn_pl *s, const struct rn_plan *full, char *err, 
   if (planned_gpus == 0) {
     for (int n = 0; n < t->nnics; n++)
       if (s->status[n] == RN_ST_CAND) rn_vdev_init(t, &p->vdevs[p->nvdevs++], &n, 1);
-    for (int d = 0; d < p->nvdevs; d++) p->vdevs[d].gdr = p->vdevs[d].nic_gdr;
+    for (int d = 0; d < p->nvdevs; d++) p->vdevs[d].gdr = p->vdevs[d].gdr_any = p->vdevs[d].nic_gdr;
   } else {
     for (int g = 0; g < t->ngpus; g++) {
       if (!s->sel[g]) continue;
@@ -785,6 +787,9 @@ static int rn_plan_fill(struct rn_pl *s, const struct rn_plan *full, char *err, 
       pg->vdev = d;
       p->vdevs[d].nusers++;
       for (int i = 0; i < pg->nrails; i++) p->vdevs[d].gdr &= pg->rails[i].gdr;
+      /* NCCL sees the device at its lead NIC's pciPath: that pair decides. */
+      for (int i = 0; i < pg->nrails; i++)
+        if (pg->rails[i].nic == p->vdevs[d].nics[0]) p->vdevs[d].gdr_any |= pg->rails[i].gdr;
     }
   }
   for (int d = 0; d < p->nvdevs; d++) {

@@ -199,6 +199,7 @@ struct rn_plan_vdev {
    * device table must not mask ptrSupport with it: NCCL decides GDR per
    * GPU-NIC pair itself; see the rails' gdr and nic_gdr. */
   int gdr;
+  int gdr_any; /* NCCL uses GPUDirect for at least one GPU using it (pairs with its lead NIC) */
   int nic_gdr; /* every member NIC allows GPUDirect (model flag) */
   int host;
   int rail_id;  /* NCCL railId (v12): the rail this device's NICs are cabled to, -1 undefined */

@@ -14,7 +14,8 @@
  *   unused NAME ...      exactly these NICs are unused ("-": none)
  *   why NAME TEXT        the unused NIC's reason contains TEXT
  *   vdevs N              number of virtual devices
- *   vdev NAME [speed=MBPS] [gdr|nogdr] [rail=R] [plane=P] [standby=NIC|none]
+ *   vdev NAME [speed=MBPS] [gdr|nogdr] [gdrany|nogdrany] [rail=R] [plane=P]
+ *        [standby=NIC|none]   (gdr: every pair; gdrany: the lead NIC's pairs)
  *   standbywhy NAME TEXT the device's standby reason contains TEXT
  *   rail NIC R P         the NIC's rail and plane ids
  *   note TEXT            some plan note contains TEXT
@@ -333,6 +334,11 @@ static int rn_check_vdev(const struct rn_topo *t, const struct rn_plan *p, char 
     }
     if ((strcmp(tok, "gdr") == 0 && !d->gdr) || (strcmp(tok, "nogdr") == 0 && d->gdr)) {
       snprintf(why, wl, "gdr %d", d->gdr);
+      return 0;
+    }
+    if ((strcmp(tok, "gdrany") == 0 && !d->gdr_any) ||
+        (strcmp(tok, "nogdrany") == 0 && d->gdr_any)) {
+      snprintf(why, wl, "gdr_any %d", d->gdr_any);
       return 0;
     }
     if (strncmp(tok, "rail=", 5) == 0 && atoi(tok + 5) != d->rail_id) {
