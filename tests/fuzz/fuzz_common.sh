@@ -35,6 +35,11 @@ if [ ! -x "$BIN" ] || [ "$STAMP" -nt "$BIN" ] || [ "tests/fuzz/fuzz_$TARGET.c" -
   "$CC_FUZZ" $FLAGS -fsanitize=fuzzer "tests/fuzz/fuzz_$TARGET.c" "$OUT"/obj/*.o -o "$BIN" $LIBS >"$T/build.log" 2>&1 ||
     { echo "1..1"; echo "not ok 1 - fuzz target $TARGET builds"; sed 's/^/# /' "$T/build.log"; exit 1; }
 fi
+# libhwloc's own rejection paths leak (tests/fuzz/lsan-hwloc.supp).
+if [ "$TARGET" = hwloc ]; then
+  LSAN_OPTIONS="suppressions=$(pwd)/tests/fuzz/lsan-hwloc.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+  export LSAN_OPTIONS
+fi
 echo "1..3"
 echo "ok 1 - fuzz target $TARGET builds with $CC_FUZZ -fsanitize=fuzzer,address,undefined"
 fail=0
@@ -61,11 +66,6 @@ DICT=tests/fuzz/$TARGET.dict
 LEN=16384
 [ "$TARGET" = hwloc ] && LEN=32768
 [ "$TARGET" = filter ] && LEN=512
-# libhwloc's own rejection paths leak (tests/fuzz/lsan-hwloc.supp).
-if [ "$TARGET" = hwloc ]; then
-  LSAN_OPTIONS="suppressions=$(pwd)/tests/fuzz/lsan-hwloc.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
-  export LSAN_OPTIONS
-fi
 if [ -n "${FUZZ_RUNS:-}" ]; then LIMIT="-runs=$FUZZ_RUNS"; WHAT="$FUZZ_RUNS runs"; else LIMIT="-max_total_time=$SECS"; WHAT="${SECS}s"; fi
 if "$BIN" $LIMIT -print_final_stats=1 -rss_limit_mb=2048 -timeout=10 -max_len=$LEN \
      -artifact_prefix="$T/" -dict="$DICT" "$T/corpus" >"$T/fuzz.log" 2>&1; then
