@@ -408,6 +408,10 @@ int rn_topo_load_live(struct rn_topo **out, char *err, size_t errlen) {
     rn_topo_errf(err, errlen, "live: hwloc init failed");
     return -1;
   }
+  /* hwloc's Linux backend reads the PCI tree from sysfs, as NCCL does; the
+   * libpciaccess component would only add vendor names, and it keeps its
+   * whole PCI id database allocated (300 KB LeakSanitizer reports at exit). */
+  (void)hwloc_topology_set_components(h.topo, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, "pci");
   if (hwloc_topology_load(h.topo)) {
     hwloc_topology_destroy(h.topo);
     rn_topo_errf(err, errlen, "live: hwloc could not discover this machine");
