@@ -54,6 +54,31 @@ static int rn_hwc_bitmap_ok(const char *s) {
   }
 }
 
+/* Word k (0 = least significant 32 bits) of an hwloc bitmap text already
+ * checked by rn_hwc_bitmap_ok; words above the text are 0, or all ones
+ * after an infinite "0xf...f" prefix. */
+static unsigned long rn_hwc_word(const char *s, int k) {
+  int inf = strncmp(s, "0xf...f", 7) == 0, n = 1;
+  const char *p = inf ? s + 7 : s;
+  for (const char *q = p; *q; q++) n += *q == ',';
+  if (inf && *p == ',') p++, n--;
+  if (inf && *p == '\0') return 0xfffffffful;
+  if (k >= n) return inf ? 0xfffffffful : 0;
+  /* Words are written most significant first. */
+  for (int i = 0; i < n - 1 - k; i++) p = strchr(p, ',') + 1;
+  return *p == ',' || *p == '\0' ? 0 : strtoul(p, NULL, 16) & 0xfffffffful;
+}
+
+/* 1 when every bit of a is in b. */
+static int rn_hwc_subset(const char *a, const char *b) {
+  int n = 2;
+  for (const char *q = a; *q; q++) n += *q == ',';
+  for (const char *q = b; *q; q++) n += *q == ',';
+  for (int k = 0; k < n; k++)
+    if (rn_hwc_word(a, k) & ~rn_hwc_word(b, k)) return 0;
+  return 1;
+}
+
 static int rn_hwc_uint_ok(const char *s) {
   if (!*s || strlen(s) > 10) return 0;
   for (; *s; s++)
@@ -169,6 +194,31 @@ static int rn_hwc_object(struct rn_hwc *c, struct rn_topo_xml_node *n,
   if (rn_hwc_pair(c, n, "cpuset", "complete_cpuset") ||
       rn_hwc_pair(c, n, "nodeset", "complete_nodeset"))
     return -1;
+  /* A set outside its complete set crashes hwloc 2.9 (the machine with no
+   * PU under it dereferences NULL). */
+  static const char *const pairs[][2] = {{"cpuset", "complete_cpuset"},
+                                         {"nodeset", "complete_nodeset"}};
+  for (size_t i = 0; i < sizeof(pairs) / sizeof(pairs[0]); i++) {
+    const char *a = rn_topo_xml_attr(n, pairs[i][0]), *b = rn_topo_xml_attr(n, pairs[i][1]);
+    if (a && b && !rn_hwc_subset(a, b)) {
+      char what[64];
+      snprintf(what, sizeof(what), "%s has bits outside %s", pairs[i][0], pairs[i][1]);
+      return rn_hwc_fail(c, n, what, NULL);
+    }
+  }
+  /* Nor may an object reach outside its parent's sets (hwloc 2.9 asserts
+   * on a v1 NUMA node that does, and leaks the others). */
+  static const char *const complete[] = {"complete_cpuset", "complete_nodeset"};
+  for (size_t i = 0; parent_obj && i < sizeof(complete) / sizeof(complete[0]); i++) {
+    const char *a = rn_topo_xml_attr(n, complete[i]),
+               *b = rn_topo_xml_attr(parent_obj, complete[i]);
+    if (a && b && !rn_hwc_subset(a, b)) {
+      char what[80];
+      snprintf(what, sizeof(what), "%s has bits outside its parent's (line %d)", complete[i],
+               parent_obj->line);
+      return rn_hwc_fail(c, n, what, NULL);
+    }
+  }
   int numa = strcmp(type, "NUMANode") == 0 || strcmp(type, "Node") == 0;
   if (numa && c->major < 2) {
     /* hwloc compares a v1 NUMA node's sets with its parent's before any
@@ -235,6 +285,15 @@ static int rn_hwc_downgrade_v3(struct rn_topo_xml_node *n) {
   return 0;
 }
 
+static int rn_hwc_has_numa(const struct rn_topo_xml_node *n) {
+  for (const struct rn_topo_xml_node *ch = n->child; ch; ch = ch->next) {
+    const char *ty = strcmp(ch->name, "object") == 0 ? rn_topo_xml_attr(ch, "type") : NULL;
+    if (ty && (strcmp(ty, "NUMANode") == 0 || strcmp(ty, "Node") == 0)) return 1;
+    if (rn_hwc_has_numa(ch)) return 1;
+  }
+  return 0;
+}
+
 int rn_hwloc_xml_check(struct rn_topo_xml_node *root, const char *name, char *err, size_t errlen) {
   struct rn_hwc c = {name, err, errlen, 1};
   if (strcmp(root->name, "topology") != 0 && strcmp(root->name, "root") != 0)
@@ -262,12 +321,21 @@ int rn_hwloc_xml_check(struct rn_topo_xml_node *root, const char *name, char *er
   while (ch) {
     struct rn_topo_xml_node *next = ch->next;
     if (strcmp(ch->name, "object") == 0) {
-      if (nobj++ == 0 && rn_hwc_object(&c, ch, NULL)) return -1;
+      if (nobj++ == 0) {
+        if (rn_hwc_object(&c, ch, NULL)) return -1;
+        /* hwloc writes the machine as the root (v1 files may say System). */
+        const char *ty = rn_topo_xml_attr(ch, "type");
+        if (strcmp(ty, "Machine") != 0 && strcmp(ty, "System") != 0)
+          return rn_hwc_fail(&c, ch, "the top-level object must be the Machine, not", ty);
+      }
     } else {
       rn_hwc_distances(ch);
     }
     ch = next;
   }
   if (nobj != 1) return rn_hwc_fail(&c, root, "expected exactly one top-level <object>", NULL);
+  /* hwloc refuses a machine without memory (and says so on stderr). */
+  if (!rn_hwc_has_numa(root))
+    return rn_hwc_fail(&c, root, "no NUMANode object in the topology", NULL);
   return 0;
 }

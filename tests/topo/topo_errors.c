@@ -123,11 +123,31 @@ int main(void) {
               "nodeset=\"0x1\"/>\n<object type=\"Machine\" cpuset=\"0x1\" nodeset=\"0x1\"/>\n"
               "</topology>\n",
               ":1:", "exactly one top-level");
+  expect_fail("hwloc set outside its complete set (crashes libhwloc 2.9)", "hw-complete.xml",
+              "<topology>\n<object type=\"Machine\" cpuset=\"0x1\" complete_cpuset=\"0x2\" "
+              "nodeset=\"0x1\"/>\n</topology>\n",
+              ":2:", "cpuset has bits outside complete_cpuset");
   expect_fail(
-      "hwloc XML that passes our checks but not hwloc's (a child outside its parent)",
-      "hw-outside.xml",
-      "<topology version=\"2.0\">\n<object type=\"Machine\" cpuset=\"0x0\" nodeset=\"0x1\">\n"
-      "<object type=\"Package\" cpuset=\"0x3\" nodeset=\"0x0\"/>\n</object>\n</topology>\n",
+      "hwloc object outside its parent's sets (aborts libhwloc 2.9 in v1 files)", "hw-outside.xml",
+      "<topology version=\"2.0\">\n<object type=\"Machine\" cpuset=\"0x1\" nodeset=\"0x1\">\n"
+      "<object type=\"Package\" cpuset=\"0x3\" nodeset=\"0x1\"/>\n</object>\n</topology>\n",
+      ":3:", "complete_cpuset has bits outside its parent's (line 2)");
+  expect_fail(
+      "hwloc top-level object that is no Machine", "hw-top.xml",
+      "<topology version=\"2.0\">\n<object type=\"Package\" cpuset=\"0x1\" nodeset=\"0x1\"/>\n"
+      "</topology>\n",
+      ":2:", "must be the Machine");
+  expect_fail(
+      "hwloc topology without memory", "hw-nonuma.xml",
+      "<topology version=\"2.0\">\n<object type=\"Machine\" cpuset=\"0x1\" nodeset=\"0x1\"/>\n"
+      "</topology>\n",
+      ":1:", "no NUMANode");
+  expect_fail(
+      "hwloc XML that passes our checks but not hwloc's (a Misc object with a cpuset)",
+      "hw-misc.xml",
+      "<topology version=\"2.0\">\n<object type=\"Machine\" cpuset=\"0x1\" nodeset=\"0x1\">\n"
+      "<object type=\"NUMANode\" os_index=\"0\" cpuset=\"0x1\" nodeset=\"0x1\"/>\n"
+      "<object type=\"Misc\" cpuset=\"0x1\"/>\n</object>\n</topology>\n",
       ":1:", "hwloc rejected the topology");
   /* nvidia-smi text: file, line, row, column, what was expected. */
   expect_fail("nvidia-smi cell that is no relation", "smi-cell.txt",
