@@ -32,8 +32,12 @@ static int rn_hwc_is_type(const char *t) {
 
 /* hwloc bitmap text: comma-separated words of 1 to 8 hex digits, each
  * "0x"-prefixed, optionally led by "0xf...f" (an infinite set); a zero
- * word may be left empty ("0x1,,0x2"). */
+ * word may be left empty between two others ("0x1,,0x2", as hwloc writes
+ * it).  A leading empty word makes libhwloc 2.9 miscount the words and
+ * abort; a trailing one shifts the whole set, so both are refused. */
 static int rn_hwc_bitmap_ok(const char *s) {
+  size_t len = strlen(s);
+  if (len == 0 || s[len - 1] == ',' || s[0] == ',') return 0;
   if (strncmp(s, "0xf...f", 7) == 0) {
     s += 7;
     if (*s == '\0') return 1;
@@ -151,6 +155,16 @@ static const char *const rn_hwc_root_attrs[] = {"version", NULL};
 static int rn_hwc_object(struct rn_hwc *c, struct rn_topo_xml_node *n,
                          const struct rn_topo_xml_node *parent_obj);
 
+/* Only index and value lists carry character data in hwloc XML.  Text
+ * anywhere else means nothing to hwloc, but its own minimal parser stops
+ * reading an element's children at it, so that a Package loses the NUMA
+ * nodes after it and libhwloc 2.9 then crashes: it is dropped. */
+static void rn_hwc_no_text(struct rn_topo_xml_node *n) {
+  free(n->text);
+  n->text = NULL;
+  n->textlen = 0;
+}
+
 /* Keeps an object's known children (objects and info pairs). */
 static int rn_hwc_children(struct rn_hwc *c, struct rn_topo_xml_node *n) {
   struct rn_topo_xml_node *ch = n->child;
@@ -161,6 +175,7 @@ static int rn_hwc_children(struct rn_hwc *c, struct rn_topo_xml_node *n) {
     } else if (strcmp(ch->name, "info") == 0 && rn_topo_xml_attr(ch, "name") &&
                rn_topo_xml_attr(ch, "value") && !ch->child) {
       rn_topo_xml_keep_attrs(ch, rn_hwc_info_attrs);
+      rn_hwc_no_text(ch);
     } else {
       rn_topo_xml_remove(ch);
     }
@@ -172,6 +187,7 @@ static int rn_hwc_children(struct rn_hwc *c, struct rn_topo_xml_node *n) {
 static int rn_hwc_object(struct rn_hwc *c, struct rn_topo_xml_node *n,
                          const struct rn_topo_xml_node *parent_obj) {
   rn_topo_xml_keep_attrs(n, rn_hwc_object_attrs);
+  rn_hwc_no_text(n);
   static const char *const sets[] = {"cpuset",  "complete_cpuset",  "allowed_cpuset",
                                      "nodeset", "complete_nodeset", "allowed_nodeset"};
   const char *type = rn_topo_xml_attr(n, "type");
@@ -248,6 +264,7 @@ static void rn_hwc_distances(struct rn_topo_xml_node *n) {
     return;
   }
   rn_topo_xml_keep_attrs(n, rn_hwc_dist_attrs);
+  rn_hwc_no_text(n);
   struct rn_topo_xml_node *ch = n->child;
   while (ch) {
     struct rn_topo_xml_node *next = ch->next;
@@ -316,6 +333,7 @@ int rn_hwloc_xml_check(struct rn_topo_xml_node *root, const char *name, char *er
     }
   }
   rn_topo_xml_keep_attrs(root, rn_hwc_root_attrs);
+  rn_hwc_no_text(root);
   int nobj = 0;
   struct rn_topo_xml_node *ch = root->child;
   while (ch) {

@@ -110,6 +110,10 @@ int main(void) {
       "malformed hwloc bitmap", "hw-bitmap.xml",
       "<topology version=\"2.0\">\n<object type=\"Machine\" cpuset=\"0xzz\"/>\n</topology>\n",
       ":2:", "malformed bitmap \"0xzz\"");
+  expect_fail("hwloc bitmap with a leading empty word (aborts libhwloc 2.9)", "hw-comma.xml",
+              "<topology version=\"2.0\">\n<object type=\"Machine\" cpuset=\",0x1\"/>\n"
+              "</topology>\n",
+              ":2:", "malformed bitmap \",0x1\"");
   expect_fail(
       "normal hwloc object without a cpuset (leaks in libhwloc)", "hw-nocpuset.xml",
       "<topology version=\"2.0\">\n<object type=\"Machine\" cpuset=\"0x1\" nodeset=\"0x1\">\n"
