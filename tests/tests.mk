@@ -14,7 +14,7 @@ all: $(BENCH_PROGS)
 
 .PHONY: check
 test: all $(TEST_PROGS)
-	RN_BUILD=$(BUILD) prove -f $(TEST_PROGS) $(TEST_SCRIPTS)
+	RN_BUILD=$(BUILD) tests/common/with-test-env.sh prove -f $(TEST_PROGS) $(TEST_SCRIPTS)
 
 # Everything CI runs: the suite, the suite under ASan+UBSan, memcheck.
 check:

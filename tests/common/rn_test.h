@@ -45,9 +45,15 @@ void rn_default_env(void);
  * else build/libnccl-net-railnet.so. */
 const char *rn_plugin_path(void);
 long rn_env_long(const char *name, long dflt);
-/* Multiplier for every time bound: RN_TIMEOUT_SCALE (set by `make
- * valgrind`) or RN_CONF_TIMEOUT_SCALE, whichever is larger; >= 1. */
+/* Multiplier for every time bound: RN_TIMEOUT_SCALE (set for every test
+ * run by tests/common/test-env.sh: 1, x3 under ASan+UBSan, x10 under
+ * valgrind) or RN_CONF_TIMEOUT_SCALE, whichever is larger; >= 1.  A bound
+ * only turns a hang into a failure; it never judges speed. */
 double rn_timeout_scale(void);
+/* Every bound goes through these, once: callers and the helpers below
+ * take nominal seconds and scale them here. */
+double rn_bound_s(double nominal_s);  /* nominal_s * rn_timeout_scale() */
+double rn_deadline(double nominal_s); /* now_s() + rn_bound_s(nominal_s) */
 
 /* ---- data patterns --------------------------------------------------- */
 /* Deterministic bytes from key; every byte depends on (key, offset). */
@@ -147,7 +153,7 @@ typedef int (*rn_peer_fn)(struct rn_peer *p);
 
 struct rn_pair_opts {
   int version;
-  int timeout_s; /* whole pair; past it both are killed */
+  int timeout_s; /* whole pair, nominal (scaled); past it both are killed */
   int init;      /* 1: init+devices+props before fn */
   uint64_t seed;
   void *arg;
@@ -165,7 +171,8 @@ int rn_run_pair(rn_peer_fn recv_fn, rn_peer_fn send_fn, struct rn_pair_opts *o, 
 /* One forked child running fn (role RN_RECEIVER, no peer pipes). */
 int rn_run_single(rn_peer_fn fn, struct rn_pair_opts *o, char *why, size_t whylen);
 
-/* Peer pipe helpers, bounded by timeout_s: 0 ok, -1 error/timeout. */
+/* Peer pipe helpers, bounded by timeout_s (nominal, scaled by
+ * rn_bound_s here and in every helper below): 0 ok, -1 error/timeout. */
 int peer_write(struct rn_peer *p, const void *buf, size_t len);
 int peer_read(struct rn_peer *p, void *buf, size_t len, double timeout_s);
 int peer_to_parent(struct rn_peer *p, const void *buf, size_t len);
@@ -183,6 +190,10 @@ int peer_close(struct rn_peer *p, int n, void **comms, void **lcomms);
 int peer_loopback(struct rn_peer *p, void **lc, void **sc, void **rcomm, double timeout_s);
 
 int peer_fail(struct rn_peer *p, const char *fmt, ...) RN_ATTR_PRINTF(2, 3);
+/* 0 when r is ncclSuccess; else -1 with "what: <result>" in why (unless a
+ * reason is there already).  For calls whose result matters but whose
+ * failure should not cut the cleanup short. */
+int peer_check(struct rn_peer *p, ncclResult_t r, const char *what);
 
 /* Wait for a request: polls test until done or error, bounded.  Returns
  * the test result; ncclInternalError + "timeout" in why on timeout. */
