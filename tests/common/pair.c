@@ -206,6 +206,7 @@ static void child_main(enum rn_role role, rn_peer_fn fn, struct rn_pair_opts *o,
   p.arg = o->arg;
   p.version = o->version;
   alarm((unsigned)rn_bound_s(o->timeout_s) + 5); /* backstop; the runner kills first */
+  rn_apply_env_list(o->env);
   rn_apply_env_list(getenv(role == RN_RECEIVER ? "RN_CONF_RECV_ENV" : "RN_CONF_SEND_ENV"));
   rn_default_env();
   p.dev = (int)rn_env_long("RN_CONF_DEV", 0);

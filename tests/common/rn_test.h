@@ -122,6 +122,16 @@ ncclResult_t rn_net_isend(struct rn_net *n, void *scomm, void *data, size_t size
 ncclResult_t rn_net_irecv(struct rn_net *n, void *rcomm, int cnt, void **data, const size_t *sizes,
                           const int *tags, void **mhs, void **req);
 ncclResult_t rn_net_test(struct rn_net *n, void *req, int *done, int *sizes);
+ncclResult_t rn_net_regmr_dmabuf(struct rn_net *n, void *comm, void *data, size_t size, int type,
+                                 uint64_t offset, int fd, void **mh);
+ncclResult_t rn_net_iflush(struct rn_net *n, void *rcomm, int cnt, void **data, int *sizes,
+                           void **mhs, void **req);
+int rn_net_has_get_device_mr(struct rn_net *n); /* the ABI allows a NULL slot */
+ncclResult_t rn_net_get_device_mr(struct rn_net *n, void *comm, void *mh, void **dptr);
+int rn_net_has_irecv_consumed(struct rn_net *n); /* the ABI allows a NULL slot */
+ncclResult_t rn_net_irecv_consumed(struct rn_net *n, void *rcomm, int cnt, void *req);
+/* v11 only (ncclInvalidUsage before); attr is a ncclNetAttr_v11_t. */
+ncclResult_t rn_net_set_net_attr(struct rn_net *n, void *attr);
 ncclResult_t rn_net_close_send(struct rn_net *n, void *c);
 ncclResult_t rn_net_close_recv(struct rn_net *n, void *c);
 ncclResult_t rn_net_close_listen(struct rn_net *n, void *c);
@@ -161,6 +171,7 @@ struct rn_pair_opts {
   int *parent_fd;       /* read end for the caller, closed by it */
   int allow_signal[2];  /* signal a child may die of without fault */
   int exit_status[2];   /* out: raw wait status of each child */
+  const char *env;      /* "K=V,K=V" set in each child before it loads the plugin */
 };
 
 /* Fork receiver and sender; each applies RN_CONF_RECV_ENV/RN_CONF_SEND_ENV,

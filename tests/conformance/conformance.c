@@ -846,6 +846,168 @@ static int case_unload_open(struct rn_peer *p) {
   return 0;
 }
 
+/* The entry points NCCL calls only in some configurations, through this
+ * version's table, on a live comm pair in one process:
+ *  - iflush of a completed receive into host memory: ncclSuccess and a NULL
+ *    request ("nothing to wait for"; NCCL does not retry it); with no
+ *    buffers, or on a send comm: an error and a WARN;
+ *  - getDeviceMr of a host registration: ncclSuccess and *dptr == NULL (a
+ *    HOST device has nothing for device code); a NULL out pointer: an
+ *    error and a WARN;
+ *  - irecvConsumed on the receive comm after a receive: ncclSuccess; on a
+ *    send comm: an error and a WARN;
+ *  - regMrDmaBuf on a device without NCCL_PTR_DMABUF (NCCL never calls it
+ *    then): an error and a WARN, no handle;
+ * and afterwards the pair still carries a verified message. */
+static int expect_refused(struct rn_peer *p, ncclResult_t r, int warns_before, const char *what) {
+  if (r == ncclSuccess) return peer_fail(p, "%s returned ncclSuccess, want an error", what);
+  if (rn_log_warns() == warns_before)
+    return peer_fail(p, "%s returned %s without a WARN", what, rn_result_str(r));
+  return 0;
+}
+
+static int one_message(struct rn_peer *p, void *sc, void *rcm, size_t len, uint64_t seq) {
+  struct scfg c = {.nmsg = 1, .fixed = len, .window = 1};
+  size_t *sizes = make_sizes(&c, p->seed, 0);
+  struct rn_stream s = {.p = p,
+                        .comm = sc,
+                        .is_send = 1,
+                        .nmsg = 1,
+                        .sizes = sizes,
+                        .window = 1,
+                        .verify = 1,
+                        .seed = p->seed + seq};
+  struct rn_stream q = s;
+  q.comm = rcm;
+  q.is_send = 0;
+  int rc = 0, ds = 0, dq = 0;
+  if (rn_stream_setup(&s) != 0 || rn_stream_setup(&q) != 0) rc = -1;
+  double end = rn_deadline(30);
+  while (rc == 0 && !(ds && dq)) {
+    int a = ds ? 1 : rn_stream_step(&s);
+    int b = dq ? 1 : rn_stream_step(&q);
+    if (a < 0 || b < 0) rc = -1;
+    ds = a, dq = b;
+    if (rc == 0 && !(ds && dq) && now_s() > end)
+      rc = peer_fail(p, "one %zu B message not through after %.0f s", len, rn_bound_s(30));
+  }
+  if (rn_stream_teardown(&s) != 0) rc = -1;
+  if (rn_stream_teardown(&q) != 0) rc = -1;
+  free(sizes);
+  return rc;
+}
+
+static int case_optional_entry_points(struct rn_peer *p) {
+  void *lc = NULL, *sc = NULL, *rcm = NULL;
+  if (peer_loopback(p, &lc, &sc, &rcm, 20) != 0) return -1;
+  int rc = 0, w;
+  ncclResult_t r;
+  size_t len = 4096;
+  unsigned char *sb = calloc(1, len), *rb = calloc(1, len);
+  void *smh = NULL, *rmh = NULL, *sreq = NULL, *rreq = NULL, *out = NULL;
+  if (sb == NULL || rb == NULL) return peer_fail(p, "oom");
+  if ((r = rn_net_regmr(&p->net, sc, sb, len, NCCL_PTR_HOST, &smh)) != ncclSuccess ||
+      (r = rn_net_regmr(&p->net, rcm, rb, len, NCCL_PTR_HOST, &rmh)) != ncclSuccess)
+    return peer_fail(p, "regMr: %s", rn_result_str(r));
+  /* one received message to flush and to mark consumed */
+  pattern_fill(sb, len, 7);
+  void *d = rb;
+  int tag = 5, done_s = 0, done_r = 0, got = -1;
+  double end = rn_deadline(20);
+  while (rc == 0 && !(done_s && done_r)) {
+    if (rreq == NULL && (r = rn_net_irecv(&p->net, rcm, 1, &d, &len, &tag, &rmh, &rreq)))
+      rc = peer_fail(p, "irecv: %s", rn_result_str(r));
+    else if (sreq == NULL && (r = rn_net_isend(&p->net, sc, sb, len, tag, smh, &sreq)))
+      rc = peer_fail(p, "isend: %s", rn_result_str(r));
+    else if (sreq && !done_s && (r = rn_net_test(&p->net, sreq, &done_s, NULL)))
+      rc = peer_fail(p, "test(send): %s", rn_result_str(r));
+    else if (rreq && !done_r && (r = rn_net_test(&p->net, rreq, &done_r, &got)))
+      rc = peer_fail(p, "test(recv): %s", rn_result_str(r));
+    else if (now_s() > end)
+      rc = peer_fail(p, "the first message did not complete");
+  }
+  if (rc == 0 && (got != (int)len || pattern_check(rb, len, 7) != (size_t)-1))
+    rc = peer_fail(p, "the first message arrived wrong (%d bytes)", got);
+  /* iflush */
+  int fsize = (int)len;
+  void *freq = (void *)0x1;
+  if (rc == 0 && (r = rn_net_iflush(&p->net, rcm, 1, &d, &fsize, &rmh, &freq)) != ncclSuccess)
+    rc = peer_fail(p, "iflush of a host-memory receive: %s, want ncclSuccess", rn_result_str(r));
+  if (rc == 0 && freq != NULL)
+    rc = peer_fail(p, "iflush of a host-memory receive returned request %p, want NULL", freq);
+  w = rn_log_warns();
+  if (rc == 0)
+    rc = expect_refused(p, rn_net_iflush(&p->net, rcm, 0, &d, &fsize, &rmh, &freq), w,
+                        "iflush with 0 buffers");
+  w = rn_log_warns();
+  if (rc == 0)
+    rc = expect_refused(p, rn_net_iflush(&p->net, sc, 1, &d, &fsize, &smh, &freq), w,
+                        "iflush on a send comm");
+  /* getDeviceMr */
+  if (rc == 0 && !rn_net_has_get_device_mr(&p->net))
+    note("getDeviceMr is NULL in this table (allowed: NCCL then skips it)");
+  else if (rc == 0) {
+    out = (void *)0x1;
+    if ((r = rn_net_get_device_mr(&p->net, rcm, rmh, &out)) != ncclSuccess)
+      rc = peer_fail(p, "getDeviceMr of a host registration: %s", rn_result_str(r));
+    else if (out != NULL)
+      rc = peer_fail(p, "getDeviceMr of a host registration gave %p, want NULL", out);
+    w = rn_log_warns();
+    if (rc == 0)
+      rc = expect_refused(p, rn_net_get_device_mr(&p->net, rcm, rmh, NULL), w,
+                          "getDeviceMr with a NULL out pointer");
+  }
+  /* irecvConsumed */
+  if (rc == 0 && !rn_net_has_irecv_consumed(&p->net))
+    note("irecvConsumed is NULL in this table (allowed)");
+  else if (rc == 0) {
+    if ((r = rn_net_irecv_consumed(&p->net, rcm, 1, rreq)) != ncclSuccess)
+      rc = peer_fail(p, "irecvConsumed on the receive comm: %s", rn_result_str(r));
+    w = rn_log_warns();
+    if (rc == 0)
+      rc = expect_refused(p, rn_net_irecv_consumed(&p->net, sc, 1, sreq), w,
+                          "irecvConsumed on a send comm");
+  }
+  /* regMrDmaBuf */
+  if (rc == 0 && (p->props.ptr_support & NCCL_PTR_DMABUF)) {
+    note("device advertises DMABUF: registering a dma-buf needs a CUDA buffer, not done here");
+  } else if (rc == 0) {
+    void *dmh = (void *)0x1;
+    w = rn_log_warns();
+    rc = expect_refused(p, rn_net_regmr_dmabuf(&p->net, sc, sb, len, NCCL_PTR_HOST, 0, -1, &dmh), w,
+                        "regMrDmaBuf without NCCL_PTR_DMABUF");
+    if (rc == 0 && dmh != NULL && dmh != (void *)0x1)
+      rc = peer_fail(p, "regMrDmaBuf failed but returned a handle %p", dmh);
+  }
+  /* the pair still works */
+  if (rc == 0 && one_message(p, sc, rcm, 64 * KB, 1) != 0) rc = -1;
+  if (peer_check(p, rn_net_deregmr(&p->net, sc, smh), "deregMr(send)")) rc = -1;
+  if (peer_check(p, rn_net_deregmr(&p->net, rcm, rmh), "deregMr(recv)")) rc = -1;
+  if (peer_check(p, rn_net_close_send(&p->net, sc), "closeSend")) rc = -1;
+  if (peer_check(p, rn_net_close_recv(&p->net, rcm), "closeRecv")) rc = -1;
+  if (peer_check(p, rn_net_close_listen(&p->net, lc), "closeListen")) rc = -1;
+  free(sb);
+  free(rb);
+  return rc;
+}
+
+/* v11 setNetAttr: NCCL passes per-communicator hints (peer and flow counts,
+ * op/algo/proto masks).  railnet accepts them as hints, like NCCL's own IB
+ * transport, and the context keeps carrying traffic. */
+static int case_set_net_attr(struct rn_peer *p) {
+  ncclNetAttr_v11_t attr;
+  memset(&attr, 0, sizeof attr);
+  attr.sendCommAttr = (ncclNetCommAttr_v11_t){
+      .maxConcurrentPeers = 8, .minConcurrentPeers = 1, .maxFlowsPerPeer = 4, .minFlowsPerPeer = 1};
+  attr.recvCommAttr = (ncclNetCommAttr_v11_t){NCCL_NET_ATTR_UNDEF, NCCL_NET_ATTR_UNDEF,
+                                              NCCL_NET_ATTR_UNDEF, NCCL_NET_ATTR_UNDEF};
+  attr.op = 0x1, attr.algo = 0x2, attr.proto = 0x4;
+  ncclResult_t r = rn_net_set_net_attr(&p->net, &attr);
+  if (r != ncclSuccess) return peer_fail(p, "setNetAttr: %s, want ncclSuccess", rn_result_str(r));
+  if (loopback_once(p, 8, 256 * KB) != 0) return -1;
+  return 0;
+}
+
 /* ---- the table ---------------------------------------------------------- */
 struct tcase {
   const char *name;
@@ -917,6 +1079,10 @@ static const struct tcase cases[] = {
      8, 0, 1},
     {"irecv with *request == 0x1 returns a real request", case_req_preset_recv,
      case_req_preset_send, NULL, 60, 9, 1, 1},
+    {"iflush, getDeviceMr, irecvConsumed and regMrDmaBuf answer as NCCL expects of a host device",
+     case_optional_entry_points, NULL, NULL, 60, 8, 1, 1},
+    {"setNetAttr hints are accepted and the context keeps carrying traffic", case_set_net_attr,
+     NULL, NULL, 60, 11, 0, 1},
     {"v11 init/finalize repeated, concurrent, per context", case_v11_lifecycle, NULL, NULL, 90, 11,
      0, 0},
     {"dlclose and dlopen again: init and traffic work", case_reload, NULL, NULL, 90, 8, 0, 0},
