@@ -939,6 +939,78 @@ static int stray_s(struct rn_peer *p) {
   return rc;
 }
 
+/* ---- a half-open incoming connection ------------------------------------ */
+/* A TCP connection to the listening port that never identifies itself is
+ * dropped once RAILNET_CONNECT_TIMEOUT_MS (HALF_OPEN_MS here) has passed,
+ * never before, and a real peer still connects afterwards.  The lower bound
+ * is exact (the plugin cannot have accepted the connection before this
+ * side's connect() returned); the upper one is a scaled hang guard. */
+#define HALF_OPEN_MS 300
+
+static int half_open_fn(struct rn_peer *p) {
+  struct lsock before[64], after[64];
+  int nb = my_listeners(before, 64);
+  char handle[NCCL_NET_HANDLE_MAXSIZE] = {0};
+  void *lc = NULL, *sc = NULL, *rcm = NULL;
+  ncclResult_t r = rn_net_listen(&p->net, p->dev, handle, &lc);
+  if (r != ncclSuccess) return peer_fail(p, "listen: %s", rn_result_str(r));
+  int na = my_listeners(after, 64), fd = -1;
+  for (int i = 0; i < na && fd < 0; i++) {
+    int old = 0;
+    for (int j = 0; j < nb; j++) old |= before[j].inode == after[i].inode;
+    if (!old) fd = stray_connect(&after[i]);
+  }
+  if (fd < 0) {
+    if (peer_check(p, rn_net_close_listen(&p->net, lc), "closeListen")) return -1;
+    return peer_fail(p, "this transport's listen comm has no TCP listening socket"), RN_EXIT_SKIP;
+  }
+  double t0 = now_s(), t_drop = 0;
+  double end = rn_deadline(HALF_OPEN_MS / 1000.0 + 10);
+  int rc = 0;
+  while (rc == 0 && t_drop == 0) {
+    r = rn_net_accept(&p->net, lc, &rcm);
+    if (r != ncclSuccess) {
+      rc = peer_fail(p, "accept with a silent connection pending: %s", rn_result_str(r));
+      break;
+    }
+    if (rcm != NULL) {
+      rc = peer_fail(p, "accept admitted a connection that never identified itself");
+      break;
+    }
+    char c;
+    ssize_t n = recv(fd, &c, 1, MSG_DONTWAIT | MSG_PEEK);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+      t_drop = now_s();
+    else if (now_s() > end)
+      rc = peer_fail(p, "silent connection still open %.1f s after connecting (timeout %d ms)",
+                     now_s() - t0, HALF_OPEN_MS);
+    else
+      sleep_us(2000);
+  }
+  close(fd);
+  if (rc == 0) {
+    note("silent connection dropped %.3f s after it connected (RAILNET_CONNECT_TIMEOUT_MS=%d)",
+         t_drop - t0, HALF_OPEN_MS);
+    if (t_drop - t0 < HALF_OPEN_MS / 1000.0)
+      rc = peer_fail(p, "silent connection dropped after %.3f s, before the %d ms timeout",
+                     t_drop - t0, HALF_OPEN_MS);
+  }
+  /* the listener still works */
+  end = rn_deadline(10);
+  while (rc == 0 && (sc == NULL || rcm == NULL)) {
+    if (sc == NULL && (r = rn_net_connect(&p->net, p->dev, handle, &sc)) != ncclSuccess)
+      rc = peer_fail(p, "connect after the drop: %s", rn_result_str(r));
+    else if (rcm == NULL && (r = rn_net_accept(&p->net, lc, &rcm)) != ncclSuccess)
+      rc = peer_fail(p, "accept after the drop: %s", rn_result_str(r));
+    else if (now_s() > end)
+      rc = peer_fail(p, "a real peer did not connect after the drop");
+  }
+  if (sc && peer_check(p, rn_net_close_send(&p->net, sc), "closeSend")) rc = -1;
+  if (rcm && peer_check(p, rn_net_close_recv(&p->net, rcm), "closeRecv")) rc = -1;
+  if (peer_check(p, rn_net_close_listen(&p->net, lc), "closeListen")) rc = -1;
+  return rc;
+}
+
 static void run_version(int version, const char *only, uint64_t seed);
 
 /* ---- the table ----------------------------------------------------------- */
@@ -948,6 +1020,7 @@ struct fcase {
   void *arg;
   int timeout_s;
   int allow_sig[2];
+  const char *env; /* set in the children before they load the plugin */
 };
 
 static struct kill_arg k_busy = {0}, k_idle = {1};
@@ -959,85 +1032,106 @@ static const struct fcase fcases[] = {
      victim,
      &k_busy,
      90,
-     {0, SIGKILL}},
+     {0, SIGKILL},
+     NULL},
     {"receiver SIGKILLed mid-transfer: sender's test() fails with a WARN",
      victim,
      survivor,
      &k_busy,
      90,
-     {SIGKILL, 0}},
+     {SIGKILL, 0},
+     NULL},
     {"sender SIGKILLed before sending: posted receive fails with a WARN",
      survivor,
      victim,
      &k_idle,
      90,
-     {0, SIGKILL}},
+     {0, SIGKILL},
+     NULL},
     {"receiver SIGKILLed with nothing posted: sender's isend/test fails with a WARN",
      victim,
      survivor,
      &k_idle,
      90,
-     {SIGKILL, 0}},
+     {SIGKILL, 0},
+     NULL},
     {"listener SIGKILLed before accepting: connect fails with a WARN",
      dead_listener_r,
      dead_listener_s,
      NULL,
      60,
-     {SIGKILL, 0}},
+     {SIGKILL, 0},
+     NULL},
     {"closeRecv with receives outstanding returns without waiting for the peer",
      close_recv_r,
      close_recv_s,
      NULL,
      60,
-     {0, 0}},
+     {0, 0},
+     NULL},
     {"closeSend with 64 MiB sends outstanding returns without waiting for the peer",
      close_send_r,
      close_send_s,
      NULL,
      60,
-     {0, 0}},
+     {0, 0},
+     NULL},
     {"send larger than the posted receive fails on both sides, WARN names both sizes",
      oversize,
      oversize,
      NULL,
      60,
-     {0, 0}},
+     {0, 0},
+     NULL},
     {"zero-byte messages mixed with data, into zero and larger buffers",
      zero_bytes,
      zero_bytes,
      NULL,
      60,
-     {0, 0}},
+     {0, 0},
+     NULL},
     {"connect with a random handle: refused with an error and a WARN",
      garbage_fn,
      NULL,
      &g_rand,
      30,
-     {0, 0}},
+     {0, 0},
+     NULL},
     {"connect with an all-0xff handle: refused with an error and a WARN",
      garbage_fn,
      NULL,
      &g_ff,
      30,
-     {0, 0}},
+     {0, 0},
+     NULL},
     {"connect with an all-zero handle: refused with an error and a WARN",
      garbage_fn,
      NULL,
      &g_zero,
      30,
-     {0, 0}},
+     {0, 0},
+     NULL},
     {"connect with a real handle's tail scrambled: refused with a WARN, nothing admitted",
      garbage_fn,
      NULL,
      &g_tail,
      30,
-     {0, 0}},
+     {0, 0},
+     NULL},
     {"stray TCP connections (garbage, silent, partial) do not block a real peer",
      stray_r,
      stray_s,
      NULL,
      90,
-     {0, 0}},
+     {0, 0},
+     NULL},
+    {"a silent incoming connection is dropped after RAILNET_CONNECT_TIMEOUT_MS, not before",
+     half_open_fn,
+     NULL,
+     NULL,
+     60,
+     {0, 0},
+     "RAILNET_CONNECT_TIMEOUT_MS=300"},
 };
 #define NFCASES (int)(sizeof fcases / sizeof fcases[0])
 
@@ -1080,7 +1174,8 @@ static void run_version(int version, const char *only, uint64_t seed) {
                              .timeout_s = f->timeout_s,
                              .init = 1,
                              .seed = seed + (uint64_t)c,
-                             .arg = f->arg};
+                             .arg = f->arg,
+                             .env = f->env};
     o.allow_signal[0] = f->allow_sig[0];
     o.allow_signal[1] = f->allow_sig[1];
     char why[1024];
