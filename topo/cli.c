@@ -2,7 +2,7 @@
  * public header include/railnet/topo.h.
  *
  *   railnet-topo [--topo FILE]... [--gpus LIST] [--nics FILTER]
- *                [--gdr-level PIX|PXB|PHB|NODE|SYS] [--json]
+ *                [--gdr-level PIX|PXB|PHB|NODE|SYS] [--json] [--version]
  *
  * Exit codes: 0 ok, 2 the topology could not be loaded or bad options. */
 #include <getopt.h>
@@ -11,20 +11,22 @@
 #include <string.h>
 
 #include "railnet/topo.h"
+#include "railnet/version.h"
 
 #define RN_CLI_MAX_FILES 16
 
 static void rn_cli_usage(FILE *f) {
   fprintf(f,
           "usage: railnet-topo [--topo FILE]... [--gpus LIST] [--nics FILTER]\n"
-          "                    [--gdr-level PIX|PXB|PHB|NODE|SYS] [--json]\n"
+          "                    [--gdr-level PIX|PXB|PHB|NODE|SYS] [--json] [--version]\n"
           "  --topo FILE    hwloc XML, NCCL topology XML or `nvidia-smi topo -m` text\n"
           "                 (default: this machine); several NCCL XML files merge\n"
           "  --gpus LIST    GPU indices, ranges or bus ids (default: CUDA_VISIBLE_DEVICES)\n"
           "  --nics FILTER  NCCL_IB_HCA syntax: mlx5_0,mlx5_1  ^mlx5_2  =mlx5_1  mlx5_0:1\n"
           "                 (default: NCCL_IB_HCA)\n"
           "  --gdr-level L  GPUDirect RDMA when the path is at most L (default PXB)\n"
-          "  --json         one JSON document instead of tables\n");
+          "  --json         one JSON document instead of tables\n"
+          "  --version      print the version and exit\n");
 }
 
 static void rn_json_str(const char *s) {
@@ -173,6 +175,7 @@ int main(int argc, char **argv) {
       {"gdr-level", required_argument, NULL, 'l'},
       {"json", no_argument, NULL, 'j'},
       {"help", no_argument, NULL, 'h'},
+      {"version", no_argument, NULL, 'V'}, /* prints RAILNET_VERSION */
       {NULL, 0, NULL, 0},
   };
   const char *files[RN_CLI_MAX_FILES];
@@ -207,6 +210,9 @@ int main(int argc, char **argv) {
         break;
       case 'h':
         rn_cli_usage(stdout);
+        return 0;
+      case 'V':
+        printf("railnet-topo %s\n", RAILNET_VERSION);
         return 0;
       default:
         rn_cli_usage(stderr);
