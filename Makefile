@@ -36,18 +36,13 @@ all:
 include topo/topo.mk
 include plugin/plugin.mk
 include tests/tests.mk
+include scripts/install.mk
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) $(EXTRA_CFLAGS_$(subst /,_,$(dir $<))) -MMD -MP -c $< -o $@
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
-
-install: all
-	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin
-	install -m 0755 $(PLUGIN_SO) $(DESTDIR)$(PREFIX)/lib/
-	ln -sf libnccl-net-railnet.so $(DESTDIR)$(PREFIX)/lib/libnccl-net.so
-	install -m 0755 $(TOPO_CLI) $(DESTDIR)$(PREFIX)/bin/
 
 clean:
 	rm -rf build build-san
