@@ -29,10 +29,15 @@ done
 
 echo "1..$NT"
 t0=$(date +%s)
-RXEVM_OUT="$OUT" RXEVM_TIMEOUT=${RXEVM_TIMEOUT:-420} \
+RXEVM_OUT="$OUT" RXEVM_TIMEOUT=${RXEVM_TIMEOUT:-$((420 * ${RN_TIMEOUT_SCALE:-1}))} \
   sh $S/run-vm.sh $S/rxe-test.sh 4 sh $S/ib-suite.sh "$B" "$OUT" >"$OUT/console.log" 2>&1
 rc=$?
 t=$(( $(date +%s) - t0 ))
+# make coverage: add the VM's counters (written under $OUT/gcov) to the build's
+if [ -d "$OUT/gcov/${B#"$PWD"/}" ] && command -v gcov-tool >/dev/null 2>&1; then
+  gcov-tool merge -o "$B" "$OUT/gcov/${B#"$PWD"/}" "$B" >"$OUT/gcov-merge.log" 2>&1 ||
+    echo "# merging the VM's coverage counters failed: $(tail -1 "$OUT/gcov-merge.log")"
+fi
 n=0
 for name in $NAMES; do
   n=$((n + 1))

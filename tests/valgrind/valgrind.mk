@@ -4,7 +4,7 @@
 #   conformance (v8, v9, v10, v11 over TCP), fault, the optional entry points
 #   and knobs through the ABI, the core unit tests, the eager-oversize
 #   regression, the MR cache, and the conformance suite again with helper
-#   threads moving the TCP streams (tests/tcp/helpers.sh).
+#   threads moving the TCP streams (tests/tcp/helpers.sh, through v11).
 # Not under memcheck: the IPv6, tiny-chunk and small-message-flood variants
 # (the same code as above with other parameters), the topo tests (pure
 # parsing and planning, checked under ASan+UBSan), the fuzzer (clang, its
