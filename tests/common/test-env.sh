@@ -1,3 +1,4 @@
+# shellcheck shell=sh
 # The environment of every test run, sourced by tests/common/with-test-env.sh
 # (make test, make valgrind) and by scripts/softroce/ib-suite.sh inside the
 # Soft-RoCE VM, so both see the same settings.  RN_BUILD names the build

@@ -49,9 +49,11 @@ for name in $NAMES; do
   case $line in
     ok*) echo "ok $n - verbs $name ${line#ok $name }" ;;
     *) echo "not ok $n - verbs $name ${line#not ok $name }"
-       # the failure's details, then the log's tail
-       awk -v n="$name" '$0 ~ "^(not )?ok "n" " {p=1; next} /^(not )?ok / {p=0} p' "$OUT/results"
-       [ -f "$OUT/$name.log" ] && grep -E '^not ok|WARN|^#' "$OUT/$name.log" | tail -15 | sed 's/^/#   /' ;;
+       # the failure's details and the log's failing lines, on stdout as TAP
+       # comments and on stderr, which prove shows without -v
+       { awk -v n="$name" '$0 ~ "^(not )?ok "n" " {p=1; next} /^(not )?ok / {p=0} p' "$OUT/results"
+         [ -f "$OUT/$name.log" ] && grep -E -A3 '^not ok' "$OUT/$name.log" | head -40 | sed 's/^/#   /'
+       } | tee /dev/stderr ;;
   esac
 done
 echo "# Soft-RoCE VM: $t s, exit status $rc"
