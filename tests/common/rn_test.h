@@ -23,6 +23,9 @@ void tap_plan(int n);
 void tap_skip_all(const char *why);
 /* Prints "ok N - desc" or "not ok N - desc"; returns ok. */
 int tap_result(int ok, const char *fmt, ...) RN_ATTR_PRINTF(2, 3);
+/* "not ok N - desc # TODO why": a known bug (TAP's "expected to fail"),
+ * shown but not counted as a failure; ok when it passes. */
+int tap_result_todo(int ok, const char *todo, const char *fmt, ...) RN_ATTR_PRINTF(3, 4);
 void tap_skip(const char *fmt, ...) RN_ATTR_PRINTF(1, 2);
 int tap_failed(void);
 int tap_count(void);
