@@ -1,6 +1,7 @@
 # railnet top-level build.  `make` builds the plugin and the CLI, `make test`
 # runs the suite, `make SAN=1 test` the same under ASan+UBSan,
-# `make valgrind` the conformance suite under memcheck.
+# `make valgrind` part of it under memcheck (tests/valgrind/valgrind.mk),
+# `make install`/`uninstall`/`deb` (scripts/install.mk).
 # Each area adds its own rules in its .mk file.
 
 PREFIX ?= /usr/local
