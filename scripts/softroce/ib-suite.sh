@@ -13,7 +13,7 @@ export RN_BUILD="$B"   # the test programs load $RN_BUILD/libnccl-net-railnet.so
 T=$(( ${RN_SUITE_TIMEOUT:-240} * RN_TIMEOUT_SCALE ))
 # A coverage build (make coverage) writes its counters under $O/gcov, which
 # the host merges; the VM's own writes to the shared root would be lost.
-if ls "$B"/plugin/*.gcno >/dev/null 2>&1; then
+if [ -n "$(find "$B" -name '*.gcno' -print 2>/dev/null | head -1)" ]; then
   GCOV_PREFIX=$O/gcov
   GCOV_PREFIX_STRIP=$(pwd | tr -cd / | wc -c)
   export GCOV_PREFIX GCOV_PREFIX_STRIP

@@ -49,9 +49,10 @@ void rn_default_env(void);
 const char *rn_plugin_path(void);
 long rn_env_long(const char *name, long dflt);
 /* Multiplier for every time bound: RN_TIMEOUT_SCALE (set for every test
- * run by tests/common/test-env.sh: 1, x3 under ASan+UBSan, x10 under
- * valgrind) or RN_CONF_TIMEOUT_SCALE, whichever is larger; >= 1.  A bound
- * only turns a hang into a failure; it never judges speed. */
+ * run by tests/common/test-env.sh: 1, x2 for gcov builds, x3 under
+ * ASan+UBSan, x10 under valgrind) or RN_CONF_TIMEOUT_SCALE, whichever is
+ * larger; >= 1.  A bound only turns a hang into a failure; it never judges
+ * speed. */
 double rn_timeout_scale(void);
 /* Every bound goes through these, once: callers and the helpers below
  * take nominal seconds and scale them here. */

@@ -5,9 +5,9 @@
 # under test; RN_VALGRIND=1 says the programs run under memcheck.
 #
 # RN_TIMEOUT_SCALE: the one factor every time bound in the tests is
-# multiplied by: 1 plain, 3 under ASan+UBSan, 10 under valgrind (an
-# explicit value wins).  A bound only turns a hang into a failure; it never
-# judges speed.
+# multiplied by: 1 plain, 2 for a gcov build (make coverage), 3 under
+# ASan+UBSan, 10 under valgrind (an explicit value wins).  A bound only
+# turns a hang into a failure; it never judges speed.
 #
 # Leak checking (ASan's LeakSanitizer, valgrind's memcheck) keeps
 # libpciaccess resident.  With hwloc's PCI plugin installed
@@ -32,6 +32,8 @@ elif ldd "$rn_env_build/libnccl-net-railnet.so" 2>/dev/null | grep -q libasan; t
   ASAN_OPTIONS="verify_asan_link_order=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
   export LSAN_OPTIONS ASAN_OPTIONS
   rn_env_leakcheck=1
+elif [ -n "$(find "$rn_env_build" -name '*.gcno' -print 2>/dev/null | head -1)" ]; then
+  RN_TIMEOUT_SCALE=${RN_TIMEOUT_SCALE:-2}
 fi
 if [ $rn_env_leakcheck = 1 ]; then
   rn_env_lib=$(/sbin/ldconfig -p 2>/dev/null | sed -n 's/^[[:space:]]*libpciaccess\.so\.0 .*=> //p' | head -1)
