@@ -6,7 +6,7 @@
  * what they mean in NCCL's process.
  *
  *   railnet-topo [--topo FILE]... [--gpus LIST] [--nics FILTER]
- *                [--gdr-level LEVEL] [--host N] [--json]
+ *                [--gdr-level LEVEL] [--host N] [--json] [--version]
  *
  * Exit codes: 0 ok, 2 the topology could not be loaded or bad options. */
 #include <getopt.h>
@@ -15,13 +15,14 @@
 #include <string.h>
 
 #include "railnet/topo.h"
+#include "railnet/version.h"
 
 #define RN_CLI_MAX_FILES 16
 
 static void rn_cli_usage(FILE *f) {
   fprintf(f,
           "usage: railnet-topo [--topo FILE]... [--gpus LIST] [--nics FILTER]\n"
-          "                    [--gdr-level LEVEL] [--host N] [--json]\n"
+          "                    [--gdr-level LEVEL] [--host N] [--json] [--version]\n"
           "  --topo FILE    hwloc XML, NCCL topology XML or `nvidia-smi topo -m` text\n"
           "                 (default: RAILNET_TOPO_FILE, NCCL_TOPO_FILE, else this machine);\n"
           "                 several NCCL XML files merge\n"
@@ -33,6 +34,7 @@ static void rn_cli_usage(FILE *f) {
           "                 0-4 (default: RAILNET_GDR_LEVEL, NCCL_NET_GDR_LEVEL, else PXB)\n"
           "  --host N       plan only host N of a file that joins several\n"
           "  --json         one JSON document instead of tables\n"
+          "  --version      print the version and exit\n"
           "RAILNET_DEBUG=1 prints the INFO lines the plugin logs; RAILNET_STANDBY=0 drops\n"
           "the standby NICs.\n");
 }
@@ -275,7 +277,8 @@ int main(int argc, char **argv) {
       {"topo", required_argument, NULL, 't'}, {"gpus", required_argument, NULL, 'g'},
       {"nics", required_argument, NULL, 'n'}, {"gdr-level", required_argument, NULL, 'l'},
       {"host", required_argument, NULL, 'H'}, {"json", no_argument, NULL, 'j'},
-      {"help", no_argument, NULL, 'h'},       {NULL, 0, NULL, 0},
+      {"help", no_argument, NULL, 'h'},       {"version", no_argument, NULL, 'V'},
+      {NULL, 0, NULL, 0},
   };
   const char *files[RN_CLI_MAX_FILES];
   const char *gpus = NULL, *nics = NULL, *level = NULL;
@@ -314,6 +317,9 @@ int main(int argc, char **argv) {
         break;
       case 'h':
         rn_cli_usage(stdout);
+        return 0;
+      case 'V':
+        printf("railnet-topo %s\n", RAILNET_VERSION);
         return 0;
       default:
         rn_cli_usage(stderr);

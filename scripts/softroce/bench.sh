@@ -16,7 +16,9 @@ OUT=$(mktemp -d /tmp/rn-bench.XXXXXX); trap 'rm -rf "$OUT"' EXIT
 t0=$(date +%s)
 RXEVM_OUT="$OUT" RXEVM_TIMEOUT=${RXEVM_TIMEOUT:-540} \
   sh $S/run-vm.sh $S/rxe-test.sh 4 sh $S/ib-suite.sh "$B" "$OUT" bench >"$OUT/console.log" 2>&1
-echo "VM: $(( $(date +%s) - t0 )) s, exit $?"
+rc=$?
+echo "VM: $(( $(date +%s) - t0 )) s, exit $rc"
+if [ $rc -ne 0 ]; then tail -20 "$OUT/console.log" | sed 's/^/console: /'; fi
 cat "$OUT/results"
 bw=$(awk '$1 == 1048576 {print $4}' "$OUT/ib_write_bw.log")
 lat_typ=$(awk '$1 == 8 {print $5}' "$OUT/ib_write_lat.log")
@@ -33,3 +35,4 @@ for f in "$OUT"/bench-*.log; do
   echo "$line"
 done
 cat "$OUT"/counters-*.log 2>/dev/null | grep -E 'retry|rnr|seq_err' | sed 's/^/counters: /'
+exit $rc

@@ -328,6 +328,95 @@ ncclResult_t rn_net_test(struct rn_net *n, void *req, int *done, int *sizes) {
   return n->t.v8->test(req, done, sizes); /* same slot and type in every version */
 }
 
+/* The optional entry points.  Same slots and types in v8..v11 except
+ * setNetAttr (v11 only). */
+ncclResult_t rn_net_regmr_dmabuf(struct rn_net *n, void *comm, void *data, size_t size, int type,
+                                 uint64_t offset, int fd, void **mh) {
+  switch (n->version) {
+    case 8:
+      return n->t.v8->regMrDmaBuf(comm, data, size, type, offset, fd, mh);
+    case 9:
+      return n->t.v9->regMrDmaBuf(comm, data, size, type, offset, fd, mh);
+    case 10:
+      return n->t.v10->regMrDmaBuf(comm, data, size, type, offset, fd, mh);
+    default:
+      return n->t.v11->regMrDmaBuf(comm, data, size, type, offset, fd, mh);
+  }
+}
+
+ncclResult_t rn_net_iflush(struct rn_net *n, void *rcomm, int cnt, void **data, int *sizes,
+                           void **mhs, void **req) {
+  switch (n->version) {
+    case 8:
+      return n->t.v8->iflush(rcomm, cnt, data, sizes, mhs, req);
+    case 9:
+      return n->t.v9->iflush(rcomm, cnt, data, sizes, mhs, req);
+    case 10:
+      return n->t.v10->iflush(rcomm, cnt, data, sizes, mhs, req);
+    default:
+      return n->t.v11->iflush(rcomm, cnt, data, sizes, mhs, req);
+  }
+}
+
+/* A NULL slot is allowed by the ABI for the next two; the caller checks
+ * rn_net_has_*() first. */
+int rn_net_has_get_device_mr(struct rn_net *n) {
+  switch (n->version) {
+    case 8:
+      return n->t.v8->getDeviceMr != NULL;
+    case 9:
+      return n->t.v9->getDeviceMr != NULL;
+    case 10:
+      return n->t.v10->getDeviceMr != NULL;
+    default:
+      return n->t.v11->getDeviceMr != NULL;
+  }
+}
+
+ncclResult_t rn_net_get_device_mr(struct rn_net *n, void *comm, void *mh, void **dptr) {
+  switch (n->version) {
+    case 8:
+      return n->t.v8->getDeviceMr(comm, mh, dptr);
+    case 9:
+      return n->t.v9->getDeviceMr(comm, mh, dptr);
+    case 10:
+      return n->t.v10->getDeviceMr(comm, mh, dptr);
+    default:
+      return n->t.v11->getDeviceMr(comm, mh, dptr);
+  }
+}
+
+int rn_net_has_irecv_consumed(struct rn_net *n) {
+  switch (n->version) {
+    case 8:
+      return n->t.v8->irecvConsumed != NULL;
+    case 9:
+      return n->t.v9->irecvConsumed != NULL;
+    case 10:
+      return n->t.v10->irecvConsumed != NULL;
+    default:
+      return n->t.v11->irecvConsumed != NULL;
+  }
+}
+
+ncclResult_t rn_net_irecv_consumed(struct rn_net *n, void *rcomm, int cnt, void *req) {
+  switch (n->version) {
+    case 8:
+      return n->t.v8->irecvConsumed(rcomm, cnt, req);
+    case 9:
+      return n->t.v9->irecvConsumed(rcomm, cnt, req);
+    case 10:
+      return n->t.v10->irecvConsumed(rcomm, cnt, req);
+    default:
+      return n->t.v11->irecvConsumed(rcomm, cnt, req);
+  }
+}
+
+ncclResult_t rn_net_set_net_attr(struct rn_net *n, void *attr) {
+  if (n->version < 11) return ncclInvalidUsage; /* no such slot before v11 */
+  return n->t.v11->setNetAttr(n->ctx, attr);
+}
+
 ncclResult_t rn_net_close_send(struct rn_net *n, void *c) {
   return n->t.v8->closeSend(c); /* same slot and type in every version */
 }

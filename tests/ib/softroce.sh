@@ -29,10 +29,17 @@ done
 
 echo "1..$NT"
 t0=$(date +%s)
-RXEVM_OUT="$OUT" RXEVM_TIMEOUT=${RXEVM_TIMEOUT:-420} \
+# the VM's bound is a hang guard: the checks inside have their own (240 s
+# each), this one only catches a VM that never ends
+RXEVM_OUT="$OUT" RXEVM_TIMEOUT=${RXEVM_TIMEOUT:-$((900 * ${RN_TIMEOUT_SCALE:-1}))} \
   sh $S/run-vm.sh $S/rxe-test.sh 4 sh $S/ib-suite.sh "$B" "$OUT" >"$OUT/console.log" 2>&1
 rc=$?
 t=$(( $(date +%s) - t0 ))
+# make coverage: add the VM's counters (written under $OUT/gcov) to the build's
+if [ -d "$OUT/gcov/${B#"$PWD"/}" ] && command -v gcov-tool >/dev/null 2>&1; then
+  gcov-tool merge -o "$B" "$OUT/gcov/${B#"$PWD"/}" "$B" >"$OUT/gcov-merge.log" 2>&1 ||
+    echo "# merging the VM's coverage counters failed: $(tail -1 "$OUT/gcov-merge.log")"
+fi
 n=0
 for name in $NAMES; do
   n=$((n + 1))
@@ -44,9 +51,11 @@ for name in $NAMES; do
   case $line in
     ok*) echo "ok $n - verbs $name ${line#ok $name }" ;;
     *) echo "not ok $n - verbs $name ${line#not ok $name }"
-       # the failure's details, then the log's tail
-       awk -v n="$name" '$0 ~ "^(not )?ok "n" " {p=1; next} /^(not )?ok / {p=0} p' "$OUT/results"
-       [ -f "$OUT/$name.log" ] && grep -E '^not ok|WARN|^#' "$OUT/$name.log" | tail -15 | sed 's/^/#   /' ;;
+       # the failure's details and the log's failing lines, on stdout as TAP
+       # comments and on stderr, which prove shows without -v
+       { awk -v n="$name" '$0 ~ "^(not )?ok "n" " {p=1; next} /^(not )?ok / {p=0} p' "$OUT/results"
+         [ -f "$OUT/$name.log" ] && grep -E -A3 '^not ok' "$OUT/$name.log" | head -40 | sed 's/^/#   /'
+       } | tee /dev/stderr ;;
   esac
 done
 echo "# Soft-RoCE VM: $t s, exit status $rc"
