@@ -122,6 +122,17 @@ ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv,
   }
   for (int i = 0; i < c->nthreads; i++) c->thread[i].wake_fd = -1;
   rn_sock_tune(c->ctrl_fd, 0);
+  /* A peer that vanishes without closing must not leave this comm
+   * waiting forever: every socket gets keepalive and a user timeout. */
+  int live = rn_sock_set_liveness(c->ctrl_fd, (int)p->socket_timeout_ms);
+  for (int i = 0; i < c->nstreams && live == 0; i++)
+    live = rn_sock_set_liveness(c->stream[i].fd, (int)p->socket_timeout_ms);
+  if (live != 0) {
+    RN_WARN("cannot set keepalive/TCP_USER_TIMEOUT on a connection to %s: %s", c->peer,
+            strerror(errno));
+    rn_tcp_comm_free(c);
+    return ncclSystemError;
+  }
   if (c->in == NULL || c->discard == NULL || (is_recv && c->cover == NULL)) {
     RN_WARN("out of memory creating a comm");
     rn_tcp_comm_free(c); /* owns and closes the sockets by now */
