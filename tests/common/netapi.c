@@ -79,6 +79,20 @@ int rn_log_has_warn(const char *needle1, const char *needle2) {
   return found;
 }
 
+int rn_log_first_warn(const char *needle, char *buf, size_t len) {
+  int found = 0;
+  pthread_mutex_lock(&log_mu);
+  for (int i = log_kept - 1; i >= 0 && !found; i--) {
+    const char *m = log_warn[(log_head - 1 - i + LOG_KEEP) % LOG_KEEP];
+    if (needle == NULL || strstr(m, needle)) {
+      snprintf(buf, len, "%s", m);
+      found = 1;
+    }
+  }
+  pthread_mutex_unlock(&log_mu);
+  return found;
+}
+
 const char *rn_log_last_warn(void) {
   static __thread char copy[512];
   pthread_mutex_lock(&log_mu);

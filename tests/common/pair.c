@@ -4,7 +4,9 @@
 #include "rn_test.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -209,6 +211,20 @@ static void child_main(enum rn_role role, rn_peer_fn fn, struct rn_pair_opts *o,
   rn_apply_env_list(o->env);
   rn_apply_env_list(getenv(role == RN_RECEIVER ? "RN_CONF_RECV_ENV" : "RN_CONF_SEND_ENV"));
   rn_default_env();
+  /* RN_NETNS=NAME (through RN_CONF_RECV_ENV / RN_CONF_SEND_ENV): this child
+   * runs in network namespace /var/run/netns/NAME, entered before the
+   * plugin is opened so that it finds that namespace's interfaces. */
+  const char *ns = getenv("RN_NETNS");
+  if (ns != NULL && *ns != '\0') {
+    char path[512];
+    snprintf(path, sizeof path, "/var/run/netns/%s", ns);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) {
+      diag("%s: cannot enter network namespace %s: %s", role_name(role), ns, strerror(errno));
+      exit(1);
+    }
+    close(fd);
+  }
   p.dev = (int)rn_env_long("RN_CONF_DEV", 0);
   char err[512];
   int rc = 1;

@@ -77,6 +77,9 @@ int rn_log_warns(void);
  * needle. */
 int rn_log_has_warn(const char *needle1, const char *needle2);
 const char *rn_log_last_warn(void);
+/* The oldest WARN since the last rn_log_reset() containing needle (any
+ * WARN when NULL), copied into buf; 0 when none. */
+int rn_log_first_warn(const char *needle, char *buf, size_t len);
 void rn_log_reset(void);
 
 /* ---- version-neutral plugin view (netapi.c) --------------------------- */

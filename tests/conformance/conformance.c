@@ -269,6 +269,16 @@ static int case_props(struct rn_peer *p) {
     if (q.dev_type != NCCL_NET_DEVICE_HOST)
       return peer_fail(p, "dev %d: netDeviceType %d, want HOST", d, q.dev_type);
     if (q.latency < 0) return peer_fail(p, "dev %d: latency %f < 0", d, (double)q.latency);
+    /* TCP registrations are stateless tokens: always global.  Verbs ones
+     * are cheap to repeat only through the cache (RAILNET_MR_CACHE). */
+    const char *tr = getenv("RAILNET_TRANSPORT"), *cache = getenv("RAILNET_MR_CACHE");
+    int want_global = -1;
+    if (tr != NULL && (!strcmp(tr, "socket") || !strcmp(tr, "tcp"))) want_global = 1;
+    if (tr != NULL && !strcmp(tr, "ib")) want_global = !(cache != NULL && !strcmp(cache, "0"));
+    if (want_global >= 0 && q.reg_is_global != want_global)
+      return peer_fail(p,
+                       "dev %d: regIsGlobal %d, want %d (RAILNET_TRANSPORT=%s RAILNET_MR_CACHE=%s)",
+                       d, q.reg_is_global, want_global, tr, cache ? cache : "(unset)");
     if (q.pci_path != NULL && strncmp(q.pci_path, "/sys/devices/", 13) != 0)
       return peer_fail(p, "dev %d: pciPath %s is not a /sys/devices path", d, q.pci_path);
     if (p->version >= 9) {

@@ -28,6 +28,7 @@ static int fake_nics(const char *file, struct rn_nic *nics) {
     snprintf(nics[i].pci_path, sizeof(nics[i].pci_path), "/sys/devices/pci0000:00/%s", m->busid);
     nics[i].speed_mbps = m->speed_mbps;
     nics[i].ptr_support = NCCL_PTR_HOST | NCCL_PTR_CUDA;
+    nics[i].reg_is_global = 1;
     nics[i].max_comms = 1024;
     nics[i].table_index = i;
   }
@@ -170,6 +171,15 @@ int main(void) {
   int f = has_vdev(v, nv, "rdmap79s0+rdmap80s0+rdmap81s0+rdmap82s0");
   tap_result(f >= 0 && v[f].rails.n == 4 && v[f].speed == 400000, "%s",
              "p5-like: 4 NICs fused into one device named with '+', speeds summed");
+  tap_result(f >= 0 && v[f].reg_is_global == 1, "%s",
+             "regIsGlobal comes from the transport's NICs (all global: the device is)");
+  for (int i = 0; i < n; i++)
+    if (strcmp(nics[i].name, "rdmap81s0") == 0) nics[i].reg_is_global = 0;
+  f = build(p5, NULL, nics, n, v, &nv) == 0
+          ? has_vdev(v, nv, "rdmap79s0+rdmap80s0+rdmap81s0+rdmap82s0")
+          : -1;
+  tap_result(f >= 0 && v[f].reg_is_global == 0, "%s",
+             "a fused device reports regIsGlobal only when every rail has it");
 
   /* A transport NIC the topology does not know (a veth, say). */
   n = fake_nics(dgx, nics);
