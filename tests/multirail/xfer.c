@@ -83,6 +83,7 @@ struct xfer_opts {
   double seconds; /* > 0: time mode, bytes is only the cap */
   double timeout;
   double interval;
+  long idle_us; /* sleep after a pass that completed nothing; 0 = poll */
   int nevents;
   struct xfer_event ev[XFER_MAX_EVENTS];
   const char *rails_override;
@@ -381,6 +382,7 @@ static int xfer_side_run(struct rn_peer *p) {
   long spins = 0;
   for (;;) {
     double t = now_s();
+    uint64_t done_before = x.done, posted_before = x.posted;
     if (o->seconds > 0) {
       uint64_t v;
       if (!is_recv && !stopping && t - t0 >= o->seconds && x.posted < x.total) {
@@ -440,7 +442,10 @@ static int xfer_side_run(struct rn_peer *p) {
       rc = end_side(p, XO_NONE, t, x.bytes_done, NULL, 0, "still waiting after %.0f s", bound);
       goto out_dereg;
     }
-    if (++spins % 256 == 0) sleep_us(20);
+    if (o->idle_us > 0 && x.done == done_before && x.posted == posted_before)
+      sleep_us(o->idle_us);
+    else if (o->idle_us == 0 && ++spins % 256 == 0)
+      sleep_us(20);
   }
   if (err[0] != '\0') {
     rc = end_side(p, XO_SETUP, now_s(), x.bytes_done, NULL, 0, "%s", err);
@@ -715,6 +720,9 @@ static void usage(void) {
           "  --window N          messages in flight per side (default 8, max %d)\n"
           "  --no-verify         do not check the bytes\n"
           "  --interval S        time-series period (default 0.1; 0 = none)\n"
+          "  --idle-us N         sleep N us after a pass that completed nothing (default 50;\n"
+          "                      0 = poll without pause, as NCCL's proxy does: both sides on\n"
+          "                      one small host then compete for its CPUs)\n"
           "  --at T:CMD          run CMD (sh -c) T seconds after the first post\n"
           "  --timeout S         bound for the whole run; past it, sides still waiting are\n"
           "                      reported as hung and killed (default 60, x RN_TIMEOUT_SCALE)\n"
@@ -738,16 +746,20 @@ int main(int argc, char **argv) {
                                .window = 8,
                                .verify = 1,
                                .timeout = 60,
-                               .interval = 0.1};
+                               .interval = 0.1,
+                               .idle_us = 50};
   int version = 11;
-  static const struct option lo[] = {
-      {"railbed", 1, 0, 'R'},  {"recv-netns", 1, 0, 'r'}, {"send-netns", 1, 0, 's'},
-      {"env", 1, 0, 'e'},      {"recv-env", 1, 0, 'E'},   {"send-env", 1, 0, 'S'},
-      {"dev", 1, 0, 'd'},      {"dev-name", 1, 0, 'D'},   {"expect-rails", 1, 0, 'x'},
-      {"rails", 1, 0, 'L'},    {"bytes", 1, 0, 'b'},      {"seconds", 1, 0, 'T'},
-      {"size", 1, 0, 'z'},     {"window", 1, 0, 'w'},     {"no-verify", 0, 0, 'V'},
-      {"interval", 1, 0, 'i'}, {"at", 1, 0, 'a'},         {"timeout", 1, 0, 't'},
-      {"api", 1, 0, 'A'},      {"help", 0, 0, 'h'},       {0, 0, 0, 0}};
+  static const struct option lo[] = {{"railbed", 1, 0, 'R'},      {"recv-netns", 1, 0, 'r'},
+                                     {"send-netns", 1, 0, 's'},   {"env", 1, 0, 'e'},
+                                     {"recv-env", 1, 0, 'E'},     {"send-env", 1, 0, 'S'},
+                                     {"dev", 1, 0, 'd'},          {"dev-name", 1, 0, 'D'},
+                                     {"expect-rails", 1, 0, 'x'}, {"rails", 1, 0, 'L'},
+                                     {"bytes", 1, 0, 'b'},        {"seconds", 1, 0, 'T'},
+                                     {"size", 1, 0, 'z'},         {"window", 1, 0, 'w'},
+                                     {"no-verify", 0, 0, 'V'},    {"interval", 1, 0, 'i'},
+                                     {"idle-us", 1, 0, 'I'},      {"at", 1, 0, 'a'},
+                                     {"timeout", 1, 0, 't'},      {"api", 1, 0, 'A'},
+                                     {"help", 0, 0, 'h'},         {0, 0, 0, 0}};
   char nsbuf[2][300];
   int c;
   while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
@@ -800,6 +812,9 @@ int main(int argc, char **argv) {
         break;
       case 'V':
         o.verify = 0;
+        break;
+      case 'I':
+        o.idle_us = atol(optarg);
         break;
       case 'i':
         o.interval = atof(optarg);
