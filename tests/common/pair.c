@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -196,6 +198,41 @@ ncclResult_t peer_wait(struct rn_peer *p, void *req, int *sizes, double timeout_
 /* ---- the runner -------------------------------------------------------- */
 static const char *role_name(enum rn_role r) { return r == RN_RECEIVER ? "receiver" : "sender"; }
 
+/* Move this process into network namespace NAME (/run/netns/NAME, or a
+ * path), the way `ip netns exec` does: setns, then a private mount
+ * namespace with /sys mounted again, because sysfs shows the netdevs of
+ * the namespace that mounted it and the plugin reads /sys/class/net.
+ * 0 ok; -1 with the reason in err. */
+static int enter_netns(const char *name, char *err, size_t errlen) {
+  char path[512];
+  snprintf(path, sizeof path, "%s%.400s", strchr(name, '/') ? "" : "/run/netns/", name);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    snprintf(err, errlen, "network namespace %.400s: %s", path, strerror(errno));
+    return -1;
+  }
+  int rc = setns(fd, CLONE_NEWNET);
+  int saved = errno;
+  close(fd);
+  if (rc != 0) {
+    snprintf(err, errlen, "setns(%.400s): %s", path, strerror(saved));
+    return -1;
+  }
+  if (unshare(CLONE_NEWNS) != 0 || mount("", "/", NULL, MS_SLAVE | MS_REC, NULL) != 0) {
+    snprintf(err, errlen, "private mount namespace for %.400s: %s", path, strerror(errno));
+    return -1;
+  }
+  if (umount2("/sys", MNT_DETACH) != 0 && errno != EINVAL) {
+    snprintf(err, errlen, "umount /sys for %.400s: %s", path, strerror(errno));
+    return -1;
+  }
+  if (mount(name, "/sys", "sysfs", 0, NULL) != 0) {
+    snprintf(err, errlen, "mount sysfs for %.400s: %s", path, strerror(errno));
+    return -1;
+  }
+  return 0;
+}
+
 static void child_main(enum rn_role role, rn_peer_fn fn, struct rn_pair_opts *o, int to_peer,
                        int from_peer, int to_parent) {
   struct rn_peer p;
@@ -208,26 +245,25 @@ static void child_main(enum rn_role role, rn_peer_fn fn, struct rn_pair_opts *o,
   p.arg = o->arg;
   p.version = o->version;
   alarm((unsigned)rn_bound_s(o->timeout_s) + 5); /* backstop; the runner kills first */
-  rn_apply_env_list(o->env);
-  rn_apply_env_list(getenv(role == RN_RECEIVER ? "RN_CONF_RECV_ENV" : "RN_CONF_SEND_ENV"));
-  rn_default_env();
-  /* RN_NETNS=NAME (through RN_CONF_RECV_ENV / RN_CONF_SEND_ENV): this child
-   * runs in network namespace /var/run/netns/NAME, entered before the
-   * plugin is opened so that it finds that namespace's interfaces. */
-  const char *ns = getenv("RN_NETNS");
-  if (ns != NULL && *ns != '\0') {
-    char path[512];
-    snprintf(path, sizeof path, "/var/run/netns/%s", ns);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) {
-      diag("%s: cannot enter network namespace %s: %s", role_name(role), ns, strerror(errno));
-      exit(1);
-    }
-    close(fd);
-  }
-  p.dev = (int)rn_env_long("RN_CONF_DEV", 0);
+  prctl(PR_SET_PDEATHSIG, SIGKILL);               /* and a killed runner takes us along */
   char err[512];
   int rc = 1;
+  rn_apply_env_list(o->env);
+  const char *netns = getenv(role == RN_RECEIVER ? "RN_CONF_RECV_NETNS" : "RN_CONF_SEND_NETNS");
+  if (netns != NULL && *netns != '\0' && enter_netns(netns, err, sizeof err) != 0) {
+    diag("%s: %s", role_name(role), err);
+    exit(4);
+  }
+  rn_apply_env_list(getenv(role == RN_RECEIVER ? "RN_CONF_RECV_ENV" : "RN_CONF_SEND_ENV"));
+  rn_default_env();
+  /* RN_NETNS=NAME (through RN_CONF_RECV_ENV / RN_CONF_SEND_ENV): the same,
+   * for tests that name each side's namespace in its environment list. */
+  const char *ns = getenv("RN_NETNS");
+  if (ns != NULL && *ns != '\0' && enter_netns(ns, err, sizeof err) != 0) {
+    diag("%s: %s", role_name(role), err);
+    exit(4);
+  }
+  p.dev = (int)rn_env_long("RN_CONF_DEV", 0);
   if (rn_net_open(&p.net, o->version, err, sizeof err) != 0) {
     diag("%s: %s", role_name(role), err);
     exit(4);
@@ -294,12 +330,14 @@ static int wait_children(pid_t *pid, int n, struct rn_pair_opts *o, char *why, s
   double grace_end = 0;
   int timed_out = 0;
   while (alive[0] || alive[1]) {
+    if (o->tick != NULL) o->tick(o->tick_arg);
     for (int i = 0; i < n; i++) {
       if (!alive[i]) continue;
       pid_t w = waitpid(pid[i], &st[i], WNOHANG);
       if (w == pid[i]) {
         alive[i] = 0;
-        if (!child_ok(st[i], o->allow_signal[i]) && grace_end == 0) grace_end = rn_deadline(3.0);
+        if (!child_ok(st[i], o->allow_signal[i]) && grace_end == 0)
+          grace_end = rn_deadline(o->grace_s > 0 ? o->grace_s : 3.0);
       }
     }
     if (!alive[0] && !alive[1]) break;

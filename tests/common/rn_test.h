@@ -179,16 +179,21 @@ struct rn_pair_opts {
   int init;      /* 1: init+devices+props before fn */
   uint64_t seed;
   void *arg;
-  int want_parent_pipe; /* children get to_parent; *parent_fd set */
-  int *parent_fd;       /* read end for the caller, closed by it */
-  int allow_signal[2];  /* signal a child may die of without fault */
-  int exit_status[2];   /* out: raw wait status of each child */
-  const char *env;      /* "K=V,K=V" set in each child before it loads the plugin */
+  int want_parent_pipe;         /* children get to_parent; *parent_fd set */
+  int *parent_fd;               /* read end for the caller, closed by it */
+  int allow_signal[2];          /* signal a child may die of without fault */
+  int exit_status[2];           /* out: raw wait status of each child */
+  const char *env;              /* "K=V,K=V" set in each child before it loads the plugin */
+  double grace_s;               /* after one child failed, the other's time to end (default 3 s) */
+  void (*tick)(void *tick_arg); /* called every few ms while the runner waits */
+  void *tick_arg;
 };
 
-/* Fork receiver and sender; each applies RN_CONF_RECV_ENV/RN_CONF_SEND_ENV,
- * opens the plugin itself, runs its function and exits.  Returns 0 when
- * both pass; -1 otherwise (reason in why). */
+/* Fork receiver and sender; each enters the network namespace named by
+ * RN_CONF_RECV_NETNS/RN_CONF_SEND_NETNS when set (as `ip netns exec`
+ * does), applies RN_CONF_RECV_ENV/RN_CONF_SEND_ENV, opens the plugin
+ * itself, runs its function and exits.  Returns 0 when both pass; -1
+ * otherwise (reason in why). */
 int rn_run_pair(rn_peer_fn recv_fn, rn_peer_fn send_fn, struct rn_pair_opts *o, char *why,
                 size_t whylen);
 /* One forked child running fn (role RN_RECEIVER, no peer pipes). */
