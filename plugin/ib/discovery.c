@@ -237,7 +237,7 @@ static ncclResult_t rn_ib_add_device(struct ibv_device *verbs_device, int *nacti
     char gidwhy[64] = "IB: LID routed";
     if (port->link == IBV_LINK_LAYER_ETHERNET) {
       RN_CHECK_GOTO(rn_ib_pick_gid(device, port_num, pa.gid_tbl_len, port, gidwhy, sizeof(gidwhy)),
-                    res, out_close);
+                    res, out_unwind);
     } else {
       port->gid_index = 0;
       (void)rn_ibv_query_gid(device->context, (uint8_t)port_num, 0, &port->gid);
