@@ -6,6 +6,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -286,15 +287,16 @@ out_close:
   return res;
 }
 
-ncclResult_t rn_ib_init(const struct rn_nic **nics, int *n) {
+ncclResult_t rn_ib_init(const struct rn_nic **nics, int *n, char *why, size_t whylen) {
   *nics = rn_ib_nics;
   *n = 0;
   rn_ib_nports = rn_ib_ndevices = 0;
-  if (rn_ibv_load() != ncclSuccess) return ncclSuccess; /* logged once by the loader */
+  if (rn_ibv_load(why, whylen) != ncclSuccess) return ncclSuccess;
   struct ibv_device **list;
   int ndev = 0;
+  errno = 0;
   if (rn_ibv_get_device_list(&list, &ndev) != ncclSuccess) {
-    RN_INFO(NCCL_INIT | NCCL_NET, "no verbs device list: no verbs NICs");
+    snprintf(why, whylen, "no RDMA devices on this host: %s", strerror(errno ? errno : ENODEV));
     return ncclSuccess;
   }
   int nactive = 0;
@@ -304,7 +306,7 @@ ncclResult_t rn_ib_init(const struct rn_nic **nics, int *n) {
   }
   rn_ibv_free_device_list(list);
   if (rn_ib_nports == 0)
-    RN_INFO(NCCL_INIT | NCCL_NET, "%d verbs device(s), no ACTIVE port: no verbs NICs", ndev);
+    snprintf(why, whylen, "%d verbs device(s), no ACTIVE port", ndev);
   else
     RN_INFO(NCCL_INIT | NCCL_NET, "%d NIC(s) on %d device(s)", rn_ib_nports, rn_ib_ndevices);
   *n = rn_ib_nports;
