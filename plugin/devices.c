@@ -140,9 +140,15 @@ ncclResult_t rn_devices_build(const struct rn_nic *nics, int nnics, struct rn_vd
           why = plan->gpus[g].rails[0].reason;
           break;
         }
-      /* Without GPUs in the model the planner cannot judge GDR: leave it
-       * to the NIC's own probe and NCCL's distance check. */
-      int gdr = ngpus > 0 ? pv->gdr : 1;
+      /* NCCL decides GPUDirect per GPU-NIC pair itself (its GDR level
+       * against the path to pciPath), so GPU memory is advertised when the
+       * NIC can do it (its probe, in ptr_support) and at least one GPU
+       * using the device gets GDR at the configured level; the plan's
+       * INFO lines above say what each pair gets and why.  Masking with
+       * the all-pairs AND would make a NIC shared by a PIX and a PHB GPU
+       * host-only for both.  Without GPUs in the model the planner cannot
+       * judge: the NIC's probe and NCCL's check decide. */
+      int gdr = ngpus > 0 ? pv->gdr_any : 1;
       rn_devices_add(vdevs, nvdevs, nics, members, n, gdr, why);
       for (int k = 0; k < n; k++) used[members[k]] = 1;
     }

@@ -102,8 +102,8 @@ static void nics_filter_case(const char *spec, const char *want, const char *why
   snprintf(e, 128, "RAILNET_NICS=%s", spec);
   int built = build("tests/topo/fixtures/dgx-h100-like.xml", e, nics, n, v, &nv) == 0;
   const char *got = built ? exposed_nics(v, nv) : "(build failed)";
-  tap_result(built && strcmp(got, want) == 0, "RAILNET_NICS=%s exposes exactly %s (%s); got %s", spec, want,
-     why, got);
+  tap_result(built && strcmp(got, want) == 0, "RAILNET_NICS=%s exposes exactly %s (%s); got %s",
+             spec, want, why, got);
 }
 
 /* RAILNET_NICS=spec never exposes a NIC of `gone`, and still exposes every
@@ -118,8 +118,8 @@ static void nics_exclude_case(const char *spec, const char *gone, const char *ke
   int built = build("tests/topo/fixtures/dgx-h100-like.xml", e, nics, n, v, &nv) == 0;
   const char *got = built ? exposed_nics(v, nv) : "(build failed)";
   tap_result(built && !lists_meet(gone, got) && (kept == NULL || list_has_all(kept, got)),
-     "RAILNET_NICS=%s never exposes %s%s%s (%s); got %s", spec, gone, kept ? " and keeps " : "",
-     kept ? kept : "", why, got);
+             "RAILNET_NICS=%s never exposes %s%s%s (%s); got %s", spec, gone,
+             kept ? " and keeps " : "", kept ? kept : "", why, got);
 }
 
 int main(void) {
@@ -127,7 +127,7 @@ int main(void) {
   static struct rn_nic nics[RN_MAX_NICS];
   static struct rn_vdev v[RN_MAX_VDEVS];
   int nv = 0;
-  printf("1..19\n");
+  printf("1..21\n");
   const char *dgx = "tests/topo/fixtures/dgx-h100-like.xml";
   int n = fake_nics(dgx, nics);
   tap_result(n == 12, "DGX-H100-like fixture gives 12 NICs (%s)", dgx);
@@ -135,13 +135,13 @@ int main(void) {
              "one device per GPU rail set: 8");
   int i0 = has_vdev(v, nv, "mlx5_0");
   tap_result(i0 >= 0 && v[i0].rails.n == 1 && (v[i0].ptr_support & NCCL_PTR_CUDA) &&
-         strstr(v[i0].why, "PIX") != NULL,
-     "mlx5_0 is a one-rail device with GDR, and says why: %s", i0 >= 0 ? v[i0].why : "-");
+                 strstr(v[i0].why, "PIX") != NULL,
+             "mlx5_0 is a one-rail device with GDR, and says why: %s", i0 >= 0 ? v[i0].why : "-");
   tap_result(i0 >= 0 && strcmp(v[i0].pci_path, "/sys/devices/pci0000:00/0000:18:00.0") == 0,
-     "pciPath is the lead NIC's sysfs path (%s)", i0 >= 0 ? v[i0].pci_path : "-");
+             "pciPath is the lead NIC's sysfs path (%s)", i0 >= 0 ? v[i0].pci_path : "-");
   tap_result(has_vdev(v, nv, "mlx5_1") < 0 && has_vdev(v, nv, "mlx5_2") < 0 &&
-         has_vdev(v, nv, "mlx5_7") < 0 && has_vdev(v, nv, "mlx5_8") < 0,
-     "%s", "storage NICs mlx5_1/2/7/8 are not exposed");
+                 has_vdev(v, nv, "mlx5_7") < 0 && has_vdev(v, nv, "mlx5_8") < 0,
+             "%s", "storage NICs mlx5_1/2/7/8 are not exposed");
   /* NCCL_IB_HCA syntax, as NCCL's matchIfList reads it: an entry without
    * '=' is a prefix, so mlx5_1 also selects mlx5_10 and mlx5_11; '=' makes
    * every entry exact; '^' excludes; a name the filter selects is exposed
@@ -155,8 +155,26 @@ int main(void) {
                     "prefix: mlx5_10 and mlx5_11 go with mlx5_1", nics, n, v);
   nics_exclude_case("^=mlx5_1", "mlx5_1", "mlx5_10,mlx5_11", "exact: only mlx5_1", nics, n, v);
   tap_result(build(dgx, "RAILNET_GDR_LEVEL=0", nics, n, v, &nv) == 0 && nv == 8 &&
-         !(v[0].ptr_support & NCCL_PTR_CUDA),
-     "%s", "RAILNET_GDR_LEVEL=0 (LOC) turns GDR off for PIX rails");
+                 !(v[0].ptr_support & NCCL_PTR_CUDA),
+             "%s", "RAILNET_GDR_LEVEL=0 (LOC) turns GDR off for PIX rails");
+  /* Two GPUs share mlx5_0: one PIX to it (GDR at PXB), one PHB (no GDR
+   * for that pair).  NCCL decides each pair itself, so the device must
+   * still advertise GPU memory; the all-pairs AND would have made it
+   * host-only for both. */
+  {
+    static struct rn_nic snics[RN_MAX_NICS];
+    const char *shared = "tests/topo/fixtures/shared-nic-gdr.xml";
+    int sn = fake_nics(shared, snics);
+    int si = -1;
+    int built = sn > 0 && build(shared, NULL, snics, sn, v, &nv) == 0;
+    if (built) si = has_vdev(v, nv, "mlx5_0");
+    tap_result(si >= 0 && (v[si].ptr_support & NCCL_PTR_CUDA),
+               "a NIC shared by a PIX and a PHB GPU advertises GPU memory (NCCL gates each pair)");
+    built = sn > 0 && build(shared, "RAILNET_GDR_LEVEL=0", snics, sn, v, &nv) == 0;
+    si = built ? has_vdev(v, nv, "mlx5_0") : -1;
+    tap_result(si >= 0 && !(v[si].ptr_support & NCCL_PTR_CUDA), "%s",
+               "... and not when RAILNET_GDR_LEVEL=LOC leaves no pair with GDR");
+  }
   struct rn_nic only_host[RN_MAX_NICS];
   memcpy(only_host, nics, sizeof(only_host));
   for (int i = 0; i < n; i++) only_host[i].ptr_support = NCCL_PTR_HOST;
