@@ -291,6 +291,19 @@ ncclResult_t rn_core_connect(void *ctx, int dev, void *handle, void **scomm,
    * garbage handle bytes can never be dereferenced as a pointer. */
   pthread_mutex_lock(&rn_core.lock);
   int slot = rn_core_pending_find(handle, h->nonce);
+  if (slot < 0 && rn_core.npending == RN_MAX_PENDING_CONNECTS) {
+    /* Back-pressure, not an error: NCCL calls connect again until it gets
+     * a comm, and by then some of the others have completed.  Nothing is
+     * dialed meanwhile. */
+    static int said; /* under rn_core.lock */
+    int say = !said++;
+    pthread_mutex_unlock(&rn_core.lock);
+    if (say)
+      RN_INFO(NCCL_INIT | NCCL_NET,
+              "connect: %d connections already in progress; further ones wait their turn",
+              RN_MAX_PENDING_CONNECTS);
+    return ncclSuccess;
+  }
   void *state = slot >= 0 ? rn_core.pending[slot].state : NULL;
   if (slot >= 0) rn_core.pending[slot] = rn_core.pending[--rn_core.npending];
   pthread_mutex_unlock(&rn_core.lock);
@@ -304,10 +317,11 @@ ncclResult_t rn_core_connect(void *ctx, int dev, void *handle, void **scomm,
   if (state == NULL) return ncclSuccess;
   pthread_mutex_lock(&rn_core.lock);
   if (rn_core.npending == RN_MAX_PENDING_CONNECTS) {
+    /* Only when other threads filled the table meanwhile: start over on
+     * NCCL's next call. */
     pthread_mutex_unlock(&rn_core.lock);
     rn_core.transport->connect_abort(state);
-    RN_WARN("connect: more than %d connections in progress", RN_MAX_PENDING_CONNECTS);
-    return ncclInternalError;
+    return ncclSuccess;
   }
   rn_core.pending[rn_core.npending++] =
       (struct rn_pending_connect){.handle = handle, .nonce = h->nonce, .state = state};

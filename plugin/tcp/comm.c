@@ -1,6 +1,6 @@
-/* TCP comms: creation around an established connection, teardown, and
- * the list of open ones, which finalize closes and whose deferred
- * clear-to-sends any isend flushes. */
+/* TCP comms: creation around an established connection, teardown, the
+ * list of open ones, which finalize closes, and the list of those holding
+ * a deferred clear-to-send, which any isend flushes. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -16,35 +16,37 @@
  * threads before the code they run is unmapped. */
 static struct rn_shared_list rn_tcp_live = RN_SHARED_LIST_INIT(rn_tcp_live);
 
-/* Set when some comm holds a deferred clear-to-send. */
+/* Comms holding a deferred clear-to-send, each at most once, so a flush
+ * visits only those (O(deferred), not O(open comms)).  A comm leaves it
+ * when flushed or freed; rn_tcp_any_deferred lets isend skip the lock. */
+static struct rn_shared_list rn_tcp_deferred = RN_SHARED_LIST_INIT(rn_tcp_deferred);
 static atomic_int rn_tcp_any_deferred;
 
 /* Send the clear-to-sends that receives of small buffers deferred.  Called
  * at the end of every isend, without the caller's comm lock (a deferred
  * one also leaves with any progress on its own comm, e.g. the test() of
- * that receive); other comms are only try-locked, so no thread waits. */
+ * that receive); the comms are only try-locked, so no thread waits, and
+ * one busy now stays on the list for the next flush. */
 void rn_tcp_comm_flush_deferred(void) {
   if (!atomic_load(&rn_tcp_any_deferred)) return;
-  int left = 0;
-  pthread_mutex_lock(&rn_tcp_live.lock);
+  pthread_mutex_lock(&rn_tcp_deferred.lock);
   atomic_store(&rn_tcp_any_deferred, 0);
-  struct rn_list *node;
-  RN_LIST_FOR_EACH(node, &rn_tcp_live.head) {
-    struct rn_tcp_comm *c = RN_LIST_ENTRY(node, struct rn_tcp_comm, open);
-    if (!atomic_load(&c->cts_deferred)) continue;
-    if (pthread_mutex_trylock(&c->lock) != 0) {
-      left = 1;
-      continue;
-    }
-    atomic_store(&c->cts_deferred, 0);
-    rn_tcp_ctl_flush(c); /* errors surface through this comm's own calls */
+  struct rn_list *node = rn_tcp_deferred.head.next, *next;
+  for (; node != &rn_tcp_deferred.head; node = next) {
+    next = node->next;
+    struct rn_tcp_comm *c = RN_LIST_ENTRY(node, struct rn_tcp_comm, deferred);
+    if (pthread_mutex_trylock(&c->lock) != 0) continue;
+    rn_list_del(node);
+    if (atomic_exchange(&c->cts_deferred, 0))
+      rn_tcp_ctl_flush(c); /* errors surface through this comm's own calls */
     pthread_mutex_unlock(&c->lock);
   }
-  if (left) atomic_store(&rn_tcp_any_deferred, 1);
-  pthread_mutex_unlock(&rn_tcp_live.lock);
+  if (!rn_list_empty(&rn_tcp_deferred.head)) atomic_store(&rn_tcp_any_deferred, 1);
+  pthread_mutex_unlock(&rn_tcp_deferred.lock);
 }
 
 void rn_tcp_comm_free(struct rn_tcp_comm *c) {
+  rn_shared_list_del(&rn_tcp_deferred, &c->deferred); /* waits out a flush visiting it */
   rn_shared_list_del(&rn_tcp_live, &c->open);
   atomic_store(&c->stop, 1);
   for (int i = 0; i < c->nthreads; i++) {
@@ -169,5 +171,8 @@ int rn_tcp_comm_free_all(void) {
 
 void rn_tcp_comm_defer_cts(struct rn_tcp_comm *c) {
   atomic_store(&c->cts_deferred, 1);
+  pthread_mutex_lock(&rn_tcp_deferred.lock);
+  if (c->deferred.next == NULL) rn_list_add_tail(&rn_tcp_deferred.head, &c->deferred);
   atomic_store(&rn_tcp_any_deferred, 1);
+  pthread_mutex_unlock(&rn_tcp_deferred.lock);
 }

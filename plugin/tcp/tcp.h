@@ -184,7 +184,8 @@ struct rn_tcp_group {
 /* A send or receive comm.  Owner: NCCL between connect/accept and close. */
 struct rn_tcp_comm {
   struct rn_comm_base base;
-  struct rn_list open; /* in comm.c's list of open comms, under its lock */
+  struct rn_list open;     /* in comm.c's list of open comms, under its lock */
+  struct rn_list deferred; /* in comm.c's list of comms holding a deferred clear-to-send */
   pthread_mutex_t lock;
   int is_recv;
   int ctrl_fd;

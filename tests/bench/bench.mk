@@ -20,3 +20,11 @@ BENCH_PROGS += $(TOPO_BENCH)
 $(TOPO_BENCH): $(BUILD)/tests/bench/topo_bench.o $(TOPO_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(TOPO_LIB) $(TOPO_LIBS)
+
+# Cost of one small operation against the number of live comms
+# (tests/bench/comms_bench.c): built by `make`, run by hand.
+COMMS_BENCH := $(BUILD)/railnet-comms-bench
+$(COMMS_BENCH): $(BUILD)/tests/bench/comms_bench.o $(filter-out $(BUILD)/tests/bench/bench.o,$(RN_BENCH_OBJS)) | $(PLUGIN_SO)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS_COMMON) -o $@ $^ -ldl -lpthread
+BENCH_PROGS += $(COMMS_BENCH)
