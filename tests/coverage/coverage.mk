@@ -1,6 +1,7 @@
 # `make coverage`: the suite (make test, including the Soft-RoCE VM run,
 # whose counters are merged in) on a build with gcov counters in
-# build-cov/, then line coverage per plugin/ and topo/ file
+# build-cov/, then line coverage per file of plugin/ (and its abi/, tcp/,
+# ib/) and topo/
 # (tests/coverage/report.sh; gcov and gcov-tool come with gcc).  The
 # figures are printed even when a test fails; the target then fails too.
 COV_BUILD := build-cov
@@ -13,7 +14,7 @@ coverage:
 	@if [ -d $(COV_BUILD) ]; then find $(COV_BUILD) -name '*.gcda' -delete; fi
 	$(COV_MAKE) all
 	@st=0; $(COV_MAKE) test || st=$$?; \
-	  tests/coverage/report.sh $(COV_BUILD) plugin topo; \
+	  tests/coverage/report.sh $(COV_BUILD) plugin plugin/abi plugin/tcp plugin/ib topo; \
 	  if [ $$st -ne 0 ]; then echo "coverage: make test failed (status $$st)"; fi; exit $$st
 
 coverage-clean:
