@@ -1,7 +1,7 @@
 # `make valgrind`: part of the suite under memcheck (tests/valgrind/memcheck.sh).
 # Under memcheck every program runs 20-50 times slower, so this covers the
 # plugin's own code paths once each rather than the whole suite:
-#   conformance (v8, v9, v10, v11 over TCP), fault, the optional entry points
+#   conformance (v8, v9, v10, v11, v12 over TCP), fault, the optional entry points
 #   and knobs through the ABI, the core unit tests, the eager-oversize
 #   regression, the MR cache, and the conformance suite again with helper
 #   threads moving the TCP streams (tests/tcp/helpers.sh, through v11).
