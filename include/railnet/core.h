@@ -33,7 +33,7 @@ struct rn_props {
 
 /* Legacy (v8-v10) init: once per process, no finalize. */
 ncclResult_t rn_core_init(ncclDebugLogger_t logger);
-/* v11: one context per communicator, each holding a reference. */
+/* v11 and v12: one context per communicator, each holding a reference. */
 ncclResult_t rn_core_init_ctx(ncclDebugLogger_t logger, uint64_t comm_id, void **ctx);
 ncclResult_t rn_core_finalize(void *ctx);
 ncclResult_t rn_core_devices(int *ndev);
