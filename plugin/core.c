@@ -186,16 +186,15 @@ ncclResult_t rn_core_get_properties(int dev, struct rn_props *p) {
   p->max_p2p_bytes = (size_t)1 << 30;
   p->max_coll_bytes = (size_t)1 << 30;
   p->max_multi_request_size = 1;
+  p->rail_id = v->rail_id;
+  p->plane_id = v->plane_id;
   return ncclSuccess;
 }
 
-ncclResult_t rn_core_make_vdevice(int *d, const ncclNetVDeviceProps_t *props) {
+ncclResult_t rn_core_make_vdevice(int *d, const struct rn_vprops *props) {
   RN_CHECK_ARG(d != NULL && props != NULL, "makeVDevice: NULL argument");
-  if (props->ndevs < 1 || props->ndevs > NCCL_NET_MAX_DEVS_PER_NIC) {
-    RN_WARN("makeVDevice: %d devices requested, must be 1..%d", props->ndevs,
-            NCCL_NET_MAX_DEVS_PER_NIC);
-    return ncclInvalidUsage;
-  }
+  RN_CHECK_ARG(props->ndevs >= 1 && props->ndevs <= RN_MAX_VDEV_PARTS,
+               "makeVDevice: %d devices requested, must be 1..%d", props->ndevs, RN_MAX_VDEV_PARTS);
   ncclResult_t res = ncclInvalidUsage;
   pthread_mutex_lock(&rn_core.lock);
   if (rn_core.ready)

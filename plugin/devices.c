@@ -28,7 +28,9 @@ static void rn_devices_settings(struct rn_topo_settings *s) {
 /* Fold part's rails into v: names joined with '+', speeds summed, the
  * pointer types, global registration and comm count every part supports,
  * a flush if any part needs one; the first part gives the PCI path, GUID
- * and port.  -1 when the rails would not fit in one device. */
+ * and port; each rail keeps its own rail and plane ids (the device's own
+ * are the caller's to set).  -1 when the rails would not fit in one
+ * device. */
 static int rn_devices_fold(struct rn_vdev *v, const struct rn_vdev *part) {
   if (v->rails.n + part->rails.n > RN_MAX_RAILS) return -1;
   if (v->rails.n == 0) {
@@ -47,13 +49,31 @@ static int rn_devices_fold(struct rn_vdev *v, const struct rn_vdev *part) {
   v->speed += part->speed;
   size_t len = strlen(v->name);
   snprintf(v->name + len, sizeof(v->name) - len, "%s%s", v->rails.n ? "+" : "", part->name);
-  for (int r = 0; r < part->rails.n; r++) v->rails.nic[v->rails.n++] = part->rails.nic[r];
+  for (int r = 0; r < part->rails.n; r++) {
+    v->nic_rail[v->rails.n] = part->nic_rail[r];
+    v->nic_plane[v->rails.n] = part->nic_plane[r];
+    v->rails.nic[v->rails.n++] = part->rails.nic[r];
+  }
   return 0;
 }
 
+/* The plan's rail and plane ids of the NICs of one device, for
+ * rn_devices_add; every id undefined without a plan. */
+struct rn_devices_ids {
+  int nic_rail[RN_MAX_RAILS], nic_plane[RN_MAX_RAILS];
+  int rail_id, plane_id;
+};
+static const struct rn_devices_ids rn_devices_no_ids = {
+    .nic_rail = {-1, -1, -1, -1, -1, -1, -1, -1},
+    .nic_plane = {-1, -1, -1, -1, -1, -1, -1, -1},
+    .rail_id = -1,
+    .plane_id = -1};
+_Static_assert(RN_MAX_RAILS == 8, "rn_devices_no_ids lists one -1 per rail");
+
 /* Append one virtual device made of the given transport NICs. */
 static void rn_devices_add(struct rn_vdev *vdevs, int *nvdevs, const struct rn_nic *nics,
-                           const int *members, int n, int gdr, const char *why) {
+                           const int *members, int n, int gdr, const struct rn_devices_ids *ids,
+                           const char *why) {
   struct rn_vdev *v = &vdevs[*nvdevs];
   memset(v, 0, sizeof(*v));
   for (int i = 0; i < n; i++) {
@@ -65,13 +85,17 @@ static void rn_devices_add(struct rn_vdev *vdevs, int *nvdevs, const struct rn_n
                           .reg_is_global = m->reg_is_global,
                           .guid = m->guid,
                           .port = m->port,
-                          .max_comms = m->max_comms};
+                          .max_comms = m->max_comms,
+                          .nic_rail = {ids->nic_rail[i]},
+                          .nic_plane = {ids->nic_plane[i]}};
     snprintf(one.name, sizeof(one.name), "%s", m->name);
     snprintf(one.pci_path, sizeof(one.pci_path), "%s", m->pci_path);
     (void)rn_devices_fold(v, &one); /* n <= RN_MAX_RAILS: always fits */
   }
   v->ptr_support |= NCCL_PTR_HOST;
   if (!gdr) v->ptr_support = NCCL_PTR_HOST;
+  v->rail_id = ids->rail_id;
+  v->plane_id = ids->plane_id;
   v->vprops.ndevs = 1;
   v->vprops.devs[0] = *nvdevs;
   snprintf(v->why, sizeof(v->why), "%s", why);
@@ -143,11 +167,21 @@ ncclResult_t rn_devices_build(const struct rn_nic *nics, int nnics, struct rn_vd
     for (int v = 0; v < plan->nvdevs && *nvdevs < RN_MAX_VDEVS; v++) {
       const struct rn_plan_vdev *pv = &plan->vdevs[v];
       int members[RN_MAX_RAILS], n = 0;
+      struct rn_devices_ids ids;
       for (int k = 0; k < pv->nnics && n < RN_MAX_RAILS; k++) {
         int i = rn_devices_find_nic(nnics, model_of, pv->nics[k]);
-        if (i >= 0) members[n++] = i;
+        if (i < 0) continue;
+        ids.nic_rail[n] = plan->nic_rail[pv->nics[k]];
+        ids.nic_plane[n] = plan->nic_plane[pv->nics[k]];
+        members[n++] = i;
       }
       if (n == 0) continue;
+      /* The plan's ids; when the transport lacks some of the planned NICs,
+       * the same rule over the NICs it has. */
+      ids.rail_id = pv->rail_id;
+      ids.plane_id = pv->plane_id;
+      if (n < pv->nnics)
+        rn_plan_fused_ids(ids.nic_rail, ids.nic_plane, n, &ids.rail_id, &ids.plane_id);
       /* The first GPU that uses this rail set explains it. */
       const char *why = "no GPU in the topology: every NIC is its own device";
       for (int g = 0; g < plan->ngpus && ngpus > 0; g++)
@@ -164,7 +198,7 @@ ncclResult_t rn_devices_build(const struct rn_nic *nics, int nnics, struct rn_vd
        * host-only for both.  Without GPUs in the model the planner cannot
        * judge: the NIC's probe and NCCL's check decide. */
       int gdr = ngpus > 0 ? pv->gdr_any : 1;
-      rn_devices_add(vdevs, nvdevs, nics, members, n, gdr, why);
+      rn_devices_add(vdevs, nvdevs, nics, members, n, gdr, &ids, why);
       for (int k = 0; k < n; k++) used[members[k]] = 1;
     }
   }
@@ -183,15 +217,15 @@ ncclResult_t rn_devices_build(const struct rn_nic *nics, int nnics, struct rn_vd
       continue;
     char why[128];
     snprintf(why, sizeof(why), "%s", planned ? "named by RAILNET_NICS" : "no rail plan for it");
-    rn_devices_add(vdevs, nvdevs, nics, &i, 1, 1, why);
+    rn_devices_add(vdevs, nvdevs, nics, &i, 1, 1, &rn_devices_no_ids, why);
   }
   rn_plan_free(plan);
   rn_topo_free(topo);
   return ncclSuccess;
 }
 
-ncclResult_t rn_devices_merge(struct rn_vdev *vdevs, int *nvdevs,
-                              const ncclNetVDeviceProps_t *props, int *d) {
+ncclResult_t rn_devices_merge(struct rn_vdev *vdevs, int *nvdevs, const struct rn_vprops *props,
+                              int *d) {
   if (*nvdevs == RN_MAX_VDEVS) {
     RN_WARN("makeVDevice: device table full");
     return ncclInvalidUsage;
@@ -212,11 +246,15 @@ ncclResult_t rn_devices_merge(struct rn_vdev *vdevs, int *nvdevs,
     }
   }
   nv.vprops = *props;
+  /* The rule the planner names its own fused devices by, over every rail:
+   * one rail id only when all share it; a virtual plane mask. */
+  rn_plan_fused_ids(nv.nic_rail, nv.nic_plane, nv.rails.n, &nv.rail_id, &nv.plane_id);
   snprintf(nv.why, sizeof(nv.why), "merged by NCCL (makeVDevice)");
   *d = *nvdevs;
   vdevs[(*nvdevs)++] = nv;
-  RN_INFO(NCCL_INIT | NCCL_NET, "dev %d: %s merged from %d devices, %d rails, speed %d Mbps", *d,
-          nv.name, props->ndevs, nv.rails.n, nv.speed);
+  RN_INFO(NCCL_INIT | NCCL_NET,
+          "dev %d: %s merged from %d devices, %d rails, speed %d Mbps, rail %d plane %d", *d,
+          nv.name, props->ndevs, nv.rails.n, nv.speed, nv.rail_id, nv.plane_id);
   return ncclSuccess;
 }
 
@@ -225,11 +263,12 @@ void rn_devices_log(const struct rn_vdev *vdevs, int nvdevs, const char *transpo
     const struct rn_vdev *v = &vdevs[d];
     RN_INFO(NCCL_INIT | NCCL_NET,
             "dev %d: %s transport=%s rails=%d speed=%d Mbps ptrSupport=%s%s%s regIsGlobal=%d "
-            "pciPath=%s%s%s",
+            "pciPath=%s rail=%d plane=%d%s%s",
             d, v->name, transport, v->rails.n, v->speed,
             (v->ptr_support & NCCL_PTR_HOST) ? "HOST" : "",
             (v->ptr_support & NCCL_PTR_CUDA) ? "|CUDA" : "",
             (v->ptr_support & NCCL_PTR_DMABUF) ? "|DMABUF" : "", v->reg_is_global,
-            v->pci_path[0] ? v->pci_path : "(none)", v->why[0] ? " : " : "", v->why);
+            v->pci_path[0] ? v->pci_path : "(none)", v->rail_id, v->plane_id,
+            v->why[0] ? " : " : "", v->why);
   }
 }

@@ -25,8 +25,8 @@ $(PLUGIN_LIB): $(PLUGIN_LIB_OBJS)
 $(PLUGIN_SO): $(PLUGIN_ABI_OBJS) $(PLUGIN_LIB) $(TOPO_LIB)
 	$(CC) -shared -o $@ $(PLUGIN_ABI_OBJS) $(PLUGIN_LIB) $(TOPO_LIB) $(TOPO_LIBS) $(LDFLAGS_COMMON) \
 	  -Wl,--exclude-libs,ALL -Wl,-z,defs -ldl -lpthread
-	@if nm -D --defined-only $@ | awk '$$2 ~ /[TDRB]/ {print $$3}' | grep -v '^ncclNetPlugin_v\(8\|9\|10\|11\)$$' | grep -v '^_' | grep -q .; then \
-	  echo "error: $@ exports symbols beyond ncclNetPlugin_v8..v11"; \
+	@if nm -D --defined-only $@ | awk '$$2 ~ /[TDRB]/ {print $$3}' | grep -v '^ncclNetPlugin_v\(8\|9\|10\|11\|12\)$$' | grep -v '^_' | grep -q .; then \
+	  echo "error: $@ exports symbols beyond ncclNetPlugin_v8..v12"; \
 	  nm -D --defined-only $@ | grep -v ncclNetPlugin; rm -f $@; exit 1; fi
 
 $(BUILD)/libnccl-net.so: $(PLUGIN_SO)

@@ -633,25 +633,28 @@ static void rn_rail_ids(struct rn_pl *s, const struct rn_plan *full) {
     if (r >= 0) p->nic_rail[n] = r;
     if (pl >= 0) p->nic_plane[n] = pl;
   }
-  /* A fused device: its rail when all members share it, else undefined;
-   * its plane as NCCL's IB transport writes it, a virtual bit (1 << 14)
-   * with one bit per member plane. */
+  int rail[RN_PLAN_MAX_RAILS], plane[RN_PLAN_MAX_RAILS];
   for (int d = 0; d < p->nvdevs; d++) {
     struct rn_plan_vdev *v = &p->vdevs[d];
-    v->rail_id = p->nic_rail[v->nics[0]];
-    v->plane_id = p->nic_plane[v->nics[0]];
-    if (v->nnics > 1) {
-      int mask = 1 << 14;
-      for (int i = 0; i < v->nnics; i++) {
-        int r = p->nic_rail[v->nics[i]], pl = p->nic_plane[v->nics[i]];
-        if (r != v->rail_id) v->rail_id = -1;
-        if (pl < 0 || pl >= 14) mask = -1;
-        if (mask >= 0) mask |= 1 << pl;
-      }
-      v->plane_id = mask;
-    }
-    if (v->rail_id < 0 && v->nnics == 1 && p->nic_plane[v->nics[0]] < 0) v->plane_id = -1;
+    for (int i = 0; i < v->nnics; i++)
+      rail[i] = p->nic_rail[v->nics[i]], plane[i] = p->nic_plane[v->nics[i]];
+    rn_plan_fused_ids(rail, plane, v->nnics, &v->rail_id, &v->plane_id);
   }
+}
+
+void rn_plan_fused_ids(const int *rail, const int *plane, int n, int *rail_id, int *plane_id) {
+  *rail_id = *plane_id = -1;
+  if (n < 1) return;
+  *rail_id = rail[0];
+  *plane_id = plane[0];
+  if (n == 1) return;
+  int mask = RN_PLAN_PLANE_VIRTUAL;
+  for (int i = 0; i < n; i++) {
+    if (rail[i] != *rail_id) *rail_id = -1;
+    if (plane[i] < 0 || plane[i] >= RN_PLAN_PLANE_BITS) mask = -1;
+    if (mask >= 0) mask |= 1 << plane[i];
+  }
+  *plane_id = mask;
 }
 
 /* The standby of a virtual device: the nearest candidate NIC outside its

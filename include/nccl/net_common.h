@@ -52,11 +52,12 @@ typedef void (*ncclDebugLogger_t)(ncclDebugLogLevel level, unsigned long flags, 
 
 #define NCCL_NET_HANDLE_MAXSIZE 128
 #define NCCL_NET_MAX_REQUESTS 32
+/* Devices one makeVDevice may fuse in v9 to v11 (v12: 8, net_v12.h). */
 #define NCCL_NET_MAX_DEVS_PER_NIC 4
 
 typedef enum { NCCL_NET_DEVICE_HOST = 0, NCCL_NET_DEVICE_UNPACK = 1 } ncclNetDeviceType;
 
-/* Device-side handle, unchanged from v8 to v11. railnet is a host-only
+/* Device-side handle, unchanged from v8 to v12. railnet is a host-only
  * plugin and always hands NULL back for it. */
 typedef struct {
   ncclNetDeviceType netDeviceType;
@@ -66,7 +67,7 @@ typedef struct {
   int needsProxyProgress;
 } ncclNetDeviceHandle_t;
 
-/* The virtual-device descriptor used by makeVDevice (v9+). */
+/* The virtual-device descriptor of makeVDevice and vProps, v9 to v11. */
 typedef struct {
   int ndevs;
   int devs[NCCL_NET_MAX_DEVS_PER_NIC];

@@ -1,5 +1,5 @@
 /* The one core behind every exported ABI version.  Adapters
- * (plugin/abi/net_v8.c ... net_v11.c) only translate types and call these; all defaults and checks
+ * (plugin/abi/net_v8.c ... net_v12.c) only translate types and call these; all defaults and checks
  * live here.  Thread-safe: NCCL calls in from init, proxy service and proxy
  * progress threads of several communicators at once. */
 #ifndef RN_CORE_H
@@ -24,20 +24,23 @@ struct rn_props {
   float latency;
   int max_comms;
   int max_recvs;
-  ncclNetVDeviceProps_t vprops;
+  struct rn_vprops vprops;
   size_t max_p2p_bytes;
   size_t max_coll_bytes;
   int max_multi_request_size;
+  int rail_id, plane_id; /* v12; -1 undefined */
 };
 
 /* Legacy (v8-v10) init: once per process, no finalize. */
 ncclResult_t rn_core_init(ncclDebugLogger_t logger);
-/* v11: one context per communicator, each holding a reference. */
+/* v11 and v12: one context per communicator, each holding a reference. */
 ncclResult_t rn_core_init_ctx(ncclDebugLogger_t logger, uint64_t comm_id, void **ctx);
 ncclResult_t rn_core_finalize(void *ctx);
 ncclResult_t rn_core_devices(int *ndev);
 ncclResult_t rn_core_get_properties(int dev, struct rn_props *props);
-ncclResult_t rn_core_make_vdevice(int *d, const ncclNetVDeviceProps_t *props);
+/* Fuses 1 .. RN_MAX_VDEV_PARTS devices; an adapter whose ABI holds fewer
+ * refuses more before it copies them. */
+ncclResult_t rn_core_make_vdevice(int *d, const struct rn_vprops *props);
 ncclResult_t rn_core_listen(void *ctx, int dev, void *handle, void **lcomm);
 ncclResult_t rn_core_connect(void *ctx, int dev, void *handle, void **scomm,
                              ncclNetDeviceHandle_t **dev_comm);

@@ -10,6 +10,15 @@
 #include "railnet/transport.h"
 
 #define RN_MAX_VDEVS 64
+/* Devices one makeVDevice may fuse: the widest ABI's bound (ncclNet v12's
+ * 8); the adapters of older versions refuse more than theirs. */
+#define RN_MAX_VDEV_PARTS 8
+
+/* makeVDevice's descriptor and vProps in the widest form. */
+struct rn_vprops {
+  int ndevs;
+  int devs[RN_MAX_VDEV_PARTS];
+};
 
 /* A virtual device.  Owner: the core's device table; immutable once
  * published. */
@@ -24,7 +33,11 @@ struct rn_vdev {
   uint64_t guid;
   int port;
   int max_comms;
-  ncclNetVDeviceProps_t vprops;
+  struct rn_vprops vprops;
+  /* ncclNet v12 ids, from the rail plan (-1 undefined): each rail's own,
+   * parallel to rails.nic, and the device's, from rn_plan_fused_ids. */
+  int nic_rail[RN_MAX_RAILS], nic_plane[RN_MAX_RAILS];
+  int rail_id, plane_id;
   char why[320]; /* the planner's reason, for the init log */
 };
 
@@ -34,8 +47,8 @@ ncclResult_t rn_devices_build(const struct rn_nic *nics, int nnics, struct rn_vd
                               int *nvdevs);
 /* makeVDevice: append the merge of the devices props names; *d is its
  * index. */
-ncclResult_t rn_devices_merge(struct rn_vdev *vdevs, int *nvdevs,
-                              const ncclNetVDeviceProps_t *props, int *d);
+ncclResult_t rn_devices_merge(struct rn_vdev *vdevs, int *nvdevs, const struct rn_vprops *props,
+                              int *d);
 /* One INFO line per device, at init. */
 void rn_devices_log(const struct rn_vdev *vdevs, int nvdevs, const char *transport);
 

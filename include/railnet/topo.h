@@ -229,6 +229,17 @@ struct rn_plan {
   unsigned char *paths;   /* model GPUs x model NICs: NCCL's path under these options */
   int npath_nics;
 };
+/* The rail and plane ids of a device that fuses n NICs whose own ids are
+ * rail[i] and plane[i] (-1 undefined), set as NCCL's IB transport sets
+ * them for its fused devices: the members' rail when they all share it,
+ * else -1; one NIC keeps its plane; several get a virtual plane mask,
+ * RN_PLAN_PLANE_VIRTUAL plus one bit per member plane (-1 when a member's
+ * plane is undefined or RN_PLAN_PLANE_BITS or more).  The planner's
+ * devices get their ids from it, and so do devices fused later
+ * (makeVDevice), so one rule names every device. */
+#define RN_PLAN_PLANE_BITS 14
+#define RN_PLAN_PLANE_VIRTUAL (1 << RN_PLAN_PLANE_BITS)
+void rn_plan_fused_ids(const int *rail, const int *plane, int n, int *rail_id, int *plane_id);
 /* NCCL's path type of model GPU g to model NIC n under the plan's options. */
 enum rn_path rn_plan_path(const struct rn_plan *p, int g, int n);
 /* 0 ok; -1 with err on bad options (malformed filter or subset). */

@@ -4,44 +4,23 @@
 #include "railnet/check.h"
 #include "railnet/core.h"
 
-static ncclResult_t rn_v11_init(void **ctx, uint64_t comm_id, ncclNetCommConfig_v11_t *config,
-                                ncclDebugLogger_t logger, ncclProfilerCallback_t prof) {
-  (void)prof;
-  (void)config; /* traffic class: no transport maps it yet */
-  return rn_core_init_ctx(logger, comm_id, ctx);
-}
-
 static ncclResult_t rn_v11_get_properties(int dev, ncclNetProperties_v11_t *props) {
   struct rn_props p;
   RN_CHECK_ARG(props != NULL, "getProperties: NULL properties pointer");
   RN_CHECK(rn_core_get_properties(dev, &p));
   RN_PROPS_COPY_V9(props, &p);
   props->maxMultiRequestSize = p.max_multi_request_size;
-  return ncclSuccess;
-}
-
-static ncclResult_t rn_v11_listen(void *ctx, int dev, void *handle, void **lcomm) {
-  return rn_core_listen(ctx, dev, handle, lcomm);
-}
-
-static ncclResult_t rn_v11_connect(void *ctx, int dev, void *handle, void **scomm,
-                                   ncclNetDeviceHandle_t **dev_comm) {
-  return rn_core_connect(ctx, dev, handle, scomm, dev_comm);
-}
-
-static ncclResult_t rn_v11_set_net_attr(void *ctx, ncclNetAttr_v11_t *attr) {
-  (void)ctx;
-  (void)attr; /* hints only; railnet's stream count is fixed per comm */
-  return ncclSuccess;
+  return rn_net_vprops_out(dev, &p.vprops, NCCL_NET_MAX_DEVS_PER_NIC, &props->vProps.ndevs,
+                           props->vProps.devs);
 }
 
 RN_EXPORT const ncclNet_v11_t ncclNetPlugin_v11 = {
     .name = "railnet",
-    .init = rn_v11_init,
+    .init = rn_net_init_v11,
     .devices = rn_core_devices,
     .getProperties = rn_v11_get_properties,
-    .listen = rn_v11_listen,
-    .connect = rn_v11_connect,
+    .listen = rn_net_listen_v11,
+    .connect = rn_net_connect_v11,
     .accept = rn_core_accept,
     .regMr = rn_core_reg_mr,
     .regMrDmaBuf = rn_core_reg_mr_dmabuf,
@@ -57,5 +36,5 @@ RN_EXPORT const ncclNet_v11_t ncclNetPlugin_v11 = {
     .irecvConsumed = rn_core_irecv_consumed,
     .makeVDevice = rn_net_make_vdevice_v9,
     .finalize = rn_core_finalize,
-    .setNetAttr = rn_v11_set_net_attr,
+    .setNetAttr = rn_net_set_net_attr_v11,
 };

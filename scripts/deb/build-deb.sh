@@ -58,7 +58,7 @@ Recommends: libibverbs1
 Section: net
 Priority: optional
 Description: topology-aware NCCL network plugin (RDMA verbs and TCP)
- railnet is an NCCL net plugin (ncclNet v8 to v11) that sends each GPU's
+ railnet is an NCCL net plugin (ncclNet v8 to v12) that sends each GPU's
  bytes through the NIC next to it: it plans GPU-NIC rails from the PCI
  topology, exposes one device per rail set, and moves data over RDMA verbs
  when an ACTIVE port exists and over TCP otherwise.  libibverbs is loaded

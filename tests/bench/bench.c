@@ -5,7 +5,7 @@
  * own, and a plain-TCP 8-byte ping-pong.  Prints one stable table.  Not a
  * test: it never fails on numbers.
  *
- *   railnet-bench [--api v8|v9|v10|v11] [--max BYTES] [--quick] [--no-ceiling]
+ *   railnet-bench [--api v8|v9|v10|v11|v12] [--max BYTES] [--quick] [--no-ceiling]
  *
  * The 4-comm column drives 4 comms from ONE thread, round-robin, the way
  * NCCL's proxy progress thread serves several channels. */
@@ -476,7 +476,7 @@ int main(int argc, char **argv) {
   }
   if (version == 0 || reps < 1 || reps > 16) {
     fprintf(stderr,
-            "usage: railnet-bench [--api v8|v9|v10|v11] [--max BYTES] [--reps N] [--quick] "
+            "usage: railnet-bench [--api v8|v9|v10|v11|v12] [--max BYTES] [--reps N] [--quick] "
             "[--no-ceiling] [--latency-only]\n");
     return 2;
   }

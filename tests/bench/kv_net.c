@@ -1,5 +1,5 @@
 /* The transports the proxy model drives: railnet through the ncclNet ABI
- * (any of v8..v11, loaded as NCCL loads it), the side channel between the
+ * (any of v8..v12, loaded as NCCL loads it), the side channel between the
  * two processes, comm setup over it, and small helpers. */
 #include "kv.h"
 
@@ -64,7 +64,7 @@ const struct kv_net_ops kv_railnet_ops = {
     .close_listen = rn_close_listen,
 };
 
-/* `loaded` is the process's dlopen of the plugin (rn_net_open done).  v11
+/* `loaded` is the process's dlopen of the plugin (rn_net_open done).  v11+
  * gets a context of its own per communicator view, as NCCL gives one per
  * communicator; v8..v10 are initialized once per process. */
 int kv_net_open_railnet(struct kv_net *n, struct rn_net *loaded, int version, int dev, int tc,
@@ -74,11 +74,11 @@ int kv_net_open_railnet(struct kv_net *n, struct rn_net *loaded, int version, in
   n->dev = dev;
   n->traffic_class = tc;
   ncclResult_t r;
-  if (version == 11) {
+  if (version >= 11) {
     n->rn = *loaded;
     r = rn_net_init_tc(&n->rn, tc);
     if (r != ncclSuccess) {
-      snprintf(why, whylen, "init (v11): %s", rn_result_str(r));
+      snprintf(why, whylen, "init (v%d): %s", version, rn_result_str(r));
       return -1;
     }
     n->owns_init = 1;

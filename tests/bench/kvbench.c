@@ -728,7 +728,7 @@ static void usage(FILE *f) {
           "         [--block-sizes 4k,64k..] [--blocks N,N..] [--w2-shapes per-op,pipelined]\n"
           "         [--channels N] [--chunk BYTES] [--steps N] [--proto auto|simple] "
           "[--no-shared-comms]\n"
-          "         [--api v8|v9|v10|v11] [--dev N] [--no-anchor] [--anchor-streams N]\n"
+          "         [--api v8|v9|v10|v11|v12] [--dev N] [--no-anchor] [--anchor-streams N]\n"
           "         [--transports railnet,tcp] (one alone: for profiling; no ratios)\n"
           "         [--w4-size BYTES] [--tc-bulk N] [--tc-small N] [--timeout S] [--seed N]\n"
           "         [--json FILE|-] [--plot FILE.png] [--detail]\n"

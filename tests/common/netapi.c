@@ -1,5 +1,7 @@
-/* A version-neutral view of the plugin ABI (v8..v11), loaded the way NCCL
- * loads it, and the capturing logger handed to init. */
+/* A version-neutral view of the plugin ABI (v8..v12), loaded the way NCCL
+ * loads it, and the capturing logger handed to init.  v12's table has
+ * v11's members with v11's types but for getProperties and makeVDevice,
+ * so every other call goes through the v11 view for both. */
 #include "rn_test.h"
 
 #include <dlfcn.h>
@@ -115,7 +117,7 @@ int rn_parse_version(const char *s) {
   if (s == NULL) return 0;
   if (*s == 'v' || *s == 'V') s++;
   int v = atoi(s);
-  return (v >= 8 && v <= 11) ? v : 0;
+  return (v >= 8 && v <= 12) ? v : 0;
 }
 
 int rn_net_open(struct rn_net *n, int version, char *err, size_t errlen) {
@@ -181,9 +183,9 @@ ncclResult_t rn_net_init(struct rn_net *n) {
 }
 
 /* As rn_net_init, with a traffic class in v11's per-communicator config
- * (the other versions take it at connect: rn_net_connect_tc). */
+ * (v12's too; older versions take it at connect: rn_net_connect_tc). */
 ncclResult_t rn_net_init_tc(struct rn_net *n, int traffic_class) {
-  if (n->version != 11) return rn_net_init(n);
+  if (n->version < 11) return rn_net_init(n);
   static uint64_t tc_comm_id = 0x5678;
   ncclNetCommConfig_v11_t cfg = {traffic_class};
   n->ctx = NULL;
@@ -194,7 +196,7 @@ ncclResult_t rn_net_init_tc(struct rn_net *n, int traffic_class) {
 }
 
 ncclResult_t rn_net_finalize(struct rn_net *n) {
-  if (n->version != 11) return ncclSuccess;
+  if (n->version < 11) return ncclSuccess;
   ncclResult_t r = n->t.v11->finalize(n->ctx);
   n->ctx = NULL;
   n->inited = 0;
@@ -228,6 +230,7 @@ ncclResult_t rn_net_props(struct rn_net *n, int dev, struct rn_props *p) {
   memset(p, 0, sizeof *p);
   p->vndevs = 1;
   p->vdev0 = dev;
+  p->rail_id = p->plane_id = NCCL_NET_ID_UNDEF; /* what NCCL assumes before v12 */
   if (n->version == 8) {
     ncclNetProperties_v8_t q;
     memset(&q, 0, sizeof q);
@@ -242,16 +245,25 @@ ncclResult_t rn_net_props(struct rn_net *n, int dev, struct rn_props *p) {
     RN_TEST_PROPS_V9(p, q);
     return r;
   }
-  ncclNetProperties_v11_t q;
+  if (n->version == 11) {
+    ncclNetProperties_v11_t q;
+    memset(&q, 0, sizeof q);
+    r = n->t.v11->getProperties(dev, &q);
+    RN_TEST_PROPS_V9(p, q);
+    p->max_multi_request_size = q.maxMultiRequestSize;
+    return r;
+  }
+  ncclNetProperties_v12_t q;
   memset(&q, 0, sizeof q);
-  r = n->t.v11->getProperties(dev, &q);
+  r = n->t.v12->getProperties(dev, &q);
   RN_TEST_PROPS_V9(p, q);
   p->max_multi_request_size = q.maxMultiRequestSize;
+  p->rail_id = q.railId, p->plane_id = q.planeId;
   return r;
 }
 
 ncclResult_t rn_net_listen(struct rn_net *n, int dev, void *handle, void **lcomm) {
-  if (n->version == 11) return n->t.v11->listen(n->ctx, dev, handle, lcomm);
+  if (n->version >= 11) return n->t.v11->listen(n->ctx, dev, handle, lcomm);
   return n->t.v8->listen(dev, handle, lcomm); /* same slot v8..v10 */
 }
 
@@ -342,8 +354,8 @@ ncclResult_t rn_net_test(struct rn_net *n, void *req, int *done, int *sizes) {
   return n->t.v8->test(req, done, sizes); /* same slot and type in every version */
 }
 
-/* The optional entry points.  Same slots and types in v8..v11 except
- * setNetAttr (v11 only). */
+/* The optional entry points.  Same slots and types in v8..v12 except
+ * setNetAttr (v11 and v12 only). */
 ncclResult_t rn_net_regmr_dmabuf(struct rn_net *n, void *comm, void *data, size_t size, int type,
                                  uint64_t offset, int fd, void **mh) {
   switch (n->version) {

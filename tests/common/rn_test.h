@@ -15,6 +15,7 @@
 #include "nccl/net_v9.h"
 #include "nccl/net_v10.h"
 #include "nccl/net_v11.h"
+#include "nccl/net_v12.h"
 
 #define RN_ATTR_PRINTF(a, b) __attribute__((format(printf, a, b)))
 
@@ -93,10 +94,11 @@ struct rn_props {
   int vndevs, vdev0;                    /* v9+: vProps */
   size_t max_p2p_bytes, max_coll_bytes; /* v9+ */
   int max_multi_request_size;           /* v11 */
+  int rail_id, plane_id;                /* v12; NCCL_NET_ID_UNDEF before */
 };
 
 struct rn_net {
-  int version; /* 8, 9, 10, 11 */
+  int version; /* 8 .. 12 */
   void *dl;
   const char *name;
   union {
@@ -104,19 +106,20 @@ struct rn_net {
     const ncclNet_v9_t *v9;
     const ncclNet_v10_t *v10;
     const ncclNet_v11_t *v11;
+    const ncclNet_v12_t *v12;
   } t;
-  void *ctx; /* v11 per-communicator context */
+  void *ctx; /* v11+ per-communicator context */
   int inited;
 };
 
-int rn_parse_version(const char *s); /* "v8".."v11" or "8".."11"; 0 if bad */
+int rn_parse_version(const char *s); /* "v8".."v12" or "8".."12"; 0 if bad */
 /* dlopen(RTLD_NOW|RTLD_LOCAL) + dlsym("ncclNetPlugin_vN").  0 ok; -1 with
  * a reason in err. */
 int rn_net_open(struct rn_net *n, int version, char *err, size_t errlen);
 void rn_net_close(struct rn_net *n);            /* dlclose */
-ncclResult_t rn_net_init(struct rn_net *n);     /* v11: a fresh context in n->ctx */
-ncclResult_t rn_net_finalize(struct rn_net *n); /* v11 only; else success */
-/* Traffic class: v11 carries it in init's config, v10 in connect's; v8/v9
+ncclResult_t rn_net_init(struct rn_net *n);     /* v11+: a fresh context in n->ctx */
+ncclResult_t rn_net_finalize(struct rn_net *n); /* v11+ only; else success */
+/* Traffic class: v11+ carry it in init's config, v10 in connect's; v8/v9
  * have none (these then act as rn_net_init / rn_net_connect). */
 ncclResult_t rn_net_init_tc(struct rn_net *n, int traffic_class);
 ncclResult_t rn_net_connect_tc(struct rn_net *n, int dev, void *handle, void **scomm,
@@ -142,7 +145,7 @@ int rn_net_has_get_device_mr(struct rn_net *n); /* the ABI allows a NULL slot */
 ncclResult_t rn_net_get_device_mr(struct rn_net *n, void *comm, void *mh, void **dptr);
 int rn_net_has_irecv_consumed(struct rn_net *n); /* the ABI allows a NULL slot */
 ncclResult_t rn_net_irecv_consumed(struct rn_net *n, void *rcomm, int cnt, void *req);
-/* v11 only (ncclInvalidUsage before); attr is a ncclNetAttr_v11_t. */
+/* v11+ only (ncclInvalidUsage before); attr is a ncclNetAttr_v11_t. */
 ncclResult_t rn_net_set_net_attr(struct rn_net *n, void *attr);
 ncclResult_t rn_net_close_send(struct rn_net *n, void *c);
 ncclResult_t rn_net_close_recv(struct rn_net *n, void *c);

@@ -3,9 +3,9 @@
  * regMr, isend/irecv/test, deregMr, close), in two processes, and checks
  * every byte.  One TAP test per case and ABI version.
  *
- *   conformance [--api v8|v9|v10|v11|all|LIST] [--seed N] [--only SUBSTR] [--list]
+ *   conformance [--api v8|v9|v10|v11|v12|all|LIST] [--seed N] [--only SUBSTR] [--list]
  *
- * Default: the full suite through ncclNetPlugin_v8, _v11, _v9 and _v10
+ * Default: the full suite through ncclNetPlugin_v8, _v12, _v11, _v9 and _v10
  * (--smoke: a subset through v9 and v10).  Environment: RN_PLUGIN (the .so),
  * RN_CONF_RECV_ENV / RN_CONF_SEND_ENV ("K=V,K=V" applied in the receiver /
  * sender before it loads the plugin), RN_CONF_DEV (device, default 0),
@@ -248,11 +248,11 @@ static int case_props(struct rn_peer *p) {
         "dev %d: name %s pciPath %s guid 0x%llx ptrSupport 0x%x regIsGlobal %d speed %d Mbps port "
         "%d "
         "latency %.1f maxComms %d maxRecvs %d type %d vProps %d[%d] maxP2p %zu maxColl %zu "
-        "maxMulti %d",
+        "maxMulti %d railId %d planeId %d",
         d, q.name ? q.name : "(null)", q.pci_path ? q.pci_path : "(null)",
         (unsigned long long)q.guid, q.ptr_support, q.reg_is_global, q.speed, q.port,
         (double)q.latency, q.max_comms, q.max_recvs, q.dev_type, q.vndevs, q.vdev0, q.max_p2p_bytes,
-        q.max_coll_bytes, q.max_multi_request_size);
+        q.max_coll_bytes, q.max_multi_request_size, q.rail_id, q.plane_id);
     if (q.name == NULL || q.name[0] == '\0')
       return peer_fail(p, "dev %d: name is NULL or empty", d);
     for (int i = 0; i < nn; i++)
@@ -292,6 +292,15 @@ static int case_props(struct rn_peer *p) {
     }
     if (p->version >= 11 && q.max_multi_request_size < 1)
       return peer_fail(p, "dev %d: maxMultiRequestSize %d", d, q.max_multi_request_size);
+    /* v12 ids: NCCL_NET_ID_UNDEF or an id; a plane with NCCL's virtual
+     * bit (1 << 14) only on a fused device (a '+' in its name), which has
+     * either that or no plane at all. */
+    if (q.rail_id < NCCL_NET_ID_UNDEF || q.plane_id < NCCL_NET_ID_UNDEF)
+      return peer_fail(p, "dev %d: railId %d planeId %d", d, q.rail_id, q.plane_id);
+    int fused = strchr(q.name, '+') != NULL, virt = q.plane_id >= 0 && (q.plane_id & (1 << 14));
+    if (virt != (fused && q.plane_id != NCCL_NET_ID_UNDEF))
+      return peer_fail(p, "dev %d (%s): planeId 0x%x, want the virtual bit on fused devices only",
+                       d, q.name, (unsigned)q.plane_id);
   }
   /* getProperties must be repeatable and the strings stable */
   struct rn_props a, b;
@@ -658,7 +667,7 @@ static int case_req_preset_send(struct rn_peer *p) {
   return case_finish(p, rc, comm, mh, buf, NULL);
 }
 
-/* v11: init/finalize per communicator, repeated and concurrent. */
+/* v11 and v12: init/finalize per communicator, repeated and concurrent. */
 struct ithr {
   struct rn_net net;
   int iters;
@@ -692,7 +701,7 @@ static void *init_thr(void *a) {
 }
 
 static int case_v11_lifecycle(struct rn_peer *p) {
-  if (p->version != 11) return peer_fail(p, "finalize exists in v11 only"), RN_EXIT_SKIP;
+  if (p->version < 11) return peer_fail(p, "finalize exists from v11 on"), RN_EXIT_SKIP;
   /* sequential */
   for (int i = 0; i < 5; i++) {
     struct ithr t = {.net = p->net, .iters = 1};
@@ -995,7 +1004,7 @@ static int case_optional_entry_points(struct rn_peer *p) {
   return rc;
 }
 
-/* v11 setNetAttr: NCCL passes per-communicator hints (peer and flow counts,
+/* v11+ setNetAttr: NCCL passes per-communicator hints (peer and flow counts,
  * op/algo/proto masks).  railnet accepts them as hints, like NCCL's own IB
  * transport, and the context keeps carrying traffic. */
 static int case_set_net_attr(struct rn_peer *p) {
@@ -1087,8 +1096,8 @@ static const struct tcase cases[] = {
      case_optional_entry_points, NULL, NULL, 60, 8, 1, 1},
     {"setNetAttr hints are accepted and the context keeps carrying traffic", case_set_net_attr,
      NULL, NULL, 60, 11, 0, 1},
-    {"v11 init/finalize repeated, concurrent, per context", case_v11_lifecycle, NULL, NULL, 90, 11,
-     0, 0},
+    {"init/finalize (v11+) repeated, concurrent, per context", case_v11_lifecycle, NULL, NULL, 90,
+     11, 0, 0},
     {"dlclose and dlopen again: init and traffic work", case_reload, NULL, NULL, 90, 8, 0, 0},
     {"finalize and dlclose with comms open and a transfer in flight: no plugin thread left",
      case_unload_open, NULL, NULL, 60, 8, 0, 0},
@@ -1102,13 +1111,13 @@ static int probe_fn(struct rn_peer *p) {
 
 static void usage(void) {
   fprintf(stderr,
-          "usage: conformance [--api v8|v9|v10|v11|all|v8,v11] [--seed N] [--only SUBSTR] "
+          "usage: conformance [--api v8|v9|v10|v11|v12|all|v8,v11] [--seed N] [--only SUBSTR] "
           "[--smoke] [--list]\n"
           "  --smoke: only the smoke subset through v9 and v10\n");
 }
 
 int main(int argc, char **argv) {
-  const char *api = "v8,v11,v9,v10";
+  const char *api = "v8,v12,v11,v9,v10";
   const char *only = NULL;
   int full = 1, list = 0;
   uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 16);
@@ -1131,7 +1140,7 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  if (!strcmp(api, "all")) api = "v8,v9,v10,v11", full = 1;
+  if (!strcmp(api, "all")) api = "v8,v9,v10,v11,v12", full = 1;
   int versions[8], nv = 0;
   char *copy = strdup(api), *save = NULL;
   for (char *t = strtok_r(copy, ",", &save); t && nv < 8; t = strtok_r(NULL, ",", &save)) {

@@ -1,4 +1,4 @@
-# Conformance harness: drives $(PLUGIN_SO) as NCCL does (v8..v11 tables).
+# Conformance harness: drives $(PLUGIN_SO) as NCCL does (v8..v12 tables).
 CONFORMANCE := $(BUILD)/tests/conformance-test
 $(eval $(call rn_harness_prog,$(CONFORMANCE),$(BUILD)/tests/conformance/conformance.o))
 

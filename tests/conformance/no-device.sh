@@ -7,14 +7,14 @@
 cd "$(dirname "$0")/../.." || exit 1
 B=${RN_BUILD:-build}
 CONF=$B/tests/conformance-test
-echo "1..2"
+echo "1..4"
 n=0
 fail=0
-expect_fail() { # DESCRIPTION WANT_IN_OUTPUT ENV...
-  desc=$1 want=$2
-  shift 2
+expect_fail() { # API DESCRIPTION WANT_IN_OUTPUT ENV...
+  api=$1 desc="$1: $2" want=$3
+  shift 3
   n=$((n + 1))
-  out=$(env "$@" "$CONF" --api v11 --only "properties" 2>&1)
+  out=$(env "$@" "$CONF" --api "$api" --only "properties" 2>&1)
   rc=$?
   if [ $rc -eq 1 ] && printf '%s\n' "$out" | grep -q '^not ok 1 ' &&
     ! printf '%s\n' "$out" | grep -q 'SKIP' && printf '%s\n' "$out" | grep -qF -- "$want"; then
@@ -25,7 +25,9 @@ expect_fail() { # DESCRIPTION WANT_IN_OUTPUT ENV...
     printf '%s\n' "$out" | sed 's/^/# /'
   fi
 }
-expect_fail "RAILNET_TRANSPORT=bogus" "RAILNET_TRANSPORT=bogus" RAILNET_TRANSPORT=bogus
-expect_fail "RAILNET_SOCKET_IFNAME matching no interface" "0 devices" \
-  RAILNET_TRANSPORT=socket RAILNET_SOCKET_IFNAME==rn-no-such-if0
+for api in v11 v12; do
+  expect_fail $api "RAILNET_TRANSPORT=bogus" "RAILNET_TRANSPORT=bogus" RAILNET_TRANSPORT=bogus
+  expect_fail $api "RAILNET_SOCKET_IFNAME matching no interface" "0 devices" \
+    RAILNET_TRANSPORT=socket RAILNET_SOCKET_IFNAME==rn-no-such-if0
+done
 exit $fail

@@ -11,3 +11,9 @@ $(CORE_TEST_MKVDEV): $(BUILD)/tests/core/test_make_vdevice.o $(BUILD)/tests/comm
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_COMMON) -o $@ $^ -ldl
 TEST_PROGS += $(CORE_TEST_MKVDEV)
+# ncclNet v12 ids and the 8-device makeVDevice bound, end to end: the
+# program runs inside the namespace tests/core/v12-ids.sh builds.
+CORE_TEST_V12 := $(BUILD)/tests/core/test_v12_ids
+$(eval $(call rn_harness_prog,$(CORE_TEST_V12),$(BUILD)/tests/core/test_v12_ids.o))
+test: $(CORE_TEST_V12)
+TEST_SCRIPTS += tests/core/v12-ids.sh

@@ -1,6 +1,7 @@
 /* makeVDevice through the v9 ABI: NCCL's NIC fusion merges two of our
  * devices into one, which must list, describe and carry traffic across
- * both rails; bad merge requests fail with a WARN. */
+ * both rails; bad merge requests (none, too many for v9, repeated,
+ * unknown) fail with a WARN.  v12's 8-device bound: tests/core/v12-ids.sh. */
 #include <dlfcn.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -95,7 +96,7 @@ int main(void) {
     return 1;
   }
   const ncclNet_v9_t *n = dlsym(h, "ncclNetPlugin_v9");
-  printf("1..9\n");
+  printf("1..10\n");
   int nd = 0;
   int c = n != NULL && n->init(logger) == ncclSuccess && n->devices(&nd) == ncclSuccess && nd == 2;
   tap_result(c, "init with RAILNET_SOCKET_IFNAME=%s gives 2 devices (%d)", spec, nd);
@@ -121,6 +122,12 @@ int main(void) {
   ncclNetVDeviceProps_t bad = {.ndevs = 0};
   tap_result(n->makeVDevice(&d, &bad) != ncclSuccess && warns > w, "%s",
              "0 devices: error with a WARN");
+  /* v9's descriptor holds 4 devices: a 5th is refused before devs[4],
+   * past the end of NCCL's struct, is read. */
+  w = warns;
+  bad = (ncclNetVDeviceProps_t){.ndevs = NCCL_NET_MAX_DEVS_PER_NIC + 1, .devs = {0, 1}};
+  tap_result(n->makeVDevice(&d, &bad) == ncclInvalidArgument && warns > w, "%s",
+             "5 devices through v9 (which holds 4): ncclInvalidArgument with a WARN");
   w = warns;
   bad = (ncclNetVDeviceProps_t){.ndevs = 2, .devs = {1, 1}};
   tap_result(n->makeVDevice(&d, &bad) != ncclSuccess && warns > w, "%s",

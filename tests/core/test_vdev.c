@@ -186,7 +186,7 @@ int main(void) {
   static struct rn_nic nics[RN_MAX_NICS];
   static struct rn_vdev v[RN_MAX_VDEVS];
   int nv = 0;
-  printf("1..%d\n", 21 + 14);
+  printf("1..%d\n", 30 + 14);
   const char *dgx = "tests/topo/fixtures/dgx-h100-like.xml";
   int n = fake_nics(dgx, nics);
   tap_result(n == 12, "DGX-H100-like fixture gives 12 NICs (%s)", dgx);
@@ -258,6 +258,49 @@ int main(void) {
   tap_result(f >= 0 && v[f].reg_is_global == 0, "%s",
              "a fused device reports regIsGlobal only when every rail has it");
 
+  /* ncclNet v12 ids from the plan (topo/plan.c: a GPU's rail set is one
+   * rail, numbered in GPU bus order; a NIC's place in the set is its plane;
+   * a fused device gets NCCL's virtual plane mask 1<<14 | one bit per
+   * plane).  p5-like: 8 GPUs, 4 NICs under each GPU's switch. */
+  n = fake_nics(p5, nics);
+  f = build(p5, NULL, nics, n, v, &nv) == 0
+          ? has_vdev(v, nv, "rdmap79s0+rdmap80s0+rdmap81s0+rdmap82s0")
+          : -1;
+  tap_result(f >= 0 && v[f].rail_id == 0 && v[f].plane_id == (1 << 14 | 0xf), "%s",
+             "p5-like: the first GPU's fused device is rail 0, plane mask 0x400f");
+  int nic_ids_ok = f >= 0 && v[f].rails.n == 4;
+  for (int k = 0; nic_ids_ok && k < 4; k++)
+    nic_ids_ok = v[f].nic_rail[k] == 0 && v[f].nic_plane[k] == k;
+  tap_result(nic_ids_ok, "%s", "... and each of its NICs keeps rail 0 and its place as plane 0..3");
+  int last = has_vdev(v, nv, "rdmap198s0+rdmap199s0+rdmap200s0+rdmap201s0");
+  tap_result(last >= 0 && v[last].rail_id == 7 && v[last].plane_id == (1 << 14 | 0xf), "%s",
+             "p5-like: the last GPU's device is rail 7, same plane mask");
+  /* makeVDevice over planner devices: the same rule over every rail. */
+  struct rn_vprops two = {.ndevs = 2, .devs = {f, last}};
+  int md = -1;
+  tap_result(f >= 0 && last >= 0 && rn_devices_merge(v, &nv, &two, &md) == ncclSuccess &&
+                 v[md].rail_id == -1 && v[md].plane_id == (1 << 14 | 0xf),
+             "%s", "merging rails 0 and 7: no common rail (-1), planes 0..3 in the mask");
+  struct rn_vprops one = {.ndevs = 1, .devs = {f}};
+  tap_result(f >= 0 && rn_devices_merge(v, &nv, &one, &md) == ncclSuccess && v[md].rail_id == 0 &&
+                 v[md].plane_id == v[f].plane_id,
+             "%s", "a merge of one fused device keeps its ids");
+  /* The transport lacks one planned NIC: the rule over the NICs it has. */
+  n = fake_nics(p5, nics);
+  for (int i = 0, k = 0; i < n; i++)
+    if (strcmp(nics[i].name, "rdmap82s0") != 0) nics[k++] = nics[i];
+  f = build(p5, NULL, nics, n - 1, v, &nv) == 0 ? has_vdev(v, nv, "rdmap79s0+rdmap80s0+rdmap81s0")
+                                                : -1;
+  tap_result(f >= 0 && v[f].rail_id == 0 && v[f].plane_id == (1 << 14 | 0x7), "%s",
+             "without rdmap82s0 the first device is rail 0, planes 0..2 only (0x4007)");
+  n = fake_nics(dgx, nics);
+  int one_rail = build(dgx, NULL, nics, n, v, &nv) == 0 ? has_vdev(v, nv, "mlx5_0") : -1;
+  tap_result(one_rail >= 0 && v[one_rail].rail_id == 0 && v[one_rail].plane_id == 0, "%s",
+             "DGX-H100-like: a one-NIC device is its GPU's rail, plane 0 (no virtual bit)");
+  int sixth = has_vdev(v, nv, "mlx5_6");
+  tap_result(sixth >= 0 && v[sixth].rail_id == 4, "%s",
+             "... rails follow GPU bus order: mlx5_6 (the fifth GPU's) is rail 4");
+
   /* A transport NIC the topology does not know (a veth, say). */
   n = fake_nics(dgx, nics);
   memset(&nics[n], 0, sizeof(nics[n]));
@@ -266,9 +309,13 @@ int main(void) {
   nics[n].ptr_support = NCCL_PTR_HOST;
   tap_result(build(dgx, NULL, nics, n + 1, v, &nv) == 0 && has_vdev(v, nv, "veth0") < 0 && nv == 8,
              "%s", "a NIC outside the topology stays hidden when GPUs have planned rails");
-  tap_result(build(dgx, "RAILNET_NICS=veth0,mlx5_0", nics, n + 1, v, &nv) == 0 &&
-                 has_vdev(v, nv, "veth0") >= 0,
-             "%s", "... and is exposed when RAILNET_NICS names it");
+  int veth = build(dgx, "RAILNET_NICS=veth0,mlx5_0", nics, n + 1, v, &nv) == 0
+                 ? has_vdev(v, nv, "veth0")
+                 : -1;
+  tap_result(veth >= 0, "%s", "... and is exposed when RAILNET_NICS names it");
+  tap_result(veth >= 0 && v[veth].rail_id == -1 && v[veth].plane_id == -1 &&
+                 v[veth].nic_rail[0] == -1 && v[veth].nic_plane[0] == -1,
+             "%s", "... with no rail or plane (NCCL_NET_ID_UNDEF): the plan knows nothing of it");
   tap_result(build("tests/topo/fixtures/no-nics.xml", NULL, nics + n, 1, v, &nv) == 0 && nv == 1 &&
                  strcmp(v[0].name, "veth0") == 0,
              "%s", "with no planned rails every transport NIC is its own device");

@@ -5,7 +5,7 @@
  * RN_TIMEOUT_SCALE); a bound turns a hang into a failure and never judges
  * speed.
  *
- *   fault [--api v8|v9|v10|v11] [--only SUBSTR] [--seed N]
+ *   fault [--api v8|v9|v10|v11|v12] [--only SUBSTR] [--seed N]
  *
  * Environment as for the conformance harness (RN_PLUGIN, RN_CONF_RECV_ENV,
  * RN_CONF_SEND_ENV, RN_CONF_DEV, RN_CONF_VERBOSE, RN_CONF_TIMEOUT_SCALE). */
@@ -1174,7 +1174,7 @@ int main(int argc, char **argv) {
       version = 0;
   }
   if (version == 0) {
-    fprintf(stderr, "usage: fault [--api v8|v9|v10|v11] [--only SUBSTR] [--seed N]\n");
+    fprintf(stderr, "usage: fault [--api v8|v9|v10|v11|v12] [--only SUBSTR] [--seed N]\n");
     return 2;
   }
   rn_default_env();

@@ -8,7 +8,7 @@
  * data, and the listener must hold no more sockets than its stated bound.
  * A last case runs accept out of file descriptors.
  *
- *   listener-test [--api v8|v9|v10|v11] [--only SUBSTR] [--n N] [--seed N]
+ *   listener-test [--api v8|v9|v10|v11|v12] [--only SUBSTR] [--n N] [--seed N]
  *
  * The whole program runs in a network namespace of its own when it can
  * create one (root), with loopback only: the flood touches no one else's
@@ -730,7 +730,7 @@ int main(int argc, char **argv) {
       version = 0;
   }
   if (version == 0 || n < 16) {
-    fprintf(stderr, "usage: listener-test [--api v8|v9|v10|v11] [--only SUBSTR] [--n N>=16]\n");
+    fprintf(stderr, "usage: listener-test [--api v8|v9|v10|v11|v12] [--only SUBSTR] [--n N>=16]\n");
     return 2;
   }
   setenv("RAILNET_TRANSPORT", "socket", 1);

@@ -8,7 +8,7 @@
  * Every isend/irecv/test return code is checked; every byte and every
  * reported size is verified.
  *
- *   matching-test [--api v8|v9|v10|v11] [--seed N] [--only SUBSTR]
+ *   matching-test [--api v8|v9|v10|v11|v12] [--seed N] [--only SUBSTR]
  *                 [--rounds N] [--orders N|all]
  *
  * Cases, each with small (eager-sized) and large (streamed) messages:

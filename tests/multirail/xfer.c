@@ -726,7 +726,7 @@ static void usage(void) {
           "  --at T:CMD          run CMD (sh -c) T seconds after the first post\n"
           "  --timeout S         bound for the whole run; past it, sides still waiting are\n"
           "                      reported as hung and killed (default 60, x RN_TIMEOUT_SCALE)\n"
-          "  --api vN            plugin ABI, v8..v11 (default v11)\n"
+          "  --api vN            plugin ABI, v8..v12 (default v11)\n"
           "exit: 0 verified, 1 error from the plugin, 2 wrong data or crash, 3 hang, 4 set-up\n",
           XFER_MAX_WINDOW);
   exit(XFER_USAGE);

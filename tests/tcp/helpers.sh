@@ -8,7 +8,7 @@
 # memcheck multiplies the time by 20-50.
 cd "$(dirname "$0")/../.." || exit 1
 build=${RN_BUILD:-build}
-apis=v8,v11
+apis=v8,v11,v12
 [ -n "${RN_TEST_WRAP:-}" ] && apis=v11
 RAILNET_TRANSPORT=socket RAILNET_SOCKET_IFNAME=lo RAILNET_SOCKET_NTHREADS=2 RAILNET_MR_CACHE=0 \
   exec $RN_TEST_WRAP "$build/tests/conformance-test" --api $apis

@@ -1,10 +1,11 @@
 # `make valgrind`: part of the suite under memcheck (tests/valgrind/memcheck.sh).
 # Under memcheck every program runs 20-50 times slower, so this covers the
 # plugin's own code paths once each rather than the whole suite:
-#   conformance (v8, v9, v10, v11 over TCP), fault, the optional entry points
+#   conformance (v8 to v12 over TCP), fault, the optional entry points
 #   and knobs through the ABI, the core unit tests, the eager-oversize
 #   regression, the MR cache, and the conformance suite again with helper
-#   threads moving the TCP streams (tests/tcp/helpers.sh, through v11).
+#   threads moving the TCP streams (tests/tcp/helpers.sh, through v11),
+#   and the v12 rail/plane ids and 8-device fusion (tests/core/v12-ids.sh).
 # Not under memcheck: the IPv6, tiny-chunk and small-message-flood variants
 # (the same code as above with other parameters), the topo tests (pure
 # parsing and planning, checked under ASan+UBSan), the fuzzer (clang, its
@@ -15,7 +16,7 @@ VALGRIND_PROGS += $(BUILD)/tests/conformance-test $(BUILD)/tests/fault-test \
   $(BUILD)/tests/core/test_vdev $(BUILD)/tests/core/test_make_vdevice \
   $(BUILD)/tests/tcp/test_eager_oversize $(BUILD)/tests/ib/test_mr_cache \
   $(BUILD)/tests/params/test_params
-VALGRIND_SCRIPTS += tests/tcp/helpers.sh
+VALGRIND_SCRIPTS += tests/tcp/helpers.sh tests/core/v12-ids.sh
 
 .PHONY: valgrind
 valgrind: all $(VALGRIND_PROGS)

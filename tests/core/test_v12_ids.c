@@ -1,0 +1,179 @@
+/* ncclNet v12 end to end: the rail and plane ids NCCL reads from
+ * getProperties are the rail planner's, and makeVDevice takes up to 8
+ * devices.  Run by tests/core/v12-ids.sh inside a network namespace that
+ * holds the veth netdevs rnv0 ... rnv9 of tests/core/v12-rails.xml, with
+ * RAILNET_TOPO_FILE pointing at that file, RAILNET_TRANSPORT=socket and
+ * RAILNET_SOCKET_IFNAME=rnv.
+ *
+ * Expectations, by hand from the fixture and the planner's rule
+ * (topo/plan.c, README "rail and plane ids"): nine GPUs in bus order, each
+ * with the NICs under its own switch.  GPU 0's rnv0 and rnv1 are one fused
+ * device: rail 0, planes 0 and 1, so NCCL's virtual plane mask
+ * 1<<14 | 0b11 = 0x4003.  GPU k (1..8) has one NIC, rnv(k+1): rail k,
+ * plane 0. */
+#include <dlfcn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "../common/rn_test.h"
+#include "nccl/net_v11.h"
+#include "nccl/net_v12.h"
+
+#define NDEV 9
+
+static int warns;
+
+static void logger(ncclDebugLogLevel level, unsigned long flags, const char *file, int line,
+                   const char *fmt, ...) {
+  (void)flags, (void)file, (void)line;
+  if (level != NCCL_LOG_WARN) return;
+  warns++;
+  va_list ap;
+  va_start(ap, fmt);
+  printf("# WARN ");
+  vprintf(fmt, ap);
+  printf("\n");
+  va_end(ap);
+}
+
+static int find_dev(const ncclNet_v12_t *n, int ndev, const char *name) {
+  for (int d = 0; d < ndev; d++) {
+    ncclNetProperties_v12_t p;
+    if (n->getProperties(d, &p) == ncclSuccess && strcmp(p.name, name) == 0) return d;
+  }
+  return -1;
+}
+
+/* Listen and connect on dev in this process, send len bytes, verify. */
+static int traffic(const ncclNet_v12_t *n, void *ctx, int dev, size_t len) {
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  void *lc = NULL, *sc = NULL, *rc = NULL, *smh = NULL, *rmh = NULL;
+  ncclNetDeviceHandle_t *dh = NULL;
+  if (n->listen(ctx, dev, handle, &lc) != ncclSuccess) return -1;
+  double end = rn_deadline(20);
+  int rcode = 0;
+  while ((sc == NULL || rc == NULL) && now_s() < end && rcode == 0) {
+    if (sc == NULL && n->connect(ctx, dev, handle, &sc, &dh) != ncclSuccess) rcode = -1;
+    if (rc == NULL && n->accept(lc, &rc, &dh) != ncclSuccess) rcode = -1;
+  }
+  unsigned char *src = malloc(len), *dst = calloc(1, len);
+  if (sc == NULL || rc == NULL || src == NULL || dst == NULL) rcode = -1;
+  if (rcode == 0) {
+    pattern_fill(src, len, 12);
+    if (n->regMr(sc, src, len, NCCL_PTR_HOST, &smh) != ncclSuccess ||
+        n->regMr(rc, dst, len, NCCL_PTR_HOST, &rmh) != ncclSuccess)
+      rcode = -1;
+  }
+  void *rreq = NULL, *sreq = NULL, *d = dst;
+  size_t sz = len;
+  int tag = 3, rdone = 0, sdone = 0, got = -1;
+  while (rcode == 0 && rreq == NULL && now_s() < end)
+    if (n->irecv(rc, 1, &d, &sz, &tag, &rmh, NULL, &rreq) != ncclSuccess) rcode = -1;
+  while (rcode == 0 && !(rdone && sdone) && now_s() < end) {
+    if (sreq == NULL && n->isend(sc, src, len, tag, smh, NULL, &sreq) != ncclSuccess) rcode = -1;
+    if (sreq != NULL && !sdone && n->test(sreq, &sdone, NULL) != ncclSuccess) rcode = -1;
+    if (rreq != NULL && !rdone && n->test(rreq, &rdone, &got) != ncclSuccess) rcode = -1;
+  }
+  if (!(rdone && sdone) || (size_t)got != len || pattern_check(dst, len, 12) != (size_t)-1)
+    rcode = -1;
+  if (smh != NULL && n->deregMr(sc, smh) != ncclSuccess) rcode = -1;
+  if (rmh != NULL && n->deregMr(rc, rmh) != ncclSuccess) rcode = -1;
+  if (sc != NULL && n->closeSend(sc) != ncclSuccess) rcode = -1;
+  if (rc != NULL && n->closeRecv(rc) != ncclSuccess) rcode = -1;
+  if (n->closeListen(lc) != ncclSuccess) rcode = -1;
+  free(src);
+  free(dst);
+  return rcode;
+}
+
+int main(void) {
+  setvbuf(stdout, NULL, _IOLBF, 0); /* TAP survives an exit without flushing */
+  const char *so = rn_plugin_path();
+  void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+  if (h == NULL) {
+    printf("1..1\nnot ok 1 - dlopen %s: %s\n", so, dlerror());
+    return 1;
+  }
+  const ncclNet_v12_t *n = dlsym(h, "ncclNetPlugin_v12");
+  const ncclNet_v11_t *n11 = dlsym(h, "ncclNetPlugin_v11");
+  printf("1..10\n");
+  void *ctx = NULL;
+  ncclNetCommConfig_v12_t cfg = {NCCL_NET_TRAFFIC_CLASS_UNDEF};
+  int nd = 0;
+  int c = n != NULL && n11 != NULL && n->init(&ctx, 1, &cfg, logger, NULL) == ncclSuccess &&
+          n->devices(&nd) == ncclSuccess;
+  tap_result(c && nd == NDEV, "ncclNetPlugin_v12 on the fixture's 10 NICs gives %d devices (%d)",
+             NDEV, nd);
+  if (!c || nd != NDEV) return 1;
+
+  /* The fused device of GPU 0. */
+  ncclNetProperties_v12_t p;
+  int fused = find_dev(n, nd, "rnv0+rnv1");
+  c = fused >= 0 && n->getProperties(fused, &p) == ncclSuccess;
+  tap_result(
+      c && p.railId == 0 && p.planeId == 0x4003 && p.vProps.ndevs == 1 && p.vProps.devs[0] == fused,
+      "rnv0+rnv1: railId 0, planeId 0x4003 (virtual bit, planes 0 and 1) (got %d, 0x%x)",
+      c ? p.railId : -2, c ? (unsigned)p.planeId : 0u);
+
+  /* GPUs 1..8: one NIC each, rail k, plane 0. */
+  int single[8], ids_ok = 1;
+  for (int k = 1; k <= 8; k++) {
+    char name[16];
+    snprintf(name, sizeof name, "rnv%d", k + 1);
+    single[k - 1] = find_dev(n, nd, name);
+    if (single[k - 1] < 0 || n->getProperties(single[k - 1], &p) != ncclSuccess || p.railId != k ||
+        p.planeId != 0) {
+      printf("# %s: dev %d railId %d planeId %d, want %d and 0\n", name, single[k - 1],
+             single[k - 1] >= 0 ? p.railId : -2, single[k - 1] >= 0 ? p.planeId : -2, k);
+      ids_ok = 0;
+    }
+  }
+  tap_result(ids_ok, "%s", "rnv2 ... rnv9: railId 1 ... 8 in GPU bus order, planeId 0");
+  if (!ids_ok) return 1;
+
+  /* 8 devices: v12's bound, accepted. */
+  ncclNetVDeviceProps_v12_t vp = {.ndevs = 8};
+  for (int i = 0; i < 8; i++) vp.devs[i] = single[i];
+  int d8 = -1, nd2 = 0;
+  c = n->makeVDevice(&d8, &vp) == ncclSuccess && d8 == NDEV && n->devices(&nd2) == ncclSuccess;
+  tap_result(c && nd2 == NDEV + 1, "makeVDevice of 8 devices: index %d, devices() %d", d8, nd2);
+  int vp_ok = c && n->getProperties(d8, &p) == ncclSuccess && p.vProps.ndevs == 8;
+  for (int i = 0; vp_ok && i < 8; i++) vp_ok = p.vProps.devs[i] == single[i];
+  tap_result(vp_ok && p.railId == NCCL_NET_ID_UNDEF && p.planeId == 0x4001,
+             "... it reports all 8 in vProps, no common rail (-1), plane mask 0x4001 (got %d, "
+             "0x%x)",
+             vp_ok ? p.railId : -2, vp_ok ? (unsigned)p.planeId : 0u);
+  tap_result(c && traffic(n, ctx, d8, 4u << 20) == 0, "%s",
+             "4 MiB over the 8-rail device, verified");
+  int w = warns;
+  ncclNetProperties_v11_t p11;
+  tap_result(c && n11->getProperties(d8, &p11) == ncclInternalError && warns > w, "%s",
+             "v11 getProperties of it (v11 holds 4): ncclInternalError with a WARN, not truncated");
+
+  /* A 9th device: refused. */
+  struct {
+    ncclNetVDeviceProps_v12_t vp;
+    int past_the_end; /* what a 9th devs[] entry would read */
+  } nine = {.vp = {.ndevs = 9}, .past_the_end = 0};
+  for (int i = 0; i < 8; i++) nine.vp.devs[i] = i;
+  w = warns;
+  int d9 = -1;
+  ncclResult_t r = n->makeVDevice(&d9, &nine.vp);
+  tap_result(
+      r == ncclInvalidArgument && warns > w && n->devices(&nd2) == ncclSuccess && nd2 == NDEV + 1,
+      "makeVDevice of 9 devices: ncclInvalidArgument with a WARN, no device added (%s)",
+      rn_result_str(r));
+
+  /* A merge across the fused device and a one-NIC one: planes 0,1 and 0. */
+  ncclNetVDeviceProps_v12_t two = {.ndevs = 2, .devs = {fused, single[0]}};
+  int d2 = -1;
+  c = n->makeVDevice(&d2, &two) == ncclSuccess && n->getProperties(d2, &p) == ncclSuccess;
+  tap_result(c && p.railId == NCCL_NET_ID_UNDEF && p.planeId == 0x4003,
+             "merging rails 0 and 1: railId -1, planeId 0x4003 (got %d, 0x%x)", c ? p.railId : -2,
+             c ? (unsigned)p.planeId : 0u);
+  tap_result(n->finalize(ctx) == ncclSuccess, "%s", "finalize");
+  dlclose(h);
+  printf("# %d passed, %d failed\n", tap_count() - tap_failed(), tap_failed());
+  return tap_failed() != 0;
+}
