@@ -94,6 +94,36 @@ struct rn_ib_ctl {
   uint64_t flush[8];
 };
 
+/* The out-of-band exchange (connect.c): what each side tells the other
+ * once over the bootstrap socket, and what the handle carries. */
+#define RN_IB_INFO_MAGIC 0x726e6962u /* "rnib" */
+#define RN_IB_INFO_VERSION 2 /* 2: only part of the control block is remote, new immediates */
+
+/* Every field is checked on arrival (rn_ib_info_check, rn_ib_comm_connect). */
+struct rn_ib_rail_info {
+  uint8_t gid[16];
+  uint32_t rkey; /* the remotely writable part of the control block */
+  uint16_t lid;
+  uint8_t link; /* IBV_LINK_LAYER_* */
+  uint8_t mtu;  /* enum ibv_mtu */
+};
+struct rn_ib_conn_info {
+  uint32_t magic;
+  uint16_t version;
+  uint8_t nrails;
+  uint8_t nqps;
+  uint64_t ctl_addr; /* the remotely writable part: the sender's fifo, the receiver's sizes */
+  char dev[32];      /* first rail's name, for messages */
+  struct rn_ib_rail_info rail[RN_MAX_RAILS];
+  uint32_t qpn[RN_MAX_RAILS][RN_IB_MAX_QPS];
+};
+
+/* What the handle payload carries: the listener's bootstrap address. */
+struct rn_ib_payload {
+  struct rn_wire_addr addr;
+};
+static_assert(sizeof(struct rn_ib_payload) <= RN_HANDLE_PAYLOAD, "handle payload is 108 bytes");
+
 /* An opened device (shared by its ports).  Owner: discovery.c's table. */
 struct rn_ib_device {
   char name[64];
