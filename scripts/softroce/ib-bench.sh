@@ -32,12 +32,12 @@ counters() { # every rxe hw counter as "dev name value"
     done
   done
 }
-# run NAME CMD...: the command with counters before and after; the
+# run NAME CMD...: the command (bounded by timeouts inside) with counters before and after; the
 # counters it moved (retransmits, sequence errors, RNR, drops) to NAME.ctr
 run() {
   name=$1; shift
   counters >"$O/ctr.before"
-  timeout $T "$@" >"$O/$name.log" 2>&1 || echo "# $name: exit $?" >>"$O/$name.log"
+  "$@" >"$O/$name.log" 2>&1 || echo "# $name: exit $?" >>"$O/$name.log"
   counters | awk 'NR == FNR { b[$1" "$2] = $3; next }
     $2 ~ /retry|seq|rnr|dup|drop|err|timeout/ && $3 - b[$1" "$2] > 0 { print $1, $2, $3 - b[$1" "$2] }' \
     "$O/ctr.before" - >"$O/$name.ctr"
@@ -46,9 +46,9 @@ result() { echo "$1 $2 $3 $4" >>"$R"; } # ROUND NAME VALUE UNIT
 # perftest pairs: server in the background, client against it
 bw_pair() { # DEV_S DEV_C ADDR PORT ARGS...
   ds=$1 dc=$2 a=$3 p=$4; shift 4
-  ib_write_bw -d "$ds" -x $G -F -p "$p" "$@" >/dev/null 2>&1 & sv=$!
+  timeout $T ib_write_bw -d "$ds" -x $G -F -p "$p" "$@" >/dev/null 2>&1 & sv=$!
   sleep 1
-  ib_write_bw -d "$dc" -x $G -F -p "$p" "$@" "$a"; rc=$?
+  timeout $T ib_write_bw -d "$dc" -x $G -F -p "$p" "$@" "$a"; rc=$?
   wait $sv
   return $rc
 }
@@ -60,9 +60,9 @@ two_pairs() {
   [ $r0 -eq 0 ] && [ $r1 -eq 0 ]
 }
 lat_pair() {
-  ib_write_lat -d rxe0 -x $G -F -s 8 -n 2000 >/dev/null 2>&1 & sv=$!
+  timeout $T ib_write_lat -d rxe0 -x $G -F -s 8 -n 2000 >/dev/null 2>&1 & sv=$!
   sleep 1
-  ib_write_lat -d rxe1 -x $G -F -s 8 -n 2000 10.77.0.1; rc=$?
+  timeout $T ib_write_lat -d rxe1 -x $G -F -s 8 -n 2000 10.77.0.1; rc=$?
   wait $sv
   return $rc
 }
@@ -77,23 +77,23 @@ plugin_runs() {
   tag=$1 lib=$2 r=$3
   export RN_PLUGIN="$lib/libnccl-net-railnet.so"
   RN_CONF_RECV_ENV="$ONE_R" RN_CONF_SEND_ENV="$ONE_S" RN_BENCH_ITERS=$ITERS \
-    run "r$r-$tag-bw1" "$B/tests/bench/ib_bench" bw
+    run "r$r-$tag-bw1" timeout $T "$B/tests/bench/ib_bench" bw
   result "$r" "$tag-bw1" "$(pl "$O/r$r-$tag-bw1.log" plugin_bw_MiBps)" MiB/s
   RN_CONF_RECV_ENV="$TWO_R" RN_CONF_SEND_ENV="$TWO_S" RN_IB_VDEV=0,1 RN_BENCH_ITERS=$ITERS \
-    run "r$r-$tag-bw2" "$B/tests/bench/ib_bench" bw
+    run "r$r-$tag-bw2" timeout $T "$B/tests/bench/ib_bench" bw
   result "$r" "$tag-bw2" "$(pl "$O/r$r-$tag-bw2.log" plugin_bw_MiBps)" MiB/s
   RN_CONF_RECV_ENV="$ONE_R" RN_CONF_SEND_ENV="$ONE_S" \
-    run "r$r-$tag-lat1" "$B/tests/bench/ib_bench" lat
+    run "r$r-$tag-lat1" timeout $T "$B/tests/bench/ib_bench" lat
   result "$r" "$tag-lat1" "$(pl "$O/r$r-$tag-lat1.log" plugin_lat_typical_us)" us
   RN_CONF_RECV_ENV="$TWO_R" RN_CONF_SEND_ENV="$TWO_S" RN_IB_VDEV=0,1 \
-    run "r$r-$tag-lat2" "$B/tests/bench/ib_bench" lat
+    run "r$r-$tag-lat2" timeout $T "$B/tests/bench/ib_bench" lat
   result "$r" "$tag-lat2" "$(pl "$O/r$r-$tag-lat2.log" plugin_lat_typical_us)" us
   RN_CONF_RECV_ENV="$ONE_R" RN_CONF_SEND_ENV="$ONE_S" RN_BENCH_SIZE=4096 \
     RN_BENCH_ITERS=$((ITERS * 16)) RN_BENCH_WINDOW=8 \
-    run "r$r-$tag-rate" "$B/tests/bench/ib_bench" bw
+    run "r$r-$tag-rate" timeout $T "$B/tests/bench/ib_bench" bw
   result "$r" "$tag-rate" "$(pl "$O/r$r-$tag-rate.log" plugin_msg_rate)" msg/s
   RN_CONF_RECV_ENV="$ONE_R,RAILNET_IB_QPS=4" RN_CONF_SEND_ENV="$ONE_S,RAILNET_IB_QPS=4" \
-    RN_BENCH_ITERS=$ITERS run "r$r-$tag-bw1q4" "$B/tests/bench/ib_bench" bw
+    RN_BENCH_ITERS=$ITERS run "r$r-$tag-bw1q4" timeout $T "$B/tests/bench/ib_bench" bw
   result "$r" "$tag-bw1q4" "$(pl "$O/r$r-$tag-bw1q4.log" plugin_bw_MiBps)" MiB/s
   unset RN_PLUGIN
 }

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Runs INSIDE the Soft-RoCE VM (after rxe-test.sh made rxe0..rxe3 on two
 # veth pairs): the plugin's verbs transport under the conformance and fault
-# suites and the multi-rail driver.  Usage: ib-suite.sh BUILD OUTDIR
+# suites, the multi-rail driver, the rogue peer and the matching-rule
+# programs.  Usage: ib-suite.sh BUILD OUTDIR
 # Writes OUTDIR/results ("ok NAME (N s)" / "not ok NAME ...") and one log
 # per check; the host turns them into TAP.  (The numbers: ib-bench.sh.)
 B=${1:-build}; O=${2:-/tmp}
@@ -27,4 +28,16 @@ check conformance-4qp "$ONE_R,RAILNET_IB_QPS=4" "$ONE_S,RAILNET_IB_QPS=4" "$B/te
 check conformance-v8-2qp "$ONE_R,RAILNET_IB_QPS=2" "$ONE_S,RAILNET_IB_QPS=2" "$B/tests/conformance-test" --api v8 --only "in flight"
 RN_IB_VDEV=0,1 check verify-2rail-2qp "$TWO_R,RAILNET_IB_QPS=2" "$TWO_S,RAILNET_IB_QPS=2" "$B/tests/bench/ib_bench" verify
 check fault "$ONE_R" "$ONE_S" "$B/tests/fault-test" --api v11
+# Nothing inline (RAILNET_IB_INLINE=0): every FIFO write, size and small
+# message DMA-read from registered memory instead of copied at post.
+check conformance-noinline "$ONE_R,RAILNET_IB_INLINE=0" "$ONE_S,RAILNET_IB_INLINE=0" \
+  "$B/tests/conformance-test" --api v11 --only messages
+# A rogue peer writing corrupt FIFO slots, immediates, sizes, connection info.
+check rogue "$ONE_R" "$ONE_S" "$B/tests/rogue-test"
+# Every matching-rule program the tree has (tests/*match*), over 2 QPs so
+# groups spread over QPs.
+for m in "$B"/tests/*match*; do
+  [ -f "$m" ] && [ -x "$m" ] || continue
+  check "$(basename "$m")" "$ONE_R,RAILNET_IB_QPS=2" "$ONE_S,RAILNET_IB_QPS=2" "$m"
+done
 exit 0
