@@ -1,6 +1,7 @@
 # railnet top-level build.  `make` builds the plugin and the CLI, `make test`
 # runs the suite, `make SAN=1 test` the same under ASan+UBSan,
-# `make valgrind` the conformance suite under memcheck.
+# `make valgrind` part of it under memcheck (tests/valgrind/valgrind.mk),
+# `make install`/`uninstall`/`deb` (scripts/install.mk).
 # Each area adds its own rules in its .mk file.
 
 PREFIX ?= /usr/local
@@ -36,18 +37,13 @@ all:
 include topo/topo.mk
 include plugin/plugin.mk
 include tests/tests.mk
+include scripts/install.mk
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) $(EXTRA_CFLAGS_$(subst /,_,$(dir $<))) -MMD -MP -c $< -o $@
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
-
-install: all
-	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin
-	install -m 0755 $(PLUGIN_SO) $(DESTDIR)$(PREFIX)/lib/
-	ln -sf libnccl-net-railnet.so $(DESTDIR)$(PREFIX)/lib/libnccl-net.so
-	install -m 0755 $(TOPO_CLI) $(DESTDIR)$(PREFIX)/bin/
 
 clean:
 	rm -rf build build-san

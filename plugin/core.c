@@ -171,7 +171,7 @@ ncclResult_t rn_core_get_properties(int dev, struct rn_props *p) {
   p->pci_path = v->pci_path[0] ? v->pci_path : NULL;
   p->guid = v->guid;
   p->ptr_support = v->ptr_support;
-  p->reg_is_global = 1; /* TCP registration is free; verbs keeps an MR cache */
+  p->reg_is_global = v->reg_is_global; /* the transport's discovery decides */
   p->force_flush = v->force_flush;
   p->speed = v->speed;
   p->port = v->port;

@@ -15,9 +15,9 @@ static enum rn_path rn_devices_gdr_level(int64_t level) {
 }
 
 /* Fold part's rails into v: names joined with '+', speeds summed, the
- * pointer types and comm count every part supports, a flush if any part
- * needs one; the first part gives the PCI path, GUID and port.  -1 when
- * the rails would not fit in one device. */
+ * pointer types, global registration and comm count every part supports,
+ * a flush if any part needs one; the first part gives the PCI path, GUID
+ * and port.  -1 when the rails would not fit in one device. */
 static int rn_devices_fold(struct rn_vdev *v, const struct rn_vdev *part) {
   if (v->rails.n + part->rails.n > RN_MAX_RAILS) return -1;
   if (v->rails.n == 0) {
@@ -25,9 +25,11 @@ static int rn_devices_fold(struct rn_vdev *v, const struct rn_vdev *part) {
     v->guid = part->guid;
     v->port = part->port;
     v->ptr_support = part->ptr_support;
+    v->reg_is_global = part->reg_is_global;
     v->max_comms = part->max_comms;
   } else {
     v->ptr_support &= part->ptr_support;
+    v->reg_is_global &= part->reg_is_global;
     if (part->max_comms < v->max_comms) v->max_comms = part->max_comms;
   }
   v->force_flush |= part->force_flush;
@@ -49,6 +51,7 @@ static void rn_devices_add(struct rn_vdev *vdevs, int *nvdevs, const struct rn_n
                           .speed = m->speed_mbps,
                           .ptr_support = m->ptr_support,
                           .force_flush = m->force_flush,
+                          .reg_is_global = m->reg_is_global,
                           .guid = m->guid,
                           .port = m->port,
                           .max_comms = m->max_comms};
@@ -203,11 +206,12 @@ void rn_devices_log(const struct rn_vdev *vdevs, int nvdevs, const char *transpo
   for (int d = 0; d < nvdevs; d++) {
     const struct rn_vdev *v = &vdevs[d];
     RN_INFO(NCCL_INIT | NCCL_NET,
-            "dev %d: %s transport=%s rails=%d speed=%d Mbps ptrSupport=%s%s%s pciPath=%s%s%s", d,
-            v->name, transport, v->rails.n, v->speed,
+            "dev %d: %s transport=%s rails=%d speed=%d Mbps ptrSupport=%s%s%s regIsGlobal=%d "
+            "pciPath=%s%s%s",
+            d, v->name, transport, v->rails.n, v->speed,
             (v->ptr_support & NCCL_PTR_HOST) ? "HOST" : "",
             (v->ptr_support & NCCL_PTR_CUDA) ? "|CUDA" : "",
-            (v->ptr_support & NCCL_PTR_DMABUF) ? "|DMABUF" : "",
+            (v->ptr_support & NCCL_PTR_DMABUF) ? "|DMABUF" : "", v->reg_is_global,
             v->pci_path[0] ? v->pci_path : "(none)", v->why[0] ? " : " : "", v->why);
   }
 }

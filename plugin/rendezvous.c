@@ -1,8 +1,70 @@
 /* The rendezvous every railnet connection starts with: the connector dials
  * a control connection plus data streams and sends each a hello; the
  * listener admits only hellos carrying the handle's nonce and groups the
- * streams of one connection.  Nothing here ever blocks. */
+ * streams of one connection.  Nothing here ever blocks.
+ *
+ * The listening side faces anyone who can reach its ports, so it admits in
+ * two steps and holds every resource within a fixed bound:
+ *
+ * - Anonymous first.  An accepted socket is anonymous until its whole hello
+ *   (magic, version, nonce, connection id, stream counts) has arrived and
+ *   checks out.  The hello is read right after accept(): a connector sends
+ *   it as soon as its connect completes, so it is usually there already.
+ *   Bytes are checked as they arrive; a wrong magic, version or nonce closes
+ *   the socket at once.
+ * - Anonymous sockets wait in a table of RN_RDV_MAX_ANON, each with a
+ *   deadline of RAILNET_HELLO_TIMEOUT_MS from its accept (never more than
+ *   RAILNET_CONNECT_TIMEOUT_MS), and are closed there.  When the table is
+ *   full, a newcomer without its hello takes the place of the oldest
+ *   anonymous socket only once that one is past its deadline: no socket is
+ *   evicted early in favour of an anonymous one.  Otherwise the newcomer
+ *   waits in a probation ring of RN_RDV_MAX_PROBATION for one more look, at
+ *   the next poll or when RN_RDV_MAX_PROBATION newer ones push it out; a
+ *   real connector's hello has arrived by then (it follows the handshake by
+ *   microseconds), anything else is closed.  A flood of silent or garbage
+ *   connections costs each of them an accept, a recv and a close.
+ * - Authenticated sockets join the group of their connection id.  At most
+ *   RN_RDV_MAX_GROUPS groups holding RN_RDV_MAX_GROUP_FDS sockets together;
+ *   when full, an authenticated newcomer evicts the oldest incomplete group
+ *   (a real connection completes within microseconds of its first socket,
+ *   so only a stalled one is ever the oldest).  A complete group waits for
+ *   poll to return it, one per call, and is never evicted; an incomplete
+ *   one is dropped RAILNET_CONNECT_TIMEOUT_MS after it started.
+ * - Refused hellos: a data stream count outside the listener's range (1..32
+ *   for TCP, 0 for the verbs bootstrap), a bad role or index, counts that
+ *   differ from their group's, a slot already taken, or a source address
+ *   other than the one the group saw from the same source (struct rn_hello
+ *   says which socket leaves from which address): a duplicate connection
+ *   id from another peer is never merged.
+ * - The kernel backlog may hold thousands of connections ahead of a real
+ *   one.  Each poll accepts up to RN_RDV_ACCEPT_BUDGET of them, taking the
+ *   listening sockets in turn, so the backlog drains in a few calls while
+ *   each call stays short.
+ * - Strays are closed with a reset (SO_LINGER 0): they leave no TIME_WAIT
+ *   behind on the listening host.
+ * - Bounds per listener: RN_RDV_MAX_ANON + RN_RDV_MAX_PROBATION +
+ *   RN_RDV_MAX_GROUP_FDS = 256 sockets (the listening sockets are the
+ *   caller's), and one allocation of sizeof(struct rn_rdv), about 60 KB.
+ * - Out of descriptors: when accept() fails with EMFILE, ENFILE, ENOBUFS
+ *   or ENOMEM, one WARN opens the episode and accepting pauses; what is
+ *   already accepted still progresses.  The episode ends, with an INFO, at
+ *   the first accept() that gets past the descriptor allocation (a
+ *   connection, or EAGAIN).  Once it has lasted RAILNET_CONNECT_TIMEOUT_MS
+ *   (by then the connector has given up too), poll returns
+ *   ncclSystemError with a WARN and a new episode may start: the listener
+ *   stays usable.  No spare descriptor is kept to accept-and-close queued
+ *   connections: NCCL polls accept, so a refused accept costs one syscall
+ *   per call rather than a busy loop on readiness, and a queued connector
+ *   completes as soon as descriptors return instead of being reset.
+ * - Logging: the first stray of each RN_RDV_LOG_WINDOW_MS window is one
+ *   INFO line with its address and reason, the others are counted and
+ *   summed up in one INFO line per window (and at destroy); never a WARN.
+ *   A legitimate connection logs nothing here. */
+#include <assert.h>
 #include <errno.h>
+#include <poll.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -16,8 +78,18 @@
 #include "railnet/transport.h"
 
 #define RN_HELLO_VERSION RN_WIRE_VERSION
-#define RN_RDV_MAX_PENDING 256
-#define RN_RDV_MAX_GROUPS 64
+#define RN_RDV_MAX_ANON 64       /* sockets within their hello deadline */
+#define RN_RDV_MAX_PROBATION 64  /* accepted while those were all young */
+#define RN_RDV_MAX_GROUPS 64     /* authenticated connections being assembled */
+#define RN_RDV_MAX_GROUP_FDS 128 /* the sockets those hold together */
+#define RN_RDV_ACCEPT_BUDGET 256 /* accept() calls per poll */
+#define RN_RDV_LOG_WINDOW_MS 10000
+/* A source slot per local address of the connector (at most one per data
+ * stream), or per listening socket when the connector bound none. */
+#define RN_RDV_MAX_SOURCES RN_RDV_MAX_STREAMS
+static_assert(RN_RDV_MAX_LFDS <= RN_RDV_MAX_SOURCES, "a source slot per listening socket");
+static_assert(RN_RDV_MAX_GROUP_FDS >= 1 + RN_RDV_MAX_STREAMS, "room for one whole connection");
+static_assert(sizeof(struct rn_hello) == 32, "the hello's wire size");
 
 uint64_t rn_rdv_random64(void) {
   uint64_t v = 0;
@@ -33,29 +105,96 @@ uint64_t rn_rdv_random64(void) {
 
 /* ---- rendezvous (listening side) ---- */
 
-struct rn_rdv_pending {
+/* Why a connection was closed without being handed out. */
+enum rn_rdv_stray {
+  RN_STRAY_SILENT = 0,   /* no whole hello by its deadline */
+  RN_STRAY_SHED,         /* no hello yet, and no room left for it */
+  RN_STRAY_CLOSED,       /* closed by the peer before its hello */
+  RN_STRAY_NOT_RAILNET,  /* wrong magic or version */
+  RN_STRAY_WRONG_NONCE,  /* a peer holding another handle */
+  RN_STRAY_MALFORMED,    /* role, index or stream counts out of range */
+  RN_STRAY_INCONSISTENT, /* disagrees with its connection's other sockets */
+  RN_STRAY_NO_ROOM,      /* authenticated, but every group was complete */
+  RN_STRAY_EVICTED,      /* incomplete connection evicted for a newer one */
+  RN_STRAY_TIMED_OUT,    /* incomplete connection past the connect timeout */
+  RN_STRAY_NREASONS
+};
+static const char *const rn_rdv_stray_name[RN_STRAY_NREASONS] = {
+    "silent past the hello timeout",
+    "shed without a hello while the table was full",
+    "closed before identifying itself",
+    "not a railnet hello",
+    "wrong nonce (a peer holding another handle)",
+    "malformed hello",
+    "hello inconsistent with its connection",
+    "no room: every connection in progress was complete",
+    "incomplete connection evicted for a newer one",
+    "streams missing past the connect timeout",
+};
+
+/* An accepted socket whose hello is still arriving. */
+struct rn_rdv_socket {
   int fd;
-  size_t off;
+  int lfd_index; /* the listening socket that accepted it */
+  int readable;  /* the last poll() saw bytes or an error waiting */
   int64_t deadline;
+  size_t off;
+  union rn_sockaddr peer;
   struct rn_hello hello;
 };
 
+/* The peer address a connection's sockets came from, per source slot. */
+struct rn_rdv_source {
+  uint8_t set;
+  uint8_t family;
+  uint8_t addr[16];
+};
+
+/* An authenticated connection being assembled. */
 struct rn_rdv_group {
   uint64_t conn_id;
+  uint64_t seq; /* creation order: the oldest incomplete is evicted first */
   int64_t deadline;
-  struct rn_rdv_conn conn;
+  uint32_t nlocals;
   int have_ctrl;
   int ndata;
+  int nfds;
+  struct rn_rdv_conn conn;
+  struct rn_rdv_source src[RN_RDV_MAX_SOURCES];
+};
+
+/* Stray counts since the last INFO line about them. */
+struct rn_rdv_stray_log {
+  int64_t window_start; /* 0: no window open */
+  uint64_t count[RN_STRAY_NREASONS];
+  uint64_t total;
+};
+
+/* Out of descriptors (or socket memory) in accept(). */
+struct rn_rdv_starved {
+  int64_t since; /* 0: not starved */
+  uint64_t attempts;
+  int err;
 };
 
 struct rn_rdv {
   int lfd[RN_RDV_MAX_LFDS];
   int nlfds;
+  int next_lfd; /* the listening socket accepted from first next time */
   uint64_t nonce;
-  int npending;
-  struct rn_rdv_pending pending[RN_RDV_MAX_PENDING];
+  int min_streams, max_streams;
+  int64_t hello_ms, connect_ms;
+  char addr[64]; /* the first listening address, for messages */
+  int nanon;
+  struct rn_rdv_socket anon[RN_RDV_MAX_ANON];
+  int probation_head, nprobation;
+  struct rn_rdv_socket probation[RN_RDV_MAX_PROBATION];
   int ngroups;
+  int group_fds;
+  uint64_t next_seq;
   struct rn_rdv_group group[RN_RDV_MAX_GROUPS];
+  struct rn_rdv_stray_log strays;
+  struct rn_rdv_starved starved;
 };
 
 void rn_rdv_conn_close(const struct rn_rdv_conn *c) {
@@ -64,26 +203,70 @@ void rn_rdv_conn_close(const struct rn_rdv_conn *c) {
     if (c->data_fd[i] >= 0) close(c->data_fd[i]);
 }
 
-static void rn_rdv_group_drop(struct rn_rdv *r, int i, const char *why) {
-  RN_INFO(NCCL_NET, "dropping incomplete connection %016llx: %s",
-          (unsigned long long)r->group[i].conn_id, why);
-  rn_rdv_conn_close(&r->group[i].conn);
-  r->group[i] = r->group[--r->ngroups];
+/* Close with a reset: a stray leaves no TIME_WAIT behind on this host. */
+static void rn_rdv_close_reset(int fd) {
+  struct linger lg = {.l_onoff = 1, .l_linger = 0};
+  setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+  close(fd);
 }
 
-static void rn_rdv_pending_drop(struct rn_rdv *r, int i, const char *why) {
-  struct sockaddr_storage ss;
-  socklen_t len = sizeof(ss);
+static void rn_rdv_stray_summary(struct rn_rdv *r, int64_t now) {
+  struct rn_rdv_stray_log *s = &r->strays;
+  if (s->total > 0) {
+    char line[512];
+    size_t n = 0;
+    for (int i = 0; i < RN_STRAY_NREASONS && n < sizeof(line); i++)
+      if (s->count[i] > 0)
+        n += (size_t)snprintf(line + n, sizeof(line) - n, "%s%llu %s", n ? ", " : "",
+                              (unsigned long long)s->count[i], rn_rdv_stray_name[i]);
+    RN_INFO(NCCL_INIT | NCCL_NET, "%s: closed %llu more stray connection(s) in %lld ms: %s",
+            r->addr, (unsigned long long)s->total, (long long)(now - s->window_start), line);
+  }
+  memset(s, 0, sizeof(*s));
+}
+
+/* Count a stray; the first of each window gets its own line. */
+static void rn_rdv_stray_note(struct rn_rdv *r, enum rn_rdv_stray why,
+                              const union rn_sockaddr *peer, uint64_t conn_id, int64_t now) {
+  struct rn_rdv_stray_log *s = &r->strays;
+  if (s->window_start != 0 && now - s->window_start >= RN_RDV_LOG_WINDOW_MS)
+    rn_rdv_stray_summary(r, now);
+  if (s->window_start != 0) {
+    s->count[why]++;
+    s->total++;
+    return;
+  }
+  s->window_start = now;
   char str[64] = "?";
-  if (getpeername(r->pending[i].fd, (struct sockaddr *)&ss, &len) == 0)
-    rn_sockaddr_str((union rn_sockaddr *)&ss, str, sizeof(str));
-  /* A stray connection is the peer's problem, not ours: log, never fail. */
-  RN_INFO(NCCL_INIT | NCCL_NET, "closed stray connection from %s: %s", str, why);
-  close(r->pending[i].fd);
-  r->pending[i] = r->pending[--r->npending];
+  if (peer != NULL) rn_sockaddr_str(peer, str, sizeof(str));
+  if (peer != NULL)
+    RN_INFO(NCCL_INIT | NCCL_NET,
+            "%s: closed stray connection from %s: %s (more are counted, summed up every %d s)",
+            r->addr, str, rn_rdv_stray_name[why], RN_RDV_LOG_WINDOW_MS / 1000);
+  else
+    RN_INFO(NCCL_INIT | NCCL_NET,
+            "%s: dropped connection %016llx: %s (more are counted, summed up every %d s)", r->addr,
+            (unsigned long long)conn_id, rn_rdv_stray_name[why], RN_RDV_LOG_WINDOW_MS / 1000);
 }
 
-ncclResult_t rn_rdv_create(const int *lfds, int nlfds, uint64_t nonce, struct rn_rdv **out) {
+static void rn_rdv_socket_drop(struct rn_rdv *r, const struct rn_rdv_socket *s,
+                               enum rn_rdv_stray why, int64_t now) {
+  rn_rdv_close_reset(s->fd);
+  rn_rdv_stray_note(r, why, &s->peer, 0, now);
+}
+
+static void rn_rdv_group_drop(struct rn_rdv *r, int i, enum rn_rdv_stray why, int64_t now) {
+  struct rn_rdv_group *g = &r->group[i];
+  if (g->conn.ctrl_fd >= 0) rn_rdv_close_reset(g->conn.ctrl_fd);
+  for (int k = 0; k < RN_RDV_MAX_STREAMS; k++)
+    if (g->conn.data_fd[k] >= 0) rn_rdv_close_reset(g->conn.data_fd[k]);
+  rn_rdv_stray_note(r, why, NULL, g->conn_id, now);
+  r->group_fds -= g->nfds;
+  *g = r->group[--r->ngroups];
+}
+
+static ncclResult_t rn_rdv_create_streams(const int *lfds, int nlfds, uint64_t nonce,
+                                          int min_streams, int max_streams, struct rn_rdv **out) {
   if (nlfds < 1 || nlfds > RN_RDV_MAX_LFDS) return ncclInternalError;
   struct rn_rdv *r = calloc(1, sizeof(*r));
   if (r == NULL) {
@@ -93,134 +276,350 @@ ncclResult_t rn_rdv_create(const int *lfds, int nlfds, uint64_t nonce, struct rn
   memcpy(r->lfd, lfds, sizeof(int) * (size_t)nlfds);
   r->nlfds = nlfds;
   r->nonce = nonce;
+  r->min_streams = min_streams;
+  r->max_streams = max_streams;
+  r->connect_ms = rn_params()->connect_timeout_ms;
+  r->hello_ms = rn_params()->hello_timeout_ms;
+  if (r->hello_ms > r->connect_ms) r->hello_ms = r->connect_ms;
+  union rn_sockaddr a;
+  socklen_t len = sizeof(a);
+  if (getsockname(lfds[0], &a.sa, &len) == 0)
+    rn_sockaddr_str(&a, r->addr, sizeof(r->addr));
+  else
+    snprintf(r->addr, sizeof(r->addr), "listening socket %d", lfds[0]);
   *out = r;
   return ncclSuccess;
 }
 
-static struct rn_rdv_group *rn_rdv_group_get(struct rn_rdv *r, const struct rn_hello *h,
+ncclResult_t rn_rdv_create(const int *lfds, int nlfds, uint64_t nonce, struct rn_rdv **out) {
+  return rn_rdv_create_streams(lfds, nlfds, nonce, 1, RN_RDV_MAX_STREAMS, out);
+}
+
+ncclResult_t rn_rdv_create_ctrl_only(const int *lfds, int nlfds, uint64_t nonce,
+                                     struct rn_rdv **out) {
+  return rn_rdv_create_streams(lfds, nlfds, nonce, 0, 0, out);
+}
+
+/* Which of the connector's addresses this socket left from (see struct
+ * rn_hello). */
+static int rn_rdv_source_slot(const struct rn_rdv_socket *s) {
+  const struct rn_hello *h = &s->hello;
+  if (h->nlocals == 0) return s->lfd_index;
+  return h->role == RN_ROLE_CTRL ? 0 : (int)(h->index % h->nlocals);
+}
+
+static struct rn_rdv_source rn_rdv_source_of(const struct rn_rdv_socket *s) {
+  struct rn_rdv_source seen = {.set = 1, .family = (uint8_t)s->peer.sa.sa_family};
+  if (s->peer.sa.sa_family == AF_INET6)
+    memcpy(seen.addr, &s->peer.in6.sin6_addr, 16);
+  else
+    memcpy(seen.addr, &s->peer.in.sin_addr, 4);
+  return seen;
+}
+
+/* 1 when the socket comes from the address its group saw from the same
+ * source, or the group has seen none from there yet. */
+static int rn_rdv_source_matches(const struct rn_rdv_group *g, const struct rn_rdv_socket *s) {
+  const struct rn_rdv_source *src = &g->src[rn_rdv_source_slot(s)];
+  struct rn_rdv_source seen = rn_rdv_source_of(s);
+  return !src->set || memcmp(src, &seen, sizeof(seen)) == 0;
+}
+
+/* Evict the oldest incomplete group other than keep; 0 when one went. */
+static int rn_rdv_group_evict(struct rn_rdv *r, const struct rn_rdv_group *keep, int64_t now) {
+  int oldest = -1;
+  for (int i = 0; i < r->ngroups; i++) {
+    const struct rn_rdv_group *g = &r->group[i];
+    if (g == keep || (g->have_ctrl && g->ndata == g->conn.nstreams)) continue;
+    if (oldest < 0 || g->seq < r->group[oldest].seq) oldest = i;
+  }
+  if (oldest < 0) return -1;
+  rn_rdv_group_drop(r, oldest, RN_STRAY_EVICTED, now);
+  return 0;
+}
+
+static struct rn_rdv_group *rn_rdv_group_new(struct rn_rdv *r, const struct rn_hello *h,
                                              int64_t now) {
-  for (int i = 0; i < r->ngroups; i++)
-    if (r->group[i].conn_id == h->conn_id) return &r->group[i];
-  if (r->ngroups == RN_RDV_MAX_GROUPS) return NULL;
+  if ((r->ngroups == RN_RDV_MAX_GROUPS || r->group_fds == RN_RDV_MAX_GROUP_FDS) &&
+      rn_rdv_group_evict(r, NULL, now) != 0)
+    return NULL;
   struct rn_rdv_group *g = &r->group[r->ngroups++];
   memset(g, 0, sizeof(*g));
   g->conn_id = h->conn_id;
-  g->deadline = now + rn_params()->connect_timeout_ms;
+  g->seq = r->next_seq++;
+  g->deadline = now + r->connect_ms;
+  g->nlocals = h->nlocals;
   g->conn.ctrl_fd = -1;
   g->conn.nstreams = (int)h->nstreams;
   for (int i = 0; i < RN_RDV_MAX_STREAMS; i++) g->conn.data_fd[i] = -1;
   return g;
 }
 
-/* Admit a complete hello; returns 0 when taken, -1 with a reason otherwise. */
-static int rn_rdv_admit(struct rn_rdv *r, int fd, const struct rn_hello *h, int64_t now,
-                        const char **why) {
+/* Put a socket whose whole hello has arrived into its connection: 0, or
+ * -1 with *why when it is a stray. */
+static int rn_rdv_join(struct rn_rdv *r, const struct rn_rdv_socket *s, int64_t now,
+                       enum rn_rdv_stray *why) {
+  const struct rn_hello *h = &s->hello;
+  *why = RN_STRAY_MALFORMED;
   if (h->magic != RN_HELLO_MAGIC || h->version != RN_HELLO_VERSION) {
-    *why = "not a railnet hello";
+    *why = RN_STRAY_NOT_RAILNET;
     return -1;
   }
   if (h->nonce != r->nonce) {
-    *why = "wrong nonce (a peer holding another handle)";
+    *why = RN_STRAY_WRONG_NONCE;
     return -1;
   }
-  if (h->nstreams > RN_RDV_MAX_STREAMS || (h->role != RN_ROLE_CTRL && h->role != RN_ROLE_DATA) ||
-      (h->role == RN_ROLE_DATA && h->index >= h->nstreams)) {
-    *why = "malformed hello";
+  if ((h->role != RN_ROLE_CTRL && h->role != RN_ROLE_DATA) ||
+      h->nstreams < (uint32_t)r->min_streams || h->nstreams > (uint32_t)r->max_streams ||
+      (h->role == RN_ROLE_DATA && h->index >= h->nstreams) || h->nlocals > RN_RDV_MAX_SOURCES)
     return -1;
+  struct rn_rdv_group *g = NULL;
+  for (int i = 0; i < r->ngroups && g == NULL; i++)
+    if (r->group[i].conn_id == h->conn_id) g = &r->group[i];
+  if (g != NULL) {
+    *why = RN_STRAY_INCONSISTENT;
+    if ((int)h->nstreams != g->conn.nstreams || h->nlocals != g->nlocals ||
+        (h->role == RN_ROLE_CTRL && g->have_ctrl) ||
+        (h->role == RN_ROLE_DATA && g->conn.data_fd[h->index] >= 0) || !rn_rdv_source_matches(g, s))
+      return -1;
+    *why = RN_STRAY_NO_ROOM;
+    if (r->group_fds == RN_RDV_MAX_GROUP_FDS) {
+      if (rn_rdv_group_evict(r, g, now) != 0) return -1;
+      /* the eviction moved the last group into the evicted one's place */
+      for (int i = 0; i < r->ngroups; i++)
+        if (r->group[i].conn_id == h->conn_id) g = &r->group[i];
+    }
+  } else {
+    *why = RN_STRAY_NO_ROOM;
+    g = rn_rdv_group_new(r, h, now);
+    if (g == NULL) return -1;
   }
-  struct rn_rdv_group *g = rn_rdv_group_get(r, h, now);
-  if (g == NULL) {
-    *why = "too many connections in progress";
-    return -1;
-  }
-  if ((int)h->nstreams != g->conn.nstreams || (h->role == RN_ROLE_CTRL && g->have_ctrl) ||
-      (h->role == RN_ROLE_DATA && g->conn.data_fd[h->index] >= 0)) {
-    *why = "hello inconsistent with its connection";
-    return -1;
-  }
+  g->src[rn_rdv_source_slot(s)] = rn_rdv_source_of(s);
   if (h->role == RN_ROLE_CTRL) {
-    g->conn.ctrl_fd = fd;
+    g->conn.ctrl_fd = s->fd;
     g->have_ctrl = 1;
   } else {
-    g->conn.data_fd[h->index] = fd;
+    g->conn.data_fd[h->index] = s->fd;
     g->ndata++;
   }
+  g->nfds++;
+  r->group_fds++;
   return 0;
+}
+
+static void rn_rdv_admit(struct rn_rdv *r, const struct rn_rdv_socket *s, int64_t now) {
+  enum rn_rdv_stray why;
+  if (rn_rdv_join(r, s, now, &why) != 0) rn_rdv_socket_drop(r, s, why, now);
+}
+
+/* Read what has arrived of a socket's hello: 1 when it is whole, 0 while
+ * waiting, -1 with *why when the socket is a stray already. */
+static int rn_rdv_read(const struct rn_rdv *r, struct rn_rdv_socket *s, enum rn_rdv_stray *why) {
+  if (rn_sock_recv_some(s->fd, &s->hello, sizeof(s->hello), &s->off) != ncclSuccess) {
+    *why = RN_STRAY_CLOSED;
+    return -1;
+  }
+  /* The prefix that has arrived is enough to reject early. */
+  const struct rn_hello *h = &s->hello;
+  *why = RN_STRAY_NOT_RAILNET;
+  if (s->off >= offsetof(struct rn_hello, version) && h->magic != RN_HELLO_MAGIC) return -1;
+  if (s->off >= offsetof(struct rn_hello, role) && h->version != RN_HELLO_VERSION) return -1;
+  *why = RN_STRAY_WRONG_NONCE;
+  if (s->off >= offsetof(struct rn_hello, conn_id) && h->nonce != r->nonce) return -1;
+  return s->off == sizeof(s->hello);
+}
+
+/* Find room for a socket still without its whole hello: a free anonymous
+ * slot, or the slot of the oldest one past its deadline.  0 when placed. */
+static int rn_rdv_anon_place(struct rn_rdv *r, const struct rn_rdv_socket *s, int64_t now) {
+  if (r->nanon < RN_RDV_MAX_ANON) {
+    r->anon[r->nanon++] = *s;
+    return 0;
+  }
+  int oldest = 0;
+  for (int i = 1; i < r->nanon; i++)
+    if (r->anon[i].deadline < r->anon[oldest].deadline) oldest = i;
+  if (now <= r->anon[oldest].deadline) return -1;
+  rn_rdv_socket_drop(r, &r->anon[oldest], RN_STRAY_SILENT, now);
+  r->anon[oldest] = *s;
+  return 0;
+}
+
+/* One more look at a socket that waited in probation: admitted if its hello
+ * has arrived, kept if there is room now, closed otherwise. */
+static void rn_rdv_last_look(struct rn_rdv *r, struct rn_rdv_socket *s, int64_t now) {
+  enum rn_rdv_stray why;
+  int got = s->readable ? rn_rdv_read(r, s, &why) : 0;
+  if (got < 0)
+    rn_rdv_socket_drop(r, s, why, now);
+  else if (got > 0)
+    rn_rdv_admit(r, s, now);
+  else if (rn_rdv_anon_place(r, s, now) != 0)
+    rn_rdv_socket_drop(r, s, RN_STRAY_SHED, now);
+}
+
+/* A socket fresh from accept(): its hello is read at once. */
+static void rn_rdv_take(struct rn_rdv *r, struct rn_rdv_socket *s, int64_t now) {
+  enum rn_rdv_stray why;
+  int got = rn_rdv_read(r, s, &why);
+  if (got < 0) {
+    rn_rdv_socket_drop(r, s, why, now);
+    return;
+  }
+  if (got > 0) {
+    rn_rdv_admit(r, s, now);
+    return;
+  }
+  if (rn_rdv_anon_place(r, s, now) == 0) return;
+  if (r->nprobation == RN_RDV_MAX_PROBATION) {
+    /* the oldest in probation gets its look now and leaves the ring */
+    struct rn_rdv_socket oldest = r->probation[r->probation_head];
+    r->probation_head = (r->probation_head + 1) % RN_RDV_MAX_PROBATION;
+    r->nprobation--;
+    oldest.readable = 1; /* not polled since it came: read it */
+    rn_rdv_last_look(r, &oldest, now);
+  }
+  r->probation[(r->probation_head + r->nprobation++) % RN_RDV_MAX_PROBATION] = *s;
+}
+
+static void rn_rdv_starved_end(struct rn_rdv *r, int64_t now) {
+  if (r->starved.since == 0) return;
+  RN_INFO(NCCL_NET, "%s: accept works again after %lld ms without descriptors (%llu attempts)",
+          r->addr, (long long)(now - r->starved.since), (unsigned long long)r->starved.attempts);
+  memset(&r->starved, 0, sizeof(r->starved));
+}
+
+/* accept() failed for lack of descriptors or memory: WARN once per
+ * episode, an error once it has lasted the connect timeout. */
+static ncclResult_t rn_rdv_starved_note(struct rn_rdv *r, int err, int64_t now) {
+  struct rn_rdv_starved *st = &r->starved;
+  if (st->since == 0) {
+    st->since = now;
+    st->err = err;
+    RN_WARN(
+        "%s: accept failed: %s; holding %d socket(s) of pending connections, new ones wait in "
+        "the backlog; giving up after %lld ms",
+        r->addr, strerror(err), r->nanon + r->nprobation + r->group_fds, (long long)r->connect_ms);
+  }
+  st->attempts++;
+  if (now - st->since < r->connect_ms) return ncclSuccess;
+  RN_WARN(
+      "%s: accept has failed with %s for %lld ms (%llu attempts): out of file descriptors "
+      "or socket memory (raise the limit with ulimit -n)",
+      r->addr, strerror(st->err), (long long)(now - st->since), (unsigned long long)st->attempts);
+  memset(st, 0, sizeof(*st));
+  return ncclSystemError;
+}
+
+/* Drain up to RN_RDV_ACCEPT_BUDGET connections from the listening sockets. */
+static ncclResult_t rn_rdv_accept_some(struct rn_rdv *r, int64_t now) {
+  int budget = RN_RDV_ACCEPT_BUDGET;
+  int first = r->next_lfd;
+  r->next_lfd = (r->next_lfd + 1) % r->nlfds;
+  for (int k = 0; k < r->nlfds && budget > 0; k++) {
+    int l = (first + k) % r->nlfds;
+    while (budget > 0) {
+      struct rn_rdv_socket s;
+      memset(&s, 0, sizeof(s));
+      socklen_t len = sizeof(s.peer);
+      s.fd = accept4(r->lfd[l], &s.peer.sa, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (s.fd < 0) {
+        int err = errno;
+        if (err == EINTR) continue;
+        if (err == EAGAIN || err == EWOULDBLOCK) {
+          rn_rdv_starved_end(r, now);
+          break;
+        }
+        budget--;
+        if (err == ECONNABORTED || err == EPROTO) continue;
+        if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM)
+          return rn_rdv_starved_note(r, err, now);
+        RN_WARN("%s: accept on listening socket %d failed: %s", r->addr, l, strerror(err));
+        return ncclSystemError;
+      }
+      budget--;
+      rn_rdv_starved_end(r, now);
+      s.lfd_index = l;
+      s.deadline = now + r->hello_ms;
+      rn_rdv_take(r, &s, now);
+    }
+  }
+  return ncclSuccess;
+}
+
+/* Mark the waiting sockets that have bytes (or an error) to read: one
+ * poll() rather than a recv() each. */
+static void rn_rdv_mark_readable(struct rn_rdv *r) {
+  enum { MAX = RN_RDV_MAX_ANON + RN_RDV_MAX_PROBATION };
+  struct pollfd pfd[MAX];
+  struct rn_rdv_socket *sock[MAX];
+  int n = 0;
+  for (int i = 0; i < r->nanon; i++) sock[n++] = &r->anon[i];
+  for (int i = 0; i < r->nprobation; i++)
+    sock[n++] = &r->probation[(r->probation_head + i) % RN_RDV_MAX_PROBATION];
+  for (int i = 0; i < n; i++) pfd[i] = (struct pollfd){.fd = sock[i]->fd, .events = POLLIN};
+  int rc = n > 0 ? poll(pfd, (nfds_t)n, 0) : 0;
+  for (int i = 0; i < n; i++) sock[i]->readable = rc < 0 || pfd[i].revents != 0;
 }
 
 ncclResult_t rn_rdv_poll(struct rn_rdv *r, struct rn_rdv_conn *conn, int *ready) {
   int64_t now = rn_clock_ms();
   *ready = 0;
-  for (int l = 0; l < r->nlfds; l++) {
-    for (;;) {
-      int fd = accept4(r->lfd[l], NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-      if (fd < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
-        if (errno == ECONNABORTED || errno == EPROTO) continue;
-        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-          RN_INFO(NCCL_NET, "accept: %s, retrying later", strerror(errno));
-          break;
-        }
-        RN_WARN("accept on listening socket failed: %s", strerror(errno));
-        return ncclSystemError;
-      }
-      if (r->npending == RN_RDV_MAX_PENDING) rn_rdv_pending_drop(r, 0, "too many pending");
-      struct rn_rdv_pending *p = &r->pending[r->npending++];
-      memset(p, 0, sizeof(*p));
-      p->fd = fd;
-      p->deadline = now + rn_params()->connect_timeout_ms;
-    }
+  rn_rdv_mark_readable(r);
+  /* Probation first: its sockets get their last look, and descriptors
+   * come free before accepting more. */
+  while (r->nprobation > 0) {
+    struct rn_rdv_socket s = r->probation[r->probation_head];
+    r->probation_head = (r->probation_head + 1) % RN_RDV_MAX_PROBATION;
+    r->nprobation--;
+    rn_rdv_last_look(r, &s, now);
   }
-  for (int i = 0; i < r->npending;) {
-    struct rn_rdv_pending *p = &r->pending[i];
-    ncclResult_t res = rn_sock_recv_some(p->fd, &p->hello, sizeof(p->hello), &p->off);
-    if (res != ncclSuccess) {
-      rn_rdv_pending_drop(r, i, "closed before identifying itself");
-      continue;
-    }
-    if (p->off < sizeof(p->hello)) {
-      /* A wrong magic in the first bytes is enough to reject early. */
-      if (p->off >= sizeof(uint32_t) && p->hello.magic != RN_HELLO_MAGIC) {
-        rn_rdv_pending_drop(r, i, "not a railnet hello");
-        continue;
-      }
-      if (now > p->deadline) {
-        rn_rdv_pending_drop(r, i, "silent past the connect timeout");
-        continue;
-      }
+  r->probation_head = 0;
+  ncclResult_t res = rn_rdv_accept_some(r, now);
+  for (int i = 0; i < r->nanon;) {
+    struct rn_rdv_socket *s = &r->anon[i];
+    enum rn_rdv_stray why;
+    /* sockets that came in this call were read as they came */
+    int got = s->readable ? rn_rdv_read(r, s, &why) : 0;
+    if (got == 0 && now <= s->deadline) {
       i++;
       continue;
     }
-    const char *why = NULL;
-    int fd = p->fd;
-    struct rn_hello h = p->hello;
-    if (rn_rdv_admit(r, fd, &h, now, &why) != 0) {
-      rn_rdv_pending_drop(r, i, why);
-      continue;
-    }
-    r->pending[i] = r->pending[--r->npending];
+    struct rn_rdv_socket taken = *s;
+    *s = r->anon[--r->nanon];
+    if (got > 0)
+      rn_rdv_admit(r, &taken, now);
+    else
+      rn_rdv_socket_drop(r, &taken, got < 0 ? why : RN_STRAY_SILENT, now);
   }
   for (int i = 0; i < r->ngroups;) {
     struct rn_rdv_group *g = &r->group[i];
     if (g->have_ctrl && g->ndata == g->conn.nstreams) {
-      *conn = g->conn;
-      *ready = 1;
-      r->group[i] = r->group[--r->ngroups];
-      return ncclSuccess;
-    }
-    if (now > g->deadline) {
-      rn_rdv_group_drop(r, i, "streams missing past the connect timeout");
+      if (res == ncclSuccess && !*ready) {
+        *conn = g->conn;
+        *ready = 1;
+        r->group_fds -= g->nfds;
+        *g = r->group[--r->ngroups];
+        continue;
+      }
+    } else if (now > g->deadline) {
+      rn_rdv_group_drop(r, i, RN_STRAY_TIMED_OUT, now);
       continue;
     }
     i++;
   }
-  return ncclSuccess;
+  if (r->strays.window_start != 0 && now - r->strays.window_start >= RN_RDV_LOG_WINDOW_MS)
+    rn_rdv_stray_summary(r, now);
+  return res;
 }
 
 void rn_rdv_destroy(struct rn_rdv *r) {
   if (r == NULL) return;
-  for (int i = 0; i < r->npending; i++) close(r->pending[i].fd);
+  for (int i = 0; i < r->nanon; i++) close(r->anon[i].fd);
+  for (int i = 0; i < r->nprobation; i++)
+    close(r->probation[(r->probation_head + i) % RN_RDV_MAX_PROBATION].fd);
   for (int i = 0; i < r->ngroups; i++) rn_rdv_conn_close(&r->group[i].conn);
+  rn_rdv_stray_summary(r, rn_clock_ms());
   free(r);
 }
 
@@ -245,7 +644,8 @@ ncclResult_t rn_rdv_dial_create_from(const union rn_sockaddr *addrs, int naddrs,
                                      const union rn_sockaddr *locals, int nlocals, uint64_t nonce,
                                      int nstreams, struct rn_rdv_dial **out) {
   ncclResult_t res = ncclSuccess;
-  if (naddrs < 1 || nstreams < 0 || nstreams > RN_RDV_MAX_STREAMS) return ncclInternalError;
+  if (naddrs < 1 || nstreams < 0 || nstreams > RN_RDV_MAX_STREAMS || nlocals < 0)
+    return ncclInternalError;
   struct rn_rdv_dial *d = calloc(1, sizeof(*d));
   if (d == NULL) {
     RN_WARN("out of memory allocating a connection");
@@ -254,6 +654,15 @@ ncclResult_t rn_rdv_dial_create_from(const union rn_sockaddr *addrs, int naddrs,
   uint64_t conn_id = rn_rdv_random64();
   for (int i = 0; i <= nstreams; i++) d->fd[i] = -1;
   d->nfds = 1 + nstreams;
+  /* The listener checks each socket's source address against the others'
+   * from the same local address; that needs every socket bound (a local
+   * of another family leaves the socket unbound). */
+  uint32_t bound =
+      nlocals > 0 ? (uint32_t)(nlocals < RN_RDV_MAX_SOURCES ? nlocals : RN_RDV_MAX_SOURCES) : 0;
+  for (int i = 0; i < d->nfds && bound > 0; i++) {
+    int rail = i == 0 ? 0 : i - 1;
+    if (locals[rail % nlocals].sa.sa_family != addrs[rail % naddrs].sa.sa_family) bound = 0;
+  }
   for (int i = 0; i < d->nfds; i++) {
     struct rn_hello *h = &d->hello[i];
     h->magic = RN_HELLO_MAGIC;
@@ -263,6 +672,7 @@ ncclResult_t rn_rdv_dial_create_from(const union rn_sockaddr *addrs, int naddrs,
     h->nonce = nonce;
     h->conn_id = conn_id;
     h->nstreams = (uint32_t)nstreams;
+    h->nlocals = bound;
     /* The control connection goes to the lead rail; stream k to rail k mod n. */
     int rail = i == 0 ? 0 : i - 1;
     const union rn_sockaddr *a = &addrs[rail % naddrs];

@@ -73,6 +73,22 @@ void rn_sock_tune(int fd, int bufsize) {
   fcntl(fd, F_SETFD, FD_CLOEXEC);
 }
 
+int rn_sock_set_liveness(int fd, int timeout_ms) {
+  if (timeout_ms <= 0) return 0;
+  int one = 1;
+  int idle = (timeout_ms / 2 + 999) / 1000; /* seconds of silence before probing */
+  int intvl = timeout_ms / 6000 > 1 ? timeout_ms / 6000 : 1;
+  int cnt = (timeout_ms - idle * 1000) / (intvl * 1000) + 1; /* the user timeout ends it first */
+  unsigned int user = (unsigned int)timeout_ms;
+  if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one)) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle)) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl)) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt)) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user, sizeof(user)) != 0)
+    return -1;
+  return 0;
+}
+
 /* A non-blocking, close-on-exec TCP socket of addr's family; what says
  * what it is for, in the WARN. */
 static ncclResult_t rn_sock_open(const union rn_sockaddr *addr, const char *what, int *fd) {

@@ -1,9 +1,11 @@
 # Test programs.  Each area appends to TEST_PROGS (compiled TAP programs)
 # and TEST_SCRIPTS (executable shell scripts that print TAP) in its own
-# tests/<area>/*.mk.  `make valgrind` (tests/conformance) runs the
-# conformance suite under memcheck.
+# tests/<area>/*.mk.  `make valgrind` (tests/valgrind) runs part of the
+# suite under memcheck.
 # `make test` runs them all under prove, which ends with the pass/fail
-# count.  A test that cannot run here prints "1..0 # SKIP <why>".
+# count, in the environment of tests/common/test-env.sh.  A test that
+# cannot run here because a capability is missing prints
+# "1..0 # SKIP <why>"; a failure is never a skip.
 TEST_PROGS :=
 TEST_SCRIPTS :=
 BENCH_PROGS :=
@@ -16,7 +18,7 @@ all: $(BENCH_PROGS) $(VM_PROGS)
 
 .PHONY: check
 test: all $(TEST_PROGS)
-	RN_BUILD=$(BUILD) prove -f $(TEST_PROGS) $(TEST_SCRIPTS)
+	RN_BUILD=$(BUILD) tests/common/with-test-env.sh prove -f $(TEST_PROGS) $(TEST_SCRIPTS)
 
 # Everything CI runs: the suite, the suite under ASan+UBSan, memcheck.
 check:

@@ -9,8 +9,22 @@
 
 enum rn_fmt { RN_FMT_UNKNOWN, RN_FMT_HWLOC, RN_FMT_NCCL, RN_FMT_SMI };
 
+/* 1 when some line of head starts (after blanks) with the token GPU0: the
+ * header of an nvidia-smi matrix, in tabs or spaces, wherever the pasted
+ * text begins. */
+static int rn_detect_smi(const char *head) {
+  for (const char *l = head; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+    const char *p = l;
+    while (*p == ' ' || *p == '\t' || *p == '\r') p++;
+    if (strncmp(p, "GPU0", 4) == 0 &&
+        (p[4] == ' ' || p[4] == '\t' || p[4] == '\r' || p[4] == '\n' || p[4] == '\0'))
+      return 1;
+  }
+  return 0;
+}
+
 static enum rn_fmt rn_detect(const char *path, char *err, size_t errlen) {
-  char head[4096], root[64];
+  char head[16384], root[64];
   FILE *f = fopen(path, "rb");
   if (!f) {
     rn_topo_errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
@@ -22,11 +36,7 @@ static enum rn_fmt rn_detect(const char *path, char *err, size_t errlen) {
   rn_topo_xml_root_name(head, n, root, sizeof(root));
   if (strcmp(root, "topology") == 0 || strcmp(root, "root") == 0) return RN_FMT_HWLOC;
   if (strcmp(root, "system") == 0) return RN_FMT_NCCL;
-  /* nvidia-smi's matrix header starts with a tab (or spaces) then GPU0. */
-  const char *p = head;
-  while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n') p++;
-  if (strncmp(p, "GPU0", 4) == 0 || (strstr(head, "\tGPU0") && strstr(head, "Legend")))
-    return RN_FMT_SMI;
+  if (!root[0] && n && memchr(head, '\0', n) == NULL && rn_detect_smi(head)) return RN_FMT_SMI;
   if (n == 0)
     rn_topo_errf(err, errlen, "%s:1: empty file", path);
   else if (root[0])

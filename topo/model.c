@@ -1,6 +1,12 @@
 /* The machine model: the one interface loaders fill, and the queries the
  * planner and the public API read.  Immutable after rn_topo_finalize, so
- * readers need no lock. */
+ * readers need no lock.
+ *
+ * Paths follow NCCL (src/graph/paths.cc, v2.28): a path's type is the
+ * worst of its links, where a link between a device and a PCI switch is
+ * PIX, between two PCI switches PXB, touching a CPU PHB, between CPUs SYS.
+ * A GPU with NVLink-C2C to its CPU reaches that CPU's NICs as P2C; a GPU
+ * NVLink-connected to a GPU close to a NIC reaches it as PXN. */
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,22 +22,47 @@ void rn_topo_errf(char *err, size_t errlen, const char *fmt, ...) {
   va_end(ap);
 }
 
-static const char *const rn_path_names[] = {"LOC", "PIX", "PXB", "PHB", "NODE", "SYS"};
+/* NCCL's topoPathTypeStr. */
+static const char *const rn_path_names[] = {"LOC", "NVL", "NVB", "C2C", "PIX", "PXB",
+                                            "P2C", "PXN", "PHB", "SYS", "NET", "DIS"};
 
 const char *rn_path_name(enum rn_path p) {
-  if ((int)p < 0 || (int)p > RN_PATH_SYS) return "?";
+  if ((int)p < 0 || (int)p > RN_PATH_DIS) return "?";
   return rn_path_names[p];
 }
 
 int rn_path_parse(const char *s, enum rn_path *out) {
   if (!s) return -1;
-  for (int i = 0; i <= RN_PATH_SYS; i++) {
+  for (int i = 0; i <= RN_PATH_DIS; i++) {
     if (strcasecmp(s, rn_path_names[i]) == 0) {
       *out = (enum rn_path)i;
       return 0;
     }
   }
   return -1;
+}
+
+int rn_gdr_level_parse(const char *s, int nccl_exact, enum rn_path *out) {
+  /* NCCL's levels before path types had names: 0 LOC, 1 PIX, 2 PXB, 3 PHB,
+   * 4 SYS, and anything larger is SYS (ncclGetLevel). */
+  static const enum rn_path old[] = {RN_PATH_LOC, RN_PATH_PIX, RN_PATH_PXB, RN_PATH_PHB,
+                                     RN_PATH_SYS};
+  if (!s || !*s) return 1;
+  /* ncclGetLevel accepts the names up to SYS only. */
+  for (int i = 0; i <= RN_PATH_SYS; i++) {
+    int eq = nccl_exact ? strcmp(s, rn_path_names[i]) == 0 : strcasecmp(s, rn_path_names[i]) == 0;
+    if (eq) {
+      *out = (enum rn_path)i;
+      return 0;
+    }
+  }
+  if (!isdigit((unsigned char)s[0])) return nccl_exact ? 1 : -1;
+  char *end;
+  long v = strtol(s, &end, 0);
+  if (!nccl_exact && *end != '\0') return -1;
+  if (v < 0) v = 0; /* cannot happen: s starts with a digit */
+  *out = old[v > 4 ? 4 : v];
+  return 0;
 }
 
 static int rn_hexval(int c) {
@@ -70,6 +101,21 @@ int rn_topo_busid_norm(const char *in, char *out, size_t outlen) {
   return 0;
 }
 
+double rn_topo_pcie_bw(const char *speed, int width) {
+  /* NCCL's kvDictPciGen: per-lane rate in 100 Mb/s units. */
+  static const struct {
+    const char *s;
+    int v;
+  } gen[] = {{"2.5 GT/s", 15},        {"5 GT/s", 30},         {"8 GT/s", 60},
+             {"16 GT/s", 120},        {"32 GT/s", 240},       {"2.5 GT/s PCIe", 15},
+             {"5.0 GT/s PCIe", 30},   {"8.0 GT/s PCIe", 60},  {"16.0 GT/s PCIe", 120},
+             {"32.0 GT/s PCIe", 240}, {"64.0 GT/s PCIe", 480}};
+  if (!speed || width <= 0) return 0;
+  for (size_t i = 0; i < sizeof(gen) / sizeof(gen[0]); i++)
+    if (strcmp(speed, gen[i].s) == 0) return width * gen[i].v / 80.0;
+  return 0;
+}
+
 struct rn_topo *rn_topo_alloc(const char *source) {
   struct rn_topo *t = calloc(1, sizeof(*t));
   if (!t) return NULL;
@@ -88,6 +134,14 @@ void rn_topo_free(struct rn_topo *t) {
   free(t->nics);
   free(t->gpus);
   free(t->nodes);
+  free(t->hosts);
+  free(t->nvl_edges);
+  free(t->nvl);
+  free(t->pci);
+  free(t->ncclp);
+  free(t->lca);
+  free(t->bw);
+  free(t->nic_local);
   free(t);
 }
 
@@ -109,6 +163,7 @@ int rn_topo_add_node(struct rn_topo *t, int parent, enum rn_node_kind kind, cons
   memset(n, 0, sizeof(*n));
   n->kind = kind;
   n->parent = parent;
+  n->host = parent >= 0 ? t->nodes[parent].host : 0;
   n->cpu = -1;
   n->numa = -1;
   if (busid) snprintf(n->busid, sizeof(n->busid), "%s", busid);
@@ -116,8 +171,30 @@ int rn_topo_add_node(struct rn_topo *t, int parent, enum rn_node_kind kind, cons
   return t->nnodes++;
 }
 
-int rn_topo_add_cpu(struct rn_topo *t, int numa) {
-  int i = rn_topo_add_node(t, RN_TOPO_ROOT, RN_NODE_CPU, NULL, NULL);
+int rn_topo_host(struct rn_topo *t, const char *name) {
+  for (int h = 0; h < t->nhosts; h++)
+    if (strcmp(t->hosts[h], name ? name : "") == 0) return h;
+  if (rn_grow((void **)&t->hosts, &t->caphosts, t->nhosts, sizeof(*t->hosts))) return -1;
+  int node = rn_topo_add_node(t, RN_TOPO_ROOT, RN_NODE_HOST, NULL, NULL);
+  if (node < 0) return -1;
+  t->nodes[node].host = t->nhosts;
+  snprintf(t->hosts[t->nhosts], sizeof(t->hosts[0]), "%s", name ? name : "");
+  return t->nhosts++;
+}
+
+int rn_topo_host_node(const struct rn_topo *t, int host) {
+  for (int i = 1; i < t->nnodes; i++)
+    if (t->nodes[i].kind == RN_NODE_HOST && t->nodes[i].host == host) return i;
+  return -1;
+}
+
+int rn_topo_add_package(struct rn_topo *t, int host) {
+  int hn = rn_topo_host_node(t, host);
+  return hn < 0 ? -1 : rn_topo_add_node(t, hn, RN_NODE_PACKAGE, NULL, NULL);
+}
+
+int rn_topo_add_cpu(struct rn_topo *t, int parent, int numa) {
+  int i = rn_topo_add_node(t, parent, RN_NODE_CPU, NULL, NULL);
   if (i < 0) return -1;
   t->nodes[i].cpu = t->ncpus++;
   t->nodes[i].numa = numa;
@@ -129,6 +206,7 @@ int rn_topo_add_gpu(struct rn_topo *t, int node, int gdr) {
   struct rn_gpu_rec *g = &t->gpus[t->ngpus];
   memset(g, 0, sizeof(*g));
   g->node = node;
+  g->order = t->ngpus;
   g->pub.gdr = gdr;
   snprintf(g->pub.busid, sizeof(g->pub.busid), "%s", t->nodes[node].busid);
   return t->ngpus++;
@@ -137,13 +215,28 @@ int rn_topo_add_gpu(struct rn_topo *t, int node, int gdr) {
 int rn_topo_add_nic(struct rn_topo *t, int node, const struct rn_topo_nic *nic) {
   if (rn_grow((void **)&t->nics, &t->capnics, t->nnics, sizeof(*t->nics))) return -1;
   struct rn_nic_rec *r = &t->nics[t->nnics];
+  memset(r, 0, sizeof(*r));
   r->pub = *nic;
   r->node = node;
-  if (t->nodes[node].kind == RN_NODE_DEV)
+  r->order = t->nnics;
+  r->user_rail = r->user_plane = -1;
+  if (!r->pub.device[0]) snprintf(r->pub.device, sizeof(r->pub.device), "%s", r->pub.name);
+  if (r->pub.port <= 0) r->pub.port = 1;
+  if (t->nodes[node].kind == RN_NODE_DEV || t->nodes[node].kind == RN_NODE_SWITCH)
     snprintf(r->pub.busid, sizeof(r->pub.busid), "%s", t->nodes[node].busid);
   else
     r->pub.busid[0] = '\0';
   return t->nnics++;
+}
+
+int rn_topo_add_nvlink(struct rn_topo *t, int gpu_node, const char *target, int target_node) {
+  if (rn_grow((void **)&t->nvl_edges, &t->capnvl_edges, t->nnvl_edges, sizeof(*t->nvl_edges)))
+    return -1;
+  struct rn_nvl_edge *e = &t->nvl_edges[t->nnvl_edges];
+  e->gpu_node = gpu_node;
+  e->target_node = target ? -1 : target_node;
+  snprintf(e->target, sizeof(e->target), "%s", target ? target : "");
+  return t->nnvl_edges++;
 }
 
 int rn_topo_add_note(struct rn_topo *t, const char *fmt, ...) {
@@ -152,92 +245,260 @@ int rn_topo_add_note(struct rn_topo *t, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(buf, sizeof(buf), fmt, ap);
   va_end(ap);
+  for (int i = 0; i < t->nnotes; i++)
+    if (strcmp(t->notes[i], buf) == 0) return i; /* said once is enough */
   if (rn_grow((void **)&t->notes, &t->capnotes, t->nnotes, sizeof(*t->notes))) return -1;
   t->notes[t->nnotes] = strdup(buf);
   if (!t->notes[t->nnotes]) return -1;
   return t->nnotes++;
 }
 
-/* Broadcom PEX switches present themselves as two nested switches; NCCL
- * merges the inner one into the outer so GPU<->NIC under one physical
- * switch stays PIX.  Gen4 (c010) shows the same ids at both levels; Gen5
- * (c030) marks the inner level with a 1xxx subsystem device. */
-static int rn_is_bcm_sub_switch(const struct rn_node *parent, const struct rn_node *child) {
-  if (parent->kind != RN_NODE_SWITCH || child->kind != RN_NODE_SWITCH) return 0;
-  if (!parent->ids.has_ids || !child->ids.has_ids) return 0;
-  if (parent->ids.vendor != 0x1000 || child->ids.vendor != 0x1000) return 0;
-  if (parent->ids.device != child->ids.device) return 0;
-  if (child->ids.device == 0xc010) return 1;
-  if (child->ids.device == 0xc030)
-    return (child->ids.subdevice & 0xf000) == 0x1000 && (parent->ids.subdevice & 0xf000) == 0x0000;
+/* NCCL's getBcmGen: Broadcom PEX switches that present one physical switch
+ * as two levels.  Gen4 (c010, subsystem 1000:axxx) looks the same at both
+ * levels; Gen5 (c030) marks the top with subsystem device 0xxx and the
+ * inner level with 1xxx.  NVIDIA-subsystem bridges (10de:xxxx) never
+ * match, so the bridge in front of an HGX A100 GPU stays a level. */
+static int rn_bcm_gen(const struct rn_pci_ids *ids, int level) {
+  if (!ids->has_ids || ids->vendor != 0x1000 || ids->subvendor != 0x1000) return 0;
+  if (ids->device == 0xc010 && (ids->subdevice & 0xf000) == 0xa000) return 4;
+  if (ids->device == 0xc030 && (ids->subdevice & 0xf000) == (unsigned)(level * 0x1000)) return 5;
   return 0;
 }
 
 static int rn_gpu_cmp(const void *a, const void *b) {
   const struct rn_gpu_rec *x = a, *y = b;
+  if (x->pub.host != y->pub.host) return x->pub.host - y->pub.host;
   int c = strcmp(x->pub.busid, y->pub.busid);
-  return c ? c : x->node - y->node;
+  return c ? c : x->order - y->order;
+}
+
+/* Names with numbers in natural order: mlx5_9 before mlx5_10. */
+static int rn_natcmp(const char *a, const char *b) {
+  while (*a && *b) {
+    if (isdigit((unsigned char)*a) && isdigit((unsigned char)*b)) {
+      char *ea, *eb;
+      unsigned long x = strtoul(a, &ea, 10), y = strtoul(b, &eb, 10);
+      if (x != y) return x < y ? -1 : 1;
+      a = ea;
+      b = eb;
+      continue;
+    }
+    if (*a != *b) return (unsigned char)*a - (unsigned char)*b;
+    a++, b++;
+  }
+  return (unsigned char)*a - (unsigned char)*b;
 }
 
 static int rn_nic_cmp(const void *a, const void *b) {
   const struct rn_nic_rec *x = a, *y = b;
+  if (x->pub.host != y->pub.host) return x->pub.host - y->pub.host;
   /* NICs without a PCI function sort after all others. */
   int xe = x->pub.busid[0] == '\0', ye = y->pub.busid[0] == '\0';
   if (xe != ye) return xe - ye;
   int c = strcmp(x->pub.busid, y->pub.busid);
   if (c) return c;
+  c = rn_natcmp(x->pub.device, y->pub.device);
+  if (c) return c;
   if (x->pub.port != y->pub.port) return x->pub.port - y->pub.port;
-  return strcmp(x->pub.name, y->pub.name);
+  return x->order - y->order;
+}
+
+/* Folds Broadcom sub-switches into their top switch, one level deep, as
+ * ncclTopoFlattenBcmSwitches does: a top absorbs the matching switches
+ * that are its direct children, after which it is no longer a top; a
+ * matching switch further down becomes a top of its own.  holds marks
+ * nodes a device sits on directly (merged files), which keep their node.
+ * Returns the number of levels folded. */
+static int rn_topo_fold_bcm(struct rn_topo *t, const unsigned char *holds, const int *orig) {
+  int merged = 0;
+  for (int i = 1; i < t->nnodes; i++) {
+    struct rn_node *n = &t->nodes[i];
+    if (n->kind != RN_NODE_SWITCH || n->depth < 0) continue;
+    int gen = rn_bcm_gen(&n->ids, 0);
+    if (!gen) continue;
+    for (int j = i + 1; j < t->nnodes; j++) {
+      struct rn_node *c = &t->nodes[j];
+      if (orig[j] != i || c->kind != RN_NODE_SWITCH || c->depth < 0 || holds[j]) continue;
+      if (rn_bcm_gen(&c->ids, 1) != gen) continue;
+      c->depth = -1;
+      merged++;
+    }
+  }
+  return merged;
+}
+
+static int rn_topo_nic_names(struct rn_topo *t) {
+  for (int i = 0; i < t->nnics; i++) {
+    struct rn_topo_nic *n = &t->nics[i].pub;
+    int ports = 0;
+    for (int j = 0; j < t->nnics; j++) {
+      const struct rn_topo_nic *m = &t->nics[j].pub;
+      ports += m->host == n->host && strcmp(m->device, n->device) == 0;
+    }
+    if (ports > 1)
+      snprintf(n->name, sizeof(n->name), "%.50s:%d", n->device, n->port);
+    else
+      snprintf(n->name, sizeof(n->name), "%s", n->device);
+    /* One NIC = one PCI device: functions differ only in the last digit
+     * (NCCL's PORT merge level compares bus ids without it). */
+    n->asic = i;
+    for (int j = 0; j < i; j++) {
+      const struct rn_topo_nic *m = &t->nics[j].pub;
+      if (m->host != n->host) continue;
+      int same = n->busid[0] ? strncmp(m->busid, n->busid, 11) == 0 && m->busid[0]
+                             : !m->busid[0] && strcmp(m->device, n->device) == 0;
+      if (same) {
+        n->asic = m->asic;
+        break;
+      }
+    }
+  }
+  return 0;
+}
+
+static int rn_topo_find_gpu_busid(const struct rn_topo *t, int host, const char *busid) {
+  char norm[16];
+  if (rn_topo_busid_norm(busid, norm, sizeof(norm))) return -1;
+  for (int g = 0; g < t->ngpus; g++)
+    if (t->gpus[g].pub.host == host && strcmp(t->gpus[g].pub.busid, norm) == 0) return g;
+  return -1;
+}
+
+static int rn_topo_compute_paths(struct rn_topo *t) {
+  size_t G = (size_t)t->ngpus, N = (size_t)t->nnics;
+  t->nvl = calloc(G * G + 1, 1);
+  t->pci = calloc(G * N + 1, 1);
+  t->ncclp = calloc(G * N + 1, 1);
+  t->lca = calloc(G * N + 1, sizeof(int));
+  t->bw = calloc(G * N + 1, sizeof(float));
+  t->nic_local = calloc(N + 1, sizeof(int));
+  if (!t->nvl || !t->pci || !t->ncclp || !t->lca || !t->bw || !t->nic_local) return -1;
+  /* NVLink: GPUs of one host both on NVSwitches, or linked directly. */
+  for (size_t g = 0; g < G; g++)
+    for (size_t h = 0; h < G; h++)
+      t->nvl[g * G + h] = g != h && t->gpus[g].nvswitch && t->gpus[h].nvswitch &&
+                          t->gpus[g].pub.host == t->gpus[h].pub.host;
+  for (int e = 0; e < t->nnvl_edges; e++) {
+    int g = -1;
+    for (int i = 0; i < t->ngpus && g < 0; i++)
+      if (t->gpus[i].node == t->nvl_edges[e].gpu_node) g = i;
+    if (g < 0) continue;
+    int h = -1;
+    if (t->nvl_edges[e].target_node >= 0) {
+      for (int i = 0; i < t->ngpus && h < 0; i++)
+        if (t->gpus[i].node == t->nvl_edges[e].target_node) h = i;
+    } else {
+      h = rn_topo_find_gpu_busid(t, t->gpus[g].pub.host, t->nvl_edges[e].target);
+    }
+    if (h >= 0 && h != g) t->nvl[(size_t)g * G + (size_t)h] = t->nvl[(size_t)h * G + (size_t)g] = 1;
+  }
+  for (size_t g = 0; g < G; g++) {
+    const struct rn_gpu_rec *gr = &t->gpus[g];
+    int gcpu = rn_topo_node_cpu(t, gr->node);
+    for (size_t n = 0; n < N; n++) {
+      const struct rn_nic_rec *nr = &t->nics[n];
+      int lca = 0;
+      double bw = 0;
+      enum rn_path p = rn_topo_node_path(t, gr->node, nr->node, &lca, &bw);
+      /* NVLink-C2C to the CPU, then PCIe to a NIC of that CPU: P2C
+       * (NCCL's mergePathType of C2C and PHB), when nothing better. */
+      if (gr->pub.c2c && gcpu >= 0 && rn_topo_node_under(t, nr->node, gcpu) && p > RN_PATH_P2C) {
+        double nb = 0;
+        (void)rn_topo_node_path(t, gcpu, nr->node, NULL, &nb);
+        p = RN_PATH_P2C;
+        lca = gcpu;
+        bw = gr->c2c_bw > 0 && (nb <= 0 || gr->c2c_bw < nb) ? gr->c2c_bw : nb;
+      }
+      double ns = nr->pub.speed_mbps > 0 ? nr->pub.speed_mbps / 8000.0 : 0;
+      if (ns > 0 && (bw <= 0 || ns < bw)) bw = ns;
+      t->pci[g * N + n] = (unsigned char)p;
+      t->lca[g * N + n] = lca;
+      t->bw[g * N + n] = (float)bw;
+    }
+  }
+  /* The NIC's local GPU (ncclTopoGetLocalGpu): among the GPUs of its host
+   * with the widest, then shortest, path to it, the first in bus order. */
+  for (size_t n = 0; n < N; n++) {
+    int best = -1;
+    for (size_t h = 0; h < G; h++) {
+      if (t->gpus[h].pub.host != t->nics[n].pub.host) continue;
+      float bh = t->bw[h * N + n], bb = best < 0 ? 0 : t->bw[(size_t)best * N + n];
+      unsigned char ph = t->pci[h * N + n], pb = best < 0 ? 0 : t->pci[(size_t)best * N + n];
+      if (best < 0 || bh > bb || (bh == bb && ph < pb)) best = (int)h;
+    }
+    t->nic_local[n] = best;
+  }
+  for (size_t g = 0; g < G; g++)
+    for (size_t n = 0; n < N; n++) {
+      int peer;
+      t->ncclp[g * N + n] = rn_topo_pxn_peer(t, (int)g, (int)n, 1, &peer)
+                                ? (unsigned char)RN_PATH_PXN
+                                : t->pci[g * N + n];
+    }
+  return 0;
 }
 
 int rn_topo_finalize(struct rn_topo *t, char *err, size_t errlen) {
-  int merged = 0;
-  /* A switch something sits on directly (merged files can do that) is
+  /* A switch a device sits on directly (merged files can do that) is
    * never folded: the device must keep a node. */
   unsigned char *holds = calloc((size_t)t->nnodes + 1, 1);
-  if (!holds) {
+  int *orig = malloc(((size_t)t->nnodes + 1) * sizeof(int));
+  if (!holds || !orig) {
+    free(holds);
+    free(orig);
     rn_topo_errf(err, errlen, "out of memory");
     return -1;
   }
   for (int i = 0; i < t->ngpus; i++) holds[t->gpus[i].node] = 1;
   for (int i = 0; i < t->nnics; i++) holds[t->nics[i].node] = 1;
-  /* Parents are always created before their children, so one forward pass
-   * sees every parent already settled. */
-  for (int i = 1; i < t->nnodes; i++) {
-    struct rn_node *n = &t->nodes[i];
-    if (n->parent < 0 || n->parent >= i) {
+  for (int i = 0; i < t->nnodes; i++) {
+    orig[i] = t->nodes[i].parent;
+    t->nodes[i].depth = 0;
+    /* Parents are always created before their children, so one forward
+     * pass sees every parent settled. */
+    if (i > 0 && (t->nodes[i].parent < 0 || t->nodes[i].parent >= i)) {
       free(holds);
-      rn_topo_errf(err, errlen, "internal: node %d has parent %d", i, n->parent);
+      free(orig);
+      rn_topo_errf(err, errlen, "internal: node %d has parent %d", i, t->nodes[i].parent);
       return -1;
     }
+  }
+  int merged = rn_topo_fold_bcm(t, holds, orig);
+  free(holds);
+  free(orig);
+  for (int i = 1; i < t->nnodes; i++) {
+    struct rn_node *n = &t->nodes[i];
     while (t->nodes[n->parent].depth < 0)
       n->parent = t->nodes[n->parent].parent; /* parent was folded away */
+    if (n->depth < 0) continue;
     struct rn_node *p = &t->nodes[n->parent];
-    if (!holds[i] && rn_is_bcm_sub_switch(p, n)) {
-      n->depth = -1; /* folded: children re-parent to p */
-      merged++;
-      continue;
-    }
     n->depth = p->depth + 1;
+    if (n->kind != RN_NODE_HOST) n->host = p->host;
     if (n->cpu < 0) n->cpu = p->cpu;
-    if (n->numa < 0) n->numa = p->numa;
+    if (n->numa < 0 && n->kind != RN_NODE_CPU) n->numa = p->numa;
   }
-  free(holds);
   for (int i = 0; i < t->ngpus; i++) {
     struct rn_node *n = &t->nodes[t->gpus[i].node];
     t->gpus[i].pub.cpu = n->cpu;
     t->gpus[i].pub.numa = n->numa;
+    t->gpus[i].pub.host = n->host;
   }
   for (int i = 0; i < t->nnics; i++) {
     struct rn_node *n = &t->nodes[t->nics[i].node];
     t->nics[i].pub.cpu = n->cpu;
     t->nics[i].pub.numa = n->numa;
+    t->nics[i].pub.host = n->host;
   }
   if (merged)
     rn_topo_add_note(t, "merged %d Broadcom sub-switch level(s) into their parents", merged);
   if (t->ngpus > 1) qsort(t->gpus, (size_t)t->ngpus, sizeof(*t->gpus), rn_gpu_cmp);
   if (t->nnics > 1) qsort(t->nics, (size_t)t->nnics, sizeof(*t->nics), rn_nic_cmp);
+  if (t->nhosts == 0 && rn_topo_host(t, "") < 0) goto out_oom;
+  if (rn_topo_nic_names(t) || rn_topo_compute_paths(t)) goto out_oom;
   return 0;
+out_oom:
+  rn_topo_errf(err, errlen, "out of memory");
+  return -1;
 }
 
 const char *rn_topo_source(const struct rn_topo *t) { return t->source; }
@@ -245,6 +506,11 @@ int rn_topo_ngpus(const struct rn_topo *t) { return t->ngpus; }
 int rn_topo_nnics(const struct rn_topo *t) { return t->nnics; }
 int rn_topo_ncpus(const struct rn_topo *t) { return t->ncpus; }
 int rn_topo_nnotes(const struct rn_topo *t) { return t->nnotes; }
+int rn_topo_nhosts(const struct rn_topo *t) { return t->nhosts; }
+
+const char *rn_topo_host_name(const struct rn_topo *t, int h) {
+  return (h >= 0 && h < t->nhosts) ? t->hosts[h] : "";
+}
 
 const char *rn_topo_note(const struct rn_topo *t, int i) {
   return (i >= 0 && i < t->nnotes) ? t->notes[i] : NULL;
@@ -259,14 +525,28 @@ const struct rn_topo_nic *rn_topo_nic(const struct rn_topo *t, int i) {
 }
 
 int rn_topo_find_nic(const struct rn_topo *t, const char *name, const char *busid) {
-  char norm[16] = "";
+  char norm[16] = "", dev[64] = "";
+  int port = -1;
   if (busid && rn_topo_busid_norm(busid, norm, sizeof(norm)) != 0) norm[0] = '\0';
-  for (int i = 0; i < t->nnics; i++) {
-    const struct rn_topo_nic *n = &t->nics[i].pub;
-    if (name && name[0] &&
-        (strcmp(n->name, name) == 0 || (n->netdev[0] && strcmp(n->netdev, name) == 0)))
-      return i;
-    if (norm[0] && strcmp(n->busid, norm) == 0) return i;
+  if (name) {
+    /* "mlx5_0:2" names port 2 of mlx5_0 (the plugin's multi-port names). */
+    const char *colon = strrchr(name, ':');
+    if (colon && colon[1] && strspn(colon + 1, "0123456789") == strlen(colon + 1)) {
+      snprintf(dev, sizeof(dev), "%.*s", (int)(colon - name), name);
+      port = atoi(colon + 1);
+    }
+  }
+  for (int pass = 0; pass < 2; pass++) {
+    for (int i = 0; i < t->nnics; i++) {
+      const struct rn_topo_nic *n = &t->nics[i].pub;
+      if (pass == 0 && name && name[0] &&
+          (strcmp(n->name, name) == 0 || (n->netdev[0] && strcmp(n->netdev, name) == 0) ||
+           (port > 0 && strcmp(n->device, dev) == 0 && n->port == port)))
+        return i;
+      /* Second pass: a plain device name picks its first port; then the bus id. */
+      if (pass == 1 && name && name[0] && strcmp(n->device, name) == 0) return i;
+      if (pass == 1 && norm[0] && strcmp(n->busid, norm) == 0) return i;
+    }
   }
   return -1;
 }
@@ -283,46 +563,49 @@ int rn_topo_node_under(const struct rn_topo *t, int node, int anc) {
   return 0;
 }
 
-enum rn_path rn_topo_node_path(const struct rn_topo *t, int a, int b, int *hops, int *lca) {
+static void rn_minbw(double *bw, double v) {
+  if (v > 0 && (*bw <= 0 || v < *bw)) *bw = v;
+}
+
+enum rn_path rn_topo_node_path(const struct rn_topo *t, int a, int b, int *lca, double *bw) {
   const struct rn_node *N = t->nodes;
-  int x = a, y = b, h = 0, nsw = 0, hba = 0, hbb = 0;
-  if (hops) *hops = 0;
-  if (lca) *lca = 0;
+  int x = a, y = b, pxb = 0;
+  double w = 0;
   while (x != y) {
-    if (N[x].depth >= N[y].depth)
-      x = N[x].parent;
-    else
-      y = N[y].parent;
-    h++;
-    if (x < 0 || y < 0) return RN_PATH_SYS; /* cannot happen after finalize */
+    int *s = N[x].depth >= N[y].depth ? &x : &y;
+    int up = N[*s].parent;
+    if (up < 0) break; /* cannot happen after finalize */
+    if (N[*s].kind == RN_NODE_SWITCH && N[up].kind == RN_NODE_SWITCH) pxb = 1;
+    rn_minbw(&w, N[*s].up_bw);
+    *s = up;
   }
-  /* The switches a path crosses are those strictly above each endpoint up
-   * to and including the LCA: at most one is PIX (NCCL's rule). */
-  for (int v = N[a].parent; v >= 0 && v != x; v = N[v].parent) {
-    nsw += N[v].kind == RN_NODE_SWITCH;
-    hba |= N[v].kind == RN_NODE_HOSTBRIDGE;
-  }
-  for (int v = N[b].parent; v >= 0 && v != x; v = N[v].parent) {
-    nsw += N[v].kind == RN_NODE_SWITCH;
-    hbb |= N[v].kind == RN_NODE_HOSTBRIDGE;
-  }
-  if (hops) *hops = h;
   if (lca) *lca = x;
-  switch (N[x].kind) {
+  enum rn_path p;
+  switch (x == y ? N[x].kind : RN_NODE_ROOT) {
     case RN_NODE_DEV:
-      return RN_PATH_LOC;
+      p = RN_PATH_LOC;
+      break;
     case RN_NODE_SWITCH:
-      return nsw + 1 <= 1 ? RN_PATH_PIX : RN_PATH_PXB;
-    case RN_NODE_HOSTBRIDGE:
-      return RN_PATH_PHB;
+      p = pxb ? RN_PATH_PXB : RN_PATH_PIX;
+      break;
     case RN_NODE_CPU:
-      /* Two different host bridges of one CPU: hwloc/nvidia-smi call it NODE.
-     * NCCL XML has no host bridges, so there the CPU is the host bridge. */
-      return (hba && hbb) ? RN_PATH_NODE : RN_PATH_PHB;
+      p = RN_PATH_PHB;
+      break;
+    case RN_NODE_PACKAGE:
+    case RN_NODE_HOST: {
+      p = RN_PATH_SYS;
+      int c = rn_topo_node_cpu(t, a);
+      if (c >= 0) rn_minbw(&w, N[c].cpu_bw);
+      break;
+    }
     case RN_NODE_ROOT:
     default:
-      return RN_PATH_SYS;
+      p = RN_PATH_DIS;
+      w = 0;
+      break;
   }
+  if (bw) *bw = w;
+  return p;
 }
 
 void rn_topo_node_describe(const struct rn_topo *t, int node, char *buf, size_t len) {
@@ -331,34 +614,86 @@ void rn_topo_node_describe(const struct rn_topo *t, int node, char *buf, size_t 
     case RN_NODE_SWITCH:
       snprintf(buf, len, "switch %s", n->busid[0] ? n->busid : "?");
       break;
-    case RN_NODE_HOSTBRIDGE:
-      snprintf(buf, len, "host bridge %s on CPU %d", n->busid[0] ? n->busid : "?", n->cpu);
-      break;
     case RN_NODE_CPU:
-      snprintf(buf, len, "CPU %d", n->cpu);
+      if (n->numa >= 0)
+        snprintf(buf, len, "CPU (NUMA %d)", n->numa);
+      else
+        snprintf(buf, len, "CPU %d", n->cpu);
       break;
     case RN_NODE_DEV:
       snprintf(buf, len, "device %s", n->busid);
       break;
+    case RN_NODE_PACKAGE:
+    case RN_NODE_HOST:
+      snprintf(buf, len, "the inter-CPU link");
+      break;
     case RN_NODE_ROOT:
     default:
-      snprintf(buf, len, "the inter-CPU link");
+      snprintf(buf, len, "no link (another host)");
       break;
   }
 }
 
+int rn_topo_nvlinked(const struct rn_topo *t, int g, int h) {
+  if (g < 0 || h < 0 || g >= t->ngpus || h >= t->ngpus) return 0;
+  return t->nvl[(size_t)g * (size_t)t->ngpus + (size_t)h];
+}
+
+enum rn_path rn_topo_nic_path(const struct rn_topo *t, int a, int b) {
+  if (a < 0 || b < 0 || a >= t->nnics || b >= t->nnics) return RN_PATH_DIS;
+  return rn_topo_node_path(t, t->nics[a].node, t->nics[b].node, NULL, NULL);
+}
+
+enum rn_path rn_topo_pci_path(const struct rn_topo *t, int g, int n) {
+  if (g < 0 || g >= t->ngpus || n < 0 || n >= t->nnics) return RN_PATH_DIS;
+  return (enum rn_path)t->pci[(size_t)g * (size_t)t->nnics + (size_t)n];
+}
+
+double rn_topo_path_bw(const struct rn_topo *t, int g, int n) {
+  if (g < 0 || g >= t->ngpus || n < 0 || n >= t->nnics) return 0;
+  return t->bw[(size_t)g * (size_t)t->nnics + (size_t)n];
+}
+
+int rn_topo_pxn_peer(const struct rn_topo *t, int g, int n, int pxn_c2c, int *peer) {
+  *peer = -1;
+  if (g < 0 || g >= t->ngpus || n < 0 || n >= t->nnics) return 0;
+  /* When g is as close as the NIC's local GPU, the NIC is local to g and
+   * PXN does not apply. */
+  int best = t->nic_local[n];
+  if (best < 0) return 0;
+  enum rn_path pg = rn_topo_pci_path(t, g, n), pp = rn_topo_pci_path(t, best, n);
+  double bg = rn_topo_path_bw(t, g, n), bp = rn_topo_path_bw(t, best, n);
+  if (bp == bg && pp == pg) return 0; /* g is local to the NIC too */
+  /* ncclTopoComputePaths: the peer is PXB (or P2C with NCCL_PXN_C2C) from
+   * the NIC, NVLink-connected to g, on g's host, and either wider to the
+   * NIC or g would otherwise cross the CPU. */
+  if (pp > (pxn_c2c ? RN_PATH_P2C : RN_PATH_PXB)) return 0;
+  if (!rn_topo_nvlinked(t, g, best)) return 0;
+  if (t->gpus[g].pub.host != t->gpus[best].pub.host) return 0;
+  if (!(bp > bg || pg > RN_PATH_PXN)) return 0;
+  *peer = best;
+  return 1;
+}
+
 enum rn_path rn_topo_path(const struct rn_topo *t, int g, int n, char *via, size_t vialen) {
-  int lca = 0;
   if (g < 0 || g >= t->ngpus || n < 0 || n >= t->nnics) {
     if (via && vialen) via[0] = '\0';
-    return RN_PATH_SYS;
+    return RN_PATH_DIS;
   }
-  enum rn_path p = rn_topo_node_path(t, t->gpus[g].node, t->nics[n].node, NULL, &lca);
+  size_t k = (size_t)g * (size_t)t->nnics + (size_t)n;
+  enum rn_path p = (enum rn_path)t->ncclp[k];
   if (via && vialen) {
-    if (p == RN_PATH_SYS && t->gpus[g].pub.cpu >= 0 && t->nics[n].pub.cpu >= 0)
-      snprintf(via, vialen, "CPU %d -> CPU %d", t->gpus[g].pub.cpu, t->nics[n].pub.cpu);
+    int peer;
+    const struct rn_topo_gpu *gp = &t->gpus[g].pub;
+    const struct rn_topo_nic *np = &t->nics[n].pub;
+    if (p == RN_PATH_PXN && rn_topo_pxn_peer(t, g, n, 1, &peer))
+      snprintf(via, vialen, "NVLink to GPU %s", t->gpus[peer].pub.busid);
+    else if (p == RN_PATH_P2C)
+      snprintf(via, vialen, "C2C to CPU (NUMA %d)", gp->numa);
+    else if (p == RN_PATH_SYS)
+      snprintf(via, vialen, "NUMA %d -> NUMA %d", gp->numa, np->numa);
     else
-      rn_topo_node_describe(t, lca, via, vialen);
+      rn_topo_node_describe(t, t->lca[k], via, vialen);
   }
   return p;
 }

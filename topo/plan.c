@@ -2,11 +2,17 @@
  *
  * It walks the model tree bottom-up.  At each node, the GPUs and NICs not
  * yet placed below it meet: k GPUs and m NICs split evenly (m/k NICs each
- * when m >= k, each NIC shared by k/m GPUs when m < k), closest pairs first.
- * What is left moves up.  At a CPU node (and at the root, for SYS), a GPU
- * that found no free NIC shares the least-loaded rail set already placed
- * below that node.  Free NICs that reach the root are unused: they are
- * farther than every GPU's own rails (storage, management).
+ * when m >= k, each NIC shared by k/m GPUs when m < k), closest pairs
+ * first, faster NICs first at equal distance.  What is left moves up.  At a
+ * CPU, package or host node, a GPU that found no free NIC, or only one much
+ * slower than sharing a placed rail set, shares the rail set that gives it
+ * the most bandwidth (NCCL picks its local NIC bandwidth first).  Free NICs
+ * that reach the host are unused: farther than every GPU's own rails
+ * (storage, management).  Hosts of a multi-host file are planned apart.
+ *
+ * A GPU's NICs are fused into one virtual device only when NCCL would
+ * accept the merge: one link layer, comparable speeds.  Each virtual device
+ * gets rail and plane ids for ncclNet v12 and a standby NIC.
  *
  * Only topology and bus-id order decide: GPU i is never NIC i. */
 #include <stdio.h>
@@ -19,21 +25,49 @@
 void rn_plan_opts_default(struct rn_plan_opts *o) {
   memset(o, 0, sizeof(*o));
   o->gdr_level = RN_PATH_PXB;
+  o->gdr_c2c = 1;
+  o->standby = 1;
+  o->host = -1;
+  o->pxn = 1;
+  o->pxn_c2c = 1;
 }
+
+/* Why a NIC is (not) a rail candidate. */
+enum rn_status {
+  RN_ST_CAND = 1,
+  RN_ST_TRANSPORT, /* not in the transport's candidate list */
+  RN_ST_FILTERED,
+  RN_ST_NOTRDMA,
+  RN_ST_SLOW,
+  RN_ST_HOST, /* on a host this plan does not cover */
+};
 
 enum rn_how {
   RN_HOW_SPLIT, /* split of the NICs meeting at a node */
-  RN_HOW_SHARE, /* shares the least-loaded rail set under its CPU */
+  RN_HOW_SHARE, /* shares a placed rail set */
+};
+
+/* A NIC much slower than the fastest on its host is never a rail: NCCL
+ * picks local NICs by bandwidth first, so it would not use it either. */
+#define RN_SLOW_FACTOR 4
+/* Fusing stripes evenly: members within 25% of each other. */
+#define RN_SPEED_NUM 5
+#define RN_SPEED_DEN 4
+
+struct rn_pair {
+  int path, speed, numa_miss, hops, g, n;
 };
 
 struct rn_pl {
   const struct rn_topo *t;
   const struct rn_plan_opts *o;
   struct rn_plan *p;
+  struct rn_topo_filter *filter;
   int *sel;           /* per model GPU: 1 when in the subset */
-  int *cand;          /* per model NIC: 1 when a rail candidate */
+  int *status;        /* per model NIC: enum rn_status */
   int *free_;         /* per model NIC: candidate not yet placed */
   int *users;         /* per model NIC: GPUs using it */
+  int *slowskip;      /* per model NIC: a GPU preferred sharing a faster rail set */
   int *ghead, *gnext; /* per node / per GPU: GPUs waiting at a node */
   int *nhead, *nnext; /* per node / per NIC: free NICs waiting at a node */
   int *nrails;        /* per model GPU */
@@ -42,15 +76,14 @@ struct rn_pl {
   int *share_node;    /* per model GPU: node where it shared */
   int *gbuf, *nbuf, *cnt, *extra;
   struct rn_pair *pairs;
-};
-
-struct rn_pair {
-  int path, numa_miss, hops, g, n;
+  double *gpu_bw;             /* per model GPU: GB/s to its CPU, 0 unknown */
+  const struct rn_plan *full; /* the plan of every GPU, when this one is a subset */
 };
 
 static int rn_pair_cmp(const void *a, const void *b) {
   const struct rn_pair *x = a, *y = b;
   if (x->path != y->path) return x->path - y->path;
+  if (x->speed != y->speed) return y->speed - x->speed; /* faster first */
   if (x->numa_miss != y->numa_miss) return x->numa_miss - y->numa_miss;
   if (x->hops != y->hops) return x->hops - y->hops;
   if (x->g != y->g) return x->g - y->g;
@@ -80,21 +113,56 @@ void rn_plan_free(struct rn_plan *p) {
   if (!p) return;
   for (int i = 0; i < p->nnotes; i++) free(p->notes[i]);
   free(p->notes);
+  for (int i = 0; p->unused_why && i < p->nunused; i++) free(p->unused_why[i]);
+  free(p->unused_why);
   free(p->unused);
   free(p->vdevs);
   free(p->gpus);
+  free(p->nic_rail);
+  free(p->nic_plane);
+  free(p->paths);
   free(p);
 }
 
-static enum rn_path rn_gn_path(const struct rn_topo *t, int g, int n, int *hops) {
-  return rn_topo_node_path(t, t->gpus[g].node, t->nics[n].node, hops, NULL);
+enum rn_path rn_plan_path(const struct rn_plan *p, int g, int n) {
+  if (!p || !p->paths || g < 0 || n < 0 || n >= p->npath_nics) return RN_PATH_DIS;
+  return (enum rn_path)p->paths[(size_t)g * (size_t)p->npath_nics + (size_t)n];
 }
 
-/* "0,2,5", "0-3", or bus ids ("0000:1b:00.0", "1b:00.0"). */
+/* Tree hops between a GPU and a NIC: the tie-break after the path type. */
+static int rn_hops(const struct rn_topo *t, int g, int n) {
+  int a = t->gpus[g].node, b = t->nics[n].node, h = 0;
+  while (a != b && a >= 0 && b >= 0) {
+    if (t->nodes[a].depth >= t->nodes[b].depth)
+      a = t->nodes[a].parent;
+    else
+      b = t->nodes[b].parent;
+    h++;
+  }
+  return h;
+}
+
+/* Two NICs NCCL would fuse: one link layer (unknown matches), speeds within
+ * RN_SPEED_NUM/RN_SPEED_DEN of each other (unknown matches). */
+static int rn_compatible(const struct rn_topo *t, int a, int b) {
+  const struct rn_topo_nic *x = &t->nics[a].pub, *y = &t->nics[b].pub;
+  if (x->link && y->link && x->link != y->link) return 0;
+  if (x->speed_mbps > 0 && y->speed_mbps > 0) {
+    long lo = x->speed_mbps < y->speed_mbps ? x->speed_mbps : y->speed_mbps;
+    long hi = x->speed_mbps < y->speed_mbps ? y->speed_mbps : x->speed_mbps;
+    if (hi * RN_SPEED_DEN > lo * RN_SPEED_NUM) return 0;
+  }
+  return 1;
+}
+
+/* "0,2,5", "0-3", or bus ids ("0000:1b:00.0", "1b:00.0"); "*" all, "" none. */
 static int rn_parse_subset(const struct rn_topo *t, const char *spec, int *sel, char *err,
                            size_t errlen) {
   const char *p = spec;
-  int any = 0;
+  if (strcmp(spec, "*") == 0) {
+    for (int g = 0; g < t->ngpus; g++) sel[g] = 1;
+    return 0;
+  }
   while (*p) {
     size_t len = strcspn(p, ",");
     char tok[64];
@@ -138,12 +206,9 @@ static int rn_parse_subset(const struct rn_topo *t, const char *spec, int *sel, 
       }
       for (long i = a; i <= b; i++) sel[i] = 1;
     }
-    any = 1;
     p += len;
     if (*p == ',') p++;
   }
-  if (!any)
-    for (int g = 0; g < t->ngpus; g++) sel[g] = 1;
   return 0;
 }
 
@@ -151,6 +216,23 @@ static void rn_assign(struct rn_pl *s, int g, int n) {
   s->rails[g * RN_PLAN_MAX_RAILS + s->nrails[g]++] = n;
   s->users[n]++;
   s->free_[n] = 0;
+}
+
+/* n may join g's rail set: NCCL would fuse it with g's lead rail, and the
+ * NICs g has do not yet carry what the GPU's own link can (more would only
+ * add latency; NCCL counts NICs against GPU bandwidth alike in
+ * ncclTopoGetLocalNetCountByBw). */
+static int rn_fits(struct rn_pl *s, int g, int n) {
+  if (s->nrails[g] == 0) return 1;
+  if (!rn_compatible(s->t, s->rails[g * RN_PLAN_MAX_RAILS], n)) return 0;
+  if (s->gpu_bw[g] <= 0) return 1;
+  double have = 0;
+  for (int i = 0; i < s->nrails[g]; i++) {
+    int sp = s->t->nics[s->rails[g * RN_PLAN_MAX_RAILS + i]].pub.speed_mbps;
+    if (sp <= 0) return 1; /* speeds unknown: no limit */
+    have += sp / 8000.0;
+  }
+  return have < s->gpu_bw[g];
 }
 
 /* k GPUs meet m free NICs at a node: split them evenly, closest first. */
@@ -162,7 +244,9 @@ static void rn_split(struct rn_pl *s, const int *gs, int k, const int *ns, int m
       struct rn_pair *pr = &s->pairs[np++];
       pr->g = gs[i];
       pr->n = ns[j];
-      pr->path = rn_gn_path(t, gs[i], ns[j], &pr->hops);
+      pr->path = rn_topo_pci_path(t, gs[i], ns[j]);
+      pr->speed = t->nics[ns[j]].pub.speed_mbps;
+      pr->hops = rn_hops(t, gs[i], ns[j]);
       int gn = t->gpus[gs[i]].pub.numa, nn = t->nics[ns[j]].pub.numa;
       pr->numa_miss = gn >= 0 && nn >= 0 && gn != nn;
     }
@@ -175,11 +259,12 @@ static void rn_split(struct rn_pl *s, const int *gs, int k, const int *ns, int m
     if (q >= RN_PLAN_MAX_RAILS) q = RN_PLAN_MAX_RAILS, extras = 0;
     for (int i = 0; i < np; i++) {
       const struct rn_pair *pr = &s->pairs[i];
-      if (s->cnt[pr->g] < q && s->free_[pr->n]) rn_assign(s, pr->g, pr->n), s->cnt[pr->g]++;
+      if (s->cnt[pr->g] < q && s->free_[pr->n] && rn_fits(s, pr->g, pr->n))
+        rn_assign(s, pr->g, pr->n), s->cnt[pr->g]++;
     }
     for (int i = 0; i < np && extras > 0; i++) {
       const struct rn_pair *pr = &s->pairs[i];
-      if (s->cnt[pr->g] == q && !s->extra[pr->g] && s->free_[pr->n]) {
+      if (s->cnt[pr->g] == q && !s->extra[pr->g] && s->free_[pr->n] && rn_fits(s, pr->g, pr->n)) {
         rn_assign(s, pr->g, pr->n);
         s->extra[pr->g] = 1;
         extras--;
@@ -208,37 +293,79 @@ static void rn_split(struct rn_pl *s, const int *gs, int k, const int *ns, int m
       }
     }
   }
-  for (int i = 0; i < k; i++) s->how[gs[i]] = RN_HOW_SPLIT;
+  for (int i = 0; i < k; i++)
+    if (s->nrails[gs[i]]) s->how[gs[i]] = RN_HOW_SPLIT;
 }
 
-/* GPU g found no free NIC under its CPU (or anywhere, at the root): it
- * shares the least-loaded rail set placed under node v.  1 if it did. */
-static int rn_share(struct rn_pl *s, int g, int v) {
+/* The placed rail set under node v that gives GPU g the most: closest
+ * first, then the most bandwidth per GPU once g joins, then the least
+ * loaded.  Returns the GPU owning it, -1 if none; *eff its Mb/s per GPU. */
+static int rn_best_share(struct rn_pl *s, int g, int v, long *eff) {
   const struct rn_topo *t = s->t;
   int best = -1, bload = 0, bpath = 0, bhops = 0;
-  long bspeed = 0;
+  long beff = 0;
   for (int h = 0; h < t->ngpus; h++) {
     if (h == g || s->nrails[h] == 0 || s->how[h] != RN_HOW_SPLIT) continue;
     const int *r = &s->rails[h * RN_PLAN_MAX_RAILS];
     if (!rn_topo_node_under(t, t->nics[r[0]].node, v)) continue;
-    int load = 0, hops;
+    int load = 0;
     long speed = 0;
     for (int i = 0; i < s->nrails[h]; i++) {
       if (s->users[r[i]] > load) load = s->users[r[i]];
       speed += t->nics[r[i]].pub.speed_mbps;
     }
-    int path = rn_gn_path(t, g, r[0], &hops);
-    int better =
-        best < 0 || load < bload ||
-        (load == bload && (speed > bspeed ||
-                           (speed == bspeed && (path < bpath || (path == bpath && hops < bhops)))));
-    if (better) best = h, bload = load, bspeed = speed, bpath = path, bhops = hops;
+    long e = speed / (load + 1);
+    int path = rn_topo_pci_path(t, g, r[0]), hops = rn_hops(t, g, r[0]);
+    int better = best < 0 || path < bpath ||
+                 (path == bpath &&
+                  (e > beff || (e == beff && (load < bload || (load == bload && hops < bhops)))));
+    if (better) best = h, bload = load, beff = e, bpath = path, bhops = hops;
   }
-  if (best < 0) return 0;
-  for (int i = 0; i < s->nrails[best]; i++) rn_assign(s, g, s->rails[best * RN_PLAN_MAX_RAILS + i]);
+  *eff = beff;
+  return best;
+}
+
+/* GPU g shares the rail set of GPU owner. */
+static void rn_share_with(struct rn_pl *s, int g, int owner, int v) {
+  for (int i = 0; i < s->nrails[owner]; i++)
+    rn_assign(s, g, s->rails[owner * RN_PLAN_MAX_RAILS + i]);
   s->how[g] = RN_HOW_SHARE;
   s->share_node[g] = v;
-  return 1;
+}
+
+static int rn_is_share_level(enum rn_node_kind k) {
+  return k == RN_NODE_CPU || k == RN_NODE_PACKAGE || k == RN_NODE_HOST;
+}
+
+/* At a CPU, package or host node: a GPU whose best free NIC here is no
+ * closer than a placed rail set, and gives less than sharing it would,
+ * shares instead (a free 10 Gb/s NIC never beats half of a 200 Gb/s one). */
+static int rn_prefer_share(struct rn_pl *s, int *gs, int k, const int *ns, int m, int v) {
+  const struct rn_topo *t = s->t;
+  int kept = 0;
+  for (int i = 0; i < k; i++) {
+    int g = gs[i], bestn = -1;
+    for (int j = 0; j < m; j++) {
+      int n = ns[j];
+      if (bestn < 0 || rn_topo_pci_path(t, g, n) < rn_topo_pci_path(t, g, bestn) ||
+          (rn_topo_pci_path(t, g, n) == rn_topo_pci_path(t, g, bestn) &&
+           t->nics[n].pub.speed_mbps > t->nics[bestn].pub.speed_mbps))
+        bestn = n;
+    }
+    long eff = 0;
+    int owner = rn_best_share(s, g, v, &eff);
+    if (owner >= 0 && bestn >= 0 && t->nics[bestn].pub.speed_mbps > 0 &&
+        rn_topo_pci_path(t, g, s->rails[owner * RN_PLAN_MAX_RAILS]) <=
+            rn_topo_pci_path(t, g, bestn) &&
+        eff > t->nics[bestn].pub.speed_mbps) {
+      rn_share_with(s, g, owner, v);
+      for (int j = 0; j < m; j++)
+        if (t->nics[ns[j]].pub.speed_mbps < eff) s->slowskip[ns[j]] = 1;
+      continue;
+    }
+    gs[kept++] = g;
+  }
+  return kept;
 }
 
 static void rn_walk(struct rn_pl *s) {
@@ -251,11 +378,19 @@ static void rn_walk(struct rn_pl *s) {
     if (k == 0 && m == 0) continue;
     qsort(s->gbuf, (size_t)k, sizeof(int), rn_int_cmp);
     qsort(s->nbuf, (size_t)m, sizeof(int), rn_int_cmp);
+    int share_level = rn_is_share_level(t->nodes[v].kind);
+    if (k && m && share_level) k = rn_prefer_share(s, s->gbuf, k, s->nbuf, m, v);
     if (k && m) rn_split(s, s->gbuf, k, s->nbuf, m);
-    if (k && !m && (t->nodes[v].kind == RN_NODE_CPU || t->nodes[v].kind == RN_NODE_ROOT))
-      for (int i = 0; i < k; i++) rn_share(s, s->gbuf[i], v);
+    if (k && share_level)
+      for (int i = 0; i < k; i++) {
+        long eff;
+        int g = s->gbuf[i], owner;
+        if (s->nrails[g] == 0 && (owner = rn_best_share(s, g, v, &eff)) >= 0)
+          rn_share_with(s, g, owner, v);
+      }
     int up = t->nodes[v].parent;
-    if (up < 0) break;
+    /* Hosts are planned apart: nothing moves above a host. */
+    if (up < 0 || t->nodes[v].kind == RN_NODE_HOST) continue;
     /* Whatever is left waits at the parent. */
     for (int i = 0; i < k; i++) {
       int g = s->gbuf[i];
@@ -272,52 +407,96 @@ static void rn_walk(struct rn_pl *s) {
   }
 }
 
-/* Rails best first: nearest path, then fewest hops, then bus order. */
+/* Rails best first: nearest path, then fastest, then fewest hops, then bus order. */
 static void rn_sort_rails(struct rn_pl *s, int g) {
   int *r = &s->rails[g * RN_PLAN_MAX_RAILS];
   for (int i = 1; i < s->nrails[g]; i++) {
     for (int j = i; j > 0; j--) {
-      int ha, hb;
-      int pa = rn_gn_path(s->t, g, r[j - 1], &ha), pb = rn_gn_path(s->t, g, r[j], &hb);
-      int swap = pb < pa || (pb == pa && (hb < ha || (hb == ha && r[j] < r[j - 1])));
+      const struct rn_topo *t = s->t;
+      int a = r[j - 1], b = r[j];
+      int pa = rn_topo_pci_path(t, g, a), pb = rn_topo_pci_path(t, g, b);
+      int sa = t->nics[a].pub.speed_mbps, sb = t->nics[b].pub.speed_mbps;
+      int ha = rn_hops(t, g, a), hb = rn_hops(t, g, b);
+      int swap =
+          pb < pa || (pb == pa && (sb > sa || (sb == sa && (hb < ha || (hb == ha && b < a)))));
       if (!swap) break;
-      int tmp = r[j];
-      r[j] = r[j - 1];
-      r[j - 1] = tmp;
+      r[j] = a;
+      r[j - 1] = b;
     }
   }
+}
+
+/* NCCL's path for a pair under the plan's options: PXN only when enabled. */
+static enum rn_path rn_nccl_path(const struct rn_pl *s, int g, int n, int *peer) {
+  *peer = -1;
+  if (s->o->pxn && rn_topo_pxn_peer(s->t, g, n, s->o->pxn_c2c, peer)) return RN_PATH_PXN;
+  return rn_topo_pci_path(s->t, g, n);
+}
+
+/* NCCL's GDR decision for GPU g and NIC n (ncclTopoCheckGdr, v2.28):
+ * both must allow it; a PXN pair is judged by the peer GPU's distance; a
+ * P2C pair counts as C2C when NCCL_NET_GDR_C2C is on; then distance <=
+ * level.  why gets the rule that decided. */
+static int rn_gdr(const struct rn_pl *s, int g, int n, char *why, size_t len) {
+  const struct rn_topo *t = s->t;
+  enum rn_path lvl = s->o->gdr_level;
+  if (!t->nics[n].pub.gdr) {
+    snprintf(why, len, "the NIC has gdr=0");
+    return 0;
+  }
+  if (!t->gpus[g].pub.gdr) {
+    snprintf(why, len, "the GPU has gdr=0");
+    return 0;
+  }
+  int peer;
+  enum rn_path d = rn_nccl_path(s, g, n, &peer);
+  char pxn[64] = "";
+  if (d == RN_PATH_PXN) {
+    d = rn_topo_pci_path(t, peer, n);
+    snprintf(pxn, sizeof(pxn), "PXN: GPU %s is %s, ", t->gpus[peer].pub.busid, rn_path_name(d));
+  }
+  if (d == RN_PATH_P2C && s->o->gdr_c2c) {
+    snprintf(why, len, "%sP2C counts as C2C with NCCL_NET_GDR_C2C=1, C2C %s %s", pxn,
+             RN_PATH_C2C <= lvl ? "<=" : ">", rn_path_name(lvl));
+    return RN_PATH_C2C <= lvl;
+  }
+  snprintf(why, len, "%s%s %s %s", pxn, rn_path_name(d), d <= lvl ? "<=" : ">", rn_path_name(lvl));
+  return d <= lvl;
 }
 
 static void rn_reason(struct rn_pl *s, int g, struct rn_plan_rail *rail) {
   const struct rn_topo *t = s->t;
   const struct rn_topo_gpu *gp = &t->gpus[g].pub;
   const struct rn_topo_nic *np = &t->nics[rail->nic].pub;
-  char via[96], why[96] = "", gdr[64], gname[24];
-  enum rn_path lvl = s->o->gdr_level;
-  rn_topo_path(t, g, rail->nic, via, sizeof(via));
+  char via[96], why[128] = "", gname[24];
+  int peer;
+  size_t k = (size_t)g * (size_t)t->nnics + (size_t)rail->nic;
+  if (rail->path == RN_PATH_PXN && rn_nccl_path(s, g, rail->nic, &peer) == RN_PATH_PXN)
+    snprintf(via, sizeof(via), "NVLink to GPU %s", t->gpus[peer].pub.busid);
+  else if (rail->path == RN_PATH_P2C)
+    snprintf(via, sizeof(via), "C2C to CPU (NUMA %d)", gp->numa);
+  else if (rail->path == RN_PATH_SYS)
+    snprintf(via, sizeof(via), "NUMA %d -> NUMA %d", gp->numa, np->numa);
+  else
+    rn_topo_node_describe(t, t->lca[k], via, sizeof(via));
   if (s->how[g] == RN_HOW_SHARE) {
-    if (t->nodes[s->share_node[g]].kind == RN_NODE_ROOT)
-      snprintf(why, sizeof(why), ", no NIC on the GPU's CPU: least-loaded elsewhere");
-    else
-      snprintf(why, sizeof(why), ", no free NIC nearer: least-loaded on CPU %d",
-               t->nodes[s->share_node[g]].cpu);
+    enum rn_node_kind kind = t->nodes[s->share_node[g]].kind;
+    snprintf(why, sizeof(why), "%s",
+             kind == RN_NODE_CPU ? ", shares the best rail set on its CPU"
+                                 : ", no free NIC on its NUMA node: shares the best rail set");
   } else if (s->users[rail->nic] > 1) {
     snprintf(why, sizeof(why), ", shared by %d GPUs", s->users[rail->nic]);
   }
-  if (!gp->gdr)
-    snprintf(gdr, sizeof(gdr), "GDR no (GPU does not allow it)");
-  else if (!np->gdr)
-    snprintf(gdr, sizeof(gdr), "GDR no (NIC does not allow it)");
-  else
-    snprintf(gdr, sizeof(gdr), "GDR %s (%s %s %s)", rail->gdr ? "yes" : "no",
-             rn_path_name(rail->path), rail->gdr ? "<=" : ">", rn_path_name(lvl));
   /* Sources without bus ids (nvidia-smi) name GPUs by model index. */
   if (gp->busid[0])
     snprintf(gname, sizeof(gname), "%s", gp->busid);
   else
     snprintf(gname, sizeof(gname), "GPU%d", g);
-  int w = snprintf(rail->reason, sizeof(rail->reason), "GPU %s -> %s: %s via %s%s, %s", gname,
-                   np->name, rn_path_name(rail->path), via, why, gdr);
+  char gdrwhy[sizeof(rail->gdr_why)]; /* a copy: reason and gdr_why share the struct */
+  snprintf(gdrwhy, sizeof(gdrwhy), "%s", rail->gdr_why);
+  int w =
+      snprintf(rail->reason, sizeof(rail->reason), "GPU %s -> %s: %s via %s%s, GDR %s (%s)", gname,
+               np->name, rn_path_name(rail->path), via, why, rail->gdr ? "yes" : "no", gdrwhy);
   if (w >= (int)sizeof(rail->reason)) /* long names: mark the cut */
     memcpy(rail->reason + sizeof(rail->reason) - 4, "...", 4);
 }
@@ -335,11 +514,15 @@ static int rn_same_set(const int *a, int na, const int *b, int nb) {
 static void rn_vdev_init(const struct rn_topo *t, struct rn_plan_vdev *d, const int *nics, int n) {
   memset(d, 0, sizeof(*d));
   d->gdr = 1;
+  d->nic_gdr = 1;
+  d->rail_id = d->plane_id = d->standby = -1;
+  d->host = t->nics[nics[0]].pub.host;
   size_t off = 0;
   for (int i = 0; i < n; i++) {
     const struct rn_topo_nic *np = &t->nics[nics[i]].pub;
     d->nics[d->nnics++] = nics[i];
     d->speed_mbps += np->speed_mbps;
+    d->nic_gdr &= np->gdr != 0;
     int w = snprintf(d->name + off, sizeof(d->name) - off, "%s%s", i ? "+" : "", np->name);
     if (w < 0 || (size_t)w >= sizeof(d->name) - off)
       off = sizeof(d->name) - 1;
@@ -348,14 +531,14 @@ static void rn_vdev_init(const struct rn_topo *t, struct rn_plan_vdev *d, const 
   }
 }
 
-/* Lists model NIC names for a note, shortened past a few. */
-static void rn_name_list(const struct rn_topo *t, const int *flag, int want, char *buf,
+/* Lists model NIC names whose status is want, shortened past a few. */
+static void rn_name_list(const struct rn_topo *t, const int *status, int want, char *buf,
                          size_t len) {
   size_t off = 0;
   int shown = 0, more = 0;
   buf[0] = '\0';
   for (int n = 0; n < t->nnics; n++) {
-    if (flag[n] != want) continue;
+    if (status[n] != want) continue;
     if (shown == 8) {
       more++;
       continue;
@@ -368,102 +551,383 @@ static void rn_name_list(const struct rn_topo *t, const int *flag, int want, cha
   if (more && off < len) snprintf(buf + off, len - off, " and %d more", more);
 }
 
-static int rn_plan_fill(struct rn_pl *s, char *err, size_t errlen) {
+/* Why NIC n is in no rail set. */
+static void rn_unused_why(struct rn_pl *s, int n, char *buf, size_t len) {
   const struct rn_topo *t = s->t;
-  struct rn_plan *p = s->p;
-  int nsel = 0, ncand = 0;
-  for (int g = 0; g < t->ngpus; g++) nsel += s->sel[g];
-  for (int n = 0; n < t->nnics; n++) ncand += s->cand[n];
-
-  for (int i = 0; i < t->nnotes; i++)
-    if (rn_plan_note(p, "model: %s", t->notes[i])) goto out_oom;
-  if (t->ngpus == 0 && rn_plan_note(p, "no GPUs in the model: every NIC is its own virtual device"))
-    goto out_oom;
-  if (t->nnics == 0 && rn_plan_note(p, "no NICs in the model")) goto out_oom;
-
-  p->gpus = calloc((size_t)(nsel ? nsel : 1), sizeof(*p->gpus));
-  p->vdevs = calloc((size_t)(t->nnics ? t->nnics : 1), sizeof(*p->vdevs));
-  p->unused = calloc((size_t)(t->nnics ? t->nnics : 1), sizeof(int));
-  if (!p->gpus || !p->vdevs || !p->unused) goto out_oom;
-
-  if (t->ngpus == 0) {
-    for (int n = 0; n < t->nnics; n++)
-      if (s->cand[n]) rn_vdev_init(t, &p->vdevs[p->nvdevs++], &n, 1);
-    for (int d = 0; d < p->nvdevs; d++) p->vdevs[d].gdr = t->nics[p->vdevs[d].nics[0]].pub.gdr;
-    return 0;
+  const struct rn_topo_nic *np = &t->nics[n].pub;
+  switch (s->status[n]) {
+    case RN_ST_TRANSPORT:
+      snprintf(buf, len, "not driven by the transport (no usable port)");
+      return;
+    case RN_ST_FILTERED:
+      snprintf(buf, len, "filtered by %s",
+               s->o->nic_filter_from ? s->o->nic_filter_from : "the NIC filter");
+      return;
+    case RN_ST_NOTRDMA:
+      snprintf(buf, len, "not an RDMA device, and RDMA NICs exist");
+      return;
+    case RN_ST_SLOW:
+      snprintf(buf, len, "slower than the rails (%d Mb/s): NCCL prefers the faster NICs",
+               np->speed_mbps);
+      return;
+    default:
+      break;
+  }
+  for (int m = 0; m < t->nnics; m++)
+    if (m != n && t->nics[m].pub.asic == np->asic && s->users[m] > 0) {
+      snprintf(
+          buf, len, "second port of a NIC already used (%s; %s)", t->nics[m].pub.name,
+          rn_compatible(t, m, n) ? "its GPUs have enough rails" : "link layer or speed differs");
+      return;
+    }
+  if (s->full && s->full->nic_rail) {
+    for (int i = 0; i < s->full->ngpus; i++) {
+      const struct rn_plan_gpu *fg = &s->full->gpus[i];
+      for (int r = 0; r < fg->nrails; r++)
+        if (fg->rails[r].nic == n && !s->sel[fg->gpu]) {
+          snprintf(buf, len, "rail of GPU %s, which is not in the GPU subset",
+                   t->gpus[fg->gpu].pub.busid[0] ? t->gpus[fg->gpu].pub.busid : "?");
+          return;
+        }
+    }
+  }
+  if (s->slowskip[n]) {
+    snprintf(buf, len, "slower (%d Mb/s) than sharing a nearby rail set", np->speed_mbps);
+    return;
   }
   for (int g = 0; g < t->ngpus; g++) {
-    if (!s->sel[g]) continue;
-    struct rn_plan_gpu *pg = &p->gpus[p->ngpus++];
-    pg->gpu = g;
-    rn_sort_rails(s, g);
-    pg->nrails = s->nrails[g];
-    for (int i = 0; i < pg->nrails; i++) {
-      struct rn_plan_rail *r = &pg->rails[i];
-      r->nic = s->rails[g * RN_PLAN_MAX_RAILS + i];
-      r->path = rn_gn_path(t, g, r->nic, NULL);
-      r->gdr = t->gpus[g].pub.gdr && t->nics[r->nic].pub.gdr && r->path <= s->o->gdr_level;
-      rn_reason(s, g, r);
+    if (!s->sel[g] || t->gpus[g].pub.host != np->host || s->nrails[g] == 0) continue;
+    int r0 = s->rails[g * RN_PLAN_MAX_RAILS];
+    if (rn_topo_pci_path(t, g, n) <= rn_topo_pci_path(t, g, r0) && !rn_compatible(t, r0, n)) {
+      snprintf(buf, len, "link layer or speed differs from the rails next to it (%s)",
+               t->nics[r0].pub.name);
+      return;
     }
-    if (pg->nrails == 0) {
-      /* Without any candidate NIC one plan-level note says it for all. */
-      if (ncand &&
-          rn_plan_note(p, "GPU %s has no NIC: no candidate NIC reachable", t->gpus[g].pub.busid))
-        goto out_oom;
-      continue;
-    }
-    const int *set = &s->rails[g * RN_PLAN_MAX_RAILS];
-    int d;
-    for (d = 0; d < p->nvdevs; d++)
-      if (rn_same_set(p->vdevs[d].nics, p->vdevs[d].nnics, set, pg->nrails)) break;
-    if (d == p->nvdevs) {
-      rn_vdev_init(t, &p->vdevs[d], set, pg->nrails);
-      p->nvdevs++;
-    }
-    for (int i = 0; i < pg->nrails; i++) p->vdevs[d].gdr &= pg->rails[i].gdr;
   }
-  for (int n = 0; n < t->nnics; n++)
-    if (s->cand[n] && s->users[n] == 0) p->unused[p->nunused++] = n;
+  snprintf(buf, len, "storage NIC: farther than every GPU's own rails");
+}
+
+/* Rail and plane ids (ncclNet v12): per host, each GPU rail set in GPU
+ * bus order is one rail (its NICs are cabled to that rail's leaf on every
+ * host alike); a NIC's plane is its place in the set, so the k-th NICs of
+ * all rail sets form plane k.  Ids a file or the filter gives win. */
+static void rn_rail_ids(struct rn_pl *s, const struct rn_plan *full) {
+  const struct rn_topo *t = s->t;
+  struct rn_plan *p = s->p;
+  for (int n = 0; n < t->nnics; n++) p->nic_rail[n] = p->nic_plane[n] = -1;
+  int *next = calloc((size_t)t->nhosts + 1, sizeof(int));
+  for (int d = 0; next && d < full->nvdevs; d++) {
+    const struct rn_plan_vdev *v = &full->vdevs[d];
+    if (v->nusers == 0) continue;
+    int rail = next[v->host]++;
+    for (int i = 0; i < v->nnics; i++)
+      if (p->nic_rail[v->nics[i]] < 0) p->nic_rail[v->nics[i]] = rail, p->nic_plane[v->nics[i]] = i;
+  }
+  free(next);
+  for (int n = 0; n < t->nnics; n++) {
+    const struct rn_topo_nic *np = &t->nics[n].pub;
+    int r = t->nics[n].user_rail, pl = t->nics[n].user_plane, fr, fp;
+    rn_topo_filter_ids(s->filter, np->device, np->netdev, np->port, &fr, &fp);
+    if (fr >= 0) r = fr;
+    if (fp >= 0) pl = fp;
+    if (r >= 0) p->nic_rail[n] = r;
+    if (pl >= 0) p->nic_plane[n] = pl;
+  }
+  /* A fused device: its rail when all members share it, else undefined;
+   * its plane as NCCL's IB transport writes it, a virtual bit (1 << 14)
+   * with one bit per member plane. */
+  for (int d = 0; d < p->nvdevs; d++) {
+    struct rn_plan_vdev *v = &p->vdevs[d];
+    v->rail_id = p->nic_rail[v->nics[0]];
+    v->plane_id = p->nic_plane[v->nics[0]];
+    if (v->nnics > 1) {
+      int mask = 1 << 14;
+      for (int i = 0; i < v->nnics; i++) {
+        int r = p->nic_rail[v->nics[i]], pl = p->nic_plane[v->nics[i]];
+        if (r != v->rail_id) v->rail_id = -1;
+        if (pl < 0 || pl >= 14) mask = -1;
+        if (mask >= 0) mask |= 1 << pl;
+      }
+      v->plane_id = mask;
+    }
+    if (v->rail_id < 0 && v->nnics == 1 && p->nic_plane[v->nics[0]] < 0) v->plane_id = -1;
+  }
+}
+
+/* The standby of a virtual device: the nearest candidate NIC outside its
+ * rail set that NCCL could fuse with its lead (one link layer, comparable
+ * speed), judged from the GPUs using it; unused NICs before other GPUs'
+ * rails, then the least shared, then bus order. */
+static void rn_standby(struct rn_pl *s, struct rn_plan_vdev *v, const int *vusers, int nv,
+                       int *chosen) {
+  const struct rn_topo *t = s->t;
+  int lead = v->nics[0], best = -1, bpath = 0, bmiss = 0, busers = 0, bg = -1, bchosen = 0;
+  if (!s->o->standby) {
+    snprintf(v->standby_why, sizeof(v->standby_why),
+             "none: standby rails are off (RAILNET_STANDBY=0)");
+    return;
+  }
+  for (int n = 0; n < t->nnics; n++) {
+    if (s->status[n] != RN_ST_CAND || t->nics[n].pub.host != v->host) continue;
+    int in = 0;
+    for (int i = 0; i < v->nnics; i++) in |= v->nics[i] == n;
+    if (in || !rn_compatible(t, lead, n)) continue;
+    int path = RN_PATH_DIS, miss = 0, from = -1;
+    for (int i = 0; i < nv; i++) {
+      int p = rn_topo_pci_path(t, vusers[i], n);
+      if (p < path) path = p, from = vusers[i];
+    }
+    if (nv == 0) path = rn_topo_nic_path(t, lead, n);
+    if (path >= RN_PATH_DIS) continue;
+    int gnuma = from >= 0 ? t->gpus[from].pub.numa : t->nics[lead].pub.numa;
+    miss = gnuma >= 0 && t->nics[n].pub.numa >= 0 && gnuma != t->nics[n].pub.numa;
+    /* Spread the standbys: a NIC already standing in for others comes last. */
+    int better =
+        best < 0 || path < bpath ||
+        (path == bpath &&
+         (miss < bmiss || (miss == bmiss && (s->users[n] < busers ||
+                                             (s->users[n] == busers && chosen[n] < bchosen)))));
+    if (better)
+      best = n, bpath = path, bmiss = miss, busers = s->users[n], bg = from, bchosen = chosen[n];
+  }
+  if (best < 0) {
+    snprintf(v->standby_why, sizeof(v->standby_why),
+             "none: no other NIC on this host with the same link layer and a comparable speed");
+    return;
+  }
+  v->standby = best;
+  chosen[best]++;
+  char from[64];
+  if (bg >= 0)
+    snprintf(from, sizeof(from), "from GPU %s",
+             t->gpus[bg].pub.busid[0] ? t->gpus[bg].pub.busid : "?");
+  else
+    snprintf(from, sizeof(from), "from %.48s", t->nics[lead].pub.name);
+  snprintf(v->standby_why, sizeof(v->standby_why),
+           "%.48s: %s %s, %s; used only while every rail is down", t->nics[best].pub.name,
+           rn_path_name((enum rn_path)bpath), from,
+           busers ? "another GPU's rail" : "otherwise unused");
+}
+
+static int rn_plan_fill(struct rn_pl *s, const struct rn_plan *full, char *err, size_t errlen) {
+  const struct rn_topo *t = s->t;
+  struct rn_plan *p = s->p;
+  int nsel = 0, ncand = 0, planned_gpus = 0;
+  for (int g = 0; g < t->ngpus; g++) nsel += s->sel[g];
+  for (int n = 0; n < t->nnics; n++) ncand += s->status[n] == RN_ST_CAND;
+  for (int g = 0; g < t->ngpus; g++)
+    planned_gpus += s->o->host < 0 || t->gpus[g].pub.host == s->o->host;
+
+  p->gdr_level = s->o->gdr_level;
+  for (int i = 0; i < t->nnotes; i++)
+    if (rn_plan_note(p, "model: %s", t->notes[i])) goto out_oom;
+  if (planned_gpus == 0 &&
+      rn_plan_note(p, "no GPUs in the model: every NIC is its own virtual device"))
+    goto out_oom;
+  if (t->nnics == 0 && rn_plan_note(p, "no NICs in the model")) goto out_oom;
+  if (t->ngpus && nsel == 0 && rn_plan_note(p, "no GPU selected (empty GPU subset)")) goto out_oom;
+
+  size_t G = (size_t)t->ngpus, N = (size_t)t->nnics;
+  p->gpus = calloc(nsel ? (size_t)nsel : 1, sizeof(*p->gpus));
+  p->vdevs = calloc(N ? N : 1, sizeof(*p->vdevs));
+  p->unused = calloc(N ? N : 1, sizeof(int));
+  p->unused_why = calloc(N ? N : 1, sizeof(char *));
+  p->nic_rail = calloc(N ? N : 1, sizeof(int));
+  p->nic_plane = calloc(N ? N : 1, sizeof(int));
+  p->paths = calloc(G * N + 1, 1);
+  int *vusers = calloc(G + N + 1, sizeof(int)), *chosen = vusers + G;
+  if (!p->gpus || !p->vdevs || !p->unused || !p->unused_why || !p->nic_rail || !p->nic_plane ||
+      !p->paths || !vusers) {
+    free(vusers);
+    goto out_oom;
+  }
+  p->npath_nics = (int)N;
+  for (size_t g = 0; g < G; g++)
+    for (size_t n = 0; n < N; n++) {
+      int peer;
+      p->paths[g * N + n] = (unsigned char)rn_nccl_path(s, (int)g, (int)n, &peer);
+    }
+
+  if (planned_gpus == 0) {
+    for (int n = 0; n < t->nnics; n++)
+      if (s->status[n] == RN_ST_CAND) rn_vdev_init(t, &p->vdevs[p->nvdevs++], &n, 1);
+    for (int d = 0; d < p->nvdevs; d++) p->vdevs[d].gdr = p->vdevs[d].gdr_any = p->vdevs[d].nic_gdr;
+  } else {
+    for (int g = 0; g < t->ngpus; g++) {
+      if (!s->sel[g]) continue;
+      struct rn_plan_gpu *pg = &p->gpus[p->ngpus++];
+      pg->gpu = g;
+      pg->vdev = -1;
+      rn_sort_rails(s, g);
+      pg->nrails = s->nrails[g];
+      for (int i = 0; i < pg->nrails; i++) {
+        struct rn_plan_rail *r = &pg->rails[i];
+        int peer;
+        r->nic = s->rails[g * RN_PLAN_MAX_RAILS + i];
+        r->path = rn_nccl_path(s, g, r->nic, &peer);
+        r->gdr = rn_gdr(s, g, r->nic, r->gdr_why, sizeof(r->gdr_why));
+        rn_reason(s, g, r);
+      }
+      if (pg->nrails == 0) {
+        /* Without any candidate NIC one plan-level note says it for all. */
+        if (ncand && rn_plan_note(p, "GPU %s has no NIC: no candidate NIC on its host",
+                                  t->gpus[g].pub.busid[0] ? t->gpus[g].pub.busid : "?"))
+          goto out_oom_users;
+        continue;
+      }
+      const int *set = &s->rails[g * RN_PLAN_MAX_RAILS];
+      int d;
+      for (d = 0; d < p->nvdevs; d++)
+        if (rn_same_set(p->vdevs[d].nics, p->vdevs[d].nnics, set, pg->nrails)) break;
+      if (d == p->nvdevs) {
+        rn_vdev_init(t, &p->vdevs[d], set, pg->nrails);
+        snprintf(p->vdevs[d].why, sizeof(p->vdevs[d].why), "%s", pg->rails[0].reason);
+        p->nvdevs++;
+      }
+      pg->vdev = d;
+      p->vdevs[d].nusers++;
+      for (int i = 0; i < pg->nrails; i++) p->vdevs[d].gdr &= pg->rails[i].gdr;
+      /* NCCL sees the device at its lead NIC's pciPath: that pair decides. */
+      for (int i = 0; i < pg->nrails; i++)
+        if (pg->rails[i].nic == p->vdevs[d].nics[0]) p->vdevs[d].gdr_any |= pg->rails[i].gdr;
+    }
+  }
+  for (int d = 0; d < p->nvdevs; d++) {
+    int nv = 0;
+    for (int i = 0; i < p->ngpus; i++)
+      if (p->gpus[i].vdev == d) vusers[nv++] = p->gpus[i].gpu;
+    if (p->vdevs[d].nusers == 0)
+      snprintf(p->vdevs[d].why, sizeof(p->vdevs[d].why),
+               "no GPU on this host: %.200s is its own device", p->vdevs[d].name);
+    rn_standby(s, &p->vdevs[d], vusers, nv, chosen);
+  }
+  free(vusers);
+  for (int n = 0; n < t->nnics; n++) {
+    if (s->users[n] || s->status[n] == RN_ST_HOST) continue;
+    if (planned_gpus == 0 && s->status[n] == RN_ST_CAND) continue; /* its own device */
+    char why[200];
+    rn_unused_why(s, n, why, sizeof(why));
+    p->unused_why[p->nunused] = strdup(why);
+    if (!p->unused_why[p->nunused]) goto out_oom;
+    p->unused[p->nunused++] = n;
+  }
   if (t->nnics && ncand == 0 &&
       rn_plan_note(p, "no candidate NICs: the filter or candidate list excludes every NIC"))
     goto out_oom;
+  rn_rail_ids(s, full ? full : p);
   return 0;
+out_oom_users:
+  free(vusers);
 out_oom:
   rn_topo_errf(err, errlen, "plan: out of memory");
   return -1;
 }
 
-int rn_plan_build(const struct rn_topo *t, const struct rn_plan_opts *o, struct rn_plan **out,
-                  char *err, size_t errlen) {
-  struct rn_plan_opts dflt;
-  struct rn_topo_filter *filter = NULL;
+static void rn_pl_free(struct rn_pl *s) {
+  rn_plan_free(s->p);
+  rn_topo_filter_free(s->filter);
+  free(s->sel);
+  free(s->status);
+  free(s->free_);
+  free(s->users);
+  free(s->slowskip);
+  free(s->ghead);
+  free(s->nhead);
+  free(s->gnext);
+  free(s->nnext);
+  free(s->nrails);
+  free(s->rails);
+  free(s->how);
+  free(s->share_node);
+  free(s->gbuf);
+  free(s->nbuf);
+  free(s->cnt);
+  free(s->extra);
+  free(s->pairs);
+  free(s->gpu_bw);
+}
+
+/* Marks each NIC's candidate status and notes the exclusions. */
+static int rn_candidates(struct rn_pl *s, char *err, size_t errlen) {
+  const struct rn_topo *t = s->t;
+  const struct rn_plan_opts *o = s->o;
+  int N = t->nnics;
+  char list[400];
+  for (int n = 0; n < N; n++) s->status[n] = o->candidates ? RN_ST_TRANSPORT : RN_ST_CAND;
+  for (int i = 0; o->candidates && i < o->ncandidates; i++) {
+    if (o->candidates[i] < 0 || o->candidates[i] >= N) {
+      rn_topo_errf(err, errlen, "plan: candidate NIC index %d out of range (the model has %d NICs)",
+                   o->candidates[i], N);
+      return -1;
+    }
+    s->status[o->candidates[i]] = RN_ST_CAND;
+  }
+  int nfilt = 0;
+  for (int n = 0; n < N; n++) {
+    const struct rn_topo_nic *np = &t->nics[n].pub;
+    if (o->host >= 0 && np->host != o->host) {
+      s->status[n] = RN_ST_HOST;
+      continue;
+    }
+    if (s->status[n] == RN_ST_CAND &&
+        !rn_topo_filter_test(s->filter, np->device, np->netdev, np->port))
+      s->status[n] = RN_ST_FILTERED, nfilt++;
+  }
+  if (nfilt) {
+    rn_name_list(t, s->status, RN_ST_FILTERED, list, sizeof(list));
+    if (rn_plan_note(s->p, "excluded by the NIC filter: %s", list)) return -2;
+  }
+  /* With GPUs to feed and RDMA NICs on the host, a netdev-only NIC
+   * (management Ethernet) never becomes a rail; nor does one much slower
+   * than the host's fastest. */
+  int nslow = 0, nnot = 0;
+  for (int n = 0; n < N; n++) {
+    const struct rn_topo_nic *np = &t->nics[n].pub;
+    if (s->status[n] != RN_ST_CAND) continue;
+    int gpus = 0, rdma = 0, fastest = 0;
+    for (int g = 0; g < t->ngpus; g++) gpus += t->gpus[g].pub.host == np->host;
+    for (int m = 0; m < N; m++) {
+      const struct rn_topo_nic *mp = &t->nics[m].pub;
+      if (s->status[m] != RN_ST_CAND || mp->host != np->host || !mp->rdma) continue;
+      rdma = 1;
+      if (mp->speed_mbps > fastest) fastest = mp->speed_mbps;
+    }
+    if (!gpus) continue;
+    if (rdma && !np->rdma)
+      s->status[n] = RN_ST_NOTRDMA, nnot++;
+    else if (np->speed_mbps > 0 && (long)np->speed_mbps * RN_SLOW_FACTOR < fastest)
+      s->status[n] = RN_ST_SLOW, nslow++;
+  }
+  if (nnot) {
+    rn_name_list(t, s->status, RN_ST_NOTRDMA, list, sizeof(list));
+    if (rn_plan_note(s->p, "not RDMA devices, not used as rails: %s", list)) return -2;
+  }
+  if (nslow) {
+    rn_name_list(t, s->status, RN_ST_SLOW, list, sizeof(list));
+    if (rn_plan_note(s->p, "much slower than the host's fastest NIC, not used as rails: %s", list))
+      return -2;
+  }
+  return 0;
+}
+
+static int rn_plan_core(const struct rn_topo *t, const struct rn_plan_opts *o, int all_gpus,
+                        const struct rn_plan *full, struct rn_plan **out, char *err,
+                        size_t errlen) {
   struct rn_pl s;
   int rc = -1;
-  char list[400];
   memset(&s, 0, sizeof(s));
   *out = NULL;
-  if (!t) {
-    rn_topo_errf(err, errlen, "plan: no model");
-    return -1;
-  }
-  if (!o) {
-    rn_plan_opts_default(&dflt);
-    o = &dflt;
-  }
-  if ((int)o->gdr_level < RN_PATH_LOC || o->gdr_level > RN_PATH_SYS) {
-    rn_topo_errf(err, errlen, "plan: bad GDR level %d", (int)o->gdr_level);
-    return -1;
-  }
-  if (rn_topo_filter_parse(o->nic_filter, &filter, err, errlen)) return -1;
+  if (rn_topo_filter_parse(o->nic_filter, &s.filter, err, errlen)) return -1;
   s.t = t;
   s.o = o;
   int G = t->ngpus, N = t->nnics, V = t->nnodes;
   long maxpairs = (long)(G ? G : 1) * (N ? N : 1);
   s.p = calloc(1, sizeof(*s.p));
   s.sel = calloc((size_t)G + 1, sizeof(int));
-  s.cand = calloc((size_t)N + 1, sizeof(int));
+  s.status = calloc((size_t)N + 1, sizeof(int));
   s.free_ = calloc((size_t)N + 1, sizeof(int));
   s.users = calloc((size_t)N + 1, sizeof(int));
+  s.slowskip = calloc((size_t)N + 1, sizeof(int));
   s.ghead = malloc(((size_t)V + 1) * sizeof(int));
   s.nhead = malloc(((size_t)V + 1) * sizeof(int));
   s.gnext = calloc((size_t)G + 1, sizeof(int));
@@ -477,51 +941,31 @@ int rn_plan_build(const struct rn_topo *t, const struct rn_plan_opts *o, struct 
   s.cnt = calloc((size_t)G + 1, sizeof(int));
   s.extra = calloc((size_t)G + 2 * (size_t)N + 1, sizeof(int));
   s.pairs = calloc((size_t)maxpairs, sizeof(*s.pairs));
-  if (!s.p || !s.sel || !s.cand || !s.free_ || !s.users || !s.ghead || !s.nhead || !s.gnext ||
-      !s.nnext || !s.nrails || !s.rails || !s.how || !s.share_node || !s.gbuf || !s.nbuf ||
-      !s.cnt || !s.extra || !s.pairs) {
+  s.gpu_bw = calloc((size_t)G + 1, sizeof(double));
+  s.full = full;
+  if (!s.gpu_bw || !s.p || !s.sel || !s.status || !s.free_ || !s.users || !s.slowskip || !s.ghead ||
+      !s.nhead || !s.gnext || !s.nnext || !s.nrails || !s.rails || !s.how || !s.share_node ||
+      !s.gbuf || !s.nbuf || !s.cnt || !s.extra || !s.pairs) {
     rn_topo_errf(err, errlen, "plan: out of memory");
     goto out_free;
   }
-  if (o->gpu_subset && rn_parse_subset(t, o->gpu_subset, s.sel, err, errlen)) goto out_free;
-  if (!o->gpu_subset)
+  if (!all_gpus && o->gpu_subset && rn_parse_subset(t, o->gpu_subset, s.sel, err, errlen))
+    goto out_free;
+  if (all_gpus || !o->gpu_subset)
     for (int g = 0; g < G; g++) s.sel[g] = 1;
-
-  /* Candidates: the transport's list, then the filter. */
-  int *allowed = s.free_; /* scratch until the walk starts */
-  for (int n = 0; n < N; n++) allowed[n] = o->candidates ? 0 : 1;
-  for (int i = 0; o->candidates && i < o->ncandidates; i++) {
-    if (o->candidates[i] < 0 || o->candidates[i] >= N) {
-      rn_topo_errf(err, errlen, "plan: candidate NIC index %d out of range (the model has %d NICs)",
-                   o->candidates[i], N);
-      goto out_free;
-    }
-    allowed[o->candidates[i]] = 1;
+  for (int g = 0; g < G; g++)
+    if (o->host >= 0 && t->gpus[g].pub.host != o->host) s.sel[g] = 0;
+  /* What a GPU can move: its own PCIe link (a switch's uplink is no limit
+   * for NICs under that switch), or NVLink-C2C when wider. */
+  for (int g = 0; g < G; g++) {
+    const struct rn_gpu_rec *gr = &t->gpus[g];
+    double bw = t->nodes[gr->node].up_bw;
+    if (gr->pub.c2c && gr->c2c_bw > bw) bw = gr->c2c_bw;
+    s.gpu_bw[g] = bw;
   }
-  int nfilt = 0, any_rdma = 0;
-  for (int n = 0; n < N; n++) {
-    const struct rn_topo_nic *np = &t->nics[n].pub;
-    int pass = allowed[n] && rn_topo_filter_test(filter, np->name, np->netdev, np->port);
-    if (allowed[n] && !pass)
-      s.cand[n] = -1, nfilt++;
-    else
-      s.cand[n] = pass;
-    any_rdma |= pass && np->rdma;
-  }
-  if (nfilt) {
-    rn_name_list(t, s.cand, -1, list, sizeof(list));
-    if (rn_plan_note(s.p, "excluded by the NIC filter: %s", list)) goto out_oom;
-  }
-  /* With GPUs to feed and RDMA NICs present, a netdev-only NIC (management
-   * Ethernet) never becomes a rail. */
-  int nslow = 0;
-  for (int n = 0; n < N && G && any_rdma; n++)
-    if (s.cand[n] == 1 && !t->nics[n].pub.rdma) s.cand[n] = -2, nslow++;
-  if (nslow) {
-    rn_name_list(t, s.cand, -2, list, sizeof(list));
-    if (rn_plan_note(s.p, "not RDMA devices, not used as rails: %s", list)) goto out_oom;
-  }
-  for (int n = 0; n < N; n++) s.cand[n] = s.cand[n] == 1;
+  int crc = rn_candidates(&s, err, errlen);
+  if (crc == -1) goto out_free;
+  if (crc == -2) goto out_oom;
 
   for (int v = 0; v < V; v++) s.ghead[v] = s.nhead[v] = -1;
   for (int g = 0; g < G; g++) {
@@ -531,14 +975,14 @@ int rn_plan_build(const struct rn_topo *t, const struct rn_plan_opts *o, struct 
     s.ghead[v] = g;
   }
   for (int n = 0; n < N; n++) {
-    s.free_[n] = s.cand[n];
-    if (!s.cand[n]) continue;
+    s.free_[n] = s.status[n] == RN_ST_CAND;
+    if (!s.free_[n]) continue;
     int v = t->nics[n].node;
     s.nnext[n] = s.nhead[v];
     s.nhead[v] = n;
   }
   if (G) rn_walk(&s);
-  if (rn_plan_fill(&s, err, errlen)) goto out_free;
+  if (rn_plan_fill(&s, full, err, errlen)) goto out_free;
   *out = s.p;
   s.p = NULL;
   rc = 0;
@@ -546,24 +990,60 @@ int rn_plan_build(const struct rn_topo *t, const struct rn_plan_opts *o, struct 
 out_oom:
   rn_topo_errf(err, errlen, "plan: out of memory");
 out_free:
-  rn_plan_free(s.p);
-  rn_topo_filter_free(filter);
-  free(s.sel);
-  free(s.cand);
-  free(s.free_);
-  free(s.users);
-  free(s.ghead);
-  free(s.nhead);
-  free(s.gnext);
-  free(s.nnext);
-  free(s.nrails);
-  free(s.rails);
-  free(s.how);
-  free(s.share_node);
-  free(s.gbuf);
-  free(s.nbuf);
-  free(s.cnt);
-  free(s.extra);
-  free(s.pairs);
+  rn_pl_free(&s);
   return rc;
+}
+
+int rn_plan_build(const struct rn_topo *t, const struct rn_plan_opts *o, struct rn_plan **out,
+                  char *err, size_t errlen) {
+  struct rn_plan_opts dflt;
+  *out = NULL;
+  if (!t) {
+    rn_topo_errf(err, errlen, "plan: no model");
+    return -1;
+  }
+  if (!o) {
+    rn_plan_opts_default(&dflt);
+    o = &dflt;
+  }
+  if ((int)o->gdr_level < RN_PATH_LOC || o->gdr_level > RN_PATH_SYS) {
+    rn_topo_errf(err, errlen, "plan: bad GDR level %d", (int)o->gdr_level);
+    return -1;
+  }
+  /* Rail ids describe the machine, not one process's GPUs: with a subset
+   * they come from the plan of every GPU. */
+  if (o->gpu_subset && strcmp(o->gpu_subset, "*") != 0) {
+    struct rn_plan *full = NULL;
+    if (rn_plan_core(t, o, 1, NULL, &full, err, errlen)) return -1;
+    int rc = rn_plan_core(t, o, 0, full, out, err, errlen);
+    rn_plan_free(full);
+    return rc;
+  }
+  return rn_plan_core(t, o, 1, NULL, out, err, errlen);
+}
+
+void rn_plan_log(const struct rn_topo *t, const struct rn_plan *p,
+                 void (*emit)(void *ctx, const char *line), void *ctx) {
+  char line[640];
+  for (int i = 0; i < p->nnotes; i++) {
+    snprintf(line, sizeof(line), "plan: %s", p->notes[i]);
+    emit(ctx, line);
+  }
+  for (int g = 0; g < p->ngpus; g++)
+    for (int r = 0; r < p->gpus[g].nrails; r++) {
+      snprintf(line, sizeof(line), "plan: %s", p->gpus[g].rails[r].reason);
+      emit(ctx, line);
+    }
+  for (int d = 0; d < p->nvdevs; d++) {
+    const struct rn_plan_vdev *v = &p->vdevs[d];
+    snprintf(line, sizeof(line),
+             "plan: device %d %s: %d NIC(s), %d Mb/s, rail %d plane %d, standby %s", d, v->name,
+             v->nnics, v->speed_mbps, v->rail_id, v->plane_id, v->standby_why);
+    emit(ctx, line);
+  }
+  for (int i = 0; i < p->nunused; i++) {
+    snprintf(line, sizeof(line), "plan: %s unused: %s", rn_topo_nic(t, p->unused[i])->name,
+             p->unused_why[i]);
+    emit(ctx, line);
+  }
 }

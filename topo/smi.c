@@ -1,11 +1,21 @@
 /* `nvidia-smi topo -m` text into the model.
  *
+ * Copies come tab-separated (the real output) or space-separated (pasted
+ * into issues and chats), may start with the command line or other text,
+ * and newer drivers add "NUMA Affinity" and "GPU NUMA ID" columns (whose
+ * tab-separated rows hold an extra empty cell).  Cells never contain
+ * spaces, so rows are split on any whitespace and the columns after the
+ * device matrix are matched by position.
+ *
  * The matrix gives relations only (no bus ids, switches or speeds), so the
- * loader builds the smallest tree that reproduces them: devices related by
- * PIX/PXB/PHB/NODE share a CPU; within it, components joined at <= PHB
- * share a host bridge, at <= PXB a top switch, and at PIX a sub-switch.
- * NV# cells (NVLink) say nothing about PCIe and are ignored.  A NIC SYS to
- * every GPU (storage) gets a CPU node of its own. */
+ * loader builds the smallest tree that reproduces them in NCCL's terms:
+ * devices related by anything closer than SYS share a CPU (NUMA) node (NVML's
+ * NODE and PHB are both PHB for NCCL); inside it, devices joined at <= PXB
+ * share a switch, and PIX groups under a shared switch get a sub-switch
+ * each.  A GPU with a GPU NUMA ID is coherent with its CPU over NVLink-C2C
+ * (Grace); nvidia-smi then shows SYS to every NIC, so NICs are placed on
+ * those CPUs by their own NIC-NIC groups, in order (a stated assumption).
+ * NV# cells are NVLinks. */
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
@@ -13,58 +23,235 @@
 #include <string.h>
 
 #include "model.h"
+#include "xml.h"
 
 #define RN_SMI_MAX_DEV 256
-#define RN_SMI_LINE 8192
+#define RN_SMI_MAX_TOK (RN_SMI_MAX_DEV + 16)
+#define RN_SMI_LINE 16384
 
-enum { RN_REL_NONE = -1 }; /* X, NV#, unknown */
+enum { RN_REL_NONE = -1, RN_REL_X = -2, RN_REL_NV = -3 };
+/* NVML's levels, for building the tree. */
+enum { RN_SMI_PIX = 1, RN_SMI_PXB, RN_SMI_PHB, RN_SMI_NODE, RN_SMI_SYS };
 
 struct rn_smi {
-  int ndev, ngpu;
-  char name[RN_SMI_MAX_DEV][16]; /* column names: GPU0, NIC3 */
+  const char *name;
+  char *err;
+  size_t errlen;
+  int ndev;
+  char col[RN_SMI_MAX_DEV][64]; /* column names: GPU0, NIC3, or an old-style device name */
   char nicname[RN_SMI_MAX_DEV][64];
   int numa[RN_SMI_MAX_DEV];
+  int gpu_numa[RN_SMI_MAX_DEV]; /* GPU NUMA ID, -1 N/A */
   int rowseen[RN_SMI_MAX_DEV];
+  int rowline[RN_SMI_MAX_DEV];
   signed char rel[RN_SMI_MAX_DEV][RN_SMI_MAX_DEV];
+  int has_cpu_aff, has_numa_aff, has_gpu_numa;
+  int header_line;
 };
 
-static char *rn_smi_trim(char *s) {
-  while (isspace((unsigned char)*s)) s++;
-  size_t n = strlen(s);
-  while (n && isspace((unsigned char)s[n - 1])) s[--n] = '\0';
-  return s;
-}
-
-static int rn_smi_is_dev(const char *s) {
-  if (strncmp(s, "GPU", 3) && strncmp(s, "NIC", 3)) return 0;
-  if (!isdigit((unsigned char)s[3])) return 0;
+static int rn_smi_is_gpu(const char *s) {
+  if (strncmp(s, "GPU", 3) != 0 || !isdigit((unsigned char)s[3])) return 0;
   for (const char *p = s + 3; *p; p++)
     if (!isdigit((unsigned char)*p)) return 0;
   return 1;
 }
 
 static int rn_smi_rel(const char *cell) {
-  if (strcmp(cell, "PIX") == 0) return RN_PATH_PIX;
-  if (strcmp(cell, "PXB") == 0) return RN_PATH_PXB;
-  if (strcmp(cell, "PHB") == 0) return RN_PATH_PHB;
-  if (strcmp(cell, "NODE") == 0) return RN_PATH_NODE;
-  if (strcmp(cell, "SYS") == 0) return RN_PATH_SYS;
+  static const struct {
+    const char *s;
+    int v;
+  } rels[] = {
+      {"X", RN_REL_X},       {"PIX", RN_SMI_PIX}, {"PXB", RN_SMI_PXB}, {"PHB", RN_SMI_PHB},
+      {"NODE", RN_SMI_NODE}, {"SYS", RN_SMI_SYS}, {"SOC", RN_SMI_SYS} /* drivers before 2018 */};
+  for (size_t i = 0; i < sizeof(rels) / sizeof(rels[0]); i++)
+    if (strcmp(cell, rels[i].s) == 0) return rels[i].v;
+  if (strncmp(cell, "NV", 2) == 0 && cell[2]) {
+    for (const char *p = cell + 2; *p; p++)
+      if (!isdigit((unsigned char)*p)) return RN_REL_NONE;
+    return RN_REL_NV;
+  }
   return RN_REL_NONE;
 }
 
-/* Splits on tabs (nvidia-smi's separator); empty cells are kept. */
-static int rn_smi_split(char *line, char **cells, int max) {
+/* Splits on spaces and tabs; empty cells vanish (see the top comment). */
+static int rn_smi_split(char *line, char **tok, int max) {
   int n = 0;
-  char *p = line;
-  while (n < max) {
-    cells[n++] = p;
-    char *tab = strchr(p, '\t');
-    if (!tab) break;
-    *tab = '\0';
-    p = tab + 1;
+  for (char *p = strtok(line, " \t\r\v\f"); p; p = strtok(NULL, " \t\r\v\f")) {
+    if (n == max) return -1;
+    tok[n++] = p;
   }
-  for (int i = 0; i < n; i++) cells[i] = rn_smi_trim(cells[i]);
   return n;
+}
+
+/* A CPU list or NUMA list cell ("0-55,112-167", "0,3-9", "N/A"); the
+ * first number, -1 for N/A, -2 when malformed. */
+static int rn_smi_first_num(const char *s) {
+  if (strcmp(s, "N/A") == 0) return -1;
+  if (!isdigit((unsigned char)s[0])) return -2;
+  for (const char *p = s; *p; p++)
+    if (!isdigit((unsigned char)*p) && *p != ',' && *p != '-') return -2;
+  long v = strtol(s, NULL, 10);
+  return v > 1 << 20 ? -2 : (int)v;
+}
+
+static int rn_smi_fail(struct rn_smi *s, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int rn_smi_fail(struct rn_smi *s, int line, const char *fmt, ...) {
+  char msg[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  rn_topo_errf(s->err, s->errlen, "%s:%d: %s", s->name, line, msg);
+  return -1;
+}
+
+static int rn_smi_header(struct rn_smi *s, char **tok, int n, int lineno) {
+  int i = 0;
+  for (; i < n; i++) {
+    /* The affinity columns start with these words. */
+    if (strcmp(tok[i], "CPU") == 0 || strcmp(tok[i], "NUMA") == 0 ||
+        strcmp(tok[i], "Affinity") == 0 || (strcmp(tok[i], "GPU") == 0))
+      break;
+    if (s->ndev == RN_SMI_MAX_DEV)
+      return rn_smi_fail(s, lineno, "more than %d devices", RN_SMI_MAX_DEV);
+    if (strlen(tok[i]) >= sizeof(s->col[0]))
+      return rn_smi_fail(s, lineno, "column name \"%.20s...\" too long", tok[i]);
+    for (int d = 0; d < s->ndev; d++)
+      if (strcmp(s->col[d], tok[i]) == 0)
+        return rn_smi_fail(s, lineno, "column %s appears twice in the header", tok[i]);
+    snprintf(s->col[s->ndev], sizeof(s->col[0]), "%s", tok[i]);
+    s->numa[s->ndev] = s->gpu_numa[s->ndev] = -1;
+    s->ndev++;
+  }
+  for (; i < n; i++) {
+    if (i + 1 < n && strcmp(tok[i], "CPU") == 0 && strcmp(tok[i + 1], "Affinity") == 0)
+      s->has_cpu_aff = 1;
+    if (i + 1 < n && strcmp(tok[i], "NUMA") == 0 && strcmp(tok[i + 1], "Affinity") == 0 &&
+        (i == 0 || strcmp(tok[i - 1], "GPU") != 0))
+      s->has_numa_aff = 1;
+    if (i + 2 < n && strcmp(tok[i], "GPU") == 0 && strcmp(tok[i + 1], "NUMA") == 0 &&
+        strcmp(tok[i + 2], "ID") == 0)
+      s->has_gpu_numa = 1;
+  }
+  s->header_line = lineno;
+  return 0;
+}
+
+static int rn_smi_row(struct rn_smi *s, int row, char **tok, int n, int lineno) {
+  if (s->rowseen[row])
+    return rn_smi_fail(s, lineno, "second row for %s (first on line %d)", s->col[row],
+                       s->rowline[row]);
+  if (n - 1 < s->ndev)
+    return rn_smi_fail(s, lineno, "row %s has %d cells, expected %d (one per column of line %d)",
+                       tok[0], n - 1, s->ndev, s->header_line);
+  for (int c = 0; c < s->ndev; c++) {
+    int r = rn_smi_rel(tok[1 + c]);
+    if (r == RN_REL_NONE)
+      return rn_smi_fail(s, lineno,
+                         "row %s, column %s: expected X, NV#, PIX, PXB, PHB, NODE or SYS, found "
+                         "\"%.20s\"",
+                         tok[0], s->col[c], tok[1 + c]);
+    if ((r == RN_REL_X) != (c == row))
+      return rn_smi_fail(s, lineno, "row %s, column %s: X belongs on the diagonal only", tok[0],
+                         s->col[c]);
+    s->rel[row][c] = (signed char)r;
+  }
+  /* After the matrix: CPU affinity, NUMA affinity, GPU NUMA ID, as the
+   * header announced them. */
+  int want = s->has_cpu_aff + s->has_numa_aff + s->has_gpu_numa, k = 1 + s->ndev;
+  if (n - k > want)
+    return rn_smi_fail(s, lineno, "row %s has %d cells after the matrix, expected at most %d",
+                       tok[0], n - k, want);
+  int kinds[3], nk = 0; /* 0 CPU affinity, 1 NUMA affinity, 2 GPU NUMA ID */
+  if (s->has_cpu_aff) kinds[nk++] = 0;
+  if (s->has_numa_aff) kinds[nk++] = 1;
+  if (s->has_gpu_numa) kinds[nk++] = 2;
+  for (int col = 0; k < n; k++, col++) {
+    int v = rn_smi_first_num(tok[k]);
+    if (v == -2)
+      return rn_smi_fail(s, lineno, "row %s: \"%.20s\" is not a CPU or NUMA list (nor N/A)", tok[0],
+                         tok[k]);
+    if (kinds[col] == 1) s->numa[row] = v;
+    if (kinds[col] == 2) s->gpu_numa[row] = v;
+  }
+  s->rowseen[row] = 1;
+  s->rowline[row] = lineno;
+  return 0;
+}
+
+static int rn_smi_parse(struct rn_smi *s, const char *buf, size_t len) {
+  char *line = malloc(RN_SMI_LINE), *tok[RN_SMI_MAX_TOK];
+  int lineno = 0, in_matrix = 0, rc = -1;
+  if (!line) {
+    rn_topo_errf(s->err, s->errlen, "%s: out of memory", s->name);
+    return -1;
+  }
+  for (size_t pos = 0; pos < len;) {
+    const char *nl = memchr(buf + pos, '\n', len - pos);
+    size_t ll = nl ? (size_t)(nl - (buf + pos)) : len - pos;
+    lineno++;
+    if (ll >= RN_SMI_LINE) {
+      rn_smi_fail(s, lineno, "line longer than %d bytes", RN_SMI_LINE - 1);
+      goto out_free;
+    }
+    memcpy(line, buf + pos, ll);
+    line[ll] = '\0';
+    pos += ll + 1;
+    if (memchr(line, '\0', ll)) {
+      rn_smi_fail(s, lineno, "NUL byte in text");
+      goto out_free;
+    }
+    int n = rn_smi_split(line, tok, RN_SMI_MAX_TOK);
+    if (n < 0) {
+      rn_smi_fail(s, lineno, "more than %d cells", RN_SMI_MAX_TOK);
+      goto out_free;
+    }
+    if (!s->ndev) {
+      /* The header: GPU0 first, not followed by X (that is a row). */
+      if (n >= 1 && strcmp(tok[0], "GPU0") == 0 && (n == 1 || strcmp(tok[1], "X") != 0)) {
+        if (rn_smi_header(s, tok, n, lineno)) goto out_free;
+        in_matrix = 1;
+      }
+      continue;
+    }
+    int row = -1;
+    for (int d = 0; n > 0 && d < s->ndev && row < 0; d++)
+      if (strcmp(s->col[d], tok[0]) == 0) row = d;
+    if (in_matrix && row >= 0) {
+      if (rn_smi_row(s, row, tok, n, lineno)) goto out_free;
+      continue;
+    }
+    in_matrix = 0;
+    /* "NIC3: mlx5_3" in the NIC legend. */
+    if (n >= 2 && strncmp(tok[0], "NIC", 3) == 0 && tok[0][strlen(tok[0]) - 1] == ':') {
+      tok[0][strlen(tok[0]) - 1] = '\0';
+      for (int d = 0; d < s->ndev; d++)
+        if (strcmp(s->col[d], tok[0]) == 0)
+          snprintf(s->nicname[d], sizeof(s->nicname[0]), "%s", tok[1]);
+    }
+  }
+  if (!s->ndev) {
+    rn_smi_fail(s, lineno ? lineno : 1, "no nvidia-smi matrix header (a line starting with GPU0)");
+    goto out_free;
+  }
+  for (int d = 0; d < s->ndev; d++)
+    if (!s->rowseen[d]) {
+      rn_smi_fail(s, s->header_line, "no row for column %s", s->col[d]);
+      goto out_free;
+    }
+  for (int d = 0; d < s->ndev; d++) {
+    for (int e = 0; e < s->ndev; e++)
+      if (s->rel[d][e] != s->rel[e][d]) {
+        rn_smi_fail(s, s->rowline[d], "%s-%s relation is not symmetric (line %d says otherwise)",
+                    s->col[d], s->col[e], s->rowline[e]);
+        goto out_free;
+      }
+  }
+  rc = 0;
+out_free:
+  free(line);
+  return rc;
 }
 
 static int rn_uf_find(int *uf, int a) {
@@ -72,219 +259,183 @@ static int rn_uf_find(int *uf, int a) {
   return a;
 }
 
+static void rn_uf_join(int *uf, int a, int b) {
+  a = rn_uf_find(uf, a);
+  b = rn_uf_find(uf, b);
+  if (a != b) uf[b > a ? b : a] = a < b ? a : b;
+}
+
 /* Components of devices in set (1 = member) joined by rel <= lvl. */
 static void rn_smi_components(const struct rn_smi *s, const int *set, int lvl, int *uf) {
   for (int i = 0; i < s->ndev; i++) uf[i] = i;
   for (int i = 0; i < s->ndev; i++)
     for (int j = i + 1; j < s->ndev; j++)
-      if (set[i] && set[j] && s->rel[i][j] != RN_REL_NONE && s->rel[i][j] <= lvl) {
-        int a = rn_uf_find(uf, i), b = rn_uf_find(uf, j);
-        if (a != b) uf[b > a ? b : a] = a < b ? a : b;
-      }
+      if (set[i] && set[j] && s->rel[i][j] > 0 && s->rel[i][j] <= lvl) rn_uf_join(uf, i, j);
 }
 
-static int rn_smi_build(struct rn_smi *s, struct rn_topo *t, const char *path, char *err,
-                        size_t errlen) {
-  int cpu_of[RN_SMI_MAX_DEV], uf[RN_SMI_MAX_DEV], node_of[RN_SMI_MAX_DEV];
-  int set[RN_SMI_MAX_DEV], hb_uf[RN_SMI_MAX_DEV], top_uf[RN_SMI_MAX_DEV];
-  /* CPU groups: devices linked by anything closer than SYS. */
-  int all[RN_SMI_MAX_DEV] = {0};
-  for (int i = 0; i < s->ndev; i++) all[i] = 1;
-  rn_smi_components(s, all, RN_PATH_NODE, uf);
-  for (int i = 0; i < s->ndev; i++) cpu_of[i] = -1;
-  for (int i = 0; i < s->ndev; i++) {
-    int r = rn_uf_find(uf, i);
-    if (cpu_of[r] < 0) {
-      int numa = -1;
-      for (int j = 0; j < s->ndev; j++)
-        if (rn_uf_find(uf, j) == r && s->numa[j] >= 0) numa = s->numa[j];
-      cpu_of[r] = rn_topo_add_cpu(t, numa);
-      if (cpu_of[r] < 0) goto out_oom;
-    }
-    cpu_of[i] = cpu_of[r];
-  }
-  for (int i = 0; i < s->ndev; i++) node_of[i] = -1;
-  for (int c = 0; c < s->ndev; c++) {
-    if (rn_uf_find(uf, c) != c) continue; /* one pass per CPU group */
-    for (int i = 0; i < s->ndev; i++) set[i] = rn_uf_find(uf, i) == c;
-    rn_smi_components(s, set, RN_PATH_PHB, hb_uf);
-    for (int h = 0; h < s->ndev; h++) {
-      if (!set[h] || rn_uf_find(hb_uf, h) != h) continue;
-      int hb = rn_topo_add_node(t, cpu_of[c], RN_NODE_HOSTBRIDGE, "", NULL);
-      if (hb < 0) goto out_oom;
-      int hset[RN_SMI_MAX_DEV];
-      for (int i = 0; i < s->ndev; i++) hset[i] = set[i] && rn_uf_find(hb_uf, i) == h;
-      rn_smi_components(s, hset, RN_PATH_PXB, top_uf);
-      for (int k = 0; k < s->ndev; k++) {
-        if (!hset[k] || rn_uf_find(top_uf, k) != k) continue;
-        int tset[RN_SMI_MAX_DEV], pix_uf[RN_SMI_MAX_DEV], members = 0, npix = 0;
-        for (int i = 0; i < s->ndev; i++)
-          members += tset[i] = hset[i] && rn_uf_find(top_uf, i) == k;
-        int parent = hb;
-        if (members > 1) {
-          char label[16];
-          snprintf(label, sizeof(label), "(%.10s)", s->name[k]);
-          parent = rn_topo_add_node(t, hb, RN_NODE_SWITCH, label, NULL);
-          if (parent < 0) goto out_oom;
-        }
-        rn_smi_components(s, tset, RN_PATH_PIX, pix_uf);
-        for (int i = 0; i < s->ndev; i++) npix += tset[i] && rn_uf_find(pix_uf, i) == i;
-        for (int p = 0; p < s->ndev; p++) {
-          if (!tset[p] || rn_uf_find(pix_uf, p) != p) continue;
-          int sub = parent;
-          /* Several PIX groups under one top switch are PXB to each other:
-           * each needs its own sub-switch. */
-          if (npix > 1) {
-            char label[16];
-            snprintf(label, sizeof(label), "(%.10s)", s->name[p]);
-            sub = rn_topo_add_node(t, parent, RN_NODE_SWITCH, label, NULL);
-            if (sub < 0) goto out_oom;
-          }
-          for (int i = 0; i < s->ndev; i++) {
-            if (!tset[i] || rn_uf_find(pix_uf, i) != p) continue;
-            node_of[i] = rn_topo_add_node(t, sub, RN_NODE_DEV, "", NULL);
-            if (node_of[i] < 0) goto out_oom;
-          }
-        }
-      }
-    }
-  }
-  for (int i = 0; i < s->ndev; i++) {
-    if (s->name[i][0] == 'G') {
-      if (rn_topo_add_gpu(t, node_of[i], 1) < 0) goto out_oom;
-    } else {
-      struct rn_topo_nic nic;
-      memset(&nic, 0, sizeof(nic));
-      snprintf(nic.name, sizeof(nic.name), "%s", s->nicname[i][0] ? s->nicname[i] : s->name[i]);
-      nic.port = 1;
-      nic.rdma = 1;
-      nic.gdr = 1;
-      if (rn_topo_add_nic(t, node_of[i], &nic) < 0) goto out_oom;
-    }
-  }
-  rn_topo_add_note(
-      t, "nvidia-smi matrix: no bus ids or link speeds; PCIe tree rebuilt from the relations");
-  return rn_topo_finalize(t, err, errlen);
-out_oom:
-  rn_topo_errf(err, errlen, "%s: out of memory", path);
-  return -1;
-}
+struct rn_smi_build {
+  int uf[RN_SMI_MAX_DEV], cpu_of[RN_SMI_MAX_DEV], node_of[RN_SMI_MAX_DEV];
+  int set[RN_SMI_MAX_DEV], top_uf[RN_SMI_MAX_DEV], pix_uf[RN_SMI_MAX_DEV];
+  int tset[RN_SMI_MAX_DEV], isgpu[RN_SMI_MAX_DEV];
+};
 
-static int rn_smi_parse(struct rn_smi *s, FILE *f, const char *path, char *err, size_t errlen) {
-  char line[RN_SMI_LINE];
-  char *cells[RN_SMI_MAX_DEV + 8];
-  int col[RN_SMI_MAX_DEV + 8], numa_col = -1, ncells_hdr = 0, lineno = 0, in_matrix = 0;
-  while (fgets(line, sizeof(line), f)) {
-    lineno++;
-    if (!strchr(line, '\n') && !feof(f)) {
-      rn_topo_errf(err, errlen, "%s:%d: line too long", path, lineno);
-      return -1;
+/* Places the devices of one CPU group under the CPU node cpu. */
+static int rn_smi_place(struct rn_smi *s, struct rn_smi_build *b, struct rn_topo *t, int cpu) {
+  rn_smi_components(s, b->set, RN_SMI_PXB, b->top_uf);
+  for (int k = 0; k < s->ndev; k++) {
+    if (!b->set[k] || rn_uf_find(b->top_uf, k) != k) continue;
+    int members = 0, npix = 0;
+    for (int i = 0; i < s->ndev; i++)
+      members += b->tset[i] = b->set[i] && rn_uf_find(b->top_uf, i) == k;
+    int parent = cpu;
+    if (members > 1) {
+      char label[16];
+      snprintf(label, sizeof(label), "(%.10s)", s->col[k]);
+      parent = rn_topo_add_node(t, cpu, RN_NODE_SWITCH, label, NULL);
+      if (parent < 0) return -1;
     }
-    line[strcspn(line, "\r\n")] = '\0';
-    if (!ncells_hdr) {
-      if (!strstr(line, "GPU0")) continue;
-      int n = rn_smi_split(line, cells, RN_SMI_MAX_DEV + 8);
-      for (int i = 0; i < n; i++) {
-        col[i] = -1;
-        if (rn_smi_is_dev(cells[i])) {
-          if (s->ndev == RN_SMI_MAX_DEV) {
-            rn_topo_errf(err, errlen, "%s:%d: too many devices", path, lineno);
-            return -1;
-          }
-          col[i] = s->ndev;
-          snprintf(s->name[s->ndev], sizeof(s->name[0]), "%s", cells[i]);
-          s->numa[s->ndev] = -1;
-          s->ndev++;
-        } else if (strcmp(cells[i], "NUMA Affinity") == 0) {
-          numa_col = i;
-        }
+    rn_smi_components(s, b->tset, RN_SMI_PIX, b->pix_uf);
+    for (int i = 0; i < s->ndev; i++) npix += b->tset[i] && rn_uf_find(b->pix_uf, i) == i;
+    for (int p = 0; p < s->ndev; p++) {
+      if (!b->tset[p] || rn_uf_find(b->pix_uf, p) != p) continue;
+      int sub = parent;
+      /* Several PIX groups under one switch are PXB to each other: each
+       * needs its own sub-switch. */
+      if (npix > 1) {
+        char label[16];
+        snprintf(label, sizeof(label), "(%.10s)", s->col[p]);
+        sub = rn_topo_add_node(t, parent, RN_NODE_SWITCH, label, NULL);
+        if (sub < 0) return -1;
       }
-      ncells_hdr = n;
-      in_matrix = 1;
-      continue;
-    }
-    char first[16];
-    size_t fl = strcspn(line, " \t");
-    snprintf(first, sizeof(first), "%.*s", (int)(fl < sizeof(first) ? fl : sizeof(first) - 1),
-             line);
-    if (in_matrix && rn_smi_is_dev(first)) {
-      int n = rn_smi_split(line, cells, RN_SMI_MAX_DEV + 8);
-      int row = -1;
-      for (int d = 0; d < s->ndev; d++)
-        if (strcmp(s->name[d], cells[0]) == 0) row = d;
-      if (row < 0) {
-        rn_topo_errf(err, errlen, "%s:%d: row %s has no column", path, lineno, cells[0]);
-        return -1;
+      for (int i = 0; i < s->ndev; i++) {
+        if (!b->tset[i] || rn_uf_find(b->pix_uf, i) != p) continue;
+        b->node_of[i] = rn_topo_add_node(t, sub, RN_NODE_DEV, "", NULL);
+        if (b->node_of[i] < 0) return -1;
       }
-      for (int i = 1; i < ncells_hdr; i++) {
-        if (col[i] < 0) continue;
-        if (i >= n) {
-          rn_topo_errf(err, errlen, "%s:%d: row %s has %d cells, expected %d", path, lineno,
-                       cells[0], n, ncells_hdr);
-          return -1;
-        }
-        s->rel[row][col[i]] = (signed char)rn_smi_rel(cells[i]);
-      }
-      if (numa_col > 0 && numa_col < n && isdigit((unsigned char)cells[numa_col][0]))
-        s->numa[row] = atoi(cells[numa_col]);
-      s->rowseen[row] = 1;
-      continue;
     }
-    char *trimmed = rn_smi_trim(line);
-    if (trimmed[0] == '\0' || strncmp(trimmed, "Legend", 6) == 0) in_matrix = 0;
-    /* "NIC3: mlx5_3" in the NIC legend. */
-    if (strncmp(trimmed, "NIC", 3) == 0 && strchr(trimmed, ':')) {
-      char key[16], val[64];
-      if (sscanf(trimmed, "%15[^:]: %63s", key, val) == 2)
-        for (int d = 0; d < s->ndev; d++)
-          if (strcmp(s->name[d], key) == 0)
-            snprintf(s->nicname[d], sizeof(s->nicname[0]), "%s", val);
-    }
-  }
-  if (!ncells_hdr) {
-    rn_topo_errf(err, errlen, "%s:%d: no nvidia-smi matrix header (GPU0 ...)", path,
-                 lineno ? lineno : 1);
-    return -1;
-  }
-  for (int d = 0; d < s->ndev; d++) {
-    if (!s->rowseen[d]) {
-      rn_topo_errf(err, errlen, "%s:%d: no row for %s", path, lineno, s->name[d]);
-      return -1;
-    }
-    for (int e = 0; e < s->ndev; e++)
-      if (s->rel[d][e] != s->rel[e][d] && s->rel[d][e] != RN_REL_NONE &&
-          s->rel[e][d] != RN_REL_NONE) {
-        rn_topo_errf(err, errlen, "%s: %s-%s relation is not symmetric", path, s->name[d],
-                     s->name[e]);
-        return -1;
-      }
   }
   return 0;
 }
 
-int rn_topo_load_smi(const char *path, struct rn_topo **out, char *err, size_t errlen) {
-  *out = NULL;
-  FILE *f = fopen(path, "r");
-  if (!f) {
-    rn_topo_errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-    return -1;
+static int rn_smi_build(struct rn_smi *s, struct rn_topo *t) {
+  struct rn_smi_build *b = calloc(1, sizeof(*b));
+  if (!b) goto out_oom;
+  int host = rn_topo_host(t, "");
+  int hn = rn_topo_host_node(t, host);
+  if (host < 0 || hn < 0) goto out_oom;
+  int ngpu = 0, nc2c = 0;
+  for (int i = 0; i < s->ndev; i++) {
+    /* Old matrices name NIC columns by device (mlx5_0) instead of NICn. */
+    b->isgpu[i] = rn_smi_is_gpu(s->col[i]);
+    ngpu += b->isgpu[i];
+    nc2c += b->isgpu[i] && s->gpu_numa[i] >= 0;
   }
+  /* CPU groups: anything closer than SYS (NVML's SYS crosses NUMA
+   * nodes), and GPUs on one NUMA node. */
+  for (int i = 0; i < s->ndev; i++) b->uf[i] = i;
+  for (int i = 0; i < s->ndev; i++)
+    for (int j = i + 1; j < s->ndev; j++)
+      if ((s->rel[i][j] > 0 && s->rel[i][j] < RN_SMI_SYS) ||
+          (b->isgpu[i] && b->isgpu[j] && s->numa[i] >= 0 && s->numa[i] == s->numa[j]))
+        rn_uf_join(b->uf, i, j);
+  int gpu_groups[RN_SMI_MAX_DEV], ngg = 0, nic_groups[RN_SMI_MAX_DEV], nng = 0;
+  for (int i = 0; i < s->ndev; i++) {
+    if (rn_uf_find(b->uf, i) != i) continue;
+    int hasgpu = 0;
+    for (int j = 0; j < s->ndev; j++) hasgpu |= b->isgpu[j] && rn_uf_find(b->uf, j) == i;
+    if (hasgpu)
+      gpu_groups[ngg++] = i;
+    else
+      nic_groups[nng++] = i;
+  }
+  /* C2C GPUs see SYS to every NIC: NIC-only groups go, in order, to the
+   * CPUs of the GPU groups. */
+  int placed = 0;
+  if (nc2c && nng) {
+    for (int k = 0; k < nng && k < ngg; k++) {
+      for (int j = 0; j < s->ndev; j++)
+        if (rn_uf_find(b->uf, j) == nic_groups[k]) b->uf[j] = gpu_groups[k];
+      placed++;
+    }
+    rn_topo_add_note(t,
+                     "nvidia-smi shows SYS between NVLink-C2C GPUs and every NIC: assumed the "
+                     "NIC-NIC groups sit on the GPUs' CPUs in order (%d group(s) placed)",
+                     placed);
+    for (int j = 0; j < s->ndev; j++) (void)rn_uf_find(b->uf, j);
+  }
+  for (int i = 0; i < s->ndev; i++) b->cpu_of[i] = b->node_of[i] = -1;
+  for (int c = 0; c < s->ndev; c++) {
+    if (rn_uf_find(b->uf, c) != c) continue; /* one pass per CPU group */
+    int numa = -1;
+    for (int j = 0; j < s->ndev; j++) {
+      b->set[j] = rn_uf_find(b->uf, j) == c;
+      if (b->set[j] && b->isgpu[j] && s->numa[j] >= 0 && numa < 0) numa = s->numa[j];
+    }
+    int cpu = rn_topo_add_cpu(t, hn, numa);
+    if (cpu < 0 || rn_smi_place(s, b, t, cpu)) goto out_oom;
+  }
+  for (int i = 0; i < s->ndev; i++) {
+    if (b->isgpu[i]) {
+      int g = rn_topo_add_gpu(t, b->node_of[i], 1);
+      if (g < 0) goto out_oom;
+      t->gpus[g].pub.c2c = s->gpu_numa[i] >= 0;
+    } else {
+      struct rn_topo_nic nic;
+      memset(&nic, 0, sizeof(nic));
+      snprintf(nic.name, sizeof(nic.name), "%s", s->nicname[i][0] ? s->nicname[i] : s->col[i]);
+      snprintf(nic.device, sizeof(nic.device), "%s", nic.name);
+      nic.port = 1;
+      nic.rdma = 1;
+      nic.gdr = 1;
+      if (rn_topo_add_nic(t, b->node_of[i], &nic) < 0) goto out_oom;
+    }
+  }
+  for (int i = 0; i < s->ndev; i++)
+    for (int j = i + 1; j < s->ndev; j++)
+      if (s->rel[i][j] == RN_REL_NV && b->isgpu[i] && b->isgpu[j] &&
+          rn_topo_add_nvlink(t, b->node_of[i], NULL, b->node_of[j]) < 0)
+        goto out_oom;
+  if (nc2c) rn_topo_add_note(t, "%d GPU(s) with a GPU NUMA ID: NVLink-C2C to their CPU", nc2c);
+  rn_topo_add_note(
+      t, "nvidia-smi matrix: no bus ids or link speeds; PCIe tree rebuilt from the relations");
+  free(b);
+  return rn_topo_finalize(t, s->err, s->errlen);
+out_oom:
+  free(b);
+  rn_topo_errf(s->err, s->errlen, "%s: out of memory", s->name);
+  return -1;
+}
+
+int rn_topo_load_smi_buf(const char *buf, size_t len, const char *name, struct rn_topo **out,
+                         char *err, size_t errlen) {
+  *out = NULL;
   struct rn_smi *s = calloc(1, sizeof(*s));
   struct rn_topo *t = rn_topo_alloc("nvidia-smi");
   int rc = -1;
   if (!s || !t) {
-    rn_topo_errf(err, errlen, "%s: out of memory", path);
-    goto out_close;
+    rn_topo_errf(err, errlen, "%s: out of memory", name);
+    goto out_free;
   }
+  s->name = name;
+  s->err = err;
+  s->errlen = errlen;
   memset(s->rel, RN_REL_NONE, sizeof(s->rel));
-  if (rn_smi_parse(s, f, path, err, errlen) || rn_smi_build(s, t, path, err, errlen))
-    goto out_close;
+  if (rn_smi_parse(s, buf, len) || rn_smi_build(s, t)) goto out_free;
   *out = t;
   t = NULL;
   rc = 0;
-out_close:
+out_free:
   rn_topo_free(t);
   free(s);
-  fclose(f);
+  return rc;
+}
+
+int rn_topo_load_smi(const char *path, struct rn_topo **out, char *err, size_t errlen) {
+  char *buf;
+  size_t len;
+  *out = NULL;
+  if (rn_topo_xml_read_file(path, &buf, &len, err, errlen)) return -1;
+  int rc = rn_topo_load_smi_buf(buf, len, path, out, err, errlen);
+  free(buf);
   return rc;
 }

@@ -56,7 +56,7 @@ void rn_topo_sysfs_enrich_nics(struct rn_topo *t, const char *root) {
   for (int i = 0; i < t->nnics; i++) {
     struct rn_topo_nic *n = &t->nics[i].pub;
     if (n->rdma) {
-      const char *d = n->name;
+      const char *d = n->device[0] ? n->device : n->name;
       int p = n->port > 0 ? n->port : 1;
       snprintf(rel, sizeof(rel), "sys/class/infiniband/%s/ports/%d/state", d, p);
       if (rn_topo_sysfs_read(root, rel, buf, sizeof(buf)) == 0)
@@ -65,7 +65,9 @@ void rn_topo_sysfs_enrich_nics(struct rn_topo *t, const char *root) {
       if (rn_topo_sysfs_read(root, rel, buf, sizeof(buf)) == 0) n->speed_mbps = rn_rate_mbps(buf);
       snprintf(rel, sizeof(rel), "sys/class/infiniband/%s/ports/%d/link_layer", d, p);
       if (rn_topo_sysfs_read(root, rel, buf, sizeof(buf)) == 0)
-        n->link = strcmp(buf, "InfiniBand") == 0 ? 1 : strcmp(buf, "Ethernet") == 0 ? 2 : 0;
+        n->link = strcmp(buf, "InfiniBand") == 0 ? RN_TOPO_LINK_IB
+                  : strcmp(buf, "Ethernet") == 0 ? RN_TOPO_LINK_ETH
+                                                 : RN_TOPO_LINK_UNKNOWN;
       snprintf(rel, sizeof(rel), "sys/class/infiniband/%s/node_guid", d);
       if (rn_topo_sysfs_read(root, rel, buf, sizeof(buf)) == 0) {
         uint64_t g = 0;
@@ -81,7 +83,7 @@ void rn_topo_sysfs_enrich_nics(struct rn_topo *t, const char *root) {
       snprintf(rel, sizeof(rel), "sys/class/net/%s/speed", n->netdev);
       if (rn_topo_sysfs_read(root, rel, buf, sizeof(buf)) == 0 && atoi(buf) > 0)
         n->speed_mbps = atoi(buf);
-      n->link = 2;
+      n->link = RN_TOPO_LINK_ETH;
     }
   }
 }

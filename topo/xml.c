@@ -78,8 +78,13 @@ static void XMLCALL rn_topo_xml_text(void *ud, const XML_Char *s, int len) {
   struct rn_topo_xml_ctx *c = ud;
   struct rn_topo_xml_node *n = c->cur;
   if (!n || len <= 0) return;
-  /* Whitespace between elements is layout, not content. */
-  if (!n->text && strspn(s, " \t\r\n") >= (size_t)len) return;
+  /* Whitespace between elements is layout, not content.  s is not
+   * NUL-terminated: look at len bytes only. */
+  int blank = 0;
+  while (blank < len &&
+         (s[blank] == ' ' || s[blank] == '\t' || s[blank] == '\r' || s[blank] == '\n'))
+    blank++;
+  if (!n->text && blank == len) return;
   char *t = realloc(n->text, n->textlen + (size_t)len + 1);
   if (!t) return rn_topo_xml_fail(c, "out of memory");
   memcpy(t + n->textlen, s, (size_t)len);
@@ -157,13 +162,12 @@ int rn_topo_xml_parse_buf(const char *buf, size_t len, const char *name,
   return 0;
 }
 
-int rn_topo_xml_parse_file(const char *path, struct rn_topo_xml_node **root, char *err,
-                           size_t errlen) {
+int rn_topo_xml_read_file(const char *path, char **out, size_t *outlen, char *err, size_t errlen) {
   FILE *f = fopen(path, "rb");
   char *buf = NULL;
   size_t len = 0, cap = 0;
-  int rc = -1;
-  *root = NULL;
+  *out = NULL;
+  *outlen = 0;
   if (!f) {
     rn_topo_errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
     return -1;
@@ -171,10 +175,11 @@ int rn_topo_xml_parse_file(const char *path, struct rn_topo_xml_node **root, cha
   for (;;) {
     if (cap - len < 65536) {
       if (cap >= RN_TOPO_XML_MAX_BYTES) {
-        rn_topo_errf(err, errlen, "%s: file too large", path);
+        rn_topo_errf(err, errlen, "%s: file too large (over %u bytes)", path,
+                     RN_TOPO_XML_MAX_BYTES);
         goto out_free_buf;
       }
-      char *nb = realloc(buf, cap + 65536);
+      char *nb = realloc(buf, cap + 65536 + 1);
       if (!nb) {
         rn_topo_errf(err, errlen, "%s: out of memory", path);
         goto out_free_buf;
@@ -190,10 +195,25 @@ int rn_topo_xml_parse_file(const char *path, struct rn_topo_xml_node **root, cha
     rn_topo_errf(err, errlen, "%s: read error", path);
     goto out_free_buf;
   }
-  rc = rn_topo_xml_parse_buf(buf, len, path, root, err, errlen);
+  fclose(f);
+  buf[len] = '\0';
+  *out = buf;
+  *outlen = len;
+  return 0;
 out_free_buf:
   free(buf);
   fclose(f);
+  return -1;
+}
+
+int rn_topo_xml_parse_file(const char *path, struct rn_topo_xml_node **root, char *err,
+                           size_t errlen) {
+  char *buf;
+  size_t len;
+  *root = NULL;
+  if (rn_topo_xml_read_file(path, &buf, &len, err, errlen)) return -1;
+  int rc = rn_topo_xml_parse_buf(buf, len, path, root, err, errlen);
+  free(buf);
   return rc;
 }
 
@@ -246,6 +266,39 @@ int rn_topo_xml_set_attr(struct rn_topo_xml_node *n, const char *name, const cha
   n->attrs[2 * n->nattrs + 2] = NULL;
   n->nattrs++;
   return 0;
+}
+
+void rn_topo_xml_keep_attrs(struct rn_topo_xml_node *n, const char *const *keep) {
+  int w = 0;
+  for (int i = 0; i < n->nattrs; i++) {
+    int ok = 0;
+    for (int k = 0; keep[k] && !ok; k++) ok = strcmp(n->attrs[2 * i], keep[k]) == 0;
+    if (!ok) {
+      free(n->attrs[2 * i]);
+      free(n->attrs[2 * i + 1]);
+      continue;
+    }
+    n->attrs[2 * w] = n->attrs[2 * i];
+    n->attrs[2 * w + 1] = n->attrs[2 * i + 1];
+    w++;
+  }
+  n->nattrs = w;
+  n->attrs[2 * w] = NULL;
+}
+
+void rn_topo_xml_remove(struct rn_topo_xml_node *child) {
+  struct rn_topo_xml_node *p = child->parent, *prev = NULL;
+  if (p) {
+    for (struct rn_topo_xml_node *c = p->child; c && c != child; c = c->next) prev = c;
+    if (prev)
+      prev->next = child->next;
+    else
+      p->child = child->next;
+    if (p->last_child == child) p->last_child = prev;
+  }
+  child->parent = NULL;
+  child->next = NULL;
+  rn_topo_xml_free(child);
 }
 
 struct rn_topo_xml_out {

@@ -23,10 +23,17 @@ int rn_topo_xml_parse_file(const char *path, struct rn_topo_xml_node **root, cha
 int rn_topo_xml_parse_buf(const char *buf, size_t len, const char *name,
                           struct rn_topo_xml_node **root, char *err, size_t errlen);
 void rn_topo_xml_free(struct rn_topo_xml_node *root);
+/* Reads a whole file (at most the parser's size limit) into a malloc'd,
+ * NUL-terminated buffer.  0 ok, -1 with err naming the file. */
+int rn_topo_xml_read_file(const char *path, char **buf, size_t *len, char *err, size_t errlen);
 /* Value of attribute name, NULL when absent. */
 const char *rn_topo_xml_attr(const struct rn_topo_xml_node *n, const char *name);
 /* Replaces (or adds) attribute name.  0 ok, -1 out of memory. */
 int rn_topo_xml_set_attr(struct rn_topo_xml_node *n, const char *name, const char *value);
+/* Drops every attribute of n whose name is not in keep (NULL-terminated). */
+void rn_topo_xml_keep_attrs(struct rn_topo_xml_node *n, const char *const *keep);
+/* Unlinks child from its parent and frees it with its subtree. */
+void rn_topo_xml_remove(struct rn_topo_xml_node *child);
 /* Serialises the tree (elements, attributes, text) after
  * prolog.  *buf is malloc'd.  0 ok, -1 out of memory. */
 int rn_topo_xml_write(const struct rn_topo_xml_node *root, const char *prolog, char **buf,

@@ -20,6 +20,7 @@ struct rn_vdev {
   int speed;
   int ptr_support;
   int force_flush;
+  int reg_is_global; /* every rail's */
   uint64_t guid;
   int port;
   int max_comms;

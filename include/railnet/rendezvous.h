@@ -1,6 +1,8 @@
 /* The rendezvous that starts every railnet connection (plugin/rendezvous.c):
  * hellos, the listening side that admits only peers presenting the
- * handle's nonce, and the connecting side that dials them.  Never blocks. */
+ * handle's nonce, and the connecting side that dials them.  Never blocks.
+ * The admission policy and its bounds are described at the top of
+ * plugin/rendezvous.c. */
 #ifndef RN_RENDEZVOUS_H
 #define RN_RENDEZVOUS_H
 
@@ -13,18 +15,22 @@
 enum rn_hello_role { RN_ROLE_CTRL = 1, RN_ROLE_DATA = 2 };
 struct rn_hello {
   uint32_t magic;
-  uint16_t version;
-  uint8_t role;  /* enum rn_hello_role */
-  uint8_t index; /* data stream index */
+  uint16_t version; /* RN_WIRE_VERSION */
+  uint8_t role;     /* enum rn_hello_role */
+  uint8_t index;    /* data stream index */
   uint64_t nonce;
   uint64_t conn_id;  /* random per connect, groups the streams */
   uint32_t nstreams; /* data streams that follow the control one */
-  uint32_t reserved;
+  /* Source addresses the connector bound its sockets to: the control
+   * connection leaves from the first, data stream i from the (i mod
+   * nlocals)-th.  0: not bound, each leaves from whatever address routes to
+   * the listening address it dials. */
+  uint32_t nlocals;
 };
 
 /* Rendezvous on the listening side: accepts connections on up to
- * RN_RDV_MAX_LFDS listening sockets, reads hellos, drops strays (wrong
- * magic or nonce, silence past the timeout), and groups streams by conn_id.
+ * RN_RDV_MAX_LFDS listening sockets, reads hellos, drops strays, and groups
+ * streams by conn_id, within fixed bounds whatever its peers do.
  * Owner: the listen comm. */
 #define RN_RDV_MAX_LFDS 8
 #define RN_RDV_MAX_STREAMS 32
@@ -37,8 +43,17 @@ struct rn_rdv_conn {
 void rn_rdv_conn_close(const struct rn_rdv_conn *c);
 
 struct rn_rdv;
+/* A listener for connections of 1..RN_RDV_MAX_STREAMS data streams (the
+ * TCP transport: the connector picks the count). */
 ncclResult_t rn_rdv_create(const int *lfds, int nlfds, uint64_t nonce, struct rn_rdv **out);
-/* Returns one complete connection in *conn (and *ready=1) when available. */
+/* A listener for lone control connections, 0 data streams (the verbs
+ * bootstrap). */
+ncclResult_t rn_rdv_create_ctrl_only(const int *lfds, int nlfds, uint64_t nonce,
+                                     struct rn_rdv **out);
+/* Returns one complete connection in *conn (and *ready=1) when available.
+ * An error only when the listening sockets fail, or accept() has found no
+ * free file descriptor for RAILNET_CONNECT_TIMEOUT_MS; the rendezvous
+ * stays usable after either. */
 ncclResult_t rn_rdv_poll(struct rn_rdv *r, struct rn_rdv_conn *conn, int *ready);
 void rn_rdv_destroy(struct rn_rdv *r); /* closes pending fds, not the listening ones */
 

@@ -44,6 +44,12 @@ ncclResult_t rn_sock_send_some(int fd, const void *buf, size_t len, size_t *off)
 ncclResult_t rn_sock_recv_some(int fd, void *buf, size_t len, size_t *off);
 /* TCP_NODELAY, close-on-exec, non-blocking; buffers when bufsize > 0. */
 void rn_sock_tune(int fd, int bufsize);
+/* Make a peer that vanishes without closing (pulled cable, powered-off
+ * host) an error within about timeout_ms: keepalive probes from half of
+ * it on, and TCP_USER_TIMEOUT, which ends the connection with ETIMEDOUT
+ * once data or probes stay unacknowledged that long.  0 changes nothing.
+ * 0, or -1 with errno when the kernel refused an option. */
+int rn_sock_set_liveness(int fd, int timeout_ms);
 
 /* Call visit for each address of an up interface that a peer can reach:
  * every IPv4 address first, then every IPv6 one but the link-local ones

@@ -29,6 +29,10 @@ struct rn_nic {
   int speed_mbps;
   int ptr_support; /* NCCL_PTR_* bits the probe proved */
   int force_flush;
+  /* NCCL's regIsGlobal: registrations are cheap, repeatable and not tied
+   * to a comm.  The transport's discovery decides it (TCP: always; verbs:
+   * only with the registration cache); the core only reports it. */
+  int reg_is_global;
   enum rn_link link;
   int max_comms;
   int table_index; /* where the transport keeps this NIC in its own table */
@@ -40,7 +44,7 @@ struct rn_nic {
 /* The on-the-wire protocol of every transport.  Bump it with any change to
  * a hello, handle or control message, so mixed builds refuse each other at
  * connect instead of misreading each other's bytes. */
-#define RN_WIRE_VERSION 3
+#define RN_WIRE_VERSION 4
 #define RN_HANDLE_PAYLOAD 104
 struct rn_handle {
   uint32_t magic;

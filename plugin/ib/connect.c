@@ -419,7 +419,7 @@ ncclResult_t rn_ib_listen(const struct rn_rails *r, struct rn_handle *h, void **
   union rn_sockaddr sa, bound;
   RN_CHECK_GOTO(rn_ib_listen_addr(r, &sa), res, out_free);
   RN_CHECK_GOTO(rn_sock_listen(&sa, &l->lfd, &bound), res, out_free);
-  RN_CHECK_GOTO(rn_rdv_create(&l->lfd, 1, h->nonce, &l->rdv), res, out_close);
+  RN_CHECK_GOTO(rn_rdv_create_ctrl_only(&l->lfd, 1, h->nonce, &l->rdv), res, out_close);
   struct rn_ib_payload pl;
   memset(&pl, 0, sizeof(pl));
   rn_sockaddr_to_wire(&bound, &pl.addr);

@@ -280,6 +280,8 @@ static ncclResult_t rn_ib_add_device(struct ibv_device *verbs_device, int *nacti
     nic->link = port->link == IBV_LINK_LAYER_INFINIBAND ? RN_LINK_IB : RN_LINK_ETH;
     nic->max_comms = device->attr.max_qp;
     nic->force_flush = 0;
+    /* Repeated registrations are cheap only through the cache. */
+    nic->reg_is_global = rn_params()->mr_cache != 0;
     nic->table_index = rn_ib_nports;
     char gidstr[INET6_ADDRSTRLEN] = "";
     inet_ntop(AF_INET6, port->gid.raw, gidstr, sizeof(gidstr));

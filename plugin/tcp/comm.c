@@ -3,6 +3,7 @@
  * clear-to-sends any isend flushes. */
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -62,7 +63,9 @@ void rn_tcp_comm_free(struct rn_tcp_comm *c) {
   }
   if (c->ctrl_fd >= 0) close(c->ctrl_fd);
   for (int i = 0; i < RN_TCP_NREQS; i++) rn_req_base_end(&c->reqs[i].base);
+  pthread_mutex_destroy(&c->rx_lock);
   pthread_mutex_destroy(&c->lock);
+  free(c->cover);
   free(c->in);
   free(c->unexpected);
   free(c->discard);
@@ -86,11 +89,24 @@ static int rn_tcp_nthreads(int nstreams) {
 ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv,
                                 struct rn_tcp_comm **out) {
   const struct rn_params *p = rn_params();
+  /* The stream count came from the connecting peer's hello. */
+  if (conn->nstreams < 1 || conn->nstreams > RN_TCP_MAX_STREAMS) {
+    RN_WARN("peer announced %d data streams, expected 1..%d", conn->nstreams, RN_TCP_MAX_STREAMS);
+    rn_rdv_conn_close(conn);
+    return ncclRemoteError;
+  }
   struct rn_tcp_comm *c = calloc(1, sizeof(*c));
   if (c == NULL) goto out_nomem;
   pthread_mutex_init(&c->lock, NULL);
+  pthread_mutex_init(&c->rx_lock, NULL);
   c->is_recv = is_recv;
   c->ctrl_fd = conn->ctrl_fd;
+  union rn_sockaddr peer;
+  socklen_t plen = sizeof(peer);
+  if (getpeername(c->ctrl_fd, &peer.sa, &plen) == 0)
+    rn_sockaddr_str(&peer, c->peer, sizeof(c->peer));
+  else
+    snprintf(c->peer, sizeof(c->peer), "(unknown peer)");
   c->nstreams = conn->nstreams;
   c->nthreads = rn_tcp_nthreads(c->nstreams);
   c->inline_max = (size_t)p->socket_inline;
@@ -98,6 +114,7 @@ ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv,
   c->chunk = (size_t)p->socket_chunk;
   c->in = malloc(RN_TCP_IN_BUF);
   c->discard = malloc(RN_TCP_EAGER_MAX);
+  if (is_recv) c->cover = calloc(RN_TCP_RING, sizeof(*c->cover));
   for (int i = 0; i < c->nstreams; i++) {
     c->stream[i].fd = conn->data_fd[i];
     pthread_mutex_init(&c->stream[i].queue_lock, NULL);
@@ -105,7 +122,18 @@ ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv,
   }
   for (int i = 0; i < c->nthreads; i++) c->thread[i].wake_fd = -1;
   rn_sock_tune(c->ctrl_fd, 0);
-  if (c->in == NULL || c->discard == NULL) {
+  /* A peer that vanishes without closing must not leave this comm
+   * waiting forever: every socket gets keepalive and a user timeout. */
+  int live = rn_sock_set_liveness(c->ctrl_fd, (int)p->socket_timeout_ms);
+  for (int i = 0; i < c->nstreams && live == 0; i++)
+    live = rn_sock_set_liveness(c->stream[i].fd, (int)p->socket_timeout_ms);
+  if (live != 0) {
+    RN_WARN("cannot set keepalive/TCP_USER_TIMEOUT on a connection to %s: %s", c->peer,
+            strerror(errno));
+    rn_tcp_comm_free(c);
+    return ncclSystemError;
+  }
+  if (c->in == NULL || c->discard == NULL || (is_recv && c->cover == NULL)) {
     RN_WARN("out of memory creating a comm");
     rn_tcp_comm_free(c); /* owns and closes the sockets by now */
     return ncclSystemError;

@@ -1,7 +1,9 @@
 /* The TCP control connection: the output queue (clear-to-sends, data
- * headers with inline payloads, refusals), parsing what arrives, and
- * matching messages to posted buffers by NCCL's rule on both sides. */
+ * headers with inline payloads), reading and checking what arrives
+ * against this side's own state (PROTOCOL.md), and the matching rule of
+ * tcp.h on both sides. */
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -31,11 +33,9 @@ ncclResult_t rn_tcp_ctl_flush(struct rn_tcp_comm *c) {
     ssize_t k = sendmsg(c->ctrl_fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return ncclSuccess;
     if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) {
-      RN_WARN("control connection lost while sending: %s", k < 0 ? strerror(errno) : "closed");
-      rn_tcp_set_error(c, ncclRemoteError);
-      return ncclRemoteError;
-    }
+    if (k <= 0)
+      return rn_tcp_fail(c, ncclRemoteError, "control connection lost while sending: %s",
+                         k < 0 ? strerror(errno) : "closed");
     /* Retire what went out. */
     size_t left = (size_t)k;
     while (left > 0) {
@@ -56,7 +56,6 @@ int rn_tcp_ctl_room(const struct rn_tcp_comm *c) {
   return (c->out_tail + 1) % RN_TCP_OUT_QUEUE != c->out_head;
 }
 
-/* Queue a control message; 0 when the queue is full (retry later). */
 int rn_tcp_ctl_queue(struct rn_tcp_comm *c, const void *hdr, size_t hl, const void *payload,
                      size_t pl, struct rn_tcp_req *req) {
   int next = (c->out_tail + 1) % RN_TCP_OUT_QUEUE;
@@ -73,267 +72,406 @@ int rn_tcp_ctl_queue(struct rn_tcp_comm *c, const void *hdr, size_t hl, const vo
   return 1;
 }
 
-/* NCCL's matching rule, applied alike by sender and receiver: the next
- * message of a group claims the first buffer not yet claimed whose tag is
- * its own.  *mismatch when none is (the first free buffer is claimed anyway, so
- * both sides keep counting alike). */
-int rn_tcp_match_buffer(int n, const int32_t *tags, uint32_t claimed, int tag, int *mismatch) {
-  int first = -1;
-  for (int i = 0; i < n; i++) {
-    if (claimed & (1u << i)) continue;
-    if (tags[i] == tag) {
-      *mismatch = 0;
-      return i;
-    }
-    if (first < 0) first = i;
-  }
-  *mismatch = 1;
-  return first;
-}
+/* ------------------------------------------------------- sender side */
 
-/* Take buffer idx of the group being filled; advance when it is full. */
-static void rn_tcp_claim_buffer(struct rn_tcp_comm *c, struct rn_tcp_req *r, int idx) {
-  r->claimed |= 1u << idx;
-  if (++c->match_cnt == r->n) {
-    c->match_seq++;
-    c->match_cnt = 0;
-  }
-}
-
-static struct rn_tcp_req *rn_tcp_matching_group(struct rn_tcp_comm *c) {
-  struct rn_tcp_req *r = atomic_load(&c->ring[c->match_seq % RN_TCP_RING]);
-  return (r != NULL && r->seq == c->match_seq) ? r : NULL;
-}
-
-static void rn_tcp_nack(struct rn_tcp_comm *c, int tag, uint64_t size, uint64_t posted) {
-  struct rn_tcp_nack m = {.type = RN_TCP_NACK, .tag = tag, .size = size, .posted = posted};
-  if (!rn_tcp_ctl_queue(c, &m, sizeof(m), NULL, 0, NULL))
-    RN_WARN("control queue full; the sender will not hear of the oversized message");
-}
-
-/* A message of `size` bytes for buffer idx: 0 when it fits, else both
- * sizes are logged and the request fails. */
-static int rn_tcp_fits(struct rn_tcp_comm *c, struct rn_tcp_req *r, int idx, uint64_t size,
-                       int eager) {
-  if (size <= r->posted[idx]) return 1;
-  RN_WARN("peer sent %llu bytes but the posted receive (tag %d) holds only %zu bytes",
-          (unsigned long long)size, r->tag[idx], r->posted[idx]);
-  r->error = ncclInvalidUsage;
-  if (eager) rn_tcp_nack(c, r->tag[idx], size, r->posted[idx]);
+static int rn_tcp_eager_pending(const struct rn_tcp_comm *c, int32_t tag) {
+  for (int k = 0; k < c->neager; k++)
+    if (c->eager[k].tag == tag) return 1;
   return 0;
 }
 
-/* Deliver queued eager messages whose receive is now posted, in order. */
-void rn_tcp_drain_unexpected(struct rn_tcp_comm *c) {
-  while (c->unexpected_head != c->unexpected_tail && c->unexpected[c->unexpected_head].ready) {
-    struct rn_tcp_unexpected *e = &c->unexpected[c->unexpected_head];
-    struct rn_tcp_req *r = rn_tcp_matching_group(c);
-    if (r == NULL) return;
-    int mismatch, idx = rn_tcp_match_buffer(r->n, r->tag, r->claimed, e->tag, &mismatch);
-    if (mismatch) {
-      RN_WARN("message with tag %d matches no buffer of the posted receive", e->tag);
-      r->error = ncclInvalidUsage;
+/* The first buffer with `tag` no send has claimed, in posting order,
+ * among the groups whose CTS arrived. */
+static int rn_tcp_known_target(const struct rn_tcp_comm *c, int32_t tag, uint64_t *seq, int *idx) {
+  for (uint64_t g = c->send_head; g < c->cts_next; g++) {
+    const struct rn_tcp_group *m = &c->group[g % RN_TCP_RING];
+    for (uint32_t i = 0; i < m->n; i++) {
+      if ((m->claimed & (1u << i)) || m->tags[i] != tag) continue;
+      *seq = g;
+      *idx = (int)i;
+      return 1;
     }
-    rn_tcp_claim_buffer(c, r, idx);
-    if (rn_tcp_fits(c, r, idx, e->size, 1)) {
-      memcpy(r->buf[idx], e->data, e->size);
-      r->got[idx] = e->size;
-    }
-    atomic_fetch_sub(&r->pending, 1);
-    c->unexpected_head = (c->unexpected_head + 1) % RN_TCP_EAGER_WINDOW;
+  }
+  return 0;
+}
+
+int rn_tcp_send_target(const struct rn_tcp_comm *c, int32_t tag, uint64_t *seq, int *idx) {
+  return !rn_tcp_eager_pending(c, tag) && rn_tcp_known_target(c, tag, seq, idx);
+}
+
+void rn_tcp_send_claim(struct rn_tcp_comm *c, uint64_t seq, int idx) {
+  c->group[seq % RN_TCP_RING].claimed |= 1u << idx;
+  while (c->send_head < c->cts_next) {
+    const struct rn_tcp_group *m = &c->group[c->send_head % RN_TCP_RING];
+    if (m->claimed != (1u << m->n) - 1) break;
+    c->send_head++;
   }
 }
 
-static ncclResult_t rn_tcp_protocol_error(struct rn_tcp_comm *c, const char *what,
-                                          const struct rn_tcp_data *d) {
-  RN_WARN("protocol error: %s (seq %llu buffer %u, %llu bytes, flags %u)", what,
-          (unsigned long long)d->seq, d->idx, (unsigned long long)d->size, d->flags);
-  rn_tcp_set_error(c, ncclRemoteError);
-  return ncclRemoteError;
+ncclResult_t rn_tcp_match_eager(struct rn_tcp_comm *c) {
+  int kept = 0;
+  for (int k = 0; k < c->neager; k++) {
+    struct rn_tcp_eager e = c->eager[k];
+    uint64_t seq;
+    int idx;
+    /* An earlier unmatched one of the same tag found no buffer: neither
+     * can this one (per-tag order). */
+    int blocked = 0;
+    for (int j = 0; j < kept; j++) blocked |= c->eager[j].tag == e.tag;
+    if (blocked || !rn_tcp_known_target(c, e.tag, &seq, &idx)) {
+      c->eager[kept++] = e;
+      continue;
+    }
+    rn_tcp_send_claim(c, seq, idx);
+    uint64_t posted = c->group[seq % RN_TCP_RING].sizes[idx];
+    if (e.size > posted)
+      rn_tcp_fail(c, ncclInvalidUsage,
+                  "an eager send of %llu bytes (tag %d) exceeds the posted receive of %llu bytes "
+                  "(group %llu buffer %d); the receiver failed that receive",
+                  (unsigned long long)e.size, e.tag, (unsigned long long)posted,
+                  (unsigned long long)seq, idx);
+  }
+  c->neager = kept;
+  return (ncclResult_t)atomic_load(&c->error);
 }
 
-/* Receiver: a DATA header arrived; `avail` payload bytes are at `payload`,
- * the rest is read straight into its destination by rn_tcp_progress. */
-static ncclResult_t rn_tcp_on_data(struct rn_tcp_comm *c, const struct rn_tcp_data *d,
-                                   const char *payload, size_t avail) {
-  struct rn_tcp_req *r = NULL;
-  int idx = 0;
-  char *dst;
-  if (d->flags & RN_TCP_F_EAGER) {
-    if (d->inline_len != d->size || d->size > RN_TCP_EAGER_MAX)
-      return rn_tcp_protocol_error(c, "eager message with a bad length", d);
-    /* Behind queued messages, or before its receive is posted: queue it. */
-    if (c->unexpected_head != c->unexpected_tail || (r = rn_tcp_matching_group(c)) == NULL) {
-      if (c->unexpected == NULL &&
-          (c->unexpected = calloc(RN_TCP_EAGER_WINDOW, sizeof(*c->unexpected))) == NULL) {
-        RN_WARN("out of memory for unexpected messages");
-        rn_tcp_set_error(c, ncclSystemError);
-        return ncclSystemError;
+/* A clear-to-send: every field against what this sender expects next. */
+static ncclResult_t rn_tcp_on_cts(struct rn_tcp_comm *c, const struct rn_tcp_cts *m) {
+  static const char what[] = "clear-to-send";
+  if (m->p.flags != 0) return RN_TCP_VIOLATION(c, what, "flags", "%u, expected 0", m->p.flags);
+  if (m->p.plen != 0) return RN_TCP_VIOLATION(c, what, "plen", "%u, expected 0", m->p.plen);
+  if (m->reserved != 0) return RN_TCP_VIOLATION(c, what, "reserved", "%u, expected 0", m->reserved);
+  if (m->msg != c->msg_in)
+    return RN_TCP_VIOLATION(c, what, "msg", "%u, expected %u", m->msg, c->msg_in);
+  if (m->seq != c->cts_next)
+    return RN_TCP_VIOLATION(c, what, "seq", "%llu, expected %llu", (unsigned long long)m->seq,
+                            (unsigned long long)c->cts_next);
+  if (m->n < 1 || m->n > RN_MAX_RECVS)
+    return RN_TCP_VIOLATION(c, what, "n", "%u, expected 1..%d", m->n, RN_MAX_RECVS);
+  for (uint32_t i = 0; i < RN_MAX_RECVS; i++) {
+    if (i < m->n && m->sizes[i] > INT_MAX)
+      return RN_TCP_VIOLATION(c, what, "sizes", "[%u] = %llu, expected <= %d (n = %u)", i,
+                              (unsigned long long)m->sizes[i], INT_MAX, m->n);
+    if (i >= m->n && (m->sizes[i] != RN_TCP_NO_BUFFER || m->tags[i] != 0))
+      return RN_TCP_VIOLATION(c, what, "sizes/tags", "[%u] = %llu/%d past n = %u, expected %llu/0",
+                              i, (unsigned long long)m->sizes[i], m->tags[i], m->n,
+                              (unsigned long long)RN_TCP_NO_BUFFER);
+  }
+  if (m->seq - c->send_head >= RN_TCP_RING)
+    return RN_TCP_VIOLATION(c, what, "seq", "%llu, beyond the window of %d groups from %llu",
+                            (unsigned long long)m->seq, RN_TCP_RING,
+                            (unsigned long long)c->send_head);
+  struct rn_tcp_group *g = &c->group[m->seq % RN_TCP_RING];
+  g->n = m->n;
+  g->claimed = 0;
+  memcpy(g->sizes, m->sizes, sizeof(g->sizes));
+  memcpy(g->tags, m->tags, sizeof(g->tags));
+  c->cts_next++;
+  c->msg_in++;
+  /* Eager sends waiting for this group claim their buffers now, before the
+   * next CTS is read, so the window check above holds. */
+  return rn_tcp_match_eager(c);
+}
+
+/* ----------------------------------------------------- receiver side */
+
+static uint32_t rn_tcp_full(const struct rn_tcp_req *r) { return (1u << r->n) - 1; }
+
+/* The first buffer with `tag` no message has claimed, in posting order. */
+static struct rn_tcp_req *rn_tcp_recv_target(struct rn_tcp_comm *c, int32_t tag, int *idx) {
+  for (uint64_t g = c->match_head; g < c->recv_seq; g++) {
+    struct rn_tcp_req *r = c->ring[g % RN_TCP_RING];
+    if (r == NULL || r->seq != g) continue; /* completed and retired */
+    for (int i = 0; i < r->n; i++) {
+      if ((r->claimed & (1u << i)) || r->tag[i] != tag) continue;
+      *idx = i;
+      return r;
+    }
+  }
+  return NULL;
+}
+
+/* A message claimed buffer idx of r (rx_lock held). */
+static void rn_tcp_recv_claim(struct rn_tcp_comm *c, struct rn_tcp_req *r, int idx) {
+  r->claimed |= 1u << idx;
+  while (c->match_head < c->recv_seq) {
+    const struct rn_tcp_req *h = c->ring[c->match_head % RN_TCP_RING];
+    if (h != NULL && h->seq == c->match_head && h->claimed != rn_tcp_full(h)) break;
+    c->match_head++;
+  }
+}
+
+/* Buffer idx of r holds its whole message (rx_lock held). */
+static void rn_tcp_recv_filled(struct rn_tcp_req *r, int idx) { r->filled |= 1u << idx; }
+
+/* An eager message of `size` bytes for buffer idx: 1 when it fits, else
+ * that receive fails (not the comm: the connection is sound). */
+static int rn_tcp_eager_fits(struct rn_tcp_req *r, int idx, uint64_t size) {
+  if (size <= r->posted[idx]) return 1;
+  RN_WARN("peer %s sent %llu bytes but the posted receive (tag %d) holds only %zu bytes",
+          r->comm->peer, (unsigned long long)size, r->tag[idx], r->posted[idx]);
+  r->error = ncclInvalidUsage;
+  return 0;
+}
+
+static int rn_tcp_held_tag(const struct rn_tcp_comm *c, int32_t tag) {
+  for (int k = 0; k < c->nheld; k++)
+    if (c->unexpected[c->held[k]].tag == tag) return 1;
+  return 0;
+}
+
+ncclResult_t rn_tcp_drain_held(struct rn_tcp_comm *c) {
+  int kept = 0;
+  for (int k = 0; k < c->nheld; k++) {
+    struct rn_tcp_unexpected *e = &c->unexpected[c->held[k]];
+    int idx = 0;
+    struct rn_tcp_req *r = e->ready ? rn_tcp_recv_target(c, e->tag, &idx) : NULL;
+    if (r == NULL) {
+      c->held[kept++] = c->held[k];
+      continue;
+    }
+    pthread_mutex_lock(&c->rx_lock);
+    ncclResult_t res = rn_tcp_buf_shape(c, r, idx, RN_TCP_BUF_INLINE, e->size, 0, "eager data");
+    if (res == ncclSuccess) {
+      rn_tcp_recv_claim(c, r, idx);
+      if (rn_tcp_eager_fits(r, idx, e->size)) {
+        if (e->size) memcpy(r->buf[idx], e->data, e->size);
       }
-      int next = (c->unexpected_tail + 1) % RN_TCP_EAGER_WINDOW;
-      if (next == c->unexpected_head) return rn_tcp_protocol_error(c, "eager window exceeded", d);
-      struct rn_tcp_unexpected *e = &c->unexpected[c->unexpected_tail];
-      e->tag = d->tag;
-      e->size = d->size;
-      e->ready = 0;
-      c->unexpected_tail = next;
-      c->rx_unexpected = e;
-      dst = e->data;
-      goto out_payload;
+      rn_tcp_recv_filled(r, idx);
     }
-    int mismatch;
-    idx = rn_tcp_match_buffer(r->n, r->tag, r->claimed, d->tag, &mismatch);
-    if (mismatch) {
-      RN_WARN("message with tag %d matches no buffer of the posted receive", d->tag);
-      r->error = ncclInvalidUsage;
-    }
-  } else {
-    r = rn_tcp_matching_group(c);
-    if (r == NULL || d->seq != c->match_seq || d->idx >= (uint32_t)r->n ||
-        (r->claimed & (1u << d->idx)) || d->inline_len > d->size)
-      return rn_tcp_protocol_error(c, "data matches no posted receive", d);
-    idx = (int)d->idx;
+    pthread_mutex_unlock(&c->rx_lock);
+    if (res != ncclSuccess) return res;
   }
-  rn_tcp_claim_buffer(c, r, idx);
-  if (d->flags & RN_TCP_F_STREAMED) {
-    atomic_fetch_add(&c->stream_work, 1); /* the chunks complete it */
-    return ncclSuccess;
-  }
-  dst = rn_tcp_fits(c, r, idx, d->size, (d->flags & RN_TCP_F_EAGER) != 0) ? (char *)r->buf[idx]
-                                                                          : c->discard;
-  c->rx_req = r;
-  c->rx_idx = (uint32_t)idx;
-  c->rx_size = d->size;
-out_payload:;
-  size_t copied = avail < d->inline_len ? avail : d->inline_len;
-  if (copied) memcpy(dst, payload, copied);
-  c->rx_dst = dst + copied;
-  c->rx_left = d->inline_len - copied;
+  c->nheld = kept;
   return ncclSuccess;
 }
 
-/* Finish the inline payload in progress; 1 when done. */
-static int rn_tcp_rx_done(struct rn_tcp_comm *c) {
-  if (c->rx_left > 0) return 0;
+/* Hold an eager message no posted buffer matches yet: its payload is read
+ * into a free slot of the held queue. */
+static ncclResult_t rn_tcp_hold(struct rn_tcp_comm *c, const struct rn_tcp_data *d) {
+  if (c->unexpected == NULL &&
+      (c->unexpected = calloc(RN_TCP_EAGER_WINDOW, sizeof(*c->unexpected))) == NULL)
+    return rn_tcp_fail(c, ncclSystemError, "out of memory for held eager messages");
+  if (c->nheld >= RN_TCP_EAGER_WINDOW - 1)
+    return RN_TCP_VIOLATION(c, "eager data", "tag", "%d: a %dth unmatched eager message", d->tag,
+                            RN_TCP_EAGER_WINDOW);
+  /* A free slot: one no held entry uses. */
+  uint64_t used = 0;
+  for (int k = 0; k < c->nheld; k++) used |= 1ull << c->held[k];
+  int slot = 0;
+  while (used & (1ull << slot)) slot++;
+  struct rn_tcp_unexpected *e = &c->unexpected[slot];
+  e->tag = d->tag;
+  e->size = d->size;
+  e->ready = 0;
+  c->held[c->nheld++] = slot;
+  c->rx_unexpected = e;
+  c->rx_dst = e->data;
+  c->rx_left = d->size;
+  return ncclSuccess;
+}
+
+/* A data header: every field against this receiver's own state (posted
+ * groups, the matching rule, shapes chunks may already have fixed).  On
+ * success the payload destination is set (rx_*). */
+static ncclResult_t rn_tcp_on_data(struct rn_tcp_comm *c, const struct rn_tcp_data *d) {
+  static const char what[] = "data header";
+  const uint8_t f = d->p.flags;
+  if ((f & ~RN_TCP_DATA_FLAGS) != 0 || (f & (f - 1)) != 0)
+    return RN_TCP_VIOLATION(c, what, "flags", "0x%x, expected at most one of 0x%x", f,
+                            RN_TCP_DATA_FLAGS);
+  if (d->reserved != 0) return RN_TCP_VIOLATION(c, what, "reserved", "%u, expected 0", d->reserved);
+  if (d->msg != c->msg_in)
+    return RN_TCP_VIOLATION(c, what, "msg", "%u, expected %u", d->msg, c->msg_in);
+  if (f == RN_TCP_DATA_EAGER) {
+    if (d->seq != 0 || d->idx != 0 || d->grid != 0)
+      return RN_TCP_VIOLATION(c, what, "seq/idx/grid", "%llu/%u/%u, expected 0 with EAGER",
+                              (unsigned long long)d->seq, d->idx, d->grid);
+    if (d->size > RN_TCP_EAGER_MAX || d->p.plen != d->size)
+      return RN_TCP_VIOLATION(c, what, "size/plen", "%llu/%u, expected equal and <= %d",
+                              (unsigned long long)d->size, d->p.plen, RN_TCP_EAGER_MAX);
+    c->msg_in++;
+    int idx = 0;
+    struct rn_tcp_req *r = rn_tcp_held_tag(c, d->tag) ? NULL : rn_tcp_recv_target(c, d->tag, &idx);
+    if (r == NULL) return rn_tcp_hold(c, d);
+    pthread_mutex_lock(&c->rx_lock);
+    ncclResult_t res = rn_tcp_buf_shape(c, r, idx, RN_TCP_BUF_INLINE, d->size, 0, what);
+    if (res == ncclSuccess) rn_tcp_recv_claim(c, r, idx);
+    pthread_mutex_unlock(&c->rx_lock);
+    RN_CHECK(res);
+    c->rx_req = r;
+    c->rx_idx = (uint32_t)idx;
+    c->rx_dst = rn_tcp_eager_fits(r, idx, d->size) ? (char *)r->buf[idx] : c->discard;
+    c->rx_left = d->size;
+    return ncclSuccess;
+  }
+  /* Matched at the sender: it must name the buffer this side's rule gives. */
+  int idx = 0;
+  struct rn_tcp_req *r = rn_tcp_held_tag(c, d->tag) ? NULL : rn_tcp_recv_target(c, d->tag, &idx);
+  if (r == NULL)
+    return RN_TCP_VIOLATION(c, what, "tag", "%d: no posted buffer with this tag is free", d->tag);
+  if (d->seq != r->seq || d->idx != (uint32_t)idx)
+    return RN_TCP_VIOLATION(c, what, "seq/idx", "%llu/%u, expected %llu/%d for tag %d",
+                            (unsigned long long)d->seq, d->idx, (unsigned long long)r->seq, idx,
+                            d->tag);
+  const uint64_t posted = r->posted[idx];
+  ncclResult_t res = ncclSuccess;
+  c->msg_in++;
+  pthread_mutex_lock(&c->rx_lock);
+  if (f == RN_TCP_DATA_STREAMED) {
+    if (d->p.plen != 0) {
+      res = RN_TCP_VIOLATION(c, what, "plen", "%u, expected 0 with STREAMED", d->p.plen);
+    } else if (d->size < 1 || d->size > posted) {
+      res = RN_TCP_VIOLATION(c, what, "size", "%llu, expected 1..%llu (posted) with STREAMED",
+                             (unsigned long long)d->size, (unsigned long long)posted);
+    } else if ((res = rn_tcp_buf_shape(c, r, idx, RN_TCP_BUF_STREAMED, d->size, d->grid, what)) ==
+               ncclSuccess) {
+      rn_tcp_recv_claim(c, r, idx);
+      /* The chunks complete it; they may have done so already. */
+      if (!(r->filled & (1u << idx))) atomic_fetch_add(&c->stream_work, 1);
+    }
+  } else if (f == RN_TCP_DATA_TOO_BIG) {
+    if (d->p.plen != 0 || d->grid != 0 || d->size <= posted) {
+      res = RN_TCP_VIOLATION(
+          c, what, "size/plen/grid", "%llu/%u/%u with TOO_BIG, expected > %llu (posted)/0/0",
+          (unsigned long long)d->size, d->p.plen, d->grid, (unsigned long long)posted);
+    } else if ((res = rn_tcp_buf_shape(c, r, idx, RN_TCP_BUF_INLINE, d->size, 0, what)) ==
+               ncclSuccess) {
+      RN_WARN("peer %s sent %llu bytes but the posted receive (tag %d) holds only %llu bytes",
+              c->peer, (unsigned long long)d->size, d->tag, (unsigned long long)posted);
+      r->error = ncclInvalidUsage;
+      rn_tcp_recv_claim(c, r, idx);
+      rn_tcp_recv_filled(r, idx);
+    }
+  } else {
+    if (d->grid != 0 || d->p.plen != d->size || d->size > posted) {
+      res = RN_TCP_VIOLATION(c, what, "size/plen/grid", "%llu/%u/%u, expected equal, <= %llu/0",
+                             (unsigned long long)d->size, d->p.plen, d->grid,
+                             (unsigned long long)posted);
+    } else if ((res = rn_tcp_buf_shape(c, r, idx, RN_TCP_BUF_INLINE, d->size, 0, what)) ==
+               ncclSuccess) {
+      rn_tcp_recv_claim(c, r, idx);
+      c->rx_req = r;
+      c->rx_idx = (uint32_t)idx;
+      c->rx_dst = r->buf[idx];
+      c->rx_left = d->size;
+    }
+  }
+  pthread_mutex_unlock(&c->rx_lock);
+  return res;
+}
+
+/* The inline payload in progress has all landed. */
+static ncclResult_t rn_tcp_rx_done(struct rn_tcp_comm *c) {
   if (c->rx_unexpected != NULL) {
     c->rx_unexpected->ready = 1;
     c->rx_unexpected = NULL;
-    rn_tcp_drain_unexpected(c);
-    return 1;
+    return rn_tcp_drain_held(c);
   }
-  if (c->rx_req == NULL) return 1;
-  struct rn_tcp_req *r = c->rx_req;
-  if (c->rx_size <= r->posted[c->rx_idx]) r->got[c->rx_idx] = c->rx_size;
-  atomic_fetch_sub(&r->pending, 1);
-  c->rx_req = NULL;
-  return 1;
+  if (c->rx_req != NULL) {
+    pthread_mutex_lock(&c->rx_lock);
+    rn_tcp_recv_filled(c->rx_req, (int)c->rx_idx);
+    pthread_mutex_unlock(&c->rx_lock);
+    c->rx_req = NULL;
+  }
+  return ncclSuccess;
+}
+
+/* --------------------------------------------------------- input */
+
+/* Read without blocking: >0 bytes read, 0 nothing now, -1 orderly EOF, -2
+ * error (errno set). */
+static ssize_t rn_tcp_ctl_read(struct rn_tcp_comm *c, void *buf, size_t len) {
+  for (;;) {
+    ssize_t k = recv(c->ctrl_fd, buf, len, MSG_DONTWAIT);
+    if (k > 0) return k;
+    if (k == 0) return -1;
+    if (errno == EINTR) continue;
+    return (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -2;
+  }
+}
+
+/* The connection ended: an orderly close between messages is the peer's
+ * close (requests still incomplete fail in test()); anything else fails
+ * the comm. */
+static ncclResult_t rn_tcp_ctl_ended(struct rn_tcp_comm *c, ssize_t k, int mid_message) {
+  if (k == -2)
+    return rn_tcp_fail(c,
+                       errno == ECONNRESET || errno == ETIMEDOUT || errno == EHOSTUNREACH ||
+                               errno == ENETUNREACH || errno == EPIPE
+                           ? ncclRemoteError
+                           : ncclSystemError,
+                       "control connection: %s", strerror(errno));
+  if (mid_message)
+    return rn_tcp_fail(c, ncclRemoteError, "control connection closed in the middle of a message");
+  atomic_store(&c->peer_closed, 1);
+  return ncclSuccess;
+}
+
+/* Handle every complete message in c->in from *pos on; stops at a partial
+ * header or once a payload needs reading straight into its destination. */
+static ncclResult_t rn_tcp_parse(struct rn_tcp_comm *c, size_t *pos) {
+  const uint8_t want = c->is_recv ? RN_TCP_MSG_DATA : RN_TCP_MSG_CTS;
+  while (c->rx_left == 0 && c->in_len - *pos >= sizeof(struct rn_tcp_prefix)) {
+    struct rn_tcp_prefix p;
+    memcpy(&p, c->in + *pos, sizeof(p));
+    if (p.type != want)
+      return RN_TCP_VIOLATION(c, "control message", "type", "%u, expected %u", p.type, want);
+    size_t hlen = rn_tcp_wire_hlen(p.type);
+    if (p.hlen != hlen)
+      return RN_TCP_VIOLATION(c, "control message", "hlen", "%u, expected %zu", p.hlen, hlen);
+    if (c->in_len - *pos < hlen) break;
+    if (!rn_tcp_wire_crc_ok(c->in + *pos, hlen))
+      return RN_TCP_VIOLATION(c, "control message", "crc", "mismatch (type %u, message %u)", p.type,
+                              c->msg_in);
+    if (!c->is_recv) {
+      struct rn_tcp_cts m;
+      memcpy(&m, c->in + *pos, sizeof(m));
+      *pos += sizeof(m);
+      RN_CHECK(rn_tcp_on_cts(c, &m));
+      continue;
+    }
+    struct rn_tcp_data d;
+    memcpy(&d, c->in + *pos, sizeof(d));
+    *pos += sizeof(d);
+    RN_CHECK(rn_tcp_on_data(c, &d));
+    size_t avail = c->in_len - *pos, take = avail < c->rx_left ? avail : c->rx_left;
+    if (take) memcpy(c->rx_dst, c->in + *pos, take);
+    *pos += take;
+    c->rx_dst += take;
+    c->rx_left -= take;
+    if (c->rx_left == 0) RN_CHECK(rn_tcp_rx_done(c));
+  }
+  return ncclSuccess;
 }
 
 /* Move whatever the control connection (and, without helper threads, the
  * data streams) can move now.  Never blocks. */
 ncclResult_t rn_tcp_progress(struct rn_tcp_comm *c) {
+  RN_CHECK(rn_tcp_failed(c, "progress"));
   RN_CHECK(rn_tcp_ctl_flush(c));
   /* Once the peer is gone, drive the streams too so their EOF is seen. */
   if (c->nthreads == 0 && (atomic_load(&c->stream_work) != 0 || atomic_load(&c->peer_closed)))
     rn_tcp_drive_streams(c);
-  for (;;) {
+  while (!atomic_load(&c->peer_closed)) {
     if (c->rx_left > 0) {
-      size_t got = 0;
-      ncclResult_t res = rn_sock_recv_some(c->ctrl_fd, c->rx_dst, c->rx_left, &got);
-      c->rx_dst += got;
-      c->rx_left -= got;
-      if (res != ncclSuccess) {
-        RN_WARN("control connection lost in the middle of a message");
-        rn_tcp_set_error(c, ncclRemoteError);
-        return ncclRemoteError;
-      }
-      if (c->rx_left > 0) return ncclSuccess;
+      ssize_t k = rn_tcp_ctl_read(c, c->rx_dst, c->rx_left);
+      if (k < 0) return rn_tcp_ctl_ended(c, k, 1);
+      c->rx_dst += k;
+      c->rx_left -= (size_t)k;
+      if (c->rx_left > 0) break;
+      RN_CHECK(rn_tcp_rx_done(c));
     }
-    rn_tcp_rx_done(c);
-    size_t before = c->in_len;
-    ncclResult_t res = rn_sock_recv_some(c->ctrl_fd, c->in, RN_TCP_IN_BUF, &c->in_len);
-    if (res != ncclSuccess) atomic_store(&c->peer_closed, 1);
+    ssize_t k = rn_tcp_ctl_read(c, c->in + c->in_len, RN_TCP_IN_BUF - c->in_len);
+    if (k > 0) c->in_len += (size_t)k;
     size_t pos = 0;
-    while (c->rx_req == NULL && c->rx_unexpected == NULL && c->in_len - pos >= sizeof(uint32_t)) {
-      uint32_t type;
-      memcpy(&type, c->in + pos, sizeof(type));
-      if (type == RN_TCP_CTS && !c->is_recv) {
-        struct rn_tcp_cts m;
-        if (c->in_len - pos < sizeof(m)) break;
-        memcpy(&m, c->in + pos, sizeof(m));
-        pos += sizeof(m);
-        int slot = (int)(m.seq % RN_TCP_RING);
-        if (m.n < 1 || m.n > RN_MAX_RECVS || c->cts_valid[slot]) {
-          RN_WARN("protocol error: bad clear-to-send (seq %llu, n %u)", (unsigned long long)m.seq,
-                  m.n);
-          rn_tcp_set_error(c, ncclRemoteError);
-          return ncclRemoteError;
-        }
-        c->cts[slot] = m;
-        c->cts_valid[slot] = true;
-        c->cts_claimed[slot] = 0;
-        /* Eager sends waiting for this group claim their buffers now, so the
-         * slot is free again before the receiver can reuse it. */
-        rn_tcp_match_eager(c);
-      } else if (type == RN_TCP_NACK && !c->is_recv) {
-        struct rn_tcp_nack m;
-        if (c->in_len - pos < sizeof(m)) break;
-        memcpy(&m, c->in + pos, sizeof(m));
-        pos += sizeof(m);
-        RN_WARN(
-            "the receiver refused a send of %llu bytes (tag %d): its posted buffer "
-            "holds %llu bytes",
-            (unsigned long long)m.size, m.tag, (unsigned long long)m.posted);
-        rn_tcp_set_error(c, ncclInvalidUsage);
-      } else if (type == RN_TCP_DATA && c->is_recv) {
-        struct rn_tcp_data d;
-        if (c->in_len - pos < sizeof(d)) break;
-        memcpy(&d, c->in + pos, sizeof(d));
-        pos += sizeof(d);
-        size_t avail = c->in_len - pos;
-        RN_CHECK(rn_tcp_on_data(c, &d, c->in + pos, avail));
-        pos += avail < d.inline_len ? avail : d.inline_len;
-        rn_tcp_rx_done(c);
-      } else {
-        RN_WARN("protocol error: unexpected control message type %u", type);
-        rn_tcp_set_error(c, ncclRemoteError);
-        return ncclRemoteError;
-      }
-    }
+    RN_CHECK(rn_tcp_parse(c, &pos));
     memmove(c->in, c->in + pos, c->in_len - pos);
     c->in_len -= pos;
-    if (c->rx_left > 0) continue;
-    if (c->in_len == before || res != ncclSuccess) break;
+    if (k < 0) RN_CHECK(rn_tcp_ctl_ended(c, k, c->in_len > 0 || c->rx_left > 0));
+    if (k <= 0 && c->rx_left == 0) break;
   }
-  /* Replies queued while parsing (a refusal) leave now, not at the next
-   * call, which may never come. */
+  RN_CHECK(rn_tcp_failed(c, "progress"));
+  /* Replies queued while parsing leave now, not at the next call. */
   return c->out_head != c->out_tail ? rn_tcp_ctl_flush(c) : ncclSuccess;
-}
-
-/* Sender: buffer idx of the current clear-to-send is spoken for; the next
- * group starts once all of its buffers are. */
-void rn_tcp_cts_claim(struct rn_tcp_comm *c, int slot, int idx) {
-  c->cts_claimed[slot] |= 1u << idx;
-  if (c->cts_claimed[slot] == (1u << c->cts[slot].n) - 1) {
-    c->cts_valid[slot] = false;
-    c->send_seq++;
-  }
-}
-
-/* Sender: match eager messages to the clear-to-sends that have arrived
- * since, by the receiver's rule, so later sends match the same buffers. */
-void rn_tcp_match_eager(struct rn_tcp_comm *c) {
-  while (c->eager_head != c->eager_tail) {
-    int slot = (int)(c->send_seq % RN_TCP_RING);
-    if (!c->cts_valid[slot]) return;
-    struct rn_tcp_cts *m = &c->cts[slot];
-    int mismatch, idx = rn_tcp_match_buffer((int)m->n, m->tags, c->cts_claimed[slot],
-                                            c->eager_tag[c->eager_head], &mismatch);
-    c->eager_head = (c->eager_head + 1) % RN_TCP_EAGER_WINDOW;
-    rn_tcp_cts_claim(c, slot, idx);
-  }
-}
-
-int rn_tcp_eager_unmatched(const struct rn_tcp_comm *c) {
-  return (c->eager_tail - c->eager_head + RN_TCP_EAGER_WINDOW) % RN_TCP_EAGER_WINDOW;
 }

@@ -56,6 +56,7 @@ static void rn_tcp_if_fill(struct rn_tcp_if *t, const char *name, const struct s
   int speed = rn_sysfs_read(path, buf, sizeof(buf)) == 0 ? atoi(buf) : 0;
   t->nic.speed_mbps = speed > 0 ? speed : RN_TCP_DEFAULT_SPEED;
   t->nic.ptr_support = NCCL_PTR_HOST;
+  t->nic.reg_is_global = 1; /* a registration is a stateless token (transport.c) */
   t->nic.link = RN_LINK_ETH;
   t->nic.max_comms = 65536;
 }

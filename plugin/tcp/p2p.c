@@ -1,4 +1,5 @@
-/* The TCP data path: the comm's request pool and isend/irecv/test. */
+/* The TCP data path: the comm's request pool and isend/irecv/test, with
+ * the matching rule of tcp.h. */
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -25,37 +26,91 @@ static void rn_tcp_req_free(struct rn_tcp_req *r) {
   r->state = RN_TCP_REQ_FREE;
 }
 
-/* Enter isend/irecv: refuse a comm that already failed, else take its
- * lock. */
+/* Enter isend/irecv/test: refuse a comm that already failed, else take
+ * its lock. */
 static ncclResult_t rn_tcp_comm_lock(struct rn_tcp_comm *c, const char *what) {
-  int e = atomic_load(&c->error);
-  if (e != ncclSuccess) {
-    RN_WARN("%s on a comm that already failed (error %d)", what, e);
-    return (ncclResult_t)e;
-  }
+  RN_CHECK(rn_tcp_failed(c, what));
   pthread_mutex_lock(&c->lock);
   return ncclSuccess;
 }
 
-/* A small message whose clear-to-send has not arrived goes at once; the
- * receiver matches it by tag (or holds it until its receive is posted). */
-static ncclResult_t rn_tcp_isend_eager(struct rn_tcp_comm *c, void *data, size_t size, int tag,
-                                       void **req) {
-  if (rn_tcp_eager_unmatched(c) == RN_TCP_EAGER_WINDOW - 1 || !rn_tcp_ctl_room(c))
-    return ncclSuccess;
+/* A send matched to buffer idx of group seq, which is the head group:
+ * inline on the control connection, or announced there and streamed. */
+static ncclResult_t rn_tcp_isend_matched(struct rn_tcp_comm *c, void *data, size_t size, int tag,
+                                         uint64_t seq, int idx, void **req) {
+  const struct rn_tcp_group *m = &c->group[seq % RN_TCP_RING];
   struct rn_tcp_req *r = rn_tcp_req_alloc(c, 0);
   if (r == NULL) return ncclSuccess;
   r->size = size;
-  struct rn_tcp_data d = {.type = RN_TCP_DATA,
-                          .size = size,
-                          .flags = RN_TCP_F_EAGER,
-                          .inline_len = (uint32_t)size,
-                          .tag = tag};
-  rn_tcp_ctl_queue(c, &d, sizeof(d), data, size, r);
-  c->eager_tag[c->eager_tail] = tag;
-  c->eager_tail = (c->eager_tail + 1) % RN_TCP_EAGER_WINDOW;
+  int too_big = size > m->sizes[idx];
+  int inline_send = too_big || size <= c->inline_max;
+  uint32_t grid = inline_send ? 0 : rn_tcp_chunk_grid(c, size);
+  struct rn_tcp_data d = {
+      .seq = seq, .size = size, .msg = c->msg_out, .tag = tag, .idx = (uint32_t)idx, .grid = grid};
+  uint32_t plen = (inline_send && !too_big) ? (uint32_t)size : 0;
+  rn_tcp_wire_seal(&d, RN_TCP_MSG_DATA,
+                   too_big       ? RN_TCP_DATA_TOO_BIG
+                   : inline_send ? 0
+                                 : RN_TCP_DATA_STREAMED,
+                   plen);
+  /* The header always goes on the control connection: it carries inline
+   * payloads, and announces streamed ones so the receiver knows to poll. */
+  if (!rn_tcp_ctl_room(c) ||
+      (!inline_send && !rn_tcp_enqueue(c, r, data, size, grid, seq, (uint32_t)idx))) {
+    rn_tcp_req_free(r); /* queues full: retry later */
+    return ncclSuccess;
+  }
+  rn_tcp_ctl_queue(c, &d, sizeof(d), data, plen, r);
+  c->msg_out++;
+  if (too_big) {
+    RN_WARN("send of %zu bytes to %s exceeds the posted receive of %llu bytes (tag %d)", size,
+            c->peer, (unsigned long long)m->sizes[idx], tag);
+    r->error = ncclInvalidUsage;
+  }
+  rn_tcp_send_claim(c, seq, idx);
   *req = r;
-  return ncclSuccess;
+  return rn_tcp_ctl_flush(c);
+}
+
+/* A small send that leaves before its match is known at the sender (or
+ * known but not in the head group): only its tag travels; both sides
+ * match it by the rule. */
+static ncclResult_t rn_tcp_isend_eager(struct rn_tcp_comm *c, void *data, size_t size, int tag,
+                                       void **req) {
+  if (!rn_tcp_ctl_room(c)) return ncclSuccess;
+  struct rn_tcp_req *r = rn_tcp_req_alloc(c, 0);
+  if (r == NULL) return ncclSuccess;
+  r->size = size;
+  struct rn_tcp_data d = {.size = size, .msg = c->msg_out, .tag = tag};
+  rn_tcp_wire_seal(&d, RN_TCP_MSG_DATA, RN_TCP_DATA_EAGER, (uint32_t)size);
+  rn_tcp_ctl_queue(c, &d, sizeof(d), data, size, r);
+  c->msg_out++;
+  c->eager[c->neager++] = (struct rn_tcp_eager){.tag = tag, .size = size};
+  *req = r;
+  RN_CHECK(rn_tcp_match_eager(c)); /* claims its buffer now if its CTS is here */
+  return rn_tcp_ctl_flush(c);
+}
+
+/* One attempt at a send with what this side knows now.  *want_cts when
+ * reading the control connection could let it go. */
+static ncclResult_t rn_tcp_isend_try(struct rn_tcp_comm *c, void *data, size_t size, int tag,
+                                     int progressed, void **req, int *want_cts) {
+  uint64_t seq = 0;
+  int idx = 0;
+  int known = rn_tcp_send_target(c, tag, &seq, &idx);
+  *want_cts = 0;
+  if (known && seq == c->send_head) return rn_tcp_isend_matched(c, data, size, tag, seq, idx, req);
+  /* A small send goes eagerly without first reading the control
+   * connection (one system call less on the round trip); clear-to-sends
+   * are collected in batches, at the latest when half the eager window is
+   * used.  One too big for a buffer already known waits for the head,
+   * where it fails both sides at once. */
+  int eager_ok = size <= c->eager_max && c->neager < RN_TCP_EAGER_WINDOW - 1 &&
+                 !(known && size > c->group[seq % RN_TCP_RING].sizes[idx]);
+  if (eager_ok && (progressed || known || c->neager < RN_TCP_EAGER_WINDOW / 2))
+    return rn_tcp_isend_eager(c, data, size, tag, req);
+  *want_cts = !progressed;
+  return ncclSuccess; /* *req stays NULL: NCCL retries */
 }
 
 ncclResult_t rn_tcp_isend(void *scomm, void *data, size_t size, int tag, void *mh, void **req) {
@@ -63,71 +118,19 @@ ncclResult_t rn_tcp_isend(void *scomm, void *data, size_t size, int tag, void *m
   struct rn_tcp_comm *c = scomm;
   ncclResult_t res = ncclSuccess;
   RN_CHECK(rn_tcp_comm_lock(c, "isend"));
-  int slot = (int)(c->send_seq % RN_TCP_RING);
-  /* A small send goes eagerly without first reading the control
-   * connection (one system call less on the round trip); clear-to-sends
-   * are collected in batches, at the latest when half the eager window is
-   * used. */
-  if (size <= c->eager_max && rn_tcp_eager_unmatched(c) < RN_TCP_EAGER_WINDOW / 2 &&
-      !atomic_load(&c->peer_closed) && (!c->cts_valid[slot] || c->eager_head != c->eager_tail)) {
-    RN_CHECK_GOTO(rn_tcp_isend_eager(c, data, size, tag, req), res, out_unlock);
-    RN_CHECK_GOTO(rn_tcp_ctl_flush(c), res, out_unlock);
+  if (atomic_load(&c->peer_closed)) {
+    /* No group can be posted any more: this send can never match. */
+    RN_WARN("isend (tag %d, %zu bytes) to %s: the receiver closed the connection", tag, size,
+            c->peer);
+    res = ncclRemoteError;
     goto out_unlock;
   }
-  /* Look for the clear-to-send only when it has not arrived yet. */
-  if (!c->cts_valid[slot] || c->eager_head != c->eager_tail) {
+  int want_cts = 0;
+  RN_CHECK_GOTO(rn_tcp_isend_try(c, data, size, tag, 0, req, &want_cts), res, out_unlock);
+  if (want_cts) {
     RN_CHECK_GOTO(rn_tcp_progress(c), res, out_unlock);
-    rn_tcp_match_eager(c);
-    slot = (int)(c->send_seq % RN_TCP_RING);
+    RN_CHECK_GOTO(rn_tcp_isend_try(c, data, size, tag, 1, req, &want_cts), res, out_unlock);
   }
-  if (!c->cts_valid[slot] || c->eager_head != c->eager_tail) {
-    if (atomic_load(&c->peer_closed)) {
-      RN_WARN("isend: the receiver closed the connection");
-      res = ncclRemoteError;
-    } else if (size <= c->eager_max) {
-      RN_CHECK_GOTO(rn_tcp_isend_eager(c, data, size, tag, req), res, out_unlock);
-      RN_CHECK_GOTO(rn_tcp_ctl_flush(c), res, out_unlock);
-    }
-    goto out_unlock; /* else no receive posted yet: *req stays NULL, NCCL retries */
-  }
-  struct rn_tcp_cts *m = &c->cts[slot];
-  int mismatch, idx = rn_tcp_match_buffer((int)m->n, m->tags, c->cts_claimed[slot], tag, &mismatch);
-  if (mismatch) {
-    RN_WARN("isend with tag %d matches no buffer of the posted receive (seq %llu)", tag,
-            (unsigned long long)m->seq);
-    res = ncclInvalidUsage;
-    goto out_unlock;
-  }
-  struct rn_tcp_req *r = rn_tcp_req_alloc(c, 0);
-  if (r == NULL) goto out_unlock;
-  r->size = size;
-  int too_big = size > m->sizes[idx];
-  int inline_send = too_big || size <= c->inline_max;
-  struct rn_tcp_data d = {.type = RN_TCP_DATA,
-                          .idx = (uint32_t)idx,
-                          .seq = m->seq,
-                          .size = size,
-                          .flags = too_big       ? RN_TCP_F_TOO_BIG
-                                   : inline_send ? 0
-                                                 : RN_TCP_F_STREAMED,
-                          .inline_len = (inline_send && !too_big) ? (uint32_t)size : 0,
-                          .tag = tag};
-  /* The header always goes on the control connection: it carries inline
-   * payloads, and announces streamed ones so the receiver knows to poll. */
-  if (!rn_tcp_ctl_room(c) ||
-      (!inline_send && !rn_tcp_enqueue(c, r, data, size, m->seq, (uint32_t)idx))) {
-    rn_tcp_req_free(r); /* queues full: retry later */
-    goto out_unlock;
-  }
-  rn_tcp_ctl_queue(c, &d, sizeof(d), data, d.inline_len, r);
-  if (too_big) {
-    RN_WARN("send of %zu bytes exceeds the posted receive of %llu bytes (tag %d)", size,
-            (unsigned long long)m->sizes[idx], tag);
-    r->error = ncclInvalidUsage;
-  }
-  rn_tcp_cts_claim(c, slot, idx);
-  RN_CHECK_GOTO(rn_tcp_ctl_flush(c), res, out_unlock);
-  *req = r;
 out_unlock:
   pthread_mutex_unlock(&c->lock);
   rn_tcp_comm_flush_deferred();
@@ -141,12 +144,14 @@ ncclResult_t rn_tcp_irecv(void *rcomm, int n, void **data, const size_t *sizes, 
   ncclResult_t res = ncclSuccess;
   RN_CHECK(rn_tcp_comm_lock(c, "irecv"));
   int slot = (int)(c->recv_seq % RN_TCP_RING);
-  if (atomic_load(&c->ring[slot]) != NULL) goto out_unlock; /* too many in flight: retry */
+  if (c->ring[slot] != NULL) goto out_unlock; /* too many in flight: retry */
+  if (!rn_tcp_ctl_room(c)) goto out_unlock;
   struct rn_tcp_req *r = rn_tcp_req_alloc(c, 1);
   if (r == NULL) goto out_unlock;
-  struct rn_tcp_cts m = {.type = RN_TCP_CTS, .n = (uint32_t)n, .seq = c->recv_seq};
+  struct rn_tcp_cts m = {.seq = c->recv_seq, .msg = c->msg_out, .n = (uint32_t)n};
   r->seq = c->recv_seq;
   r->n = n;
+  for (int i = n; i < RN_MAX_RECVS; i++) m.sizes[i] = RN_TCP_NO_BUFFER;
   for (int i = 0; i < n; i++) {
     r->buf[i] = data[i];
     r->posted[i] = sizes[i];
@@ -154,20 +159,21 @@ ncclResult_t rn_tcp_irecv(void *rcomm, int n, void **data, const size_t *sizes, 
     m.sizes[i] = sizes[i];
     m.tags[i] = tags[i];
   }
-  atomic_store(&r->pending, n);
-  if (!rn_tcp_ctl_queue(c, &m, sizeof(m), NULL, 0, NULL)) {
-    rn_tcp_req_free(r);
-    goto out_unlock;
-  }
-  atomic_store_explicit(&c->ring[slot], r, memory_order_release);
+  rn_tcp_wire_seal(&m, RN_TCP_MSG_CTS, 0, 0);
+  rn_tcp_ctl_queue(c, &m, sizeof(m), NULL, 0, NULL);
+  c->msg_out++;
+  pthread_mutex_lock(&c->rx_lock);
+  c->ring[slot] = r;
+  pthread_mutex_unlock(&c->rx_lock);
   c->recv_seq++;
-  rn_tcp_drain_unexpected(c);
+  /* Held eager messages of this group's tags land before its CTS leaves. */
+  RN_CHECK_GOTO(rn_tcp_drain_held(c), res, out_unlock);
   /* A receive of small buffers only needs its clear-to-send for the
    * sender's credit (small sends go eagerly), so it may wait for this
    * process's next isend, or the test() of this receive: in a
-   * request/response exchange it then
-   * leaves after the response instead of delaying it.  A larger receive
-   * sends it now, since a large send waits for it. */
+   * request/response exchange it then leaves after the response instead
+   * of delaying it.  A larger receive sends it now, since a large send
+   * waits for it. */
   int small = 1;
   for (int i = 0; i < n; i++) small &= sizes[i] <= c->eager_max;
   if (small) {
@@ -192,13 +198,16 @@ static int rn_tcp_peer_gone(struct rn_tcp_comm *c) {
 }
 
 static int rn_tcp_req_complete(struct rn_tcp_req *r) {
-  /* A receive is done when every buffer's bytes landed and every message
-   * of the group has been matched on the control connection (with helper
-   * threads a streamed message's chunks can beat its header). */
-  if (r->is_recv)
-    return atomic_load_explicit(&r->pending, memory_order_acquire) == 0 &&
-           r->comm->match_seq > r->seq;
-  return atomic_load_explicit(&r->unsent, memory_order_acquire) == 0 && !r->ctl_pending;
+  if (!r->is_recv)
+    return atomic_load_explicit(&r->unsent, memory_order_acquire) == 0 && !r->ctl_pending;
+  /* Every buffer matched (its header seen) and all its bytes landed: with
+   * helper threads a streamed message's chunks can beat its header. */
+  struct rn_tcp_comm *c = r->comm;
+  uint32_t full = (1u << r->n) - 1;
+  pthread_mutex_lock(&c->rx_lock);
+  int done = r->claimed == full && r->filled == full;
+  pthread_mutex_unlock(&c->rx_lock);
+  return done;
 }
 
 ncclResult_t rn_tcp_test(void *request, int *done, size_t *sizes, int *nsizes) {
@@ -206,7 +215,7 @@ ncclResult_t rn_tcp_test(void *request, int *done, size_t *sizes, int *nsizes) {
   struct rn_tcp_comm *c = r->comm;
   ncclResult_t res = ncclSuccess;
   *done = 0;
-  pthread_mutex_lock(&c->lock);
+  RN_CHECK(rn_tcp_comm_lock(c, "test"));
   if (r->state != RN_TCP_REQ_ACTIVE) {
     RN_WARN("test on a request that is not active");
     res = ncclInvalidArgument;
@@ -217,17 +226,13 @@ ncclResult_t rn_tcp_test(void *request, int *done, size_t *sizes, int *nsizes) {
   int complete = rn_tcp_req_complete(r);
   if (!complete) {
     res = rn_tcp_progress(c);
-    complete = rn_tcp_req_complete(r);
+    complete = res == ncclSuccess && rn_tcp_req_complete(r);
   }
   if (!complete) {
-    int e = atomic_load(&c->error);
-    if (e == ncclSuccess && res == ncclSuccess && rn_tcp_peer_gone(c)) e = ncclRemoteError;
-    if (e == ncclSuccess) e = res;
-    if (e != ncclSuccess) {
-      RN_WARN("%s of %s did not complete: connection to the peer failed (error %d)",
-              r->is_recv ? "receive" : "send", r->is_recv ? "a group" : "a message", e);
-      res = (ncclResult_t)e;
-    }
+    if (res == ncclSuccess && rn_tcp_peer_gone(c))
+      res =
+          rn_tcp_fail(c, ncclRemoteError, "the peer closed the connection with this %s incomplete",
+                      r->is_recv ? "receive" : "send");
     pthread_mutex_unlock(&c->lock);
     /* NCCL polls test() in a tight loop; on small hosts the helper threads
      * need that core to move the data. */
@@ -235,12 +240,15 @@ ncclResult_t rn_tcp_test(void *request, int *done, size_t *sizes, int *nsizes) {
     return res;
   }
   res = r->error;
-  if (r->is_recv)
-    for (int i = 0; i < r->n; i++) sizes[i] = r->got[i];
-  else
+  if (r->is_recv) {
+    for (int i = 0; i < r->n; i++) sizes[i] = r->error == ncclSuccess ? r->size_of[i] : 0;
+    pthread_mutex_lock(&c->rx_lock);
+    c->ring[r->seq % RN_TCP_RING] = NULL;
+    pthread_mutex_unlock(&c->rx_lock);
+  } else {
     sizes[0] = r->size;
+  }
   *nsizes = r->is_recv ? r->n : 1;
-  if (r->is_recv) atomic_store(&c->ring[r->seq % RN_TCP_RING], NULL);
   rn_tcp_req_free(r);
   *done = 1;
 out_unlock:

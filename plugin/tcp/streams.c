@@ -26,13 +26,13 @@ static int rn_tcp_stream_send(struct rn_tcp_comm *c, struct rn_tcp_stream *s) {
     }
     struct rn_tcp_queued_chunk *w = &s->queue[s->queue_head];
     pthread_mutex_unlock(&s->queue_lock);
-    size_t hl = sizeof(w->hdr), total = hl + w->hdr.len;
+    size_t hl = sizeof(w->hdr), total = hl + w->hdr.p.plen;
     while (s->off < total) {
       struct iovec iov[2];
       int niov = 0;
       if (s->off < hl) {
         iov[niov++] = (struct iovec){(char *)&w->hdr + s->off, hl - s->off};
-        if (w->hdr.len) iov[niov++] = (struct iovec){(void *)w->data, w->hdr.len};
+        if (w->hdr.p.plen) iov[niov++] = (struct iovec){(void *)w->data, w->hdr.p.plen};
       } else {
         iov[niov++] = (struct iovec){(void *)(w->data + (s->off - hl)), total - s->off};
       }
@@ -45,11 +45,11 @@ static int rn_tcp_stream_send(struct rn_tcp_comm *c, struct rn_tcp_stream *s) {
       if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 1;
       if (k < 0 && errno == EINTR) continue;
       if (!atomic_load(&c->stop))
-        RN_WARN("data stream send failed: %s", k < 0 ? strerror(errno) : "closed");
-      rn_tcp_set_error(c, ncclRemoteError);
+        rn_tcp_fail(c, ncclRemoteError, "data stream send failed: %s",
+                    k < 0 ? strerror(errno) : "closed");
       return -1;
     }
-    atomic_fetch_sub(&w->req->unsent, (size_t)w->hdr.len);
+    atomic_fetch_sub(&w->req->unsent, (size_t)w->hdr.p.plen);
     atomic_fetch_sub(&c->stream_work, 1);
     s->off = 0;
     pthread_mutex_lock(&s->queue_lock);
@@ -58,78 +58,137 @@ static int rn_tcp_stream_send(struct rn_tcp_comm *c, struct rn_tcp_stream *s) {
   }
 }
 
+ncclResult_t rn_tcp_buf_shape(struct rn_tcp_comm *c, struct rn_tcp_req *r, int idx,
+                              enum rn_tcp_buf_mode mode, uint64_t size, uint32_t grid,
+                              const char *what) {
+  static const char *const names[] = {"unknown", "inline", "streamed"};
+  if (mode == RN_TCP_BUF_STREAMED) {
+    /* size >= 1 and size <= posted (<= INT_MAX) are the caller's checks. */
+    if (grid < 1 || grid > RN_TCP_MAX_GRID || (size + grid - 1) / grid > RN_TCP_MAX_CHUNKS)
+      return RN_TCP_VIOLATION(c, what, "grid", "%u for %llu bytes, expected 1..%u and <= %d chunks",
+                              grid, (unsigned long long)size, RN_TCP_MAX_GRID, RN_TCP_MAX_CHUNKS);
+  }
+  if (r->mode[idx] == RN_TCP_BUF_UNKNOWN) {
+    r->mode[idx] = mode;
+    r->size_of[idx] = size;
+    r->grid[idx] = grid;
+    if (mode == RN_TCP_BUF_STREAMED) {
+      size_t words = (size_t)((size + grid - 1) / grid + 63) / 64;
+      memset(c->cover[r->seq % RN_TCP_RING][idx], 0, words * sizeof(uint64_t));
+    }
+    return ncclSuccess;
+  }
+  if (r->mode[idx] != mode || r->size_of[idx] != size || r->grid[idx] != grid)
+    return RN_TCP_VIOLATION(c, what, "size/grid",
+                            "%s %llu/%u for group %llu buffer %d, expected %s %llu/%u as announced",
+                            names[mode], (unsigned long long)size, grid, (unsigned long long)r->seq,
+                            idx, names[r->mode[idx]], (unsigned long long)r->size_of[idx],
+                            r->grid[idx]);
+  return ncclSuccess;
+}
+
+/* A chunk header arrived: check every field against the posted group and
+ * what earlier headers fixed, and claim its place on the grid, under
+ * rx_lock so the caller cannot retire the group meanwhile.  Sets where
+ * the payload goes. */
+static ncclResult_t rn_tcp_chunk_begin(struct rn_tcp_comm *c, struct rn_tcp_stream *s) {
+  static const char what[] = "chunk header";
+  const struct rn_tcp_chunk *h = &s->rx_hdr;
+  if (h->p.type != RN_TCP_MSG_CHUNK)
+    return RN_TCP_VIOLATION(c, what, "type", "%u, expected %u", h->p.type, RN_TCP_MSG_CHUNK);
+  if (h->p.hlen != sizeof(*h))
+    return RN_TCP_VIOLATION(c, what, "hlen", "%u, expected %zu", h->p.hlen, sizeof(*h));
+  if (!rn_tcp_wire_crc_ok(h, sizeof(*h))) return RN_TCP_VIOLATION(c, what, "crc", "%s", "mismatch");
+  if (h->p.flags != 0 || h->attempt != 0 || h->reserved != 0)
+    return RN_TCP_VIOLATION(c, what, "flags/attempt/reserved", "%u/%u/%u, expected 0", h->p.flags,
+                            h->attempt, h->reserved);
+  ncclResult_t res = ncclSuccess;
+  pthread_mutex_lock(&c->rx_lock);
+  struct rn_tcp_req *r = c->ring[h->seq % RN_TCP_RING];
+  uint64_t nchunks = 0, expect_len = 0;
+  if (r == NULL || r->seq != h->seq) {
+    res = RN_TCP_VIOLATION(c, what, "seq", "%llu: no such group is posted",
+                           (unsigned long long)h->seq);
+  } else if (h->idx >= (uint32_t)r->n) {
+    res = RN_TCP_VIOLATION(c, what, "idx", "%u, expected < %d", h->idx, r->n);
+  } else if (h->total < 1 || h->total > r->posted[h->idx]) {
+    res = RN_TCP_VIOLATION(c, what, "total", "%llu, expected 1..%zu (posted)",
+                           (unsigned long long)h->total, r->posted[h->idx]);
+  } else if ((res = rn_tcp_buf_shape(c, r, (int)h->idx, RN_TCP_BUF_STREAMED, h->total, h->grid,
+                                     what)) != ncclSuccess) {
+  } else if (h->index >= (nchunks = (h->total + h->grid - 1) / h->grid)) {
+    res = RN_TCP_VIOLATION(c, what, "index", "%u, expected < %llu", h->index,
+                           (unsigned long long)nchunks);
+  } else if (h->offset != (uint64_t)h->index * h->grid) {
+    res = RN_TCP_VIOLATION(c, what, "offset", "%llu, expected %llu (index %u x grid %u)",
+                           (unsigned long long)h->offset, (unsigned long long)h->index * h->grid,
+                           h->index, h->grid);
+  } else if (h->p.plen !=
+             (expect_len = h->total - h->offset < h->grid ? h->total - h->offset : h->grid)) {
+    res = RN_TCP_VIOLATION(c, what, "plen", "%u, expected %llu", h->p.plen,
+                           (unsigned long long)expect_len);
+  } else {
+    uint64_t *word = &c->cover[h->seq % RN_TCP_RING][h->idx][h->index / 64];
+    uint64_t bit = 1ull << (h->index % 64);
+    if (*word & bit) {
+      res = RN_TCP_VIOLATION(c, what, "index", "%u of group %llu buffer %u arrived twice", h->index,
+                             (unsigned long long)h->seq, h->idx);
+    } else {
+      *word |= bit;
+      s->rx_req = r;
+      s->rx_dst = (char *)r->buf[h->idx] + h->offset;
+    }
+  }
+  pthread_mutex_unlock(&c->rx_lock);
+  return res;
+}
+
+/* A chunk's payload has all landed. */
+static void rn_tcp_chunk_end(struct rn_tcp_comm *c, struct rn_tcp_stream *s) {
+  struct rn_tcp_req *r = s->rx_req;
+  const int idx = (int)s->rx_hdr.idx;
+  pthread_mutex_lock(&c->rx_lock);
+  r->arrived[idx] += s->rx_hdr.p.plen;
+  if (r->arrived[idx] == r->size_of[idx]) {
+    r->filled |= 1u << idx;
+    if (r->claimed & (1u << idx)) atomic_fetch_sub(&c->stream_work, 1);
+  }
+  pthread_mutex_unlock(&c->rx_lock);
+  s->off = 0;
+  s->rx_req = NULL;
+}
+
 /* Read chunks into their receive buffers.  Returns 0 when the socket is
  * drained, -1 on error or EOF. */
 static int rn_tcp_stream_recv(struct rn_tcp_comm *c, struct rn_tcp_stream *s) {
   const size_t hl = sizeof(s->rx_hdr);
   for (;;) {
+    char *dst;
+    size_t want;
     if (s->off < hl) {
-      ssize_t k = recv(s->fd, (char *)&s->rx_hdr + s->off, hl - s->off, MSG_DONTWAIT);
-      if (k > 0) {
-        s->off += (size_t)k;
-        if (s->off < hl) continue;
-        /* A full header: find the posted group. */
-        struct rn_tcp_chunk *h = &s->rx_hdr;
-        struct rn_tcp_req *r =
-            atomic_load_explicit(&c->ring[h->seq % RN_TCP_RING], memory_order_acquire);
-        if (r == NULL || r->seq != h->seq || h->idx >= (uint32_t)r->n ||
-            h->total > r->posted[h->idx] || h->offset + h->len > h->total) {
-          RN_WARN(
-              "protocol error: chunk seq %llu idx %u off %llu len %u total %llu "
-              "matches no posted receive",
-              (unsigned long long)h->seq, h->idx, (unsigned long long)h->offset, h->len,
-              (unsigned long long)h->total);
-          rn_tcp_set_error(c, ncclRemoteError);
-          return -1;
-        }
-        s->rx_req = r;
-        s->rx_dst = (char *)r->buf[h->idx] + h->offset;
-        continue;
-      }
-      if (k == 0) {
-        /* EOF between chunks is the peer's close; inside one, a failure. */
-        if (s->off != 0) {
-          RN_WARN("peer closed a data stream in the middle of a chunk header");
-          rn_tcp_set_error(c, ncclRemoteError);
-        }
-        return -1;
-      }
-      if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
-      if (errno == EINTR) continue;
-      rn_tcp_set_error(c, ncclRemoteError);
+      dst = (char *)&s->rx_hdr + s->off;
+      want = hl - s->off;
+    } else {
+      dst = s->rx_dst + (s->off - hl);
+      want = s->rx_hdr.p.plen - (s->off - hl);
+    }
+    ssize_t k = recv(s->fd, dst, want, MSG_DONTWAIT);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+    if (k < 0) {
+      if (!atomic_load(&c->stop))
+        rn_tcp_fail(c, ncclRemoteError, "data stream: %s", strerror(errno));
       return -1;
     }
-    size_t done = s->off - hl;
-    size_t left = s->rx_hdr.len - done;
-    if (left > 0) {
-      ssize_t k = recv(s->fd, s->rx_dst + done, left, MSG_DONTWAIT);
-      if (k > 0) {
-        s->off += (size_t)k;
-      } else if (k == 0) {
-        RN_WARN("peer closed a data stream in the middle of a chunk");
-        rn_tcp_set_error(c, ncclRemoteError);
-        return -1;
-      } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        return 0;
-      } else if (errno != EINTR) {
-        RN_WARN("data stream recv failed: %s", strerror(errno));
-        rn_tcp_set_error(c, ncclRemoteError);
-        return -1;
-      }
-      if (s->off - hl < s->rx_hdr.len) continue;
+    if (k == 0) {
+      /* EOF between chunks is the peer's close; inside one, a failure. */
+      if (s->off != 0 && !atomic_load(&c->stop))
+        rn_tcp_fail(c, ncclRemoteError, "peer closed a data stream in the middle of a chunk");
+      return -1;
     }
-    /* Chunk complete. */
-    struct rn_tcp_req *r = s->rx_req;
-    _Atomic size_t *arrived = &r->arrived[s->rx_hdr.idx];
-    size_t now =
-        atomic_fetch_add_explicit(arrived, s->rx_hdr.len, memory_order_acq_rel) + s->rx_hdr.len;
-    if (now == s->rx_hdr.total) {
-      r->got[s->rx_hdr.idx] = s->rx_hdr.total;
-      atomic_fetch_sub(&c->stream_work, 1);
-      atomic_fetch_sub_explicit(&r->pending, 1, memory_order_release);
-    }
-    s->off = 0;
-    s->rx_req = NULL;
+    s->off += (size_t)k;
+    if (s->off == hl && rn_tcp_chunk_begin(c, s) != ncclSuccess) return -1;
+    if (s->off >= hl && s->off == hl + s->rx_hdr.p.plen) rn_tcp_chunk_end(c, s);
   }
 }
 
@@ -146,7 +205,10 @@ static void rn_tcp_stream_step(struct rn_tcp_comm *c, struct rn_tcp_stream *s, s
     /* The receiver never writes on data streams: readable means EOF. */
     char b;
     ssize_t k = recv(s->fd, &b, 1, MSG_DONTWAIT);
-    if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR)) {
+    if (k > 0) {
+      RN_TCP_VIOLATION(c, "data stream", "direction", "%s", "the receiver wrote on it");
+      rc = -1;
+    } else if (k == 0 || (errno != EAGAIN && errno != EINTR)) {
       atomic_store(&c->peer_closed, 1);
       rc = -1;
     }
@@ -183,8 +245,7 @@ void *rn_tcp_thread_main(void *arg) {
       pfd[np++] = (struct pollfd){.fd = s->dead ? -1 : s->fd, .events = ev};
     }
     if (poll(pfd, (nfds_t)np, -1) < 0 && errno != EINTR) {
-      RN_WARN("poll failed: %s", strerror(errno));
-      rn_tcp_set_error(c, ncclSystemError);
+      rn_tcp_fail(c, ncclSystemError, "helper thread: poll failed: %s", strerror(errno));
       break;
     }
     if (pfd[0].revents & POLLIN) {
@@ -204,17 +265,24 @@ static void rn_tcp_wake(struct rn_tcp_comm *c, int stream) {
   (void)wr;
 }
 
-/* Spread a message over the streams.  Returns 0 when the queues are full. */
-int rn_tcp_enqueue(struct rn_tcp_comm *c, struct rn_tcp_req *r, const char *data, size_t size,
-                   uint64_t seq, uint32_t idx) {
+uint32_t rn_tcp_chunk_grid(const struct rn_tcp_comm *c, size_t size) {
   size_t chunk = (size + (size_t)c->nstreams - 1) / (size_t)c->nstreams;
   if (chunk < RN_TCP_MIN_CHUNK) chunk = RN_TCP_MIN_CHUNK;
   if (chunk > c->chunk) chunk = c->chunk;
   /* A huge message on few streams uses larger chunks, so that it always
-   * fits in a quarter of each stream's queue. */
+   * fits in a quarter of each stream's queue and in the receiver's
+   * coverage map. */
   size_t cap = (size_t)c->nstreams * (RN_TCP_STREAM_QUEUE / 4);
+  if (cap > RN_TCP_MAX_CHUNKS) cap = RN_TCP_MAX_CHUNKS;
   if ((size + chunk - 1) / chunk > cap) chunk = (size + cap - 1) / cap;
-  size_t nchunks = (size + chunk - 1) / chunk;
+  return (uint32_t)chunk; /* size <= INT_MAX: at most RN_TCP_MAX_GRID */
+}
+
+/* Spread a message over the streams on its grid.  Returns 0 when the
+ * queues are full. */
+int rn_tcp_enqueue(struct rn_tcp_comm *c, struct rn_tcp_req *r, const char *data, size_t size,
+                   uint32_t grid, uint64_t seq, uint32_t idx) {
+  size_t nchunks = (size + grid - 1) / grid;
   /* Check room first so a message is queued whole or not at all. */
   size_t per = nchunks / (size_t)c->nstreams + 1;
   for (int i = 0; i < c->nstreams; i++) {
@@ -226,15 +294,21 @@ int rn_tcp_enqueue(struct rn_tcp_comm *c, struct rn_tcp_req *r, const char *data
   }
   atomic_store(&r->unsent, size);
   uint32_t touched = 0;
-  for (size_t off = 0; off < size; off += chunk) {
+  for (size_t k = 0; k < nchunks; k++) {
     int sidx = (int)(c->next_stream++ % (unsigned)c->nstreams);
     struct rn_tcp_stream *s = &c->stream[sidx];
-    size_t len = size - off < chunk ? size - off : chunk;
+    size_t off = k * grid, len = size - off < grid ? size - off : grid;
+    struct rn_tcp_queued_chunk q = {.req = r,
+                                    .hdr = {.seq = seq,
+                                            .total = size,
+                                            .offset = off,
+                                            .idx = idx,
+                                            .index = (uint32_t)k,
+                                            .grid = grid},
+                                    .data = data + off};
+    rn_tcp_wire_seal(&q.hdr, RN_TCP_MSG_CHUNK, 0, (uint32_t)len);
     pthread_mutex_lock(&s->queue_lock);
-    s->queue[s->queue_tail] = (struct rn_tcp_queued_chunk){
-        .req = r,
-        .hdr = {.seq = seq, .idx = idx, .len = (uint32_t)len, .offset = off, .total = size},
-        .data = data + off};
+    s->queue[s->queue_tail] = q;
     s->queue_tail = (s->queue_tail + 1) % RN_TCP_STREAM_QUEUE;
     atomic_fetch_add(&c->stream_work, 1);
     pthread_mutex_unlock(&s->queue_lock);

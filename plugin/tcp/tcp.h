@@ -1,28 +1,62 @@
-/* Private to the TCP transport (plugin/tcp/): wire formats, the comm and
- * its requests, streams and helper threads, and the calls between the
- * transport's files.
+/* Private to the TCP transport (plugin/tcp/): the comm and its requests,
+ * streams and helper threads, and the calls between the transport's files.
+ * The wire format is wire.h; PROTOCOL.md specifies it.
  *
  * One control connection plus N data streams per comm.  Receiver-driven,
  * like the verbs path: irecv sends a clear-to-send (CTS) with the posted
- * sizes and tags on the control connection; isend matches the CTS for its
- * sequence number by tag.  Messages up to RAILNET_SOCKET_INLINE bytes
- * travel inline behind a header on the control connection, moved by the
- * calling (NCCL proxy) thread with no hand-off, so small-message latency
- * is one TCP round trip.  Larger messages are cut into chunks spread over
+ * sizes and tags on the control connection; isend matches it by tag.
+ * Messages up to RAILNET_SOCKET_INLINE bytes travel inline behind a header
+ * on the control connection, moved by the calling (NCCL proxy) thread with
+ * no hand-off, so small-message latency is one TCP round trip.  Larger
+ * messages are cut into chunks on a grid the header announces, spread over
  * the data streams, each chunk carrying its own header, and are moved by
- * per-comm helper threads straight between the user buffers and the
- * sockets.
+ * per-comm helper threads (or the caller on small hosts) straight between
+ * the user buffers and the sockets.
  *
- * Locking: c->lock guards the control state (request pool, CTS/recv rings,
- * control buffers).  Helper threads touch only their streams, the stream
- * queues (under the queue lock) and atomics in requests and the comm.
+ * THE MATCHING RULE (NCCL's, as net_ib implements it).  Receives are
+ * groups: irecv(n, tags) posts group g (0, 1, 2, ... in posting order) of
+ * n buffers.  NCCL progresses each tag (channel) of a comm on its own, so
+ * sends of one tag arrive in order but tags interleave freely.  A send
+ * with tag t fills the first buffer with tag t, in posting order (group,
+ * then buffer index), that no earlier send has filled: the k-th send with
+ * tag t fills the k-th posted buffer with tag t.  Both sides compute it
+ * from the tag alone.
+ *   - isend returns a request only when its buffer is in the head group
+ *     (the oldest group with a buffer not yet filled, as the sender knows
+ *     the groups from their CTSs), and *request = NULL ("retry later")
+ *     until then.  A send whose tag is in no posted group also gets NULL:
+ *     a later group may bring it.  isend fails only when no group can ever
+ *     come: the comm failed or the receiver closed it.
+ *   - Eager sends are the one exception, and change no outcome: a message
+ *     of at most min(RAILNET_SOCKET_INLINE, 1 KiB) bytes may leave before
+ *     its CTS has been read (saving the sender a read on the round trip).
+ *     It carries only its tag; the receiver applies the same rule on
+ *     arrival, or holds it (in arrival order) until a buffer with its tag
+ *     is posted, and the sender applies it once the CTSs arrive, so both
+ *     fill the same buffer.  At most RN_TCP_EAGER_WINDOW - 1 eager
+ *     messages are unmatched at the sender, which bounds what the receiver
+ *     holds.  A send of a tag with an unmatched eager message waits (NULL)
+ *     for the CTS that matches it, so per-tag order holds for every size.
+ *   - A send larger than its buffer fails that send and that receive
+ *     (ncclInvalidUsage, a WARN naming both sizes) whatever its size: a
+ *     large one when it matches, an eager one when the receiver sees it and
+ *     when the sender matches it (its comm then fails).
+ *   - Groups complete independently once every buffer is filled.
+ *
+ * Locking: c->lock guards the control state (request pool, control queues
+ * and input, the sender's CTS table, the receiver's matching).  On the
+ * receiving side c->rx_lock guards what the data streams touch: the ring
+ * of posted groups and each buffer's shape, coverage and fill state, so a
+ * helper thread can validate and claim a chunk against a group that the
+ * caller cannot retire at the same moment.  Order: lock, then rx_lock.
  *
  * Files, calls going one way (p2p -> comm -> control -> streams, and p2p
- * to each of them): transport.c the table and lifecycle (init/fini, listen,
- * connect, accept, close, registration), comm.c comms (create, free, the
- * list of open ones), control.c the control connection (output queue,
- * parsing, matching), streams.c the data streams and their helper
- * threads, p2p.c requests and isend/irecv/test, iface.c interface
+ * to each of them): transport.c the table and lifecycle (init/fini,
+ * listen, connect, accept, close, registration), comm.c comms (create,
+ * free, the list of open ones), control.c the control connection
+ * (output queue, parsing and checking, matching), streams.c the data
+ * streams and their helper threads, p2p.c requests and isend/irecv/test,
+ * fail.c failing a comm, wire.c header checksums, iface.c interface
  * discovery. */
 #ifndef RN_TCP_H
 #define RN_TCP_H
@@ -32,81 +66,31 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include "railnet/list.h"
+#include "railnet/log.h"
 #include "railnet/rendezvous.h"
 #include "railnet/transport.h"
+#include "wire.h"
 
 #define RN_TCP_MAX_IFS RN_MAX_NICS
 #define RN_TCP_MAX_ADDRS ((int)(RN_HANDLE_PAYLOAD / sizeof(struct rn_wire_addr)))
 #define RN_TCP_NREQS 256        /* NCCL_NET_MAX_REQUESTS x maxRecvs */
-#define RN_TCP_RING 64          /* outstanding receive groups (>= 32) */
 #define RN_TCP_STREAM_QUEUE 512 /* chunks queued per stream */
 #define RN_TCP_MIN_CHUNK 65536
+#define RN_TCP_MAX_GRID (1u << 31) /* messages are at most INT_MAX bytes */
 #define RN_TCP_MAX_STREAMS RN_RDV_MAX_STREAMS
 #define RN_TCP_IN_BUF 65536  /* control input buffer */
 #define RN_TCP_OUT_QUEUE 512 /* control messages queued for output */
-
-/* Small messages sent before their clear-to-send arrived, unmatched at the
- * sender and possibly unexpected at the receiver, at most this many. */
-#define RN_TCP_EAGER_WINDOW 64
-#define RN_TCP_EAGER_MAX 1024
-
-enum rn_tcp_msg { RN_TCP_CTS = 1, RN_TCP_DATA = 2, RN_TCP_NACK = 3 };
-enum {
-  RN_TCP_F_TOO_BIG = 1,  /* the send exceeds the posted buffer: fail both sides */
-  RN_TCP_F_STREAMED = 2, /* the payload follows on the data streams */
-  RN_TCP_F_EAGER = 4,    /* sent before its clear-to-send: seq/idx unknown, match by tag */
-};
-
-struct rn_tcp_cts {
-  uint32_t type;
-  uint32_t n;
-  uint64_t seq;
-  uint64_t sizes[RN_MAX_RECVS];
-  int32_t tags[RN_MAX_RECVS];
-};
-
-/* Control-connection data header; `inline_len` payload bytes follow. */
-struct rn_tcp_data {
-  uint32_t type;
-  uint32_t idx;
-  uint64_t seq;
-  uint64_t size;
-  uint32_t flags;
-  uint32_t inline_len;
-  int32_t tag;
-  uint32_t reserved;
-};
-
-/* Receiver to sender: an eager message did not fit its buffer. */
-struct rn_tcp_nack {
-  uint32_t type;
-  int32_t tag;
-  uint64_t size;
-  uint64_t posted;
-};
-
-/* An eager message that arrived before its receive was posted. */
-struct rn_tcp_unexpected {
-  int32_t tag;
-  int ready; /* payload complete */
-  uint64_t size;
-  char data[RN_TCP_EAGER_MAX];
-};
-
-/* Data-stream chunk header; `len` payload bytes follow. */
-struct rn_tcp_chunk {
-  uint64_t seq;
-  uint32_t idx;
-  uint32_t len;
-  uint64_t offset;
-  uint64_t total;
-};
 
 struct rn_tcp_comm;
 
 enum rn_tcp_req_state { RN_TCP_REQ_FREE = 0, RN_TCP_REQ_ACTIVE };
 
-/* Owner: the comm's pool.  Atomics are shared with the helper threads. */
+/* How a receive buffer's message travels, once the first header says. */
+enum rn_tcp_buf_mode { RN_TCP_BUF_UNKNOWN = 0, RN_TCP_BUF_INLINE, RN_TCP_BUF_STREAMED };
+
+/* Owner: the comm's pool.  A receive's buffer state is under the comm's
+ * rx_lock (see tcp.h's locking note); `unsent` is shared with the send
+ * streams. */
 struct rn_tcp_req {
   struct rn_req_base base;
   struct rn_tcp_comm *comm;
@@ -117,16 +101,18 @@ struct rn_tcp_req {
   size_t size;
   _Atomic size_t unsent; /* bytes the data streams still have to write */
   int ctl_pending;       /* control message (and inline payload) not yet written */
-  /* recv */
+  /* recv: group `seq` */
   uint64_t seq;
   int n;
   void *buf[RN_MAX_RECVS];
   size_t posted[RN_MAX_RECVS];
   int32_t tag[RN_MAX_RECVS];
-  uint32_t claimed;                     /* buffers matched to a message */
-  size_t got[RN_MAX_RECVS];             /* message size per buffer, once known */
-  _Atomic size_t arrived[RN_MAX_RECVS]; /* bytes landed through streams */
-  _Atomic int pending;                  /* buffers not yet complete */
+  uint32_t claimed; /* buffers a message was matched to (its header seen) */
+  uint32_t filled;  /* buffers whose bytes have all landed */
+  enum rn_tcp_buf_mode mode[RN_MAX_RECVS];
+  uint64_t size_of[RN_MAX_RECVS]; /* the message's size, once a header says */
+  uint32_t grid[RN_MAX_RECVS];    /* STREAMED: its chunk grid */
+  uint64_t arrived[RN_MAX_RECVS]; /* STREAMED: bytes landed */
 };
 
 /* A chunk queued on a send stream. */
@@ -173,6 +159,28 @@ struct rn_tcp_thread {
   int started;
 };
 
+/* An eager message the sender has not matched to a buffer yet. */
+struct rn_tcp_eager {
+  int32_t tag;
+  uint64_t size;
+};
+
+/* An eager message that arrived before a buffer with its tag was posted. */
+struct rn_tcp_unexpected {
+  int32_t tag;
+  int ready; /* payload complete */
+  uint64_t size;
+  char data[RN_TCP_EAGER_MAX];
+};
+
+/* The sender's copy of one posted group, from its CTS. */
+struct rn_tcp_group {
+  uint32_t n;
+  uint32_t claimed; /* buffers a send has been matched to */
+  uint64_t sizes[RN_MAX_RECVS];
+  int32_t tags[RN_MAX_RECVS];
+};
+
 /* A send or receive comm.  Owner: NCCL between connect/accept and close. */
 struct rn_tcp_comm {
   struct rn_comm_base base;
@@ -181,57 +189,50 @@ struct rn_tcp_comm {
   int is_recv;
   int ctrl_fd;
   int nstreams, nthreads;
+  char peer[64]; /* for messages */
   struct rn_tcp_stream stream[RN_TCP_MAX_STREAMS];
   struct rn_tcp_thread thread[RN_TCP_MAX_STREAMS];
   atomic_int stop;
-  _Atomic int error;      /* first asynchronous error (ncclResult_t) */
-  atomic_int peer_closed; /* orderly EOF seen */
+  _Atomic int error;      /* first error (ncclResult_t): every later call returns it */
+  atomic_int peer_closed; /* orderly EOF seen on the control connection */
   /* Without helper threads the caller polls the data streams only while
-   * they have work: chunks queued (send) or announced messages (recv). */
+   * they have work: chunks queued (send) or streamed messages announced
+   * and not yet filled (recv). */
   atomic_int stream_work;
-  size_t inline_max, chunk;
+  size_t inline_max, chunk, eager_max;
   unsigned next_stream; /* next stream for a chunk */
   /* control output: messages in order, payloads referenced, not copied */
   int out_head, out_tail;
   struct rn_tcp_ctl_out out[RN_TCP_OUT_QUEUE];
+  uint32_t msg_out, msg_in; /* control message numbers, each direction */
   /* control input: headers are parsed from `in`; a payload is read
-   * straight into its receive buffer (rx_*) */
+   * straight into its destination (rx_*) */
   char *in;
   size_t in_len;
   char *rx_dst;
   size_t rx_left;
-  struct rn_tcp_req *rx_req;
+  struct rn_tcp_req *rx_req; /* inline payload for buffer rx_idx of this group */
   uint32_t rx_idx;
-  uint64_t rx_size;
-  struct rn_tcp_unexpected *rx_unexpected; /* payload being read into the unexpected queue */
-  size_t eager_max;
+  struct rn_tcp_unexpected *rx_unexpected; /* payload being read into the held queue */
   atomic_int cts_deferred; /* a clear-to-send waits in out (rn_tcp_comm_flush_deferred) */
-  /* recv side: messages are matched to buffers in arrival order, filling
-   * group match_seq; eager ones whose group is not posted wait in
-   * unexpected */
-  uint64_t match_seq;
-  int match_cnt;
+  /* recv side: groups recv_seq - RN_TCP_RING .. recv_seq - 1 may be in the
+   * ring; match_head is the oldest with a buffer no message has claimed */
+  pthread_mutex_t rx_lock;
+  uint64_t recv_seq, match_head;
+  struct rn_tcp_req *ring[RN_TCP_RING];
+  uint64_t (*cover)[RN_MAX_RECVS][RN_TCP_CHUNK_WORDS]; /* [RN_TCP_RING]: chunks landed */
   struct rn_tcp_unexpected *unexpected; /* RN_TCP_EAGER_WINDOW entries, allocated on first use */
-  int unexpected_head, unexpected_tail;
-  char *discard; /* payload of a message too big for its buffer */
-  /* send side: tags of eager messages not yet matched to a clear-to-send */
-  int32_t eager_tag[RN_TCP_EAGER_WINDOW];
-  int eager_head, eager_tail;
-  /* send side: CTS ring indexed by seq % RN_TCP_RING */
-  uint64_t send_seq;
-  struct rn_tcp_cts cts[RN_TCP_RING];
-  bool cts_valid[RN_TCP_RING];
-  uint32_t cts_claimed[RN_TCP_RING]; /* bitmask of matched buffers */
-  /* recv side: posted groups indexed by seq % RN_TCP_RING */
-  uint64_t recv_seq;
-  struct rn_tcp_req *_Atomic ring[RN_TCP_RING];
+  int held[RN_TCP_EAGER_WINDOW];        /* indices into unexpected, in arrival order */
+  int nheld;
+  char *discard; /* payload of an eager message too big for its buffer */
+  /* send side: CTSs of groups send_head .. cts_next - 1, by seq % RN_TCP_RING;
+   * send_head is the oldest with a buffer no send has claimed */
+  uint64_t send_head, cts_next;
+  struct rn_tcp_group group[RN_TCP_RING];
+  struct rn_tcp_eager eager[RN_TCP_EAGER_WINDOW]; /* unmatched, in send order */
+  int neager;
   struct rn_tcp_req reqs[RN_TCP_NREQS];
 };
-
-static inline void rn_tcp_set_error(struct rn_tcp_comm *c, ncclResult_t res) {
-  int expected = ncclSuccess;
-  atomic_compare_exchange_strong(&c->error, &expected, (int)res);
-}
 
 /* iface.c */
 /* One usable interface; rails come back from the core as rn_nic pointers
@@ -257,24 +258,50 @@ int rn_tcp_comm_free_all(void);
 /* A receive deferred its clear-to-send: the next isend of any comm sends it. */
 void rn_tcp_comm_defer_cts(struct rn_tcp_comm *c);
 void rn_tcp_comm_flush_deferred(void);
+/* fail.c */
+/* Fail the comm: the first error sticks and every later isend, irecv and
+ * test returns it.  WARNs the reason (the first failure of a comm only)
+ * and shuts its sockets down, so the peer fails too instead of waiting.
+ * Returns res.  Safe from any thread. */
+ncclResult_t rn_tcp_fail(struct rn_tcp_comm *c, ncclResult_t res, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* A peer broke the protocol: fail with ncclRemoteError, naming the
+ * message, the field, its value and what was expected. */
+#define RN_TCP_VIOLATION(c, what, field, fmt, ...)                                          \
+  rn_tcp_fail((c), ncclRemoteError, "protocol violation from %s in %s: %s " fmt, (c)->peer, \
+              (what), (field), ##__VA_ARGS__)
+/* The error a failed comm returns, with a WARN naming the call. */
+ncclResult_t rn_tcp_failed(struct rn_tcp_comm *c, const char *call);
 
 /* control.c */
 ncclResult_t rn_tcp_ctl_flush(struct rn_tcp_comm *c);
 int rn_tcp_ctl_room(const struct rn_tcp_comm *c);
+/* Queue a sealed control header and its payload; 0 when the queue is full. */
 int rn_tcp_ctl_queue(struct rn_tcp_comm *c, const void *hdr, size_t hl, const void *payload,
                      size_t pl, struct rn_tcp_req *req);
-int rn_tcp_match_buffer(int n, const int32_t *tags, uint32_t claimed, int tag, int *mismatch);
-void rn_tcp_drain_unexpected(struct rn_tcp_comm *c);
 ncclResult_t rn_tcp_progress(struct rn_tcp_comm *c);
-void rn_tcp_cts_claim(struct rn_tcp_comm *c, int slot, int idx);
-void rn_tcp_match_eager(struct rn_tcp_comm *c);
-int rn_tcp_eager_unmatched(const struct rn_tcp_comm *c);
+/* Sender: the buffer a send with `tag` fills, among the groups whose CTS
+ * arrived (*seq, *idx); 0 when none is known yet or an eager message of
+ * that tag is still unmatched. */
+int rn_tcp_send_target(const struct rn_tcp_comm *c, int32_t tag, uint64_t *seq, int *idx);
+void rn_tcp_send_claim(struct rn_tcp_comm *c, uint64_t seq, int idx);
+/* Sender: match unmatched eager messages to the groups known now. */
+ncclResult_t rn_tcp_match_eager(struct rn_tcp_comm *c);
+/* Receiver: a group was posted: deliver held eager messages it matches. */
+ncclResult_t rn_tcp_drain_held(struct rn_tcp_comm *c);
 
 /* streams.c */
 void rn_tcp_drive_streams(struct rn_tcp_comm *c);
 void *rn_tcp_thread_main(void *arg);
+/* The chunk grid for a streamed message of `size` bytes. */
+uint32_t rn_tcp_chunk_grid(const struct rn_tcp_comm *c, size_t size);
 int rn_tcp_enqueue(struct rn_tcp_comm *c, struct rn_tcp_req *r, const char *data, size_t size,
-                   uint64_t seq, uint32_t idx);
+                   uint32_t grid, uint64_t seq, uint32_t idx);
+/* Receiver, rx_lock held: fix buffer idx's message shape, or check it
+ * against the one fixed before; ncclSuccess or the comm's failure. */
+ncclResult_t rn_tcp_buf_shape(struct rn_tcp_comm *c, struct rn_tcp_req *r, int idx,
+                              enum rn_tcp_buf_mode mode, uint64_t size, uint32_t grid,
+                              const char *what);
 
 /* p2p.c */
 ncclResult_t rn_tcp_isend(void *scomm, void *data, size_t size, int tag, void *mh, void **req);

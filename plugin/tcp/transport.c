@@ -181,8 +181,8 @@ static ncclResult_t rn_tcp_connect(const struct rn_rails *r, const struct rn_han
   struct rn_tcp_comm *c;
   k->stage = RN_TCP_CONNECT_DONE;
   RN_CHECK_GOTO(rn_tcp_comm_create(&k->conn, 0, &c), res, out_free);
-  RN_INFO(NCCL_NET, "connected to %s with %d streams, %d helper threads", k->peer, c->nstreams,
-          c->nthreads);
+  RN_INFO(NCCL_NET, "connected to %s with %d streams, %d helper threads, dead peer after %lld ms",
+          k->peer, c->nstreams, c->nthreads, (long long)rn_params()->socket_timeout_ms);
   rn_tcp_connect_abort(k);
   *state = NULL;
   *scomm = c;
@@ -209,8 +209,10 @@ static ncclResult_t rn_tcp_accept(void *lcomm, void **rcomm) {
   }
   struct rn_tcp_comm *c;
   RN_CHECK(rn_tcp_comm_create(&conn, 1, &c));
-  RN_INFO(NCCL_NET, "accepted a connection with %d streams, %d helper threads", c->nstreams,
-          c->nthreads);
+  RN_INFO(NCCL_NET,
+          "accepted a connection from %s with %d streams, %d helper threads, dead peer after %lld "
+          "ms",
+          c->peer, c->nstreams, c->nthreads, (long long)rn_params()->socket_timeout_ms);
   *rcomm = c;
   return ncclSuccess;
 }

@@ -2,21 +2,41 @@
 # Runs INSIDE the Soft-RoCE VM (after rxe-test.sh made rxe0..rxe3 on two
 # veth pairs): the plugin's verbs transport under the conformance and fault
 # suites, the multi-rail driver, the rogue peer and the matching-rule
-# programs.  Usage: ib-suite.sh BUILD OUTDIR
+# program.  Usage: ib-suite.sh BUILD OUTDIR
 # Writes OUTDIR/results ("ok NAME (N s)" / "not ok NAME ...") and one log
 # per check; the host turns them into TAP.  (The numbers: ib-bench.sh.)
 B=${1:-build}; O=${2:-/tmp}
 R=$O/results; : >"$R"
 export RAILNET_TRANSPORT=ib
 export RN_BUILD="$B"   # the test programs load $RN_BUILD/libnccl-net-railnet.so
-T=${RN_SUITE_TIMEOUT:-240}
+# the same environment as on the host (timeout scale, leak-checker settings)
+. tests/common/test-env.sh
+T=$(( ${RN_SUITE_TIMEOUT:-240} * RN_TIMEOUT_SCALE ))
+# A coverage build (make coverage) writes its counters under $O/gcov, which
+# the host merges; the VM's own writes to the shared root would be lost.
+if [ -n "$(find "$B" -name '*.gcno' -print 2>/dev/null | head -1)" ]; then
+  GCOV_PREFIX=$O/gcov
+  GCOV_PREFIX_STRIP=$(pwd | tr -cd / | wc -c)
+  export GCOV_PREFIX GCOV_PREFIX_STRIP
+fi
 
+# ok / not ok per check.  Inside the VM every capability the checks need
+# (rxe devices, libibverbs) is there, so a program that skips all its tests
+# failed to find its device: not ok.  Single skipped tests and failing
+# TODO tests (known plugin bugs) are counted and named in the line.
 check() { # NAME RECV_ENV SEND_ENV CMD...
   name=$1; renv=$2; senv=$3; shift 3
   t0=$(date +%s)
   RN_CONF_RECV_ENV="$renv" RN_CONF_SEND_ENV="$senv" timeout "$T" "$@" >"$O/$name.log" 2>&1
   rc=$?; t=$(( $(date +%s) - t0 ))
-  if [ $rc -eq 0 ]; then echo "ok $name (${t} s)" >>"$R"
+  skipall=$(grep -m1 '^1\.\.0 # SKIP' "$O/$name.log")
+  nskip=$(grep -c '^ok [0-9]* # SKIP' "$O/$name.log")
+  ntodo=$(grep -c '^not ok [0-9]* .*# TODO' "$O/$name.log")
+  if [ $rc -eq 0 ] && [ -n "$skipall" ]; then
+    echo "not ok $name (skipped everything inside the VM: ${skipall#1..0 # SKIP })" >>"$R"
+  elif [ $rc -eq 0 ]; then
+    echo "ok $name (${t} s$([ "$nskip" -gt 0 ] && echo ", $nskip skipped")$([ "$ntodo" -gt 0 ] && echo ", $ntodo known-bug TODO failing"))" >>"$R"
+    grep -E '^ok [0-9]* # SKIP|^not ok [0-9]* .*# TODO' "$O/$name.log" | sed 's/^/#   /' >>"$R"
   else echo "not ok $name (exit $rc after ${t} s; see $name.log)" >>"$R"
     grep -E '^not ok|WARN' "$O/$name.log" | head -20 | sed 's/^/#   /' >>"$R"; fi
 }
@@ -34,10 +54,10 @@ check conformance-noinline "$ONE_R,RAILNET_IB_INLINE=0" "$ONE_S,RAILNET_IB_INLIN
   "$B/tests/conformance-test" --api v11 --only messages
 # A rogue peer writing corrupt FIFO slots, immediates, sizes, connection info.
 check rogue "$ONE_R" "$ONE_S" "$B/tests/rogue-test"
-# Every matching-rule program the tree has (tests/*match*), over 2 QPs so
-# groups spread over QPs.
-for m in "$B"/tests/*match*; do
-  [ -f "$m" ] && [ -x "$m" ] || continue
-  check "$(basename "$m")" "$ONE_R,RAILNET_IB_QPS=2" "$ONE_S,RAILNET_IB_QPS=2" "$m"
-done
+# The grouped-receive matching rule (tests/matching/matching.c, the same
+# program the host suite runs over TCP) over 2 QPs, so a group's messages
+# spread over QPs.  Fewer channel rounds than on the host (10^4 there):
+# every message costs tens of microseconds under emulation.
+check matching "$ONE_R,RAILNET_IB_QPS=2" "$ONE_S,RAILNET_IB_QPS=2" \
+  "$B/tests/matching-test" --api v11 --rounds "${RN_VM_MATCH_ROUNDS:-1000}"
 exit 0

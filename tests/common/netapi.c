@@ -79,6 +79,20 @@ int rn_log_has_warn(const char *needle1, const char *needle2) {
   return found;
 }
 
+int rn_log_first_warn(const char *needle, char *buf, size_t len) {
+  int found = 0;
+  pthread_mutex_lock(&log_mu);
+  for (int i = log_kept - 1; i >= 0 && !found; i--) {
+    const char *m = log_warn[(log_head - 1 - i + LOG_KEEP) % LOG_KEEP];
+    if (needle == NULL || strstr(m, needle)) {
+      snprintf(buf, len, "%s", m);
+      found = 1;
+    }
+  }
+  pthread_mutex_unlock(&log_mu);
+  return found;
+}
+
 const char *rn_log_last_warn(void) {
   static __thread char copy[512];
   pthread_mutex_lock(&log_mu);
@@ -166,6 +180,19 @@ ncclResult_t rn_net_init(struct rn_net *n) {
   return r;
 }
 
+/* As rn_net_init, with a traffic class in v11's per-communicator config
+ * (the other versions take it at connect: rn_net_connect_tc). */
+ncclResult_t rn_net_init_tc(struct rn_net *n, int traffic_class) {
+  if (n->version != 11) return rn_net_init(n);
+  static uint64_t tc_comm_id = 0x5678;
+  ncclNetCommConfig_v11_t cfg = {traffic_class};
+  n->ctx = NULL;
+  ncclResult_t r = n->t.v11->init(&n->ctx, __atomic_add_fetch(&tc_comm_id, 1, __ATOMIC_RELAXED),
+                                  &cfg, rn_logger, rn_profiler_stub);
+  if (r == ncclSuccess) n->inited = 1;
+  return r;
+}
+
 ncclResult_t rn_net_finalize(struct rn_net *n) {
   if (n->version != 11) return ncclSuccess;
   ncclResult_t r = n->t.v11->finalize(n->ctx);
@@ -244,6 +271,16 @@ ncclResult_t rn_net_connect(struct rn_net *n, int dev, void *handle, void **scom
   }
 }
 
+/* As rn_net_connect, with a traffic class in v10's comm config (v11 takes
+ * it at init, v8/v9 have none). */
+ncclResult_t rn_net_connect_tc(struct rn_net *n, int dev, void *handle, void **scomm,
+                               int traffic_class) {
+  if (n->version != 10) return rn_net_connect(n, dev, handle, scomm);
+  ncclNetDeviceHandle_t *dh = NULL;
+  ncclNetCommConfig_v10_t cfg = {traffic_class};
+  return n->t.v10->connect(dev, &cfg, handle, scomm, &dh);
+}
+
 ncclResult_t rn_net_accept(struct rn_net *n, void *lcomm, void **rcomm) {
   ncclNetDeviceHandle_t *dh = NULL;
   return n->t.v8->accept(lcomm, rcomm, &dh); /* same slot and type */
@@ -303,6 +340,95 @@ ncclResult_t rn_net_irecv(struct rn_net *n, void *rcomm, int cnt, void **data, c
 
 ncclResult_t rn_net_test(struct rn_net *n, void *req, int *done, int *sizes) {
   return n->t.v8->test(req, done, sizes); /* same slot and type in every version */
+}
+
+/* The optional entry points.  Same slots and types in v8..v11 except
+ * setNetAttr (v11 only). */
+ncclResult_t rn_net_regmr_dmabuf(struct rn_net *n, void *comm, void *data, size_t size, int type,
+                                 uint64_t offset, int fd, void **mh) {
+  switch (n->version) {
+    case 8:
+      return n->t.v8->regMrDmaBuf(comm, data, size, type, offset, fd, mh);
+    case 9:
+      return n->t.v9->regMrDmaBuf(comm, data, size, type, offset, fd, mh);
+    case 10:
+      return n->t.v10->regMrDmaBuf(comm, data, size, type, offset, fd, mh);
+    default:
+      return n->t.v11->regMrDmaBuf(comm, data, size, type, offset, fd, mh);
+  }
+}
+
+ncclResult_t rn_net_iflush(struct rn_net *n, void *rcomm, int cnt, void **data, int *sizes,
+                           void **mhs, void **req) {
+  switch (n->version) {
+    case 8:
+      return n->t.v8->iflush(rcomm, cnt, data, sizes, mhs, req);
+    case 9:
+      return n->t.v9->iflush(rcomm, cnt, data, sizes, mhs, req);
+    case 10:
+      return n->t.v10->iflush(rcomm, cnt, data, sizes, mhs, req);
+    default:
+      return n->t.v11->iflush(rcomm, cnt, data, sizes, mhs, req);
+  }
+}
+
+/* A NULL slot is allowed by the ABI for the next two; the caller checks
+ * rn_net_has_*() first. */
+int rn_net_has_get_device_mr(struct rn_net *n) {
+  switch (n->version) {
+    case 8:
+      return n->t.v8->getDeviceMr != NULL;
+    case 9:
+      return n->t.v9->getDeviceMr != NULL;
+    case 10:
+      return n->t.v10->getDeviceMr != NULL;
+    default:
+      return n->t.v11->getDeviceMr != NULL;
+  }
+}
+
+ncclResult_t rn_net_get_device_mr(struct rn_net *n, void *comm, void *mh, void **dptr) {
+  switch (n->version) {
+    case 8:
+      return n->t.v8->getDeviceMr(comm, mh, dptr);
+    case 9:
+      return n->t.v9->getDeviceMr(comm, mh, dptr);
+    case 10:
+      return n->t.v10->getDeviceMr(comm, mh, dptr);
+    default:
+      return n->t.v11->getDeviceMr(comm, mh, dptr);
+  }
+}
+
+int rn_net_has_irecv_consumed(struct rn_net *n) {
+  switch (n->version) {
+    case 8:
+      return n->t.v8->irecvConsumed != NULL;
+    case 9:
+      return n->t.v9->irecvConsumed != NULL;
+    case 10:
+      return n->t.v10->irecvConsumed != NULL;
+    default:
+      return n->t.v11->irecvConsumed != NULL;
+  }
+}
+
+ncclResult_t rn_net_irecv_consumed(struct rn_net *n, void *rcomm, int cnt, void *req) {
+  switch (n->version) {
+    case 8:
+      return n->t.v8->irecvConsumed(rcomm, cnt, req);
+    case 9:
+      return n->t.v9->irecvConsumed(rcomm, cnt, req);
+    case 10:
+      return n->t.v10->irecvConsumed(rcomm, cnt, req);
+    default:
+      return n->t.v11->irecvConsumed(rcomm, cnt, req);
+  }
+}
+
+ncclResult_t rn_net_set_net_attr(struct rn_net *n, void *attr) {
+  if (n->version < 11) return ncclInvalidUsage; /* no such slot before v11 */
+  return n->t.v11->setNetAttr(n->ctx, attr);
 }
 
 ncclResult_t rn_net_close_send(struct rn_net *n, void *c) {

@@ -4,12 +4,16 @@
 #include "rn_test.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -19,6 +23,12 @@ int peer_fail(struct rn_peer *p, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(p->why, sizeof p->why, fmt, ap);
   va_end(ap);
+  return -1;
+}
+
+int peer_check(struct rn_peer *p, ncclResult_t r, const char *what) {
+  if (r == ncclSuccess) return 0;
+  if (p->why[0] == '\0') peer_fail(p, "%s: %s", what, rn_result_str(r));
   return -1;
 }
 
@@ -41,7 +51,7 @@ static int write_full(int fd, const void *buf, size_t len) {
 
 static int read_full(int fd, void *buf, size_t len, double timeout_s) {
   char *b = buf;
-  double end = now_s() + timeout_s;
+  double end = rn_deadline(timeout_s);
   while (len > 0) {
     double left = end - now_s();
     if (left <= 0) return -1;
@@ -99,12 +109,12 @@ int peer_connect(struct rn_peer *p, int n, void **comms, void **lcomms, double t
     }
   } else {
     if (peer_read(p, handles, (size_t)n * NCCL_NET_HANDLE_MAXSIZE, timeout_s) != 0) {
-      peer_fail(p, "no handle from the receiver within %.0f s", timeout_s);
+      peer_fail(p, "no handle from the receiver within %.0f s", rn_bound_s(timeout_s));
       goto out;
     }
   }
   if (p->setup_delay_ms > 0) sleep_us(p->setup_delay_ms * 1000L);
-  double end = now_s() + timeout_s;
+  double end = rn_deadline(timeout_s);
   long spins = 0;
   for (;;) {
     int up = 0;
@@ -126,7 +136,7 @@ int peer_connect(struct rn_peer *p, int n, void **comms, void **lcomms, double t
     if (up == n) break;
     if (now_s() > end) {
       peer_fail(p, "%s: %d of %d comms up after %.0f s",
-                p->role == RN_RECEIVER ? "accept" : "connect", up, n, timeout_s);
+                p->role == RN_RECEIVER ? "accept" : "connect", up, n, rn_bound_s(timeout_s));
       goto out;
     }
     if (++spins % 64 == 0) sleep_us(50);
@@ -170,7 +180,7 @@ int peer_close(struct rn_peer *p, int n, void **comms, void **lcomms) {
 }
 
 ncclResult_t peer_wait(struct rn_peer *p, void *req, int *sizes, double timeout_s) {
-  double end = now_s() + timeout_s;
+  double end = rn_deadline(timeout_s);
   long spins = 0;
   for (;;) {
     int done = 0;
@@ -179,7 +189,7 @@ ncclResult_t peer_wait(struct rn_peer *p, void *req, int *sizes, double timeout_
     if (done) return ncclSuccess;
     /* the clock every 64 passes: in the Soft-RoCE VM a read is a system call */
     if (++spins % 64 == 0 && now_s() > end) {
-      peer_fail(p, "request %p not done after %.0f s", req, timeout_s);
+      peer_fail(p, "request %p not done after %.0f s", req, rn_bound_s(timeout_s));
       return ncclInternalError;
     }
     if (spins % 256 == 0) sleep_us(20);
@@ -188,6 +198,41 @@ ncclResult_t peer_wait(struct rn_peer *p, void *req, int *sizes, double timeout_
 
 /* ---- the runner -------------------------------------------------------- */
 static const char *role_name(enum rn_role r) { return r == RN_RECEIVER ? "receiver" : "sender"; }
+
+/* Move this process into network namespace NAME (/run/netns/NAME, or a
+ * path), the way `ip netns exec` does: setns, then a private mount
+ * namespace with /sys mounted again, because sysfs shows the netdevs of
+ * the namespace that mounted it and the plugin reads /sys/class/net.
+ * 0 ok; -1 with the reason in err. */
+static int enter_netns(const char *name, char *err, size_t errlen) {
+  char path[512];
+  snprintf(path, sizeof path, "%s%.400s", strchr(name, '/') ? "" : "/run/netns/", name);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    snprintf(err, errlen, "network namespace %.400s: %s", path, strerror(errno));
+    return -1;
+  }
+  int rc = setns(fd, CLONE_NEWNET);
+  int saved = errno;
+  close(fd);
+  if (rc != 0) {
+    snprintf(err, errlen, "setns(%.400s): %s", path, strerror(saved));
+    return -1;
+  }
+  if (unshare(CLONE_NEWNS) != 0 || mount("", "/", NULL, MS_SLAVE | MS_REC, NULL) != 0) {
+    snprintf(err, errlen, "private mount namespace for %.400s: %s", path, strerror(errno));
+    return -1;
+  }
+  if (umount2("/sys", MNT_DETACH) != 0 && errno != EINVAL) {
+    snprintf(err, errlen, "umount /sys for %.400s: %s", path, strerror(errno));
+    return -1;
+  }
+  if (mount(name, "/sys", "sysfs", 0, NULL) != 0) {
+    snprintf(err, errlen, "mount sysfs for %.400s: %s", path, strerror(errno));
+    return -1;
+  }
+  return 0;
+}
 
 static void child_main(enum rn_role role, rn_peer_fn fn, struct rn_pair_opts *o, int to_peer,
                        int from_peer, int to_parent) {
@@ -200,12 +245,26 @@ static void child_main(enum rn_role role, rn_peer_fn fn, struct rn_pair_opts *o,
   p.seed = o->seed;
   p.arg = o->arg;
   p.version = o->version;
-  alarm((unsigned)o->timeout_s + 5); /* backstop; the runner kills first */
-  rn_apply_env_list(getenv(role == RN_RECEIVER ? "RN_CONF_RECV_ENV" : "RN_CONF_SEND_ENV"));
-  rn_default_env();
-  p.dev = (int)rn_env_long("RN_CONF_DEV", 0);
+  alarm((unsigned)rn_bound_s(o->timeout_s) + 5); /* backstop; the runner kills first */
+  prctl(PR_SET_PDEATHSIG, SIGKILL);               /* and a killed runner takes us along */
   char err[512];
   int rc = 1;
+  rn_apply_env_list(o->env);
+  const char *netns = getenv(role == RN_RECEIVER ? "RN_CONF_RECV_NETNS" : "RN_CONF_SEND_NETNS");
+  if (netns != NULL && *netns != '\0' && enter_netns(netns, err, sizeof err) != 0) {
+    diag("%s: %s", role_name(role), err);
+    exit(4);
+  }
+  rn_apply_env_list(getenv(role == RN_RECEIVER ? "RN_CONF_RECV_ENV" : "RN_CONF_SEND_ENV"));
+  rn_default_env();
+  /* RN_NETNS=NAME (through RN_CONF_RECV_ENV / RN_CONF_SEND_ENV): the same,
+   * for tests that name each side's namespace in its environment list. */
+  const char *ns = getenv("RN_NETNS");
+  if (ns != NULL && *ns != '\0' && enter_netns(ns, err, sizeof err) != 0) {
+    diag("%s: %s", role_name(role), err);
+    exit(4);
+  }
+  p.dev = (int)rn_env_long("RN_CONF_DEV", 0);
   if (rn_net_open(&p.net, o->version, err, sizeof err) != 0) {
     diag("%s: %s", role_name(role), err);
     exit(4);
@@ -213,12 +272,14 @@ static void child_main(enum rn_role role, rn_peer_fn fn, struct rn_pair_opts *o,
   if (o->init) {
     ncclResult_t r = rn_net_init(&p.net);
     if (r != ncclSuccess) {
-      diag("%s: init: %s", role_name(role), rn_result_str(r));
+      diag("%s: init: %s%s%s", role_name(role), rn_result_str(r),
+           rn_log_warns() ? "; last WARN: " : "", rn_log_warns() ? rn_log_last_warn() : "");
       exit(3);
     }
     r = rn_net_devices(&p.net, &p.ndev);
     if (r != ncclSuccess || p.ndev <= 0) {
-      diag("%s: devices: %s, ndev %d", role_name(role), rn_result_str(r), p.ndev);
+      diag("%s: devices: %s, %d devices%s%s", role_name(role), rn_result_str(r), p.ndev,
+           rn_log_warns() ? "; last WARN: " : "", rn_log_warns() ? rn_log_last_warn() : "");
       exit(3);
     }
     if (p.dev >= p.ndev) {
@@ -266,16 +327,18 @@ static int child_ok(int st, int allowed_sig) {
 static int wait_children(pid_t *pid, int n, struct rn_pair_opts *o, char *why, size_t whylen) {
   int st[2] = {0, 0};
   int alive[2] = {n > 0, n > 1};
-  double end = now_s() + o->timeout_s;
+  double end = rn_deadline(o->timeout_s);
   double grace_end = 0;
   int timed_out = 0;
   while (alive[0] || alive[1]) {
+    if (o->tick != NULL) o->tick(o->tick_arg);
     for (int i = 0; i < n; i++) {
       if (!alive[i]) continue;
       pid_t w = waitpid(pid[i], &st[i], WNOHANG);
       if (w == pid[i]) {
         alive[i] = 0;
-        if (!child_ok(st[i], o->allow_signal[i]) && grace_end == 0) grace_end = now_s() + 3.0;
+        if (!child_ok(st[i], o->allow_signal[i]) && grace_end == 0)
+          grace_end = rn_deadline(o->grace_s > 0 ? o->grace_s : 3.0);
       }
     }
     if (!alive[0] && !alive[1]) break;
@@ -310,8 +373,8 @@ static int wait_children(pid_t *pid, int n, struct rn_pair_opts *o, char *why, s
     }
   }
   if (timed_out) {
-    snprintf(why + strlen(why), whylen - strlen(why), "%stimeout after %d s (hang)",
-             why[0] ? "; " : "", o->timeout_s);
+    snprintf(why + strlen(why), whylen - strlen(why), "%stimeout after %.0f s (hang)",
+             why[0] ? "; " : "", rn_bound_s(o->timeout_s));
     ok = 0;
   }
   return ok ? 0 : -1;
@@ -378,7 +441,7 @@ int peer_loopback(struct rn_peer *p, void **lc, void **sc, void **rcomm, double 
   *lc = *sc = *rcomm = NULL;
   ncclResult_t r = rn_net_listen(&p->net, p->dev, handle, lc);
   if (r != ncclSuccess || *lc == NULL) return peer_fail(p, "listen: %s", rn_result_str(r));
-  double end = now_s() + timeout_s;
+  double end = rn_deadline(timeout_s);
   while (*sc == NULL || *rcomm == NULL) {
     if (*sc == NULL && (r = rn_net_connect(&p->net, p->dev, handle, sc)) != ncclSuccess)
       return peer_fail(p, "connect: %s", rn_result_str(r));
@@ -386,7 +449,7 @@ int peer_loopback(struct rn_peer *p, void **lc, void **sc, void **rcomm, double 
       return peer_fail(p, "accept: %s", rn_result_str(r));
     if (now_s() > end)
       return peer_fail(p, "connect/accept on one thread: not up after %.0f s (send %p recv %p)",
-                       timeout_s, *sc, *rcomm);
+                       rn_bound_s(timeout_s), *sc, *rcomm);
   }
   return 0;
 }

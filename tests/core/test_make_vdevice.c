@@ -68,6 +68,7 @@ static int traffic(const ncclNet_v9_t *n, int dev, size_t len) {
 }
 
 int main(void) {
+  setvbuf(stdout, NULL, _IOLBF, 0); /* TAP survives an exit without flushing */
   const char *b = getenv("RN_BUILD");
   char so[512];
   snprintf(so, sizeof(so), "%s/libnccl-net-railnet.so", b ? b : "build");

@@ -1,2 +1,3 @@
 # Documentation checks.
 TEST_SCRIPTS += tests/docs/env-table.sh
+TEST_SCRIPTS += tests/docs/install-lines.sh

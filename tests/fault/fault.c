@@ -1,7 +1,9 @@
 /* Fault tests: what the plugin does when the peer dies, when the caller
  * closes with requests outstanding, when sizes disagree, when arguments
  * are wrong, when the handle is garbage and when strangers connect to the
- * listening port.  Every wait is bounded; a hang is a failure.
+ * listening port.  Every wait is bounded (nominal seconds times
+ * RN_TIMEOUT_SCALE); a bound turns a hang into a failure and never judges
+ * speed.
  *
  *   fault [--api v8|v9|v10|v11] [--only SUBSTR] [--seed N]
  *
@@ -28,13 +30,11 @@
 #define DEATH_BOUND_S 10.0 /* a dead peer must surface within this */
 #define CLOSE_BOUND_S 2.0  /* close with requests outstanding */
 
-static double tscale(void) { return rn_timeout_scale(); }
-
 static int is_peer_error(ncclResult_t r) { return r == ncclRemoteError || r == ncclSystemError; }
 
 static int post_retry(struct rn_peer *p, int send, void *comm, void *buf, size_t size, int tag,
                       void *mh, void **req, double timeout_s) {
-  double end = now_s() + timeout_s;
+  double end = rn_deadline(timeout_s);
   *req = NULL;
   for (;;) {
     ncclResult_t r;
@@ -72,7 +72,7 @@ static void die_now(struct rn_peer *p) {
 static int victim(struct rn_peer *p) {
   const struct kill_arg *a = p->arg;
   void *comm = NULL, *lc = NULL;
-  if (peer_connect(p, 1, &comm, p->role == RN_RECEIVER ? &lc : NULL, 30 * tscale()) != 0) return -1;
+  if (peer_connect(p, 1, &comm, p->role == RN_RECEIVER ? &lc : NULL, 30) != 0) return -1;
   if (a->idle) {
     sleep_us(200000); /* let the survivor post its request */
     die_now(p);
@@ -85,7 +85,7 @@ static int victim(struct rn_peer *p) {
   if (r != ncclSuccess) return peer_fail(p, "regMr: %s", rn_result_str(r));
   for (int i = 0; i < 64; i++) {
     void *req = NULL;
-    int e = post_retry(p, p->role == RN_SENDER, comm, buf, KILL_MSG, 1, mh, &req, 10 * tscale());
+    int e = post_retry(p, p->role == RN_SENDER, comm, buf, KILL_MSG, 1, mh, &req, 10);
     if (e != 0) return peer_fail(p, "victim post #%d failed (%d) before dying", i, e);
     /* a couple of polls so the transfer is under way, then die with it in flight */
     int done = 0;
@@ -104,17 +104,19 @@ static int victim(struct rn_peer *p) {
 
 static int survivor(struct rn_peer *p) {
   void *comm = NULL, *lc = NULL;
-  if (peer_connect(p, 1, &comm, p->role == RN_RECEIVER ? &lc : NULL, 30 * tscale()) != 0) return -1;
+  if (peer_connect(p, 1, &comm, p->role == RN_RECEIVER ? &lc : NULL, 30) != 0) return -1;
   unsigned char *buf = malloc(KILL_MSG);
   if (buf == NULL) return peer_fail(p, "oom");
   memset(buf, 0xa5, KILL_MSG);
   void *mh = NULL;
   ncclResult_t r = rn_net_regmr(&p->net, comm, buf, KILL_MSG, NCCL_PTR_HOST, &mh);
   if (r != ncclSuccess) return peer_fail(p, "regMr: %s", rn_result_str(r));
+  rn_log_reset();
+  int warns0 = rn_log_warns();
   double t_kill = 0, t_err = 0;
   ncclResult_t err = ncclSuccess;
   const char *where = "";
-  double hard_end = now_s() + 60 * tscale();
+  double hard_end = rn_deadline(60);
   int completed = 0;
   void *req = NULL;
   while (err == ncclSuccess) {
@@ -123,11 +125,11 @@ static int survivor(struct rn_peer *p) {
       if (poll(&pfd, 1, 0) == 1 && peer_read(p, &t_kill, sizeof t_kill, 1) != 0) t_kill = 0;
     }
     double t = now_s();
-    if ((t_kill != 0 && t > t_kill + DEATH_BOUND_S * tscale()) || t > hard_end) {
+    if ((t_kill != 0 && t > t_kill + rn_bound_s(DEATH_BOUND_S)) || t > hard_end) {
       return peer_fail(
           p, "peer %s; no error from the plugin after %.1f s (%d messages completed, %s)",
-          t_kill != 0 ? "killed" : "not killed?", t_kill != 0 ? t - t_kill : 60.0, completed,
-          req ? "a request outstanding" : "isend/irecv kept returning NULL");
+          t_kill != 0 ? "killed" : "not killed?", t_kill != 0 ? t - t_kill : rn_bound_s(60),
+          completed, req ? "a request outstanding" : "isend/irecv kept returning NULL");
     }
     if (req == NULL) {
       if (p->role == RN_SENDER)
@@ -163,18 +165,25 @@ static int survivor(struct rn_peer *p) {
   if (!is_peer_error(err))
     rc = peer_fail(p, "%s returned %s, want ncclRemoteError or ncclSystemError", where,
                    rn_result_str(err));
-  if (rn_log_warns() == 0) note("no WARN logged for the dead peer");
-  /* closing after the failure must be prompt and must not crash */
+  /* NCCL reports the error; the WARN is what tells the user why */
+  if (rn_log_warns() == warns0 && rc == 0)
+    rc = peer_fail(p, "%s returned %s but no WARN was logged for the dead peer", where,
+                   rn_result_str(err));
+  else if (rn_log_warns() > warns0)
+    note("WARN: %s", rn_log_last_warn());
+  /* closing after the failure must not wait for the dead peer, nor crash */
   double t0 = now_s();
-  rn_net_deregmr(&p->net, comm, mh);
-  if (p->role == RN_SENDER)
-    rn_net_close_send(&p->net, comm);
-  else {
-    rn_net_close_recv(&p->net, comm);
-    rn_net_close_listen(&p->net, lc);
-  }
-  if (now_s() - t0 > CLOSE_BOUND_S * tscale() && rc == 0)
-    rc = peer_fail(p, "close after the peer died took %.1f s", now_s() - t0);
+  if ((r = rn_net_deregmr(&p->net, comm, mh)) != ncclSuccess && rc == 0)
+    rc = peer_fail(p, "deregMr after the peer died: %s", rn_result_str(r));
+  r = p->role == RN_SENDER ? rn_net_close_send(&p->net, comm) : rn_net_close_recv(&p->net, comm);
+  if (r != ncclSuccess && rc == 0)
+    rc = peer_fail(p, "%s after the peer died: %s",
+                   p->role == RN_SENDER ? "closeSend" : "closeRecv", rn_result_str(r));
+  if (lc != NULL && (r = rn_net_close_listen(&p->net, lc)) != ncclSuccess && rc == 0)
+    rc = peer_fail(p, "closeListen after the peer died: %s", rn_result_str(r));
+  if (now_s() - t0 > rn_bound_s(CLOSE_BOUND_S) && rc == 0)
+    rc = peer_fail(p, "close after the peer died took %.1f s (bound %.0f s)", now_s() - t0,
+                   rn_bound_s(CLOSE_BOUND_S));
   free(buf);
   return rc;
 }
@@ -192,15 +201,22 @@ static int dead_listener_r(struct rn_peer *p) {
   return 0;
 }
 
+struct dead_arg {
+  int want_warn; /* 0: the error only; 1: the error and a WARN */
+};
+
 static int dead_listener_s(struct rn_peer *p) {
+  const struct dead_arg *a = p->arg;
   char handle[NCCL_NET_HANDLE_MAXSIZE];
   double t_kill = 0;
   if (peer_read(p, handle, sizeof handle, 30) != 0) return peer_fail(p, "no handle");
   if (peer_read(p, &t_kill, sizeof t_kill, 30) != 0) return peer_fail(p, "no death notice");
   /* the listener is dead now: start connecting */
+  rn_log_reset();
+  int warns0 = rn_log_warns();
   void *sc = NULL;
   ncclResult_t r = ncclSuccess;
-  double end = now_s() + DEATH_BOUND_S * tscale();
+  double end = rn_deadline(DEATH_BOUND_S);
   int calls = 0;
   while (now_s() < end) {
     r = rn_net_connect(&p->net, p->dev, handle, &sc);
@@ -217,7 +233,18 @@ static int dead_listener_s(struct rn_peer *p) {
   if (r == ncclSuccess)
     return peer_fail(p,
                      "connect to a dead listener still returns NULL after %.0f s (NCCL would hang)",
-                     DEATH_BOUND_S);
+                     rn_bound_s(DEATH_BOUND_S));
+  if (!is_peer_error(r))
+    return peer_fail(p,
+                     "connect to a dead listener returned %s, want ncclRemoteError or "
+                     "ncclSystemError",
+                     rn_result_str(r));
+  if (rn_log_warns() > warns0)
+    note("WARN: %s", rn_log_last_warn());
+  else if (a->want_warn)
+    return peer_fail(p, "connect to a dead listener failed (%s) without a WARN", rn_result_str(r));
+  else
+    note("connect failed (%s) without a WARN", rn_result_str(r));
   return 0;
 }
 
@@ -229,9 +256,12 @@ static int timed_close(struct rn_peer *p, void *comm, void *lc, const char *what
   double dt = now_s() - t0;
   note("%s: %s took %.3f s (%s)", p->role == RN_SENDER ? "sender" : "receiver",
        p->role == RN_SENDER ? "closeSend" : "closeRecv", dt, rn_result_str(r));
-  if (lc) rn_net_close_listen(&p->net, lc);
-  if (dt > CLOSE_BOUND_S * tscale())
-    return peer_fail(p, "%s: close took %.1f s, want < %.0f s", what, dt, CLOSE_BOUND_S);
+  if (r != ncclSuccess) return peer_fail(p, "%s: %s", what, rn_result_str(r));
+  if (lc && peer_check(p, rn_net_close_listen(&p->net, lc), "closeListen")) return -1;
+  /* the bound only turns a close that waits for the peer (which waits for
+   * this close) into a failure instead of a hang */
+  if (dt > rn_bound_s(CLOSE_BOUND_S))
+    return peer_fail(p, "%s: close took %.1f s, bound %.0f s", what, dt, rn_bound_s(CLOSE_BOUND_S));
   return 0;
 }
 
@@ -239,7 +269,7 @@ static int timed_close(struct rn_peer *p, void *comm, void *lc, const char *what
  * idle) closes after it. */
 static int close_recv_r(struct rn_peer *p) {
   void *comm = NULL, *lc = NULL;
-  if (peer_connect(p, 1, &comm, &lc, 30 * tscale()) != 0) return -1;
+  if (peer_connect(p, 1, &comm, &lc, 30) != 0) return -1;
   size_t sz = 1 * MB;
   unsigned char *buf = malloc(sz * 4);
   void *mh = NULL;
@@ -250,10 +280,11 @@ static int close_recv_r(struct rn_peer *p) {
     int e = post_retry(p, 0, comm, buf + (size_t)i * sz, sz, 1, mh, &req, 10);
     if (e != 0) return peer_fail(p, "irecv #%d: %d", i, e);
     int done = 0;
-    rn_net_test(&p->net, req, &done, NULL);
+    if (peer_check(p, rn_net_test(&p->net, req, &done, NULL), "test of a pending receive"))
+      return -1;
   }
   /* NCCL deregisters its buffers before closing */
-  rn_net_deregmr(&p->net, comm, mh);
+  if (peer_check(p, rn_net_deregmr(&p->net, comm, mh), "deregMr")) return -1;
   int rc = timed_close(p, comm, lc, "closeRecv with 4 receives outstanding");
   free(buf);
   if (peer_sync(p, 10) != 0 && rc == 0) rc = peer_fail(p, "peer gone");
@@ -262,15 +293,15 @@ static int close_recv_r(struct rn_peer *p) {
 
 static int close_recv_s(struct rn_peer *p) {
   void *comm = NULL;
-  if (peer_connect(p, 1, &comm, NULL, 30 * tscale()) != 0) return -1;
-  if (peer_sync(p, 10 * tscale()) != 0) return peer_fail(p, "receiver did not finish closing");
+  if (peer_connect(p, 1, &comm, NULL, 30) != 0) return -1;
+  if (peer_sync(p, 10) != 0) return peer_fail(p, "receiver did not finish closing");
   return timed_close(p, comm, NULL, "closeSend after the receiver closed");
 }
 
 /* Sender posts 64 MiB sends the receiver only partly takes, closes at once. */
 static int close_send_r(struct rn_peer *p) {
   void *comm = NULL, *lc = NULL;
-  if (peer_connect(p, 1, &comm, &lc, 30 * tscale()) != 0) return -1;
+  if (peer_connect(p, 1, &comm, &lc, 30) != 0) return -1;
   size_t sz = 64 * MB;
   unsigned char *buf = malloc(sz);
   void *mh = NULL;
@@ -280,8 +311,8 @@ static int close_send_r(struct rn_peer *p) {
   int e = post_retry(p, 0, comm, buf, sz, 1, mh, &req, 10);
   if (e != 0) return peer_fail(p, "irecv: %d", e);
   /* do not test: the receiver is slow; wait for the sender's close */
-  if (peer_sync(p, 10 * tscale()) != 0) return peer_fail(p, "sender did not finish closing");
-  rn_net_deregmr(&p->net, comm, mh);
+  if (peer_sync(p, 10) != 0) return peer_fail(p, "sender did not finish closing");
+  if (peer_check(p, rn_net_deregmr(&p->net, comm, mh), "deregMr")) return -1;
   int rc = timed_close(p, comm, lc, "closeRecv after the sender closed mid-message");
   free(buf);
   return rc;
@@ -289,7 +320,7 @@ static int close_send_r(struct rn_peer *p) {
 
 static int close_send_s(struct rn_peer *p) {
   void *comm = NULL;
-  if (peer_connect(p, 1, &comm, NULL, 30 * tscale()) != 0) return -1;
+  if (peer_connect(p, 1, &comm, NULL, 30) != 0) return -1;
   size_t sz = 64 * MB;
   unsigned char *buf = malloc(sz);
   memset(buf, 1, sz);
@@ -312,10 +343,10 @@ static int close_send_s(struct rn_peer *p) {
     }
     posted++;
     int done = 0;
-    rn_net_test(&p->net, req, &done, NULL);
+    if (peer_check(p, rn_net_test(&p->net, req, &done, NULL), "test of a pending send")) return -1;
   }
   note("sender: %d sends outstanding at close", posted);
-  rn_net_deregmr(&p->net, comm, mh);
+  if (peer_check(p, rn_net_deregmr(&p->net, comm, mh), "deregMr")) return -1;
   int rc = timed_close(p, comm, NULL, "closeSend with sends outstanding");
   free(buf);
   if (peer_sync(p, 10) != 0 && rc == 0) rc = peer_fail(p, "peer gone");
@@ -329,14 +360,14 @@ static int close_send_s(struct rn_peer *p) {
 static int oversize(struct rn_peer *p) {
   void *comm = NULL, *lc = NULL;
   int is_recv = p->role == RN_RECEIVER;
-  if (peer_connect(p, 1, &comm, is_recv ? &lc : NULL, 30 * tscale()) != 0) return -1;
+  if (peer_connect(p, 1, &comm, is_recv ? &lc : NULL, 30) != 0) return -1;
   unsigned char *buf = calloc(1, 64 * KB);
   void *mh = NULL;
   ncclResult_t r = rn_net_regmr(&p->net, comm, buf, 64 * KB, NCCL_PTR_HOST, &mh);
   if (r != ncclSuccess) return peer_fail(p, "regMr: %s", rn_result_str(r));
   rn_log_reset();
   void *req = NULL;
-  double end = now_s() + DEATH_BOUND_S * tscale();
+  double end = rn_deadline(DEATH_BOUND_S);
   ncclResult_t err = ncclSuccess;
   int done = 0;
   int got = -1;
@@ -361,23 +392,23 @@ static int oversize(struct rn_peer *p) {
        rn_log_warns() ? rn_log_last_warn() : "");
   /* exchange outcomes: each side must fail, and one WARN must name both sizes */
   int out[2] = {mine, warned}, theirs[2] = {0, 0};
-  if (peer_write(p, out, sizeof out) != 0 ||
-      peer_read(p, theirs, sizeof theirs, 20 * tscale()) != 0)
+  if (peer_write(p, out, sizeof out) != 0 || peer_read(p, theirs, sizeof theirs, 20) != 0)
     return peer_fail(p, "outcome exchange failed");
   int rc = 0;
   if (!mine)
     rc = peer_fail(
         p, "%s: %s",
         is_recv ? "receive of 4099 B got a 12345 B send" : "12345 B send into a 4099 B receive",
-        done ? "test() reported success" : "no error within 10 s");
+        done ? "test() reported success" : "no error within the bound");
   else if (is_recv && !warned && !theirs[1])
     rc = peer_fail(p, "both sides failed but no WARN naming both 12345 and 4099 on either side");
-  rn_net_deregmr(&p->net, comm, mh);
+  /* a failed request leaves the comm closable */
+  if (peer_check(p, rn_net_deregmr(&p->net, comm, mh), "deregMr after the failure")) rc = -1;
   if (is_recv) {
-    rn_net_close_recv(&p->net, comm);
-    rn_net_close_listen(&p->net, lc);
+    if (peer_check(p, rn_net_close_recv(&p->net, comm), "closeRecv after the failure")) rc = -1;
+    if (peer_check(p, rn_net_close_listen(&p->net, lc), "closeListen")) rc = -1;
   } else {
-    rn_net_close_send(&p->net, comm);
+    if (peer_check(p, rn_net_close_send(&p->net, comm), "closeSend after the failure")) rc = -1;
   }
   free(buf);
   return rc;
@@ -386,7 +417,7 @@ static int oversize(struct rn_peer *p) {
 /* ---- zero-byte messages ------------------------------------------------- */
 static int zero_bytes(struct rn_peer *p) {
   void *comm = NULL, *lc = NULL;
-  if (peer_connect(p, 1, &comm, p->role == RN_RECEIVER ? &lc : NULL, 30 * tscale()) != 0) return -1;
+  if (peer_connect(p, 1, &comm, p->role == RN_RECEIVER ? &lc : NULL, 30) != 0) return -1;
   static const size_t sizes[] = {0, 5, 0, 0, 65536, 0, 1, 0, 0, 0, 4096, 0};
   size_t post[sizeof sizes / sizeof sizes[0]];
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
@@ -402,14 +433,14 @@ static int zero_bytes(struct rn_peer *p) {
                         .window = 4,
                         .verify = 1,
                         .seed = p->seed};
-  int rc = rn_stream_run(&s, 30 * tscale());
+  int rc = rn_stream_run(&s, 30);
   if (peer_sync(p, 10) != 0 && rc == 0) rc = peer_fail(p, "peer gone");
   if (peer_close(p, 1, &comm, p->role == RN_RECEIVER ? &lc : NULL) != 0 && rc == 0) rc = -1;
   return rc;
 }
 
 /* ---- bad arguments (one child per check) ------------------------------- */
-enum expect { EXPECT_ERROR_WARN, EXPECT_NO_CRASH };
+enum expect { EXPECT_ERROR_WARN, EXPECT_SUCCESS };
 struct badarg {
   const char *name;
   int which;
@@ -425,7 +456,7 @@ static ncclResult_t call_bad(struct rn_peer *p, int which, int *skip) {
   struct rn_props q;
   void *lc = NULL, *sc = NULL, *rcm = NULL;
   if (which >= 100) {
-    if (peer_loopback(p, &lc, &sc, &rcm, 20 * tscale()) != 0) {
+    if (peer_loopback(p, &lc, &sc, &rcm, 20) != 0) {
       *skip = -1;
       return ncclSuccess;
     }
@@ -555,9 +586,16 @@ static ncclResult_t call_bad(struct rn_peer *p, int which, int *skip) {
       *skip = 1;
   }
   if (which >= 100) {
-    rn_net_close_send(&p->net, sc);
-    rn_net_close_recv(&p->net, rcm);
-    rn_net_close_listen(&p->net, lc);
+    /* the misuse above must leave the comms intact and closable */
+    ncclResult_t c1 = rn_net_close_send(&p->net, sc), c2 = rn_net_close_recv(&p->net, rcm),
+                 c3 = rn_net_close_listen(&p->net, lc);
+    if (c1 != ncclSuccess || c2 != ncclSuccess || c3 != ncclSuccess) {
+      peer_fail(p,
+                "closing the comms after the bad call: closeSend %s, closeRecv %s, "
+                "closeListen %s",
+                rn_result_str(c1), rn_result_str(c2), rn_result_str(c3));
+      *skip = -1;
+    }
   }
   return r;
 }
@@ -569,8 +607,10 @@ static int badarg_fn(struct rn_peer *p) {
   if (skip == -1) return -1;
   if (skip) return peer_fail(p, "not applicable"), RN_EXIT_SKIP;
   int warns = rn_log_warns();
-  if (b->expect == EXPECT_NO_CRASH) {
-    note("%s -> %s", b->name, rn_result_str(r));
+  if (b->expect == EXPECT_SUCCESS) {
+    /* close(NULL) and deregMr(NULL) are no-ops NCCL may issue on cleanup */
+    if (r != ncclSuccess)
+      return peer_fail(p, "%s returned %s, want ncclSuccess", b->name, rn_result_str(r));
     return 0;
   }
   if (r == ncclSuccess) return peer_fail(p, "%s returned ncclSuccess", b->name);
@@ -601,9 +641,9 @@ static const struct badarg badargs[] = {
     {"regMr(NULL comm)", 16, EXPECT_ERROR_WARN},
     {"regMr(garbage comm)", 21, EXPECT_ERROR_WARN},
     {"devices(NULL)", 17, EXPECT_ERROR_WARN},
-    {"closeSend(NULL) does not crash", 18, EXPECT_NO_CRASH},
-    {"closeRecv(NULL) does not crash", 19, EXPECT_NO_CRASH},
-    {"closeListen(NULL) does not crash", 20, EXPECT_NO_CRASH},
+    {"closeSend(NULL) is a no-op returning success", 18, EXPECT_SUCCESS},
+    {"closeRecv(NULL) is a no-op returning success", 19, EXPECT_SUCCESS},
+    {"closeListen(NULL) is a no-op returning success", 20, EXPECT_SUCCESS},
     {"isend on a recv comm", 100, EXPECT_ERROR_WARN},
     {"irecv on a send comm", 101, EXPECT_ERROR_WARN},
     {"irecv(n=0)", 102, EXPECT_ERROR_WARN},
@@ -613,7 +653,7 @@ static const struct badarg badargs[] = {
     {"accept on a send comm", 106, EXPECT_ERROR_WARN},
     {"regMr(NCCL_PTR_CUDA) on a host-only device", 107, EXPECT_ERROR_WARN},
     {"regMr(unknown type 0x40)", 109, EXPECT_ERROR_WARN},
-    {"deregMr(NULL mhandle) does not crash", 108, EXPECT_NO_CRASH},
+    {"deregMr(NULL mhandle) is a no-op returning success", 108, EXPECT_SUCCESS},
 };
 #define NBADARGS (int)(sizeof badargs / sizeof badargs[0])
 
@@ -645,34 +685,47 @@ static int garbage_fn(struct rn_peer *p) {
       for (size_t i = 32; i < sizeof handle; i++) handle[i] ^= (unsigned char)(rng_next(&st) | 1);
     }
   }
+  /* A handle travels over NCCL's bootstrap; a corrupted one must be refused
+   * at connect with an error and a WARN, never turn into a comm, a hang or
+   * a connection the real listener admits.  The bound only catches a
+   * connect that keeps returning "retry later". */
   void *sc = NULL;
-  double end = now_s() + 2.0 * tscale();
+  rn_log_reset();
+  int warns0 = rn_log_warns();
+  double end = rn_deadline(10);
   ncclResult_t r = ncclSuccess;
-  int calls = 0;
-  while (now_s() < end) {
+  int calls = 0, rc = 0;
+  while (rc == 0) {
     r = rn_net_connect(&p->net, p->dev, handle, &sc);
     calls++;
     if (r != ncclSuccess || sc != NULL) break;
-    if (lc != NULL) {
-      void *rc = NULL;
-      ncclResult_t ra = rn_net_accept(&p->net, lc, &rc);
-      if (ra != ncclSuccess)
-        return peer_fail(p, "accept on the real listener failed: %s", rn_result_str(ra));
-      if (rc != NULL)
-        return peer_fail(p, "accept admitted a connection made from a scrambled handle");
+    if (now_s() > end) {
+      rc = peer_fail(
+          p, "connect with a garbage handle still returns \"retry later\" after %d calls", calls);
+      break;
     }
     sleep_us(1000);
   }
-  note("connect(garbage handle kind %d): %s after %d calls, comm %p", g->kind, rn_result_str(r),
-       calls, sc);
-  if (r == ncclSuccess && sc != NULL) {
-    /* a connection to something from garbage: only acceptable when the
-     * scramble left the handle intact enough to reach our own listener */
-    return peer_fail(p, "connect with a garbage handle returned a comm");
+  note("connect(garbage handle kind %d): %s after %d calls, comm %p%s%s", g->kind, rn_result_str(r),
+       calls, sc, rn_log_warns() > warns0 ? ", WARN: " : "",
+       rn_log_warns() > warns0 ? rn_log_last_warn() : "");
+  if (rc == 0 && sc != NULL) rc = peer_fail(p, "connect with a garbage handle returned a comm");
+  if (rc == 0 && rn_log_warns() == warns0)
+    rc = peer_fail(p, "connect refused the garbage handle (%s) without a WARN", rn_result_str(r));
+  if (lc != NULL) {
+    /* the real listener must not have admitted anything */
+    for (int i = 0; i < 20 && rc == 0; i++) {
+      void *rcm = NULL;
+      ncclResult_t ra = rn_net_accept(&p->net, lc, &rcm);
+      if (ra != ncclSuccess)
+        rc = peer_fail(p, "accept on the real listener failed: %s", rn_result_str(ra));
+      else if (rcm != NULL)
+        rc = peer_fail(p, "accept admitted a connection made from a scrambled handle");
+      sleep_us(1000);
+    }
+    if (peer_check(p, rn_net_close_listen(&p->net, lc), "closeListen")) rc = -1;
   }
-  if (r != ncclSuccess && rn_log_warns() == 0) note("connect failed without a WARN");
-  if (lc != NULL) rn_net_close_listen(&p->net, lc);
-  return 0;
+  return rc;
 }
 
 /* ---- stray TCP connections to the listening port ------------------------ */
@@ -784,7 +837,7 @@ static int stray_traffic(struct rn_peer *p, void *comm, int is_send) {
                         .window = 2,
                         .verify = 1,
                         .seed = p->seed};
-  int rc = rn_stream_run(&s, 20 * tscale());
+  int rc = rn_stream_run(&s, 20);
   if (peer_sync(p, 10) != 0 && rc == 0) rc = peer_fail(p, "peer gone");
   return rc;
 }
@@ -840,8 +893,13 @@ static int stray_r(struct rn_peer *p) {
   }
   note("receiver: %d new listening socket(s); %d stray connections, %d kept open", nf, nf * NSTRAY,
        nfd);
-  if (nf == 0)
-    return peer_fail(p, "no TCP listening socket found for this listen comm"), RN_EXIT_SKIP;
+  if (nf == 0) {
+    /* a transport that does not listen on TCP: nothing to stray into.
+     * An all-zero handle tells the sender to skip too. */
+    memset(handle, 0, sizeof handle);
+    if (peer_write(p, handle, sizeof handle) != 0) return peer_fail(p, "pipe");
+    return peer_fail(p, "this transport's listen comm has no TCP listening socket"), RN_EXIT_SKIP;
+  }
   /* let the plugin see the strays before the real peer arrives */
   double t0 = now_s();
   while (now_s() - t0 < 0.3) {
@@ -852,34 +910,109 @@ static int stray_r(struct rn_peer *p) {
     sleep_us(1000);
   }
   if (peer_write(p, handle, sizeof handle) != 0) return peer_fail(p, "pipe");
-  double end = now_s() + 10 * tscale();
+  double end = rn_deadline(10);
   while (rcm == NULL) {
     r = rn_net_accept(&p->net, lc, &rcm);
     if (r != ncclSuccess)
       return peer_fail(p, "accept of the real peer failed: %s", rn_result_str(r));
     if (rcm == NULL && now_s() > end)
-      return peer_fail(p, "real peer not accepted within 10 s of the strays");
+      return peer_fail(p, "real peer not accepted within %.0f s of the strays", rn_bound_s(10));
   }
   int rc = stray_traffic(p, rcm, 0);
   for (int i = 0; i < nfd; i++) close(fds[i]);
-  rn_net_close_recv(&p->net, rcm);
-  rn_net_close_listen(&p->net, lc);
+  if (peer_check(p, rn_net_close_recv(&p->net, rcm), "closeRecv")) rc = -1;
+  if (peer_check(p, rn_net_close_listen(&p->net, lc), "closeListen")) rc = -1;
   return rc;
 }
 
 static int stray_s(struct rn_peer *p) {
   char handle[NCCL_NET_HANDLE_MAXSIZE];
-  if (peer_read(p, handle, sizeof handle, 30 * tscale()) != 0)
-    return peer_fail(p, "no handle"), RN_EXIT_SKIP;
+  static const char none[NCCL_NET_HANDLE_MAXSIZE];
+  if (peer_read(p, handle, sizeof handle, 30) != 0) return peer_fail(p, "no handle");
+  if (memcmp(handle, none, sizeof handle) == 0)
+    return peer_fail(p, "the receiver's transport has no TCP listener"), RN_EXIT_SKIP;
   void *sc = NULL;
-  double end = now_s() + 10 * tscale();
+  double end = rn_deadline(10);
   while (sc == NULL) {
     ncclResult_t r = rn_net_connect(&p->net, p->dev, handle, &sc);
     if (r != ncclSuccess) return peer_fail(p, "connect: %s", rn_result_str(r));
-    if (sc == NULL && now_s() > end) return peer_fail(p, "connect not done within 10 s");
+    if (sc == NULL && now_s() > end)
+      return peer_fail(p, "connect not done within %.0f s", rn_bound_s(10));
   }
   int rc = stray_traffic(p, sc, 1);
-  rn_net_close_send(&p->net, sc);
+  if (peer_check(p, rn_net_close_send(&p->net, sc), "closeSend")) rc = -1;
+  return rc;
+}
+
+/* ---- a half-open incoming connection ------------------------------------ */
+/* A TCP connection to the listening port that never identifies itself is
+ * dropped once RAILNET_CONNECT_TIMEOUT_MS (HALF_OPEN_MS here) has passed,
+ * never before, and a real peer still connects afterwards.  The lower bound
+ * is exact (the plugin cannot have accepted the connection before this
+ * side's connect() returned); the upper one is a scaled hang guard. */
+#define HALF_OPEN_MS 300
+
+static int half_open_fn(struct rn_peer *p) {
+  struct lsock before[64], after[64];
+  int nb = my_listeners(before, 64);
+  char handle[NCCL_NET_HANDLE_MAXSIZE] = {0};
+  void *lc = NULL, *sc = NULL, *rcm = NULL;
+  ncclResult_t r = rn_net_listen(&p->net, p->dev, handle, &lc);
+  if (r != ncclSuccess) return peer_fail(p, "listen: %s", rn_result_str(r));
+  int na = my_listeners(after, 64), fd = -1;
+  for (int i = 0; i < na && fd < 0; i++) {
+    int old = 0;
+    for (int j = 0; j < nb; j++) old |= before[j].inode == after[i].inode;
+    if (!old) fd = stray_connect(&after[i]);
+  }
+  if (fd < 0) {
+    if (peer_check(p, rn_net_close_listen(&p->net, lc), "closeListen")) return -1;
+    return peer_fail(p, "this transport's listen comm has no TCP listening socket"), RN_EXIT_SKIP;
+  }
+  double t0 = now_s(), t_drop = 0;
+  double end = rn_deadline(HALF_OPEN_MS / 1000.0 + 10);
+  int rc = 0;
+  while (rc == 0 && t_drop == 0) {
+    r = rn_net_accept(&p->net, lc, &rcm);
+    if (r != ncclSuccess) {
+      rc = peer_fail(p, "accept with a silent connection pending: %s", rn_result_str(r));
+      break;
+    }
+    if (rcm != NULL) {
+      rc = peer_fail(p, "accept admitted a connection that never identified itself");
+      break;
+    }
+    char c;
+    ssize_t n = recv(fd, &c, 1, MSG_DONTWAIT | MSG_PEEK);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+      t_drop = now_s();
+    else if (now_s() > end)
+      rc = peer_fail(p, "silent connection still open %.1f s after connecting (timeout %d ms)",
+                     now_s() - t0, HALF_OPEN_MS);
+    else
+      sleep_us(2000);
+  }
+  close(fd);
+  if (rc == 0) {
+    note("silent connection dropped %.3f s after it connected (RAILNET_CONNECT_TIMEOUT_MS=%d)",
+         t_drop - t0, HALF_OPEN_MS);
+    if (t_drop - t0 < HALF_OPEN_MS / 1000.0)
+      rc = peer_fail(p, "silent connection dropped after %.3f s, before the %d ms timeout",
+                     t_drop - t0, HALF_OPEN_MS);
+  }
+  /* the listener still works */
+  end = rn_deadline(10);
+  while (rc == 0 && (sc == NULL || rcm == NULL)) {
+    if (sc == NULL && (r = rn_net_connect(&p->net, p->dev, handle, &sc)) != ncclSuccess)
+      rc = peer_fail(p, "connect after the drop: %s", rn_result_str(r));
+    else if (rcm == NULL && (r = rn_net_accept(&p->net, lc, &rcm)) != ncclSuccess)
+      rc = peer_fail(p, "accept after the drop: %s", rn_result_str(r));
+    else if (now_s() > end)
+      rc = peer_fail(p, "a real peer did not connect after the drop");
+  }
+  if (sc && peer_check(p, rn_net_close_send(&p->net, sc), "closeSend")) rc = -1;
+  if (rcm && peer_check(p, rn_net_close_recv(&p->net, rcm), "closeRecv")) rc = -1;
+  if (peer_check(p, rn_net_close_listen(&p->net, lc), "closeListen")) rc = -1;
   return rc;
 }
 
@@ -892,96 +1025,145 @@ struct fcase {
   void *arg;
   int timeout_s;
   int allow_sig[2];
+  const char *env;  /* set in the children before they load the plugin */
+  const char *todo; /* a known plugin bug this case shows: TAP TODO with the reason */
 };
 
 static struct kill_arg k_busy = {0}, k_idle = {1};
+static struct dead_arg d_error = {0}, d_warn = {1};
 static struct garbage_arg g_rand = {0}, g_ff = {1}, g_zero = {2}, g_tail = {3};
 
 static const struct fcase fcases[] = {
-    {"sender SIGKILLed mid-transfer: receiver's test() errors within 10 s",
+    {"sender SIGKILLed mid-transfer: receiver's test() fails with a WARN",
      survivor,
      victim,
      &k_busy,
      90,
-     {0, SIGKILL}},
-    {"receiver SIGKILLed mid-transfer: sender's test() errors within 10 s",
+     {0, SIGKILL},
+     NULL,
+     NULL},
+    {"receiver SIGKILLed mid-transfer: sender's test() fails with a WARN",
      victim,
      survivor,
      &k_busy,
      90,
-     {SIGKILL, 0}},
-    {"sender SIGKILLed before sending: posted receive errors within 10 s",
+     {SIGKILL, 0},
+     NULL,
+     NULL},
+    {"sender SIGKILLed before sending: posted receive fails with a WARN",
      survivor,
      victim,
      &k_idle,
      90,
-     {0, SIGKILL}},
-    {"receiver SIGKILLed with nothing posted: sender's isend/test errors within 10 s",
+     {0, SIGKILL},
+     NULL,
+     NULL},
+    {"receiver SIGKILLed with nothing posted: sender's isend/test fails with a WARN",
      victim,
      survivor,
      &k_idle,
      90,
-     {SIGKILL, 0}},
-    {"listener SIGKILLed before accepting: connect errors within 10 s",
+     {SIGKILL, 0},
+     NULL,
+     NULL},
+    {"listener SIGKILLed before accepting: connect fails with ncclRemoteError or ncclSystemError",
      dead_listener_r,
      dead_listener_s,
-     NULL,
+     &d_error,
      60,
-     {SIGKILL, 0}},
-    {"closeRecv with receives outstanding returns within 2 s",
+     {SIGKILL, 0},
+     NULL,
+     NULL},
+    {"listener SIGKILLed before accepting: connect's failure comes with a WARN",
+     dead_listener_r,
+     dead_listener_s,
+     &d_warn,
+     60,
+     {SIGKILL, 0},
+     NULL,
+     "when the listener dies during the handshake, connect returns the socket error without a "
+     "WARN (plugin/ib_connect.c rn_ib_connect_step and the TCP dial pass rn_sock_send_some/"
+     "rn_sock_recv_some results up through RN_CHECK); seen over verbs on Soft-RoCE"},
+    {"closeRecv with receives outstanding returns without waiting for the peer",
      close_recv_r,
      close_recv_s,
      NULL,
      60,
-     {0, 0}},
-    {"closeSend with 64 MiB sends outstanding returns within 2 s",
+     {0, 0},
+     NULL,
+     NULL},
+    {"closeSend with 64 MiB sends outstanding returns without waiting for the peer",
      close_send_r,
      close_send_s,
      NULL,
      60,
-     {0, 0}},
+     {0, 0},
+     NULL,
+     NULL},
     {"send larger than the posted receive fails on both sides, WARN names both sizes",
      oversize,
      oversize,
      NULL,
      60,
-     {0, 0}},
+     {0, 0},
+     NULL,
+     NULL},
     {"zero-byte messages mixed with data, into zero and larger buffers",
      zero_bytes,
      zero_bytes,
      NULL,
      60,
-     {0, 0}},
-    {"connect with a random handle: error or harmless timeout",
+     {0, 0},
+     NULL,
+     NULL},
+    {"connect with a random handle: refused with an error and a WARN",
      garbage_fn,
      NULL,
      &g_rand,
      30,
-     {0, 0}},
-    {"connect with an all-0xff handle: error or harmless timeout",
+     {0, 0},
+     NULL,
+     NULL},
+    {"connect with an all-0xff handle: refused with an error and a WARN",
      garbage_fn,
      NULL,
      &g_ff,
      30,
-     {0, 0}},
-    {"connect with an all-zero handle: error or harmless timeout",
+     {0, 0},
+     NULL,
+     NULL},
+    {"connect with an all-zero handle: refused with an error and a WARN",
      garbage_fn,
      NULL,
      &g_zero,
      30,
-     {0, 0}},
-    {"connect with a real handle's tail scrambled: not admitted",
+     {0, 0},
+     NULL,
+     NULL},
+    {"connect with a real handle's tail scrambled: refused with a WARN, nothing admitted",
      garbage_fn,
      NULL,
      &g_tail,
      30,
-     {0, 0}},
+     {0, 0},
+     NULL,
+     NULL},
     {"stray TCP connections (garbage, silent, partial) do not block a real peer",
      stray_r,
      stray_s,
      NULL,
      90,
-     {0, 0}},
+     {0, 0},
+     NULL,
+     NULL},
+    {"a silent incoming connection is dropped after RAILNET_CONNECT_TIMEOUT_MS, not before",
+     half_open_fn,
+     NULL,
+     NULL,
+     60,
+     {0, 0},
+     "RAILNET_CONNECT_TIMEOUT_MS=300",
+     NULL},
 };
 #define NFCASES (int)(sizeof fcases / sizeof fcases[0])
 
@@ -1021,10 +1203,11 @@ static void run_version(int version, const char *only, uint64_t seed) {
     const struct fcase *f = &fcases[c];
     if (only && !strstr(f->name, only)) continue;
     struct rn_pair_opts o = {.version = version,
-                             .timeout_s = (int)(f->timeout_s * tscale()),
+                             .timeout_s = f->timeout_s,
                              .init = 1,
                              .seed = seed + (uint64_t)c,
-                             .arg = f->arg};
+                             .arg = f->arg,
+                             .env = f->env};
     o.allow_signal[0] = f->allow_sig[0];
     o.allow_signal[1] = f->allow_sig[1];
     char why[1024];
@@ -1046,16 +1229,17 @@ static void run_version(int version, const char *only, uint64_t seed) {
       tap_skip("v%d: %s (not applicable here)", version, f->name);
       continue;
     }
-    if (!tap_result(rc == 0, "v%d: %s", version, f->name)) diag("  %s", why);
+    if (f->todo) {
+      if (!tap_result_todo(rc == 0, f->todo, "v%d: %s", version, f->name)) diag("  %s", why);
+    } else if (!tap_result(rc == 0, "v%d: %s", version, f->name)) {
+      diag("  %s", why);
+    }
   }
   for (int c = 0; c < NBADARGS; c++) {
     const struct badarg *b = &badargs[c];
     if (only && !strstr(b->name, only) && !strstr("bad arguments", only)) continue;
-    struct rn_pair_opts o = {.version = version,
-                             .timeout_s = (int)(30 * tscale()),
-                             .init = 1,
-                             .seed = seed,
-                             .arg = (void *)b};
+    struct rn_pair_opts o = {
+        .version = version, .timeout_s = 30, .init = 1, .seed = seed, .arg = (void *)b};
     char why[1024];
     int rc = rn_run_single(badarg_fn, &o, why, sizeof why);
     if (rc == 0 && WIFEXITED(o.exit_status[0]) && WEXITSTATUS(o.exit_status[0]) == RN_EXIT_SKIP) {

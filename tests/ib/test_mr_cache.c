@@ -228,6 +228,7 @@ static void test_threads(char *base) {
 }
 
 int main(void) {
+  setvbuf(stdout, NULL, _IOLBF, 0); /* TAP survives an exit without flushing */
   char *base = aligned_alloc(PAGE, 128 * PAGE);
   printf("1..28\n");
   test_alignment_and_subrange_hits(base);

@@ -7,4 +7,4 @@ if ! grep -q '^00000000000000000000000000000001 ' /proc/net/if_inet6 2>/dev/null
   exit 0
 fi
 RAILNET_TRANSPORT=socket RAILNET_SOCKET_IFNAME=lo RAILNET_SOCKET_FAMILY=AF_INET6 \
-  exec "$build/tests/conformance-test" --api v8,v11
+  exec $RN_TEST_WRAP "$build/tests/conformance-test" --api v8,v11

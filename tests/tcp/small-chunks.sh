@@ -5,4 +5,4 @@
 cd "$(dirname "$0")/../.." || exit 1
 build=${RN_BUILD:-build}
 RAILNET_TRANSPORT=socket RAILNET_SOCKET_IFNAME=lo RAILNET_SOCKET_CHUNK=4096 RAILNET_SOCKET_NSTREAMS=2 \
-  exec "$build/tests/conformance-test" --api v8 --only "MiB"
+  exec $RN_TEST_WRAP "$build/tests/conformance-test" --api v8 --only "MiB"

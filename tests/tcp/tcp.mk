@@ -1,7 +1,20 @@
-# TCP transport variants of the conformance suite.
-TEST_SCRIPTS += tests/tcp/ipv6.sh tests/tcp/helpers.sh tests/tcp/small-flood.sh tests/tcp/small-chunks.sh
+# TCP transport variants of the conformance suite and the corruption
+# harness, and the link-down test in two network namespaces.
+TEST_SCRIPTS += tests/tcp/ipv6.sh tests/tcp/helpers.sh tests/tcp/small-flood.sh tests/tcp/small-chunks.sh \
+  tests/tcp/corrupt-helpers.sh tests/tcp/linkdown.sh
 TCP_EAGER_TEST := $(BUILD)/tests/tcp/test_eager_oversize
 $(TCP_EAGER_TEST): $(BUILD)/tests/tcp/test_eager_oversize.o | $(PLUGIN_SO)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_COMMON) -o $@ $^ -ldl
 TEST_PROGS += $(TCP_EAGER_TEST)
+
+# The corruption harness: an in-process proxy rewrites live TCP headers
+# (tests/tcp/test_corrupt.c); it links the transport's wire helpers.
+TCP_CORRUPT_TEST := $(BUILD)/tests/tcp/test_corrupt
+$(eval $(call rn_harness_prog,$(TCP_CORRUPT_TEST),$(BUILD)/tests/tcp/test_corrupt.o $(BUILD)/plugin/tcp/wire.o))
+TEST_PROGS += $(TCP_CORRUPT_TEST)
+
+# Run by linkdown.sh inside two network namespaces.
+TCP_LINKDOWN_TEST := $(BUILD)/tests/tcp/test_linkdown
+$(eval $(call rn_harness_prog,$(TCP_LINKDOWN_TEST),$(BUILD)/tests/tcp/test_linkdown.o))
+test: $(TCP_LINKDOWN_TEST)

@@ -1,6 +1,8 @@
 /* An eager (small) send larger than its posted receive: the receiver's
  * test() fails with a WARN naming both sizes, and the sender learns of it
- * (NACK) and fails within a bounded number of later calls. */
+ * (NACK) and fails within a bounded number of later calls once the
+ * receiver has refused.  Counting calls, not time, decides the result; the
+ * alarm (x RN_TIMEOUT_SCALE) only turns a hang into a failure. */
 #include <dlfcn.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -10,6 +12,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "nccl/net_v8.h"
+
+#define LATER_CALLS 200 /* isend+test rounds the sender gets after the refusal */
 
 static int warned;
 static void logger(ncclDebugLogLevel l, unsigned long f, const char *file, int line,
@@ -26,61 +30,92 @@ static void logger(ncclDebugLogLevel l, unsigned long f, const char *file, int l
   fflush(stdout);
 }
 
+/* Print why a setup call failed and leave: setup is not what this tests. */
+static int setup_failed(int n, const char *what, ncclResult_t r) {
+  printf("not ok %d - setup: %s returned %d\n", n, what, (int)r);
+  return 1;
+}
+
+#define SETUP(n, call)                                        \
+  do {                                                        \
+    ncclResult_t r_ = (call);                                 \
+    if (r_ != ncclSuccess) return setup_failed(n, #call, r_); \
+  } while (0)
+
 int main(void) {
+  setvbuf(stdout, NULL, _IOLBF, 0); /* TAP survives an exit without flushing */
   const char *b = getenv("RN_BUILD");
   char so[512];
   snprintf(so, sizeof(so), "%s/libnccl-net-railnet.so", b ? b : "build");
+  const char *sc_env = getenv("RN_TIMEOUT_SCALE");
+  long scale = sc_env ? strtol(sc_env, NULL, 10) : 1;
+  if (scale < 1) scale = 1;
   setenv("RAILNET_TRANSPORT", "socket", 1);
   setenv("RAILNET_SOCKET_IFNAME", "lo", 1);
-  int p[2], q[2];
-  if (pipe(p) != 0 || pipe(q) != 0) return 1;
+  /* p: handle, receiver -> sender; q: "eager send out" and "done", sender
+   * -> receiver; z: "refused", receiver -> sender */
+  int p[2], q[2], z[2];
+  if (pipe(p) != 0 || pipe(q) != 0 || pipe(z) != 0) return 1;
   printf("1..2\n");
   fflush(stdout);
   pid_t pid = fork();
-  alarm(30); /* nothing here may hang */
+  alarm((unsigned)(30 * scale)); /* nothing here may hang */
+  int me = pid == 0 ? 1 : 2;
   void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
   const ncclNet_v8_t *n = h ? dlsym(h, "ncclNetPlugin_v8") : NULL;
-  if (n == NULL || n->init(logger) != ncclSuccess) {
-    printf("not ok %d - load %s\n", pid == 0 ? 1 : 2, so);
+  if (n == NULL) {
+    printf("not ok %d - load %s: %s\n", me, so, h ? "no ncclNetPlugin_v8" : dlerror());
     return 1;
   }
+  SETUP(me, n->init(logger));
   static char buf[256];
   if (pid == 0) { /* receiver */
     char handle[NCCL_NET_HANDLE_MAXSIZE];
-    void *lc, *rc = NULL, *mh, *rq = NULL, *d = buf;
-    n->listen(0, handle, &lc);
+    void *lc = NULL, *rc = NULL, *mh = NULL, *rq = NULL, *d = buf;
+    SETUP(1, n->listen(0, handle, &lc));
     if (write(p[1], handle, sizeof(handle)) != (ssize_t)sizeof(handle)) return 1;
-    while (rc == NULL) n->accept(lc, &rc, NULL);
-    n->regMr(rc, buf, sizeof(buf), NCCL_PTR_HOST, &mh);
+    while (rc == NULL) SETUP(1, n->accept(lc, &rc, NULL));
+    SETUP(1, n->regMr(rc, buf, sizeof(buf), NCCL_PTR_HOST, &mh));
     char go;
     if (read(q[0], &go, 1) != 1) return 1; /* the sender's eager send is out */
     int sz = 8, tag = 1, done = 0, got = -1;
-    while (rq == NULL) n->irecv(rc, 1, &d, &sz, &tag, &mh, &rq);
+    while (rq == NULL) SETUP(1, n->irecv(rc, 1, &d, &sz, &tag, &mh, &rq));
     ncclResult_t r = ncclSuccess;
     while (!done && r == ncclSuccess) r = n->test(rq, &done, &got);
     int ok = r != ncclSuccess && warned;
     printf("%sok 1 - receiver: test() fails (%d) with a WARN naming 100 and 8 bytes\n",
            ok ? "" : "not ", r);
     fflush(stdout);
+    if (write(z[1], ok ? "r" : "x", 1) != 1) return 1; /* the sender may count now */
     if (read(q[0], &go, 1) != 1) {
     } /* wait for the sender to finish */
     return ok ? 0 : 1;
   }
   char handle[NCCL_NET_HANDLE_MAXSIZE];
   if (read(p[0], handle, sizeof(handle)) != (ssize_t)sizeof(handle)) return 1;
-  void *sc = NULL, *mh, *rq = NULL;
-  while (sc == NULL) n->connect(0, handle, &sc, NULL);
-  n->regMr(sc, buf, sizeof(buf), NCCL_PTR_HOST, &mh);
-  while (rq == NULL) n->isend(sc, buf, 100, 1, mh, &rq); /* eager: no receive posted yet */
+  void *sc = NULL, *mh = NULL, *rq = NULL;
+  while (sc == NULL) SETUP(2, n->connect(0, handle, &sc, NULL));
+  SETUP(2, n->regMr(sc, buf, sizeof(buf), NCCL_PTR_HOST, &mh));
+  /* eager: no receive is posted yet */
+  while (rq == NULL) SETUP(2, n->isend(sc, buf, 100, 1, mh, &rq));
   int done = 0;
-  while (!done) n->test(rq, &done, NULL);
+  while (!done) SETUP(2, n->test(rq, &done, NULL));
   if (write(q[1], "g", 1) != 1) return 1;
-  /* Keep sending small messages: within the eager window the sender must
-   * read the receiver's refusal and fail. */
+  char refused = 0;
+  if (read(z[0], &refused, 1) != 1 || refused != 'r') {
+    printf("not ok 2 - sender: the receiver did not refuse the oversized send\n");
+    if (write(q[1], "d", 1) != 1) {
+    }
+    waitpid(pid, NULL, 0);
+    return 1;
+  }
+  /* The receiver has refused (its reply is on the wire): within the eager
+   * window the sender must read it and fail.  A short pause per call lets
+   * the reply cross loopback; the count is what the test bounds. */
   ncclResult_t r = ncclSuccess;
   int calls = 0;
-  for (; calls < 200 && r == ncclSuccess; calls++) {
-    usleep(2000);
+  for (; calls < LATER_CALLS && r == ncclSuccess; calls++) {
+    usleep(1000);
     rq = NULL;
     r = n->isend(sc, buf, 8, 1, mh, &rq);
     while (r == ncclSuccess && rq != NULL) {
@@ -90,10 +125,11 @@ int main(void) {
     }
   }
   int ok = r != ncclSuccess;
-  if (write(q[1], "g", 1) != 1) {
+  if (write(q[1], "d", 1) != 1) {
   }
   int st = 0;
   waitpid(pid, &st, 0);
-  printf("%sok 2 - sender: a later call fails (%d) after %d calls\n", ok ? "" : "not ", r, calls);
+  printf("%sok 2 - sender: a later call fails (%d) within %d calls of the refusal (after %d)\n",
+         ok ? "" : "not ", r, LATER_CALLS, calls);
   return (ok && WIFEXITED(st) && WEXITSTATUS(st) == 0) ? 0 : 1;
 }

@@ -8,5 +8,9 @@ int rn_expect_run_dir(const char *dir);
 /* The shared vendor topologies: RAILNET_TOPOLOGIES_DIR or
  * ../shared/topologies; NULL when absent. */
 const char *rn_expect_shared_dir(void);
+/* The directory that was looked for, present or not. */
+const char *rn_expect_shared_name(void);
+/* 1 when RAILNET_TOPOLOGIES_REQUIRED=1: a missing vendor file fails. */
+int rn_expect_required(void);
 
 #endif

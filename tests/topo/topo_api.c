@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "model.h"
+#include "railnet/sysfs.h"
 #include "railnet/topo.h"
 #include "sysfs.h"
 
@@ -54,8 +55,16 @@ static void test_busid(void) {
 static void test_path_names(void) {
   enum rn_path p;
   ok(rn_path_parse("pxb", &p) == 0 && p == RN_PATH_PXB, "path_parse is case-insensitive");
-  ok(rn_path_parse("P2C", &p) != 0, "path_parse rejects unknown levels");
-  ok(strcmp(rn_path_name(RN_PATH_NODE), "NODE") == 0, "path_name names NODE");
+  ok(rn_path_parse("P2C", &p) == 0 && p == RN_PATH_P2C, "path_parse knows NCCL's P2C");
+  ok(rn_path_parse("NODE", &p) != 0, "path_parse rejects NODE (nvidia-smi's, not NCCL's)");
+  /* NCCL's numbering (graph.h): levels compare as NCCL compares them. */
+  ok(RN_PATH_LOC == 0 && RN_PATH_NVL == 1 && RN_PATH_C2C == 3 && RN_PATH_PIX == 4 &&
+         RN_PATH_PXB == 5 && RN_PATH_P2C == 6 && RN_PATH_PXN == 7 && RN_PATH_PHB == 8 &&
+         RN_PATH_SYS == 9 && RN_PATH_DIS == 11,
+     "path types carry NCCL's numbers");
+  ok(strcmp(rn_path_name(RN_PATH_PXN), "PXN") == 0 &&
+         strcmp(rn_path_name((enum rn_path)42), "?") == 0,
+     "path_name names PXN and marks unknown numbers");
 }
 
 static void test_filter(void) {
@@ -230,6 +239,274 @@ static void test_sysfs_replay(void) {
   rn_topo_free(t);
 }
 
+static void test_gdr_levels(void) {
+  enum rn_path p = RN_PATH_LOC;
+  /* NCCL_NET_GDR_LEVEL as ncclGetLevel reads it. */
+  ok(rn_gdr_level_parse("PXB", 1, &p) == 0 && p == RN_PATH_PXB, "NCCL level: a name");
+  ok(rn_gdr_level_parse("pxb", 1, &p) == 1, "NCCL level: names are case-sensitive (ignored)");
+  ok(rn_gdr_level_parse("3", 1, &p) == 0 && p == RN_PATH_PHB, "NCCL level: old number 3 is PHB");
+  ok(rn_gdr_level_parse("9", 1, &p) == 0 && p == RN_PATH_SYS,
+     "NCCL level: old numbers past 4 are SYS");
+  ok(rn_gdr_level_parse("2abc", 1, &p) == 0 && p == RN_PATH_PXB,
+     "NCCL level: a leading digit decides, as strtol does");
+  ok(rn_gdr_level_parse("P2C", 1, &p) == 0 && p == RN_PATH_P2C, "NCCL level: P2C is a level");
+  ok(rn_gdr_level_parse("NET", 1, &p) == 1, "NCCL level: names past SYS are ignored");
+  ok(rn_gdr_level_parse("", 1, &p) == 1 && rn_gdr_level_parse(NULL, 0, &p) == 1,
+     "empty or absent level: unset");
+  /* RAILNET_GDR_LEVEL: any case, whole string. */
+  ok(rn_gdr_level_parse("phb", 0, &p) == 0 && p == RN_PATH_PHB, "railnet level: any case");
+  ok(rn_gdr_level_parse("2abc", 0, &p) == -1 && rn_gdr_level_parse("bogus", 0, &p) == -1,
+     "railnet level: anything else is malformed");
+}
+
+static void test_settings(void) {
+  static const char *const vars[] = {"RAILNET_NICS",     "NCCL_IB_HCA",       "RAILNET_TOPO_FILE",
+                                     "NCCL_TOPO_FILE",   "RAILNET_GDR_LEVEL", "NCCL_NET_GDR_LEVEL",
+                                     "NCCL_NET_GDR_C2C", "NCCL_PXN_DISABLE",  "NCCL_PXN_C2C",
+                                     "RAILNET_STANDBY"};
+  struct rn_topo_settings st;
+  struct rn_plan_opts o;
+  for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) unsetenv(vars[i]);
+  rn_topo_settings_read(&st);
+  ok(st.gdr_level == RN_PATH_PXB && strcmp(st.gdr_level_from, "default") == 0 && st.gdr_c2c &&
+         st.pxn && st.pxn_c2c && st.standby && st.nics[0] == '\0' && st.nwarn == 0,
+     "settings: NCCL's defaults with nothing set");
+  setenv("NCCL_IB_HCA", "mlx5_0", 1);
+  setenv("NCCL_TOPO_FILE", "/x.xml", 1);
+  setenv("NCCL_NET_GDR_LEVEL", "PHB", 1);
+  rn_topo_settings_read(&st);
+  ok(strcmp(st.nics, "mlx5_0") == 0 && strcmp(st.nics_from, "NCCL_IB_HCA") == 0 &&
+         strcmp(st.topo_file, "/x.xml") == 0 && st.gdr_level == RN_PATH_PHB &&
+         strcmp(st.gdr_level_from, "NCCL_NET_GDR_LEVEL") == 0,
+     "settings: NCCL_IB_HCA, NCCL_TOPO_FILE, NCCL_NET_GDR_LEVEL as fallbacks");
+  ok(st.ninfo >= 3 && strstr(st.info[0], "set by environment"),
+     "settings: every value read is echoed");
+  setenv("RAILNET_NICS", "mlx5_1", 1);
+  setenv("RAILNET_GDR_LEVEL", "1", 1);
+  setenv("NCCL_NET_GDR_C2C", "0", 1);
+  setenv("NCCL_PXN_DISABLE", "1", 1);
+  setenv("RAILNET_STANDBY", "0", 1);
+  rn_topo_settings_read(&st);
+  rn_plan_opts_default(&o);
+  rn_plan_opts_from_settings(&o, &st);
+  ok(strcmp(st.nics, "mlx5_1") == 0 && st.gdr_level == RN_PATH_PIX && !st.gdr_c2c && !st.pxn &&
+         !st.standby,
+     "settings: RAILNET_* win; NCCL_NET_GDR_C2C=0, NCCL_PXN_DISABLE=1, RAILNET_STANDBY=0");
+  ok(o.gdr_level == RN_PATH_PIX && !o.gdr_c2c && !o.pxn && !o.standby &&
+         strcmp(o.nic_filter, "mlx5_1") == 0 && strcmp(o.nic_filter_from, "RAILNET_NICS") == 0,
+     "settings become plan options");
+  setenv("RAILNET_GDR_LEVEL", "bogus", 1);
+  setenv("RAILNET_STANDBY", "7", 1);
+  setenv("RAILNET_NICS", "mlx5_0:x", 1);
+  rn_topo_settings_read(&st);
+  ok(st.nwarn == 3 && st.gdr_level == RN_PATH_PHB && st.standby == 1 && st.nics[0] == '\0',
+     "settings: bad values warn and fall back (NCCL level, default, no filter)");
+  for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) unsetenv(vars[i]);
+}
+
+static void test_cuda_visible(void) {
+  struct rn_topo *t;
+  char err[256], sub[128], note[256];
+  if (rn_topo_load_file("tests/topo/fixtures/dgx-h100-like.xml", &t, err, sizeof(err))) {
+    ok(0, err);
+    return;
+  }
+  ok(rn_topo_cuda_visible(t, NULL, sub, sizeof(sub), note, sizeof(note)) == 1,
+     "CUDA_VISIBLE_DEVICES unset: every GPU");
+  ok(rn_topo_cuda_visible(t, "", sub, sizeof(sub), note, sizeof(note)) == 0 && sub[0] == '\0',
+     "CUDA_VISIBLE_DEVICES empty: no GPU");
+  ok(rn_topo_cuda_visible(t, "6, 2", sub, sizeof(sub), note, sizeof(note)) == 0 &&
+         strcmp(sub, "6,2") == 0 && !note[0],
+     "CUDA_VISIBLE_DEVICES indices, in its order");
+  ok(rn_topo_cuda_visible(t, "0,9,1", sub, sizeof(sub), note, sizeof(note)) == 0 &&
+         strcmp(sub, "0") == 0 && strstr(note, "\"9\""),
+     "CUDA_VISIBLE_DEVICES: an invalid index ends the list, with a note");
+  ok(rn_topo_cuda_visible(t, "1,1,2", sub, sizeof(sub), note, sizeof(note)) == 0 &&
+         strcmp(sub, "1") == 0,
+     "CUDA_VISIBLE_DEVICES: a repeated index ends the list");
+  ok(rn_topo_cuda_visible(t, "GPU-1234", sub, sizeof(sub), note, sizeof(note)) == 1 &&
+         strstr(note, "UUIDs"),
+     "CUDA_VISIBLE_DEVICES UUIDs on a source without them: every GPU, said in a note");
+  rn_topo_free(t);
+  if (rn_topo_load_file("tests/topo/fixtures/hwloc-dual-port.xml", &t, err, sizeof(err))) {
+    ok(0, err);
+    return;
+  }
+  ok(rn_topo_cuda_visible(t, "GPU-aaaa", sub, sizeof(sub), note, sizeof(note)) == 0 &&
+         strcmp(sub, "0") == 0,
+     "CUDA_VISIBLE_DEVICES: a UUID prefix names the GPU with that UUID");
+  ok(rn_topo_cuda_visible(t, "GPU-bbbb", sub, sizeof(sub), note, sizeof(note)) == 0 &&
+         sub[0] == '\0',
+     "CUDA_VISIBLE_DEVICES: an unknown UUID ends the list");
+  rn_topo_free(t);
+}
+
+static void test_filter_ids(void) {
+  char err[256];
+  ok(rn_topo_filter_check("mlx5_0:1:3:0,mlx5_1::2", err, sizeof(err)) == 0,
+     "filter: name:port:rail:plane and empty fields parse (NCCL 2.30)");
+  ok(rn_topo_filter_check("mlx5_0:1:3:0:9", err, sizeof(err)) != 0 && strstr(err, "more than"),
+     "filter: more fields than name:port:rail:plane is an error");
+  ok(rn_topo_filter_check("mlx5_0::x", err, sizeof(err)) != 0 && strstr(err, "bad rail"),
+     "filter: a rail that is no number is named");
+  ok(rn_topo_filter_check(":1", err, sizeof(err)) != 0 && strstr(err, "bad device name"),
+     "filter: an entry without a name is an error");
+  ok(rn_topo_filter_check(",,mlx5_0,", err, sizeof(err)) == 0, "filter: empty entries are skipped");
+  ok(rn_topo_filter_match("mlx5_0", "mlx5_0:2", "", 2),
+     "filter: a plugin name device:port matches as its device");
+  ok(rn_topo_filter_match("=mlx5_0:2", "mlx5_0:2", "", 2) &&
+         !rn_topo_filter_match("=mlx5_0:2", "mlx5_0:1", "", 1),
+     "filter: exact name with the verbs port");
+}
+
+static void test_find_nic_ports(void) {
+  struct rn_topo *t;
+  char err[256];
+  if (rn_topo_load_file("tests/topo/fixtures/hwloc-dual-port.xml", &t, err, sizeof(err))) {
+    ok(0, err);
+    return;
+  }
+  int p1 = rn_topo_find_nic(t, "mlx5_0:1", NULL), p2 = rn_topo_find_nic(t, "mlx5_0:2", NULL);
+  ok(p1 >= 0 && p2 >= 0 && p1 != p2 && rn_topo_nic(t, p2)->port == 2,
+     "find_nic: device:port names each port of a multi-port device");
+  ok(rn_topo_find_nic(t, "mlx5_0", NULL) == p1, "find_nic: the bare device is its first port");
+  ok(rn_topo_find_nic(t, "ib1", NULL) == p2, "find_nic: by the port's netdev");
+  ok(rn_topo_find_nic(t, "mlx5_0:9", NULL) < 0, "find_nic: no such port");
+  ok(strcmp(rn_topo_nic(t, p1)->device, "mlx5_0") == 0 &&
+         rn_topo_nic(t, p1)->asic == rn_topo_nic(t, p2)->asic,
+     "the two ports share their device and NIC");
+  rn_topo_free(t);
+}
+
+/* A VPI NIC: port 1 InfiniBand, port 2 Ethernet (from a replayed sysfs). */
+static void test_vpi_ports(void) {
+  char root[300], d[512], err[256];
+  struct rn_topo *t;
+  struct rn_plan *p = NULL;
+  snprintf(root, sizeof(root), "%s/vpi", tmpdir);
+  for (int port = 1; port <= 2; port++) {
+    snprintf(d, sizeof(d), "%s/sys/class/infiniband/mlx5_0/ports/%d", root, port);
+    mkdirs(d);
+  }
+  write_tmp("vpi/sys/class/infiniband/mlx5_0/ports/1/link_layer", "InfiniBand\n");
+  write_tmp("vpi/sys/class/infiniband/mlx5_0/ports/1/rate", "200 Gb/sec (4X HDR)\n");
+  write_tmp("vpi/sys/class/infiniband/mlx5_0/ports/2/link_layer", "Ethernet\n");
+  write_tmp("vpi/sys/class/infiniband/mlx5_0/ports/2/rate", "200 Gb/sec (4X HDR)\n");
+  if (rn_topo_load_file("tests/topo/fixtures/hwloc-dual-port.xml", &t, err, sizeof(err))) {
+    ok(0, err);
+    return;
+  }
+  rn_topo_sysfs_enrich_nics(t, root);
+  ok(rn_plan_build(t, NULL, &p, err, sizeof(err)) == 0 && p->ngpus == 1 && p->gpus[0].nrails == 1 &&
+         strcmp(rn_topo_nic(t, p->gpus[0].rails[0].nic)->name, "mlx5_0:1") == 0,
+     "VPI NIC: the InfiniBand port is the rail, the Ethernet port is not fused to it");
+  ok(p && p->nunused == 1 && strstr(p->unused_why[0], "second port of a NIC already used"),
+     "VPI NIC: the other port says it is the second port of a NIC already used");
+  rn_plan_free(p);
+  rn_topo_free(t);
+}
+
+/* The plugin's sysfs helpers (topo/sysfs.c) on a replayed tree. */
+static void test_sysfs_helpers(void) {
+  char root[300], d[600], buf[256], path[512], busid[32], why[128];
+  snprintf(root, sizeof(root), "%s/fs2", tmpdir);
+  snprintf(d, sizeof(d), "%s/sys/devices/pci0000:00/0000:00:01.0/0000:18:00.0/infiniband/mlx5_0",
+           root);
+  mkdirs(d);
+  snprintf(d, sizeof(d), "%s/sys/class/infiniband", root);
+  mkdirs(d);
+  snprintf(d, sizeof(d), "%s/sys/class/infiniband/mlx5_0", root);
+  int linked = symlink("../../devices/pci0000:00/0000:00:01.0/0000:18:00.0/infiniband/mlx5_0", d);
+  snprintf(d, sizeof(d), "%s/sys/class/net/eth9", root);
+  mkdirs(d);
+  write_tmp("fs2/sys/class/net/eth9/speed", "25000\n");
+  snprintf(d, sizeof(d), "%s/sys/module/nvidia", root);
+  mkdirs(d);
+  setenv("RAILNET_FSROOT", root, 1);
+  ok(rn_sysfs_read("sys/class/net/eth9/speed", buf, sizeof(buf)) == 0 && strcmp(buf, "25000") == 0,
+     "sysfs_read reads under RAILNET_FSROOT");
+  ok(rn_sysfs_read("sys/class/net/none/speed", buf, sizeof(buf)) != 0,
+     "sysfs_read fails on a missing file");
+  ok(linked == 0 && rn_sysfs_realpath("sys/class/infiniband/mlx5_0", path, sizeof(path)) == 0 &&
+         strcmp(path, "/sys/devices/pci0000:00/0000:00:01.0/0000:18:00.0/infiniband/mlx5_0") == 0,
+     "sysfs_realpath resolves links and drops the root");
+  ok(rn_sysfs_pci_parent(path, buf, sizeof(buf), busid, sizeof(busid)) == 0 &&
+         strcmp(busid, "0000:18:00.0") == 0 &&
+         strcmp(buf, "/sys/devices/pci0000:00/0000:00:01.0/0000:18:00.0") == 0,
+     "sysfs_pci_parent finds the nearest PCI function above a device");
+  ok(rn_sysfs_pci_parent("/sys/devices/virtual/net/lo", buf, sizeof(buf), busid, sizeof(busid)) !=
+         0,
+     "sysfs_pci_parent: a virtual device has none");
+  ok(rn_topo_sysfs_gdr_probe(root, why, sizeof(why)) == 0 && strstr(why, "no peermem"),
+     "GDR probe: NVIDIA driver without a peermem module says so");
+  snprintf(d, sizeof(d), "%s/sys/module/nv_peer_mem", root);
+  mkdirs(d);
+  ok(rn_topo_sysfs_gdr_probe(root, why, sizeof(why)) == 1 && strstr(why, "nv_peer_mem"),
+     "GDR probe: the old nv_peer_mem module counts");
+  unsetenv("RAILNET_FSROOT");
+  struct rn_topo *t;
+  char err[256];
+  if (rn_topo_load_file("tests/topo/fixtures/hwloc-small.xml", &t, err, sizeof(err)) == 0) {
+    rn_topo_sysfs_enrich_nics(t, root);
+    const struct rn_topo_nic *e = rn_topo_nic(t, rn_topo_find_nic(t, "eth9", NULL));
+    ok(e && e->speed_mbps == 25000 && e->link == RN_TOPO_LINK_ETH,
+       "sysfs replay: a netdev's speed and Ethernet link");
+    rn_topo_free(t);
+  }
+}
+
+static void test_hwloc_grace(void) {
+  struct rn_topo *t;
+  char err[256];
+  if (rn_topo_load_file("tests/topo/fixtures/hwloc-grace.xml", &t, err, sizeof(err))) {
+    ok(0, err);
+    return;
+  }
+  ok(rn_topo_nvlinked(t, 0, 1) && rn_topo_gpu(t, 0)->c2c &&
+         strcmp(rn_topo_gpu(t, 1)->uuid, "GPU-66666666-2222-3333-4444-555555555555") == 0,
+     "hwloc: NVLinkBandwidth distances give NVLinks, GPU memory nodes C2C, OS devices UUIDs");
+  rn_topo_free(t);
+}
+
+static void rn_count_line(void *ctx, const char *line) {
+  int *n = ctx;
+  (*n) += strncmp(line, "plan: ", 6) == 0;
+}
+
+static void test_plan_log(void) {
+  struct rn_topo *t;
+  struct rn_plan *p;
+  char err[256];
+  int lines = 0;
+  if (rn_topo_load_file("tests/topo/fixtures/dgx-h100-like.xml", &t, err, sizeof(err))) {
+    ok(0, err);
+    return;
+  }
+  if (rn_plan_build(t, NULL, &p, err, sizeof(err))) {
+    ok(0, err);
+    rn_topo_free(t);
+    return;
+  }
+  rn_plan_log(t, p, rn_count_line, &lines);
+  /* 8 rails, 8 devices, 4 unused NICs, no notes. */
+  ok(lines == 20, "plan log: one line per rail, device and unused NIC");
+  ok(rn_plan_path(p, 0, 0) == RN_PATH_PIX && rn_plan_path(p, 0, 99) == RN_PATH_DIS &&
+         rn_plan_path(NULL, 0, 0) == RN_PATH_DIS,
+     "plan_path: the matrix cell, DIS out of range");
+  char via[96];
+  ok(rn_topo_path(t, 0, 6, via, sizeof(via)) == RN_PATH_SYS && strcmp(via, "NUMA 0 -> NUMA 1") == 0,
+     "path across NUMA nodes is SYS and names both");
+  ok(rn_topo_path(t, 0, 99, via, sizeof(via)) == RN_PATH_DIS && via[0] == '\0',
+     "path to a NIC that does not exist is DIS");
+  ok(rn_topo_path_bw(t, 0, 0) > 47 && rn_topo_path_bw(t, 0, 0) < 49,
+     "path bandwidth in NCCL's units: Gen5 x16 = 48 GB/s under a 400 Gb/s NIC");
+  ok(rn_topo_nhosts(t) == 1 && strcmp(rn_topo_host_name(t, 0), "") == 0 &&
+         strcmp(rn_topo_host_name(t, 5), "") == 0,
+     "one unnamed host");
+  rn_plan_free(p);
+  rn_topo_free(t);
+}
+
 static void test_live(void) {
   struct rn_topo *t;
   struct rn_plan *p;
@@ -293,6 +570,15 @@ int main(void) {
   test_numbering_is_meaningless();
   test_subset_and_candidates();
   test_sysfs_replay();
+  test_gdr_levels();
+  test_settings();
+  test_cuda_visible();
+  test_filter_ids();
+  test_find_nic_ports();
+  test_vpi_ports();
+  test_plan_log();
+  test_sysfs_helpers();
+  test_hwloc_grace();
   test_live();
   test_threads();
   printf("1..%d\n", n_tests);

@@ -1,0 +1,110 @@
+/* The TCP transport's wire format: every message header, its fields and
+ * limits, and the header checksum.  PROTOCOL.md beside this file is the
+ * specification (who sends what, when, and what the receiver checks);
+ * this header is its one C rendering, shared by the transport and by the
+ * corruption harness that attacks it (tests/tcp/test_corrupt.c).  Any
+ * change here bumps RN_WIRE_VERSION (railnet/transport.h).
+ *
+ * Every header starts with the same 8-byte prefix (type, flags, header
+ * length, payload length) and ends with a CRC-32C of the bytes before it,
+ * so a reader can frame any message, and new types or longer headers fit
+ * in later versions.  Fields are in host byte order (both ends run the
+ * same build family; the handle's magic would not match otherwise).  No
+ * header has implicit padding: the static_asserts pin every size. */
+#ifndef RN_TCP_WIRE_H
+#define RN_TCP_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "railnet/transport.h"
+
+enum rn_tcp_msg_type {
+  RN_TCP_MSG_CTS = 1,   /* clear-to-send: receiver -> sender, control connection */
+  RN_TCP_MSG_DATA = 2,  /* a message's header (+ inline payload): sender -> receiver, control */
+  RN_TCP_MSG_CHUNK = 3, /* a piece of a streamed message: sender -> receiver, data stream */
+};
+
+/* DATA flags: at most one is set. */
+enum {
+  RN_TCP_DATA_EAGER = 1,    /* sent before its match was known: matched by tag */
+  RN_TCP_DATA_STREAMED = 2, /* the payload follows as chunks on the data streams */
+  RN_TCP_DATA_TOO_BIG = 4,  /* larger than the posted buffer: the receive fails */
+};
+#define RN_TCP_DATA_FLAGS (RN_TCP_DATA_EAGER | RN_TCP_DATA_STREAMED | RN_TCP_DATA_TOO_BIG)
+
+#define RN_TCP_RING 64         /* receive groups outstanding per comm (>= NCCL's 32) */
+#define RN_TCP_EAGER_WINDOW 64 /* eager messages not yet matched at the sender: < this */
+#define RN_TCP_EAGER_MAX 1024  /* largest eager payload */
+#define RN_TCP_MAX_CHUNKS 1024 /* chunks of one streamed message */
+#define RN_TCP_CHUNK_WORDS (RN_TCP_MAX_CHUNKS / 64)
+/* A CTS's size entries past n: no buffer ever has this size (posted sizes
+ * are at most INT_MAX), so a changed n can never pass for a real group. */
+#define RN_TCP_NO_BUFFER UINT64_MAX
+
+struct rn_tcp_prefix {
+  uint8_t type;  /* enum rn_tcp_msg_type */
+  uint8_t flags; /* per type; 0 where none are defined */
+  uint16_t hlen; /* header bytes, prefix and checksum included: fixed per type */
+  uint32_t plen; /* payload bytes that follow the header */
+};
+
+/* Receiver -> sender: group `seq` is posted with n buffers. */
+struct rn_tcp_cts {
+  struct rn_tcp_prefix p;
+  uint64_t seq;                 /* groups count from 0, one CTS each, in order */
+  uint64_t sizes[RN_MAX_RECVS]; /* posted bytes (<= INT_MAX); RN_TCP_NO_BUFFER past n */
+  uint32_t msg;                 /* control messages in this direction count from 0 */
+  uint32_t n;                   /* 1 .. RN_MAX_RECVS */
+  int32_t tags[RN_MAX_RECVS];   /* 0 past n */
+  uint32_t reserved;            /* 0 */
+  uint32_t crc;
+};
+
+/* Sender -> receiver: one message.  plen inline payload bytes follow. */
+struct rn_tcp_data {
+  struct rn_tcp_prefix p;
+  uint64_t seq;  /* group; 0 when EAGER */
+  uint64_t size; /* message bytes */
+  uint32_t msg;  /* control messages in this direction count from 0 */
+  int32_t tag;
+  uint32_t idx;  /* buffer in the group; 0 when EAGER */
+  uint32_t grid; /* STREAMED: bytes per chunk; else 0 */
+  uint32_t reserved;
+  uint32_t crc;
+};
+
+/* Sender -> receiver on a data stream: chunk `index` of buffer idx of
+ * group seq, covering [offset, offset + plen) of a `total`-byte message
+ * cut on a grid of `grid` bytes. */
+struct rn_tcp_chunk {
+  struct rn_tcp_prefix p;
+  uint64_t seq;
+  uint64_t total;
+  uint64_t offset; /* index * grid */
+  uint32_t idx;
+  uint32_t index;
+  uint32_t grid;
+  uint32_t attempt; /* 0; reserved for re-sends after a rail fails */
+  uint32_t reserved;
+  uint32_t crc;
+};
+
+/* The sizes are wire format; no compiler padding may hide in them. */
+_Static_assert(sizeof(struct rn_tcp_prefix) == 8, "prefix is 8 bytes");
+_Static_assert(sizeof(struct rn_tcp_cts) == 128, "CTS header is 128 bytes");
+_Static_assert(sizeof(struct rn_tcp_data) == 48, "DATA header is 48 bytes");
+_Static_assert(sizeof(struct rn_tcp_chunk) == 56, "CHUNK header is 56 bytes");
+_Static_assert(offsetof(struct rn_tcp_cts, crc) == sizeof(struct rn_tcp_cts) - 4, "crc last");
+_Static_assert(offsetof(struct rn_tcp_data, crc) == sizeof(struct rn_tcp_data) - 4, "crc last");
+_Static_assert(offsetof(struct rn_tcp_chunk, crc) == sizeof(struct rn_tcp_chunk) - 4, "crc last");
+
+/* CRC-32C (Castagnoli) of len bytes. */
+uint32_t rn_tcp_wire_crc(const void *buf, size_t len);
+/* Fill a header's prefix (hlen from the type) and its checksum. */
+void rn_tcp_wire_seal(void *hdr, uint8_t type, uint8_t flags, uint32_t plen);
+/* The header size of a type, 0 for an unknown type. */
+size_t rn_tcp_wire_hlen(uint8_t type);
+/* 1 when the checksum of an hlen-byte header matches. */
+int rn_tcp_wire_crc_ok(const void *hdr, size_t hlen);
+
+#endif

@@ -1,0 +1,33 @@
+#!/bin/sh
+# The packages the README tells a newcomer to install and the ones CI
+# installs (.ci/run) are the same list, installed the same way: the suite
+# is tested on what a newcomer gets.
+cd "$(dirname "$0")/../.." || exit 1
+echo 1..2
+T=$(mktemp -d) || exit 1
+trap 'rm -rf "$T"' EXIT
+# every "apt-get install" command, continuation lines joined
+cmds() {
+  sed -e ':a' -e '/\\$/N; s/\\\n//; ta' "$1" | grep -E '^[[:space:]]*apt-get install' |
+    sed 's/>.*//'
+}
+pkgs() { cmds "$1" | tr ' ' '\n' | grep -vE '^(apt-get|install|-.*|)$' | sort -u; }
+cmds README.md >"$T/readme.cmds"
+cmds .ci/run >"$T/ci.cmds"
+pkgs README.md >"$T/readme"
+pkgs .ci/run >"$T/ci"
+if [ -s "$T/readme" ] && cmp -s "$T/readme" "$T/ci"; then
+  echo "ok 1 - README and .ci/run install the same $(wc -l <"$T/readme") packages"
+else
+  echo "not ok 1 - README and .ci/run install the same packages"
+  diff "$T/readme" "$T/ci" | sed 's/^/# /'
+fi
+r=$(grep -c -- '--no-install-recommends' "$T/readme.cmds")
+c=$(grep -c -- '--no-install-recommends' "$T/ci.cmds")
+if [ "$r" = 0 ] && [ "$c" = 0 ]; then
+  echo "ok 2 - both install recommended packages (apt-get's default)"
+elif [ "$r" -gt 0 ] && [ "$c" -gt 0 ]; then
+  echo "ok 2 - both leave recommended packages out"
+else
+  echo "not ok 2 - README and .ci/run differ on --no-install-recommends ($r vs $c commands)"
+fi

@@ -1,0 +1,254 @@
+/* The rendezvous' admission rules (plugin/rendezvous.c), called directly
+ * over loopback: which hellos a listener admits, which it closes, and that
+ * the sockets of one connection are never merged with another peer's.
+ * A refusal is observed as the listener closing the socket (the peer reads
+ * EOF or a reset); waits are bounded only to turn a hang into a failure. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include "../common/rn_test.h"
+#include "railnet/rendezvous.h"
+#include "railnet/transport.h"
+
+#define BOUND_S 5.0
+
+static union rn_sockaddr loopback(const char *ip, int port) {
+  union rn_sockaddr a;
+  memset(&a, 0, sizeof a);
+  a.in.sin_family = AF_INET;
+  a.in.sin_port = htons((uint16_t)port);
+  inet_pton(AF_INET, ip, &a.in.sin_addr);
+  return a;
+}
+
+struct listener {
+  int lfd[2];
+  int nlfds;
+  union rn_sockaddr addr[2];
+  uint64_t nonce;
+  struct rn_rdv *rdv;
+};
+
+static int listener_open(struct listener *l, int nlfds, int ctrl_only) {
+  static const char *const ip[2] = {"127.0.0.1", "127.0.0.2"};
+  memset(l, 0, sizeof *l);
+  l->nonce = rn_rdv_random64();
+  for (int i = 0; i < nlfds; i++) {
+    union rn_sockaddr a = loopback(ip[i], 0);
+    if (rn_sock_listen(&a, &l->lfd[i], &l->addr[i]) != ncclSuccess) return -1;
+    l->nlfds++;
+  }
+  ncclResult_t r = ctrl_only ? rn_rdv_create_ctrl_only(l->lfd, nlfds, l->nonce, &l->rdv)
+                             : rn_rdv_create(l->lfd, nlfds, l->nonce, &l->rdv);
+  return r == ncclSuccess ? 0 : -1;
+}
+
+static void listener_close(struct listener *l) {
+  rn_rdv_destroy(l->rdv);
+  for (int i = 0; i < l->nlfds; i++) close(l->lfd[i]);
+}
+
+/* Poll the listener (and a dial, if any) until the listener hands out a
+ * connection or `until` says stop; returns 1 with *conn, 0 when stopped,
+ * -1 on error or past the bound. */
+static int pump(struct listener *l, struct rn_rdv_dial *d, struct rn_rdv_conn *dialed,
+                int *dial_done, struct rn_rdv_conn *conn, int (*until)(void *), void *arg) {
+  double end = now_s() + BOUND_S;
+  while (now_s() < end) {
+    int ready = 0;
+    if (d != NULL && !*dial_done && rn_rdv_dial_poll(d, dialed, dial_done) != ncclSuccess)
+      return -1;
+    if (rn_rdv_poll(l->rdv, conn, &ready) != ncclSuccess) return -1;
+    if (ready) return 1;
+    if (until != NULL && until(arg)) return 0;
+    sleep_us(200);
+  }
+  return -1;
+}
+
+/* 1 once the listener has closed fd: EOF or a reset. */
+static int closed_by_peer(void *arg) {
+  int fd = *(int *)arg;
+  char b;
+  ssize_t n = recv(fd, &b, 1, MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+/* A raw TCP connection from `from` that sends h. */
+static int raw_hello(const union rn_sockaddr *to, const char *from, const struct rn_hello *h) {
+  union rn_sockaddr src = loopback(from, 0);
+  int fd = -1, ok = 0;
+  if (rn_sock_connect_start(to, &src, &fd) != ncclSuccess) return -1;
+  double end = now_s() + BOUND_S;
+  while (!ok && now_s() < end)
+    if (rn_sock_connect_poll(fd, &ok) != ncclSuccess) break;
+  size_t off = 0;
+  while (ok && off < sizeof *h && now_s() < end)
+    if (rn_sock_send_some(fd, h, sizeof *h, &off) != ncclSuccess) break;
+  if (off != sizeof *h) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+static struct rn_hello hello(const struct listener *l, int role, int index, uint64_t conn_id,
+                             uint32_t nstreams, uint32_t nlocals) {
+  struct rn_hello h;
+  memset(&h, 0, sizeof h);
+  h.magic = RN_HELLO_MAGIC;
+  h.version = RN_WIRE_VERSION;
+  h.role = (uint8_t)role;
+  h.index = (uint8_t)index;
+  h.nonce = l->nonce;
+  h.conn_id = conn_id;
+  h.nstreams = nstreams;
+  h.nlocals = nlocals;
+  return h;
+}
+
+static uint32_t peer_ip(int fd) {
+  union rn_sockaddr a;
+  socklen_t len = sizeof a;
+  if (getpeername(fd, &a.sa, &len) != 0) return 0;
+  return ntohl(a.in.sin_addr.s_addr);
+}
+
+/* A dial of nstreams data streams (from locals, if any) is admitted whole. */
+static int admits_dial(int ctrl_only, int nlfds, int nstreams, int nlocals) {
+  struct listener l;
+  struct rn_rdv_dial *d = NULL;
+  struct rn_rdv_conn dialed, conn;
+  int done = 0, ok = 0;
+  static const char *const src[2] = {"127.0.0.1", "127.0.0.3"};
+  union rn_sockaddr locals[2];
+  for (int i = 0; i < 2; i++) locals[i] = loopback(src[i], 0);
+  if (listener_open(&l, nlfds, ctrl_only) != 0) return 0;
+  if (rn_rdv_dial_create_from(l.addr, nlfds, nlocals ? locals : NULL, nlocals, l.nonce, nstreams,
+                              &d) != ncclSuccess)
+    goto out;
+  if (pump(&l, d, &dialed, &done, &conn, NULL, NULL) == 1) {
+    ok = conn.nstreams == nstreams && conn.ctrl_fd >= 0;
+    for (int i = 0; i < nstreams; i++) ok &= conn.data_fd[i] >= 0;
+    rn_rdv_conn_close(&conn);
+  }
+  if (done) rn_rdv_conn_close(&dialed);
+out:
+  rn_rdv_dial_destroy(d);
+  listener_close(&l);
+  return ok;
+}
+
+/* A lone hello h is closed by the listener, never handed out. */
+static int refuses(int ctrl_only, struct rn_hello (*make)(const struct listener *)) {
+  struct listener l;
+  struct rn_rdv_conn conn;
+  if (listener_open(&l, 1, ctrl_only) != 0) return 0;
+  struct rn_hello h = make(&l);
+  int fd = raw_hello(&l.addr[0], "127.0.0.1", &h);
+  int ok = fd >= 0 && pump(&l, NULL, NULL, NULL, &conn, closed_by_peer, &fd) == 0;
+  if (fd >= 0) close(fd);
+  listener_close(&l);
+  return ok;
+}
+
+static struct rn_hello h_zero_streams(const struct listener *l) {
+  return hello(l, RN_ROLE_CTRL, 0, 7, 0, 0);
+}
+static struct rn_hello h_too_many(const struct listener *l) {
+  return hello(l, RN_ROLE_CTRL, 0, 7, RN_RDV_MAX_STREAMS + 1, 0);
+}
+static struct rn_hello h_one_stream(const struct listener *l) {
+  return hello(l, RN_ROLE_CTRL, 0, 7, 1, 0);
+}
+static struct rn_hello h_bad_index(const struct listener *l) {
+  return hello(l, RN_ROLE_DATA, 4, 7, 4, 0);
+}
+static struct rn_hello h_bad_role(const struct listener *l) { return hello(l, 3, 0, 7, 4, 0); }
+static struct rn_hello h_bad_nlocals(const struct listener *l) {
+  return hello(l, RN_ROLE_CTRL, 0, 7, 4, RN_RDV_MAX_STREAMS + 1);
+}
+static struct rn_hello h_old_version(const struct listener *l) {
+  struct rn_hello h = hello(l, RN_ROLE_CTRL, 0, 7, 4, 0);
+  h.version = RN_WIRE_VERSION - 1;
+  return h;
+}
+static struct rn_hello h_wrong_nonce(const struct listener *l) {
+  struct rn_hello h = hello(l, RN_ROLE_CTRL, 0, 7, 4, 0);
+  h.nonce ^= 1;
+  return h;
+}
+
+/* The same connection id from another source address: the impostor's
+ * stream is closed, and the connection completes with the real one. */
+static int impostor_not_merged(void) {
+  struct listener l;
+  struct rn_rdv_conn conn;
+  int ok = 0, ctrl = -1, fake = -1, real = -1;
+  if (listener_open(&l, 1, 0) != 0) return 0;
+  uint64_t id = rn_rdv_random64();
+  struct rn_hello hc = hello(&l, RN_ROLE_CTRL, 0, id, 1, 1);
+  struct rn_hello hd = hello(&l, RN_ROLE_DATA, 0, id, 1, 1);
+  ctrl = raw_hello(&l.addr[0], "127.0.0.1", &hc);
+  fake = raw_hello(&l.addr[0], "127.0.0.9", &hd);
+  if (ctrl < 0 || fake < 0) goto out;
+  if (pump(&l, NULL, NULL, NULL, &conn, closed_by_peer, &fake) != 0) goto out;
+  real = raw_hello(&l.addr[0], "127.0.0.1", &hd);
+  if (real < 0 || pump(&l, NULL, NULL, NULL, &conn, NULL, NULL) != 1) goto out;
+  ok = conn.nstreams == 1 && peer_ip(conn.data_fd[0]) == 0x7f000001;
+  rn_rdv_conn_close(&conn);
+out:
+  if (ctrl >= 0) close(ctrl);
+  if (fake >= 0) close(fake);
+  if (real >= 0) close(real);
+  listener_close(&l);
+  return ok;
+}
+
+/* Without bound sources (nlocals 0), the data stream must come from the
+ * address its control connection came from, on the same listening socket. */
+static int unbound_other_address_not_merged(void) {
+  struct listener l;
+  struct rn_rdv_conn conn;
+  int ok = 0, ctrl = -1, fake = -1;
+  if (listener_open(&l, 1, 0) != 0) return 0;
+  uint64_t id = rn_rdv_random64();
+  struct rn_hello hc = hello(&l, RN_ROLE_CTRL, 0, id, 1, 0);
+  struct rn_hello hd = hello(&l, RN_ROLE_DATA, 0, id, 1, 0);
+  ctrl = raw_hello(&l.addr[0], "127.0.0.1", &hc);
+  fake = raw_hello(&l.addr[0], "127.0.0.9", &hd);
+  ok = ctrl >= 0 && fake >= 0 && pump(&l, NULL, NULL, NULL, &conn, closed_by_peer, &fake) == 0;
+  if (ctrl >= 0) close(ctrl);
+  if (fake >= 0) close(fake);
+  listener_close(&l);
+  return ok;
+}
+
+int main(void) {
+  setenv("RAILNET_SOCKET_IFNAME", "lo", 0);
+  tap_plan(15);
+  tap_result(admits_dial(0, 1, 4, 0), "a dial of 4 streams is admitted whole");
+  tap_result(admits_dial(1, 1, 0, 0), "a control-only listener admits a dial of 0 streams");
+  tap_result(admits_dial(0, 2, 5, 2),
+             "2 listening rails, streams bound to 2 local addresses: admitted whole");
+  tap_result(admits_dial(0, 2, 3, 0), "2 listening rails, sources left to routing: admitted whole");
+  tap_result(refuses(0, h_zero_streams), "a hello announcing 0 data streams is refused");
+  tap_result(refuses(0, h_too_many), "a hello announcing 33 data streams is refused");
+  tap_result(refuses(1, h_one_stream), "a control-only listener refuses a hello with streams");
+  tap_result(refuses(0, h_bad_index), "a data stream index past the count is refused");
+  tap_result(refuses(0, h_bad_role), "an unknown role is refused");
+  tap_result(refuses(0, h_bad_nlocals), "a source count past the maximum is refused");
+  tap_result(refuses(0, h_old_version), "a hello of another wire version is refused");
+  tap_result(refuses(0, h_wrong_nonce), "a hello with another nonce is refused");
+  tap_result(impostor_not_merged(),
+             "a stream of the same connection id from another address is not merged");
+  tap_result(unbound_other_address_not_merged(),
+             "unbound sources: a stream from another address than its control is not merged");
+  tap_result(admits_dial(0, 1, 32, 0), "a dial of 32 streams is admitted whole");
+  return tap_failed() ? 1 : 0;
+}

@@ -1,0 +1,23 @@
+# `make valgrind`: part of the suite under memcheck (tests/valgrind/memcheck.sh).
+# Under memcheck every program runs 20-50 times slower, so this covers the
+# plugin's own code paths once each rather than the whole suite:
+#   conformance (v8, v9, v10, v11 over TCP), fault, the optional entry points
+#   and knobs through the ABI, the core unit tests, the eager-oversize
+#   regression, the MR cache, and the conformance suite again with helper
+#   threads moving the TCP streams (tests/tcp/helpers.sh, through v11).
+# Not under memcheck: the IPv6, tiny-chunk and small-message-flood variants
+# (the same code as above with other parameters), the topo tests (pure
+# parsing and planning, checked under ASan+UBSan), the fuzzer (clang, its
+# own sanitizers), the Soft-RoCE VM suite (verbs under emulation; ASan+UBSan
+# runs it) and the packaging test.  Time bounds are scaled x10
+# (RN_TIMEOUT_SCALE, tests/common/test-env.sh).
+VALGRIND_PROGS += $(BUILD)/tests/conformance-test $(BUILD)/tests/fault-test \
+  $(BUILD)/tests/core/test_vdev $(BUILD)/tests/core/test_make_vdevice \
+  $(BUILD)/tests/tcp/test_eager_oversize $(BUILD)/tests/ib/test_mr_cache \
+  $(BUILD)/tests/params/test_params
+VALGRIND_SCRIPTS += tests/tcp/helpers.sh
+
+.PHONY: valgrind
+valgrind: all $(VALGRIND_PROGS)
+	RN_BUILD=$(BUILD) RN_VALGRIND=1 HWLOC_COMPONENTS=-x86 tests/common/with-test-env.sh \
+	  prove -f --exec tests/valgrind/memcheck.sh $(VALGRIND_PROGS) $(VALGRIND_SCRIPTS)
