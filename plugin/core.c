@@ -13,6 +13,7 @@
 #include "railnet/param.h"
 #include "railnet/registry.h"
 #include "railnet/rendezvous.h"
+#include "railnet/version.h"
 
 #define RN_CTX_MAGIC 0x726e6378u /* "rncx" */
 #define RN_MAX_PENDING_CONNECTS 1024
@@ -46,6 +47,9 @@ static struct {
 static ncclResult_t rn_core_setup(void) {
   const struct rn_nic *nics = NULL;
   int nnics = 0, index;
+  static int said; /* under rn_core.lock: the version once per process */
+  if (!said++)
+    RN_INFO(NCCL_INIT | NCCL_NET, "railnet %s, wire version %d", RAILNET_VERSION, RN_WIRE_VERSION);
   rn_core.transport = NULL;
   RN_CHECK(rn_registry_select(rn_params()->transport, &index, &nics, &nnics));
   if (index < 0) {

@@ -2,16 +2,27 @@
  * the rail planner at init, and the devices NCCL merges with makeVDevice,
  * both folded together by one helper.  The caller locks (see devices.h). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "railnet/check.h"
 #include "railnet/devices.h"
 #include "railnet/param.h"
 #include "railnet/topo.h"
 
-static enum rn_path rn_devices_gdr_level(int64_t level) {
-  static const enum rn_path map[] = {RN_PATH_LOC, RN_PATH_PIX, RN_PATH_PXB, RN_PATH_PHB,
-                                     RN_PATH_SYS};
-  return map[level];
+static void rn_devices_info(void *ctx, const char *line) {
+  (void)ctx;
+  RN_INFO(NCCL_INIT | NCCL_NET, "%s", line);
+}
+
+/* The planner's settings, read by the same reader railnet-topo uses, so
+ * both plan alike from the same environment.  Only what the parameter
+ * table has not logged already is logged here. */
+static void rn_devices_settings(struct rn_topo_settings *s) {
+  rn_topo_settings_read(s);
+  for (int i = 0; i < s->nwarn; i++)
+    if (!(s->warn_in_table & (1u << i))) RN_WARN("%s", s->warn[i]);
+  for (int i = 0; i < s->ninfo; i++)
+    if (!(s->info_in_table & (1u << i))) RN_INFO(NCCL_ENV, "%s", s->info[i]);
 }
 
 /* Fold part's rails into v: names joined with '+', speeds summed, the
@@ -76,6 +87,9 @@ static int rn_devices_find_nic(int nnics, const int *model_of, int m) {
 ncclResult_t rn_devices_build(const struct rn_nic *nics, int nnics, struct rn_vdev *vdevs,
                               int *nvdevs) {
   const struct rn_params *p = rn_params();
+  struct rn_topo_settings set;
+  rn_devices_settings(&set);
+  const char *filter = set.nics; /* "" when unset or malformed (warned) */
   char err[512];
   struct rn_topo *topo = NULL;
   struct rn_plan *plan = NULL;
@@ -111,8 +125,12 @@ ncclResult_t rn_devices_build(const struct rn_nic *nics, int nnics, struct rn_vd
   if (topo != NULL && ncand > 0) {
     struct rn_plan_opts o;
     rn_plan_opts_default(&o);
-    o.gdr_level = rn_devices_gdr_level(p->gdr_level);
-    o.nic_filter = p->nics;
+    rn_plan_opts_from_settings(&o, &set);
+    char subset[1024], note[256] = "";
+    if (rn_topo_cuda_visible(topo, getenv("CUDA_VISIBLE_DEVICES"), subset, sizeof(subset), note,
+                             sizeof(note)) == 0)
+      o.gpu_subset = subset;
+    if (note[0]) RN_INFO(NCCL_INIT | NCCL_NET, "%s", note);
     o.candidates = cand;
     o.ncandidates = ncand;
     if (rn_plan_build(topo, &o, &plan, err, sizeof(err)) != 0) {
@@ -120,11 +138,8 @@ ncclResult_t rn_devices_build(const struct rn_nic *nics, int nnics, struct rn_vd
       rn_topo_free(topo);
       return ncclInvalidUsage;
     }
-    for (int g = 0; g < plan->ngpus; g++)
-      for (int r = 0; r < plan->gpus[g].nrails; r++)
-        RN_INFO(NCCL_INIT | NCCL_NET, "plan: %s", plan->gpus[g].rails[r].reason);
-    for (int i = 0; i < plan->nnotes; i++)
-      RN_INFO(NCCL_INIT | NCCL_NET, "plan: %s", plan->notes[i]);
+    rn_plan_log(topo, plan, rn_devices_info,
+                NULL); /* the lines RAILNET_DEBUG=1 railnet-topo prints */
     for (int v = 0; v < plan->nvdevs && *nvdevs < RN_MAX_VDEVS; v++) {
       const struct rn_plan_vdev *pv = &plan->vdevs[v];
       int members[RN_MAX_RAILS], n = 0;
@@ -140,28 +155,31 @@ ncclResult_t rn_devices_build(const struct rn_nic *nics, int nnics, struct rn_vd
           why = plan->gpus[g].rails[0].reason;
           break;
         }
-      /* Without GPUs in the model the planner cannot judge GDR: leave it
-       * to the NIC's own probe and NCCL's distance check. */
-      int gdr = ngpus > 0 ? pv->gdr : 1;
+      /* NCCL decides GPUDirect per GPU-NIC pair itself (its GDR level
+       * against the path to pciPath), so GPU memory is advertised when the
+       * NIC can do it (its probe, in ptr_support) and at least one GPU
+       * using the device gets GDR at the configured level; the plan's
+       * INFO lines above say what each pair gets and why.  Masking with
+       * the all-pairs AND would make a NIC shared by a PIX and a PHB GPU
+       * host-only for both.  Without GPUs in the model the planner cannot
+       * judge: the NIC's probe and NCCL's check decide. */
+      int gdr = ngpus > 0 ? pv->gdr_any : 1;
       rn_devices_add(vdevs, nvdevs, nics, members, n, gdr, why);
       for (int k = 0; k < n; k++) used[members[k]] = 1;
     }
-    for (int i = 0; i < plan->nunused; i++)
-      RN_INFO(NCCL_INIT | NCCL_NET, "plan: %s unused (farther than every GPU's own rails)",
-              rn_topo_nic(topo, plan->unused[i])->name);
   }
   /* NICs the topology does not know (virtual interfaces), or every NIC
    * when there is no plan: each its own device, unless a plan exists and
    * the user did not name them. */
-  int explicit_filter = p->nics[0] != '\0' && p->nics[0] != '^';
+  int explicit_filter = filter[0] != '\0' && filter[0] != '^';
   for (int i = 0; i < nnics && *nvdevs < RN_MAX_VDEVS; i++) {
     if (used[i]) continue;
     int planned = plan != NULL && plan->nvdevs > 0;
     if (planned && !(explicit_filter &&
-                     rn_topo_filter_match(p->nics, nics[i].name, nics[i].netdev, nics[i].port)))
+                     rn_topo_filter_match(filter, nics[i].name, nics[i].netdev, nics[i].port)))
       continue;
-    if (!planned && p->nics[0] &&
-        !rn_topo_filter_match(p->nics, nics[i].name, nics[i].netdev, nics[i].port))
+    if (!planned && filter[0] &&
+        !rn_topo_filter_match(filter, nics[i].name, nics[i].netdev, nics[i].port))
       continue;
     char why[128];
     snprintf(why, sizeof(why), "%s", planned ? "named by RAILNET_NICS" : "no rail plan for it");

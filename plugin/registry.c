@@ -84,7 +84,8 @@ ncclResult_t rn_registry_select(const char *want, int *index, const struct rn_ni
       return ncclSuccess;
     }
     const struct rn_registry_entry *e = &rn_registry[i];
-    RN_CHECK(e->transport->init(nics, nnics));
+    char why[256] = "";
+    RN_CHECK(e->transport->init(nics, nnics, why, sizeof(why)));
     if (i == fallback) {
       RN_INFO(NCCL_INIT | NCCL_NET, "transport %s: forced by RAILNET_TRANSPORT",
               e->transport->name);
@@ -94,7 +95,7 @@ ncclResult_t rn_registry_select(const char *want, int *index, const struct rn_ni
     } else {
       e->transport->fini();
       RN_WARN("RAILNET_TRANSPORT=%s but no usable %s device (%s): railnet offers no devices", want,
-              e->medium, e->none_forced);
+              e->medium, why[0] ? why : e->none_forced);
       return ncclSuccess;
     }
     *index = i;
@@ -103,7 +104,8 @@ ncclResult_t rn_registry_select(const char *want, int *index, const struct rn_ni
   /* auto: the first by preference with a NIC; the fallback even without. */
   for (int k = 0; k < RN_REGISTRY_N; k++) {
     const struct rn_registry_entry *e = &rn_registry[order[k]];
-    RN_CHECK(e->transport->init(nics, nnics));
+    char why[256] = "";
+    RN_CHECK(e->transport->init(nics, nnics, why, sizeof(why)));
     if (order[k] == fallback) {
       *index = order[k];
       return ncclSuccess;
@@ -117,7 +119,7 @@ ncclResult_t rn_registry_select(const char *want, int *index, const struct rn_ni
     e->transport->fini();
     const struct rn_registry_entry *next = &rn_registry[order[k + 1]];
     RN_INFO(NCCL_INIT | NCCL_NET, "transport %s: %s unavailable (%s), using %s",
-            next->transport->name, e->medium, e->none, next->medium);
+            next->transport->name, e->medium, why[0] ? why : e->none, next->medium);
   }
   return ncclSuccess;
 }

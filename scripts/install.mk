@@ -1,7 +1,8 @@
 # Installing railnet (included by the top-level Makefile).
 #
 #   make install [PREFIX=/usr/local] [LIBDIR=$(PREFIX)/lib] [DESTDIR=]
-#       lib/libnccl-net-railnet.so, bin/railnet-topo, share/man/man1/railnet-topo.1
+#       lib/libnccl-net-railnet.so, bin/railnet-topo, bin/railnet-kvbench,
+#       share/man/man1/railnet-topo.1
 #   make install LINK_DEFAULT=1
 #       also lib/libnccl-net.so -> libnccl-net-railnet.so.  NCCL loads
 #       libnccl-net.so when NCCL_NET_PLUGIN is unset, so this makes railnet
@@ -17,10 +18,11 @@ MANDIR ?= $(PREFIX)/share/man
 LINK_DEFAULT ?= 0
 
 .PHONY: install uninstall deb
-install: all
+install: all $(KVBENCH)
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1
 	install -m 0644 $(PLUGIN_SO) $(DESTDIR)$(LIBDIR)/libnccl-net-railnet.so
 	install -m 0755 $(TOPO_CLI) $(DESTDIR)$(BINDIR)/railnet-topo
+	install -m 0755 $(KVBENCH) $(DESTDIR)$(BINDIR)/railnet-kvbench
 	install -m 0644 topo/railnet-topo.1 $(DESTDIR)$(MANDIR)/man1/railnet-topo.1
 	@if [ "$(LINK_DEFAULT)" = 1 ]; then \
 	  echo "ln -sf libnccl-net-railnet.so $(DESTDIR)$(LIBDIR)/libnccl-net.so"; \
@@ -32,7 +34,7 @@ install: all
 
 uninstall:
 	rm -f $(DESTDIR)$(LIBDIR)/libnccl-net-railnet.so $(DESTDIR)$(BINDIR)/railnet-topo \
-	  $(DESTDIR)$(MANDIR)/man1/railnet-topo.1
+	  $(DESTDIR)$(BINDIR)/railnet-kvbench $(DESTDIR)$(MANDIR)/man1/railnet-topo.1
 	@l=$(DESTDIR)$(LIBDIR)/libnccl-net.so; \
 	if [ -L "$$l" ] && [ "$$(readlink "$$l")" = libnccl-net-railnet.so ]; then \
 	  echo "rm -f $$l"; rm -f "$$l"; \

@@ -725,7 +725,12 @@ static int rn_plan_fill(struct rn_pl *s, const struct rn_plan *full, char *err, 
       rn_plan_note(p, "no GPUs in the model: every NIC is its own virtual device"))
     goto out_oom;
   if (t->nnics == 0 && rn_plan_note(p, "no NICs in the model")) goto out_oom;
-  if (t->ngpus && nsel == 0 && rn_plan_note(p, "no GPU selected (empty GPU subset)")) goto out_oom;
+  /* No GPU selected plans like no GPU at all, so a process that sees no
+   * GPU still gets devices (and the plugin and the CLI agree on them). */
+  if (t->ngpus && planned_gpus && nsel == 0 &&
+      rn_plan_note(p, "no GPU selected (empty GPU subset): every NIC is its own virtual device"))
+    goto out_oom;
+  int gpuless = planned_gpus == 0 || nsel == 0;
 
   size_t G = (size_t)t->ngpus, N = (size_t)t->nnics;
   p->gpus = calloc(nsel ? (size_t)nsel : 1, sizeof(*p->gpus));
@@ -748,7 +753,7 @@ static int rn_plan_fill(struct rn_pl *s, const struct rn_plan *full, char *err, 
       p->paths[g * N + n] = (unsigned char)rn_nccl_path(s, (int)g, (int)n, &peer);
     }
 
-  if (planned_gpus == 0) {
+  if (gpuless) {
     for (int n = 0; n < t->nnics; n++)
       if (s->status[n] == RN_ST_CAND) rn_vdev_init(t, &p->vdevs[p->nvdevs++], &n, 1);
     for (int d = 0; d < p->nvdevs; d++) p->vdevs[d].gdr = p->vdevs[d].gdr_any = p->vdevs[d].nic_gdr;
@@ -804,7 +809,7 @@ static int rn_plan_fill(struct rn_pl *s, const struct rn_plan *full, char *err, 
   free(vusers);
   for (int n = 0; n < t->nnics; n++) {
     if (s->users[n] || s->status[n] == RN_ST_HOST) continue;
-    if (planned_gpus == 0 && s->status[n] == RN_ST_CAND) continue; /* its own device */
+    if (gpuless && s->status[n] == RN_ST_CAND) continue; /* its own device */
     char why[200];
     rn_unused_why(s, n, why, sizeof(why));
     p->unused_why[p->nunused] = strdup(why);

@@ -34,17 +34,35 @@ static const struct rn_set_row *rn_set_row(const char *name) {
   return NULL;
 }
 
-static void rn_set_msg(struct rn_topo_settings *s, int warn, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void rn_set_msg(struct rn_topo_settings *s, int warn, const char *fmt, ...) {
+/* warn: 1 a warning, 0 an echo; in_table: the plugin's parameter table
+ * says the same (see rn_topo_settings.warn_in_table). */
+static void rn_set_msgt(struct rn_topo_settings *s, int warn, int in_table, const char *fmt,
+                        va_list ap) {
   int *n = warn ? &s->nwarn : &s->ninfo;
   if (*n == RN_SETTINGS_MAX_MSGS) return;
   char *dst = warn ? s->warn[*n] : s->info[*n];
+  vsnprintf(dst, sizeof(s->warn[0]), fmt, ap);
+  if (in_table) *(warn ? &s->warn_in_table : &s->info_in_table) |= 1u << *n;
+  (*n)++;
+}
+
+static void rn_set_msg(struct rn_topo_settings *s, int warn, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void rn_set_msg(struct rn_topo_settings *s, int warn, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(dst, sizeof(s->warn[0]), fmt, ap);
+  rn_set_msgt(s, warn, 0, fmt, ap);
   va_end(ap);
-  (*n)++;
+}
+
+/* The same, for what plugin/param.c also checks or echoes. */
+static void rn_set_tmsg(struct rn_topo_settings *s, int warn, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void rn_set_tmsg(struct rn_topo_settings *s, int warn, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  rn_set_msgt(s, warn, 1, fmt, ap);
+  va_end(ap);
 }
 
 static const char *rn_set_env(const char *var) {
@@ -70,10 +88,10 @@ static void rn_set_str(struct rn_topo_settings *s, const char *name, char *dst, 
     from[0] = '\0';
     return;
   }
-  if (strlen(v) >= len) rn_set_msg(s, 1, "%s is longer than %zu bytes; truncated", src, len - 1);
+  if (strlen(v) >= len) rn_set_tmsg(s, 1, "%s is longer than %zu bytes; truncated", src, len - 1);
   snprintf(dst, len, "%s", v);
   snprintf(from, fromlen, "%.31s", src);
-  rn_set_msg(s, 0, "%s set by environment to %s", src, dst);
+  rn_set_tmsg(s, 0, "%s set by environment to %s", src, dst);
 }
 
 /* An integer row, strictly parsed and range-checked as the plugin does. */
@@ -88,11 +106,11 @@ static long long rn_set_int(struct rn_topo_settings *s, const char *name) {
   errno = 0;
   long long x = strtoll(v, &end, 0);
   if (errno || *end || x < r->lo || x > r->hi) {
-    rn_set_msg(s, 1, "%s=%s is not an integer in [%lld, %lld]; using %lld", var, v, r->lo, r->hi,
-               def);
+    rn_set_tmsg(s, 1, "%s=%s is not an integer in [%lld, %lld]; using %lld", var, v, r->lo, r->hi,
+                def);
     return def;
   }
-  rn_set_msg(s, 0, "%s set by environment to %lld", var, x);
+  rn_set_tmsg(s, 0, "%s set by environment to %lld", var, x);
   return x;
 }
 
@@ -127,7 +145,7 @@ void rn_topo_settings_read(struct rn_topo_settings *s) {
   if (v) {
     if (rn_gdr_level_parse(v, 0, &s->gdr_level) == 0) {
       snprintf(s->gdr_level_from, sizeof(s->gdr_level_from), "RAILNET_GDR_LEVEL");
-      rn_set_msg(s, 0, "RAILNET_GDR_LEVEL set by environment to %s", rn_path_name(s->gdr_level));
+      rn_set_tmsg(s, 0, "RAILNET_GDR_LEVEL set by environment to %s", rn_path_name(s->gdr_level));
       got = 1;
     } else {
       rn_set_msg(s, 1,
@@ -138,7 +156,7 @@ void rn_topo_settings_read(struct rn_topo_settings *s) {
   }
   if (!got && (v = rn_set_env(fb)) != NULL && rn_gdr_level_parse(v, 1, &s->gdr_level) == 0) {
     snprintf(s->gdr_level_from, sizeof(s->gdr_level_from), "%s", fb);
-    rn_set_msg(s, 0, "%s set by environment to %s", fb, rn_path_name(s->gdr_level));
+    rn_set_tmsg(s, 0, "%s set by environment to %s", fb, rn_path_name(s->gdr_level));
     got = 1;
   }
   if (!got) {

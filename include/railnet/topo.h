@@ -144,6 +144,10 @@ struct rn_topo_settings {
   int nwarn, ninfo;
   char warn[RN_SETTINGS_MAX_MSGS][200]; /* bad values, with what was used instead */
   char info[RN_SETTINGS_MAX_MSGS][200]; /* "X set by environment to Y" */
+  /* Bit i set: warn[i] / info[i] is a check or echo the plugin's own
+   * parameter table (plugin/param.c) makes too, so the plugin, which has
+   * logged those already, skips it; the CLI prints them all. */
+  unsigned warn_in_table, info_in_table;
 };
 /* Reads the environment (getenv) into s.  Never fails: a bad value is a
  * warning and the default is used, as the plugin does. */

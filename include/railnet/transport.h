@@ -27,7 +27,8 @@ struct rn_nic {
   uint64_t guid;
   int port; /* IB port (1-based); 0 for TCP */
   int speed_mbps;
-  int ptr_support; /* NCCL_PTR_* bits the probe proved */
+  int speed_unknown; /* speed_mbps is a stand-in: the link did not report one */
+  int ptr_support;   /* NCCL_PTR_* bits the probe proved */
   int force_flush;
   /* NCCL's regIsGlobal: registrations are cheap, repeatable and not tied
    * to a comm.  The transport's discovery decides it (TCP: always; verbs:
@@ -91,9 +92,10 @@ struct rn_rails {
 
 struct rn_transport {
   const char *name; /* "socket", "ib" */
-  /* Discover usable NICs.  Zero NICs is success.  Called once under the
-   * core lock; *nics stays valid until fini. */
-  ncclResult_t (*init)(const struct rn_nic **nics, int *n);
+  /* Discover usable NICs.  Zero NICs is success; then why says why, in
+   * a few words, for the one line the registry logs about it.  Called
+   * once under the core lock; *nics stays valid until fini. */
+  ncclResult_t (*init)(const struct rn_nic **nics, int *n, char *why, size_t whylen);
   void (*fini)(void);
   ncclResult_t (*listen)(const struct rn_rails *r, struct rn_handle *h, void **lcomm);
   /* Non-blocking.  *state is NULL on the first call for a handle; the

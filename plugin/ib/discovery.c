@@ -6,6 +6,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -263,7 +264,7 @@ static ncclResult_t rn_ib_add_device(struct ibv_device *verbs_device, int *nacti
     char gidwhy[64] = "IB: LID routed";
     if (port->link == IBV_LINK_LAYER_ETHERNET) {
       RN_CHECK_GOTO(rn_ib_pick_gid(device, port_num, pa.gid_tbl_len, port, gidwhy, sizeof(gidwhy)),
-                    res, out_close);
+                    res, out_unwind);
     } else {
       port->gid_index = 0;
       (void)rn_ibv_query_gid(device->context, (uint8_t)port_num, 0, &port->gid);
@@ -313,15 +314,16 @@ out_close:
   return res;
 }
 
-ncclResult_t rn_ib_init(const struct rn_nic **nics, int *n) {
+ncclResult_t rn_ib_init(const struct rn_nic **nics, int *n, char *why, size_t whylen) {
   *nics = rn_ib_nics;
   *n = 0;
   rn_ib_nports = rn_ib_ndevices = 0;
-  if (rn_ibv_load() != ncclSuccess) return ncclSuccess; /* logged once by the loader */
+  if (rn_ibv_load(why, whylen) != ncclSuccess) return ncclSuccess;
   struct ibv_device **list;
   int ndev = 0;
+  errno = 0;
   if (rn_ibv_get_device_list(&list, &ndev) != ncclSuccess) {
-    RN_INFO(NCCL_INIT | NCCL_NET, "no verbs device list: no verbs NICs");
+    snprintf(why, whylen, "no RDMA devices on this host: %s", strerror(errno ? errno : ENODEV));
     return ncclSuccess;
   }
   int nactive = 0;
@@ -331,7 +333,7 @@ ncclResult_t rn_ib_init(const struct rn_nic **nics, int *n) {
   }
   rn_ibv_free_device_list(list);
   if (rn_ib_nports == 0)
-    RN_INFO(NCCL_INIT | NCCL_NET, "%d verbs device(s), no ACTIVE port: no verbs NICs", ndev);
+    snprintf(why, whylen, "%d verbs device(s), no ACTIVE port", ndev);
   else
     RN_INFO(NCCL_INIT | NCCL_NET, "%d NIC(s) on %d device(s)", rn_ib_nports, rn_ib_ndevices);
   *n = rn_ib_nports;

@@ -275,7 +275,7 @@ static inline struct rn_ib_qp *rn_ib_qp(struct rn_ib_comm *c, int q, int *rail) 
  * reg.c (registration) calls none of them. */
 
 /* discovery.c */
-ncclResult_t rn_ib_init(const struct rn_nic **nics, int *n);
+ncclResult_t rn_ib_init(const struct rn_nic **nics, int *n, char *why, size_t whylen);
 /* At fini, after every comm and registration is gone. */
 void rn_ib_devices_close(void);
 struct rn_ib_port *rn_ib_port_of(const struct rn_nic *nic);

@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 #include "railnet/check.h"
 #include "ibvwrap.h"
@@ -35,6 +36,7 @@ struct rn_ibv_syms {
 static struct rn_ibv_syms syms;
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static ncclResult_t load_result = ncclSystemError;
+static char load_why[256]; /* why loading failed; written once, in load_once */
 
 static void *rn_ibv_sym(void *lib, const char *name, const char *version) {
   void *p = version ? dlvsym(lib, name, version) : NULL;
@@ -44,18 +46,18 @@ static void *rn_ibv_sym(void *lib, const char *name, const char *version) {
 static void rn_ibv_load_once(void) {
   void *lib = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
-    RN_INFO(NCCL_INIT | NCCL_NET, "libibverbs.so.1 not loadable (%s): no verbs NICs", dlerror());
+    snprintf(load_why, sizeof(load_why), "libibverbs.so.1 not loadable: %s", dlerror());
     return;
   }
-#define RN_IBV_REQ(field, name, ver)                                                  \
-  do {                                                                                \
-    *(void **)&syms.field = rn_ibv_sym(lib, name, ver);                               \
-    if (!syms.field) {                                                                \
-      RN_INFO(NCCL_INIT | NCCL_NET, "libibverbs.so.1 lacks %s: no verbs NICs", name); \
-      dlclose(lib);                                                                   \
-      memset(&syms, 0, sizeof(syms));                                                 \
-      return;                                                                         \
-    }                                                                                 \
+#define RN_IBV_REQ(field, name, ver)                                          \
+  do {                                                                        \
+    *(void **)&syms.field = rn_ibv_sym(lib, name, ver);                       \
+    if (!syms.field) {                                                        \
+      snprintf(load_why, sizeof(load_why), "libibverbs.so.1 lacks %s", name); \
+      dlclose(lib);                                                           \
+      memset(&syms, 0, sizeof(syms));                                         \
+      return;                                                                 \
+    }                                                                         \
   } while (0)
   RN_IBV_REQ(get_device_list, "ibv_get_device_list", "IBVERBS_1.1");
   RN_IBV_REQ(free_device_list, "ibv_free_device_list", "IBVERBS_1.1");
@@ -82,8 +84,9 @@ static void rn_ibv_load_once(void) {
   load_result = ncclSuccess; /* the handle stays open for the process lifetime */
 }
 
-ncclResult_t rn_ibv_load(void) {
+ncclResult_t rn_ibv_load(char *why, size_t whylen) {
   pthread_once(&load_once, rn_ibv_load_once);
+  if (load_result != ncclSuccess) snprintf(why, whylen, "%s", load_why);
   return load_result;
 }
 
@@ -112,8 +115,7 @@ ncclResult_t rn_ibv_get_device_list(struct ibv_device ***list, int *n) {
   *list = syms.get_device_list(n);
   if (*list == NULL && (errno == ENOSYS || errno == ENODEV || errno == ENOENT)) {
     /* No RDMA subsystem on this host (no /sys/class/infiniband): an
-     * expected condition, not an error. */
-    RN_INFO(NCCL_INIT | NCCL_NET, "no RDMA devices on this host (%s)", strerror(errno));
+     * expected condition, not an error; the caller says so once. */
     return ncclSystemError;
   }
   return rn_ibv_made("ibv_get_device_list", *list);

@@ -1,8 +1,8 @@
 /* libibverbs, dlopened once and wrapped as rn_ibv_*.  Transports never call
  * ibv_* directly: every wrapper maps the verbs return convention to
  * ncclResult_t and WARNs naming the call (except where noted as a probe).
- * The library is optional at run time: rn_ibv_load() fails cleanly (INFO,
- * once) when libibverbs.so.1 is absent. */
+ * The library is optional at run time: rn_ibv_load() fails cleanly, saying
+ * why, when libibverbs.so.1 is absent. */
 #ifndef RN_IBVWRAP_H
 #define RN_IBVWRAP_H
 
@@ -11,12 +11,15 @@
 #include <infiniband/verbs.h>
 #include "nccl/net_common.h"
 
-/* ncclSuccess when the library and its required symbols are loaded.  Safe
- * to call repeatedly and from several threads. */
-ncclResult_t rn_ibv_load(void);
+/* ncclSuccess when the library and its required symbols are loaded; else
+ * why says what is missing.  Safe to call repeatedly and from several
+ * threads. */
+ncclResult_t rn_ibv_load(char *why, size_t whylen);
 /* Optional entry points: 1 when the loaded library provides them. */
 int rn_ibv_has_dmabuf(void);
 
+/* No RDMA subsystem (ENOSYS, ENODEV, ENOENT) fails without a WARN: errno
+ * says which. */
 ncclResult_t rn_ibv_get_device_list(struct ibv_device ***list, int *n);
 void rn_ibv_free_device_list(struct ibv_device **list);
 const char *rn_ibv_get_device_name(struct ibv_device *dev);

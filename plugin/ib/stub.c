@@ -1,11 +1,12 @@
 /* The verbs transport on hosts built without rdma-core headers: it reports
  * zero NICs, so the core falls back to TCP (or fails a forced
  * RAILNET_TRANSPORT=ib with its own error). */
+#include <stdio.h>
 #include "railnet/log.h"
 #include "railnet/transport.h"
 
-static ncclResult_t rn_ib_stub_init(const struct rn_nic **nics, int *n) {
-  RN_INFO(NCCL_INIT | NCCL_NET, "built without verbs headers: no verbs NICs");
+static ncclResult_t rn_ib_stub_init(const struct rn_nic **nics, int *n, char *why, size_t whylen) {
+  snprintf(why, whylen, "built without verbs headers");
   *nics = NULL;
   *n = 0;
   return ncclSuccess;

@@ -55,6 +55,7 @@ static void rn_tcp_if_fill(struct rn_tcp_if *t, const char *name, const struct s
   snprintf(path, sizeof(path), "/sys/class/net/%s/speed", name);
   int speed = rn_sysfs_read(path, buf, sizeof(buf)) == 0 ? atoi(buf) : 0;
   t->nic.speed_mbps = speed > 0 ? speed : RN_TCP_DEFAULT_SPEED;
+  t->nic.speed_unknown = speed <= 0;
   t->nic.ptr_support = NCCL_PTR_HOST;
   t->nic.reg_is_global = 1; /* a registration is a stateless token (transport.c) */
   t->nic.link = RN_LINK_ETH;
@@ -90,17 +91,19 @@ static int rn_tcp_if_scan(struct rn_tcp_if *ifs, int max, const char *spec) {
   return s.n;
 }
 
-int rn_tcp_if_discover(struct rn_tcp_if *ifs, int max) {
+int rn_tcp_if_discover(struct rn_tcp_if *ifs, int max, char *why, size_t whylen) {
   const char *spec = rn_params()->socket_ifname;
   if (spec[0] != '\0') {
     int n = rn_tcp_if_scan(ifs, max, spec);
-    if (n == 0) RN_INFO(NCCL_INIT | NCCL_NET, "no interface matches '%s'", spec);
+    snprintf(why, whylen, "%s interface filter '%s'",
+             n ? "matches the" : "no interface matches the", spec);
     return n;
   }
   int n = rn_tcp_if_scan(ifs, max, "^docker,lo,virbr");
+  snprintf(why, whylen, "the default filter '^docker,lo,virbr' (no socket interface filter set)");
   if (n == 0) {
-    RN_INFO(NCCL_INIT | NCCL_NET, "only loopback available, using lo");
     n = rn_tcp_if_scan(ifs, max, "=lo");
+    snprintf(why, whylen, "only loopback is up (no socket interface filter set)");
   }
   return n;
 }

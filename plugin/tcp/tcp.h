@@ -242,8 +242,9 @@ struct rn_tcp_if {
   union rn_sockaddr addr;
 };
 
-/* Discover interfaces per RAILNET_SOCKET_IFNAME / NCCL_SOCKET_IFNAME. */
-int rn_tcp_if_discover(struct rn_tcp_if *ifs, int max);
+/* Discover interfaces per RAILNET_SOCKET_IFNAME / NCCL_SOCKET_IFNAME; why
+ * says which rule chose them (or that none matched). */
+int rn_tcp_if_discover(struct rn_tcp_if *ifs, int max, char *why, size_t whylen);
 /* NCCL's interface-list syntax: "eth,ib" prefixes, "^lo" excludes,
  * "=eth0" exact.  Returns 1 when name is selected. */
 int rn_tcp_if_match(const char *spec, const char *name);

@@ -53,17 +53,19 @@ struct rn_tcp_mr {
 
 /* ---------------------------------------------------------------- init */
 
-static ncclResult_t rn_tcp_init(const struct rn_nic **nics, int *n) {
+static ncclResult_t rn_tcp_init(const struct rn_nic **nics, int *n, char *why, size_t whylen) {
   static struct rn_nic list[RN_TCP_MAX_IFS];
-  rn_tcp_nifs = rn_tcp_if_discover(rn_tcp_ifs, RN_TCP_MAX_IFS);
+  rn_tcp_nifs = rn_tcp_if_discover(rn_tcp_ifs, RN_TCP_MAX_IFS, why, whylen);
   for (int i = 0; i < rn_tcp_nifs; i++) {
     char a[64];
     list[i] = rn_tcp_ifs[i].nic;
     list[i].table_index = i;
-    RN_INFO(NCCL_INIT | NCCL_NET, "%s %s speed %d Mbps pci %s", list[i].name,
-            rn_sockaddr_str(&rn_tcp_ifs[i].addr, a, sizeof(a)), list[i].speed_mbps,
+    RN_INFO(NCCL_INIT | NCCL_NET, "%s %s: %s; speed %s%d Mbps, pci %s", list[i].name,
+            rn_sockaddr_str(&rn_tcp_ifs[i].addr, a, sizeof(a)), why,
+            list[i].speed_unknown ? "unknown, reporting " : "", list[i].speed_mbps,
             list[i].pci_path[0] ? list[i].pci_path : "(virtual)");
   }
+  if (rn_tcp_nifs == 0) RN_INFO(NCCL_INIT | NCCL_NET, "no TCP interface: %s", why);
   *nics = list;
   *n = rn_tcp_nifs;
   return ncclSuccess;

@@ -13,3 +13,10 @@ BENCH_PROGS += $(RN_BENCH)
 # `make bench` (the top-level Makefile declares the target phony).
 bench: $(RN_BENCH) $(PLUGIN_SO)
 	RN_BUILD=$(BUILD) tests/bench/run-bench.sh $(BENCH_ARGS)
+
+# Planner speed (tests/bench/topo_bench.c): built by `make`, run by hand.
+TOPO_BENCH := $(BUILD)/tests/topo_bench
+BENCH_PROGS += $(TOPO_BENCH)
+$(TOPO_BENCH): $(BUILD)/tests/bench/topo_bench.o $(TOPO_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(TOPO_LIB) $(TOPO_LIBS)

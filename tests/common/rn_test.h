@@ -267,3 +267,6 @@ int rn_stream_step(struct rn_stream *s);     /* 1 all done, 0 progress, -1 error
 int rn_stream_teardown(struct rn_stream *s); /* deregMr + free */
 /* setup + step until done (bounded) + teardown. */
 int rn_stream_run(struct rn_stream *s, double timeout_s);
+/* A short verified mix (100 B, 70 KB, 1 MiB, 0 B; 2 in flight) on comm,
+ * to show a comm works after something hostile happened next to it. */
+int rn_stream_check(struct rn_peer *p, void *comm, int is_send);

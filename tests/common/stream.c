@@ -189,3 +189,16 @@ int rn_stream_run(struct rn_stream *s, double timeout_s) {
   int trc = rn_stream_teardown(s);
   return rc < 0 ? -1 : trc;
 }
+
+int rn_stream_check(struct rn_peer *p, void *comm, int is_send) {
+  static const size_t sizes[] = {100, 70000, 1 << 20, 0};
+  struct rn_stream s = {.p = p,
+                        .comm = comm,
+                        .is_send = is_send,
+                        .nmsg = 4,
+                        .sizes = sizes,
+                        .window = 2,
+                        .verify = 1,
+                        .seed = p->seed};
+  return rn_stream_run(&s, 20);
+}

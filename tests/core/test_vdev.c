@@ -102,8 +102,8 @@ static void nics_filter_case(const char *spec, const char *want, const char *why
   snprintf(e, 128, "RAILNET_NICS=%s", spec);
   int built = build("tests/topo/fixtures/dgx-h100-like.xml", e, nics, n, v, &nv) == 0;
   const char *got = built ? exposed_nics(v, nv) : "(build failed)";
-  tap_result(built && strcmp(got, want) == 0, "RAILNET_NICS=%s exposes exactly %s (%s); got %s", spec, want,
-     why, got);
+  tap_result(built && strcmp(got, want) == 0, "RAILNET_NICS=%s exposes exactly %s (%s); got %s",
+             spec, want, why, got);
 }
 
 /* RAILNET_NICS=spec never exposes a NIC of `gone`, and still exposes every
@@ -118,8 +118,67 @@ static void nics_exclude_case(const char *spec, const char *gone, const char *ke
   int built = build("tests/topo/fixtures/dgx-h100-like.xml", e, nics, n, v, &nv) == 0;
   const char *got = built ? exposed_nics(v, nv) : "(build failed)";
   tap_result(built && !lists_meet(gone, got) && (kept == NULL || list_has_all(kept, got)),
-     "RAILNET_NICS=%s never exposes %s%s%s (%s); got %s", spec, gone, kept ? " and keeps " : "",
-     kept ? kept : "", why, got);
+             "RAILNET_NICS=%s never exposes %s%s%s (%s); got %s", spec, gone,
+             kept ? " and keeps " : "", kept ? kept : "", why, got);
+}
+
+/* ---- one view: railnet-topo --json lists the devices the plugin builds --
+ * The CLI and the plugin read the same file and the same variables through
+ * the same reader; each fixture x environment must give the same devices,
+ * by name (members joined with '+', lead first). */
+static int cmp_str(const void *a, const void *b) { return strcmp(a, b); }
+
+/* The CLI inherits this process's environment: the same file and knobs. */
+static int cli_vdevs(char (*names)[256], int max) {
+  const char *b = getenv("RN_BUILD");
+  char cmd[1024];
+  snprintf(cmd, sizeof(cmd), "'%s/railnet-topo' --json 2>/dev/null", b ? b : "build");
+  FILE *f = popen(cmd, "r");
+  if (f == NULL) return -1;
+  static char out[1 << 20];
+  size_t n = fread(out, 1, sizeof(out) - 1, f);
+  out[n] = '\0';
+  if (pclose(f) != 0) return -1;
+  char *p = strstr(out, "\"vdevices\":["), *end = strstr(out, "\"unused_nics\"");
+  if (p == NULL || end == NULL) return -1;
+  int k = 0;
+  while ((p = strstr(p, "{\"name\":\"")) != NULL && p < end && k < max) {
+    p += 9;
+    char *q = strchr(p, '"');
+    if (q == NULL) return -1;
+    snprintf(names[k++], 256, "%.*s", (int)(q - p), p);
+  }
+  qsort(names, (size_t)k, sizeof(names[0]), cmp_str);
+  return k;
+}
+
+static void one_view_case(const char *fixture, const char *env) {
+  static struct rn_nic fn[RN_MAX_NICS];
+  static struct rn_vdev fv[RN_MAX_VDEVS];
+  static char cli[RN_MAX_VDEVS][256], plug[RN_MAX_VDEVS][256];
+  char path[256];
+  snprintf(path, sizeof(path), "tests/topo/fixtures/%s", fixture);
+  int n = fake_nics(path, fn), nv = 0;
+  unsetenv("CUDA_VISIBLE_DEVICES");
+  unsetenv("RAILNET_STANDBY");
+  unsetenv("NCCL_NET_GDR_LEVEL");
+  int built = n > 0 && build(path, env, fn, n, fv, &nv) == 0;
+  for (int i = 0; i < nv; i++) snprintf(plug[i], sizeof(plug[i]), "%.255s", fv[i].name);
+  qsort(plug, (size_t)nv, sizeof(plug[0]), cmp_str);
+  int nc = built ? cli_vdevs(cli, RN_MAX_VDEVS) : -1;
+  int same = built && nc == nv;
+  for (int i = 0; same && i < nv; i++) same = strcmp(cli[i], plug[i]) == 0;
+  if (!tap_result(same,
+                  "one view: %s%s%s: railnet-topo --json and the plugin list the same %d device(s)",
+                  fixture, env ? " with " : "", env ? env : "", nv)) {
+    for (int i = 0; i < nv; i++) printf("#   plugin: %s\n", plug[i]);
+    for (int i = 0; i < nc; i++) printf("#   cli:    %s\n", cli[i]);
+  }
+  if (env != NULL) {
+    char var[64];
+    snprintf(var, sizeof(var), "%.*s", (int)strcspn(env, "="), env);
+    unsetenv(var);
+  }
 }
 
 int main(void) {
@@ -127,7 +186,7 @@ int main(void) {
   static struct rn_nic nics[RN_MAX_NICS];
   static struct rn_vdev v[RN_MAX_VDEVS];
   int nv = 0;
-  printf("1..17\n");
+  printf("1..%d\n", 21 + 14);
   const char *dgx = "tests/topo/fixtures/dgx-h100-like.xml";
   int n = fake_nics(dgx, nics);
   tap_result(n == 12, "DGX-H100-like fixture gives 12 NICs (%s)", dgx);
@@ -135,13 +194,13 @@ int main(void) {
              "one device per GPU rail set: 8");
   int i0 = has_vdev(v, nv, "mlx5_0");
   tap_result(i0 >= 0 && v[i0].rails.n == 1 && (v[i0].ptr_support & NCCL_PTR_CUDA) &&
-         strstr(v[i0].why, "PIX") != NULL,
-     "mlx5_0 is a one-rail device with GDR, and says why: %s", i0 >= 0 ? v[i0].why : "-");
+                 strstr(v[i0].why, "PIX") != NULL,
+             "mlx5_0 is a one-rail device with GDR, and says why: %s", i0 >= 0 ? v[i0].why : "-");
   tap_result(i0 >= 0 && strcmp(v[i0].pci_path, "/sys/devices/pci0000:00/0000:18:00.0") == 0,
-     "pciPath is the lead NIC's sysfs path (%s)", i0 >= 0 ? v[i0].pci_path : "-");
+             "pciPath is the lead NIC's sysfs path (%s)", i0 >= 0 ? v[i0].pci_path : "-");
   tap_result(has_vdev(v, nv, "mlx5_1") < 0 && has_vdev(v, nv, "mlx5_2") < 0 &&
-         has_vdev(v, nv, "mlx5_7") < 0 && has_vdev(v, nv, "mlx5_8") < 0,
-     "%s", "storage NICs mlx5_1/2/7/8 are not exposed");
+                 has_vdev(v, nv, "mlx5_7") < 0 && has_vdev(v, nv, "mlx5_8") < 0,
+             "%s", "storage NICs mlx5_1/2/7/8 are not exposed");
   /* NCCL_IB_HCA syntax, as NCCL's matchIfList reads it: an entry without
    * '=' is a prefix, so mlx5_1 also selects mlx5_10 and mlx5_11; '=' makes
    * every entry exact; '^' excludes; a name the filter selects is exposed
@@ -155,8 +214,26 @@ int main(void) {
                     "prefix: mlx5_10 and mlx5_11 go with mlx5_1", nics, n, v);
   nics_exclude_case("^=mlx5_1", "mlx5_1", "mlx5_10,mlx5_11", "exact: only mlx5_1", nics, n, v);
   tap_result(build(dgx, "RAILNET_GDR_LEVEL=0", nics, n, v, &nv) == 0 && nv == 8 &&
-         !(v[0].ptr_support & NCCL_PTR_CUDA),
-     "%s", "RAILNET_GDR_LEVEL=0 (LOC) turns GDR off for PIX rails");
+                 !(v[0].ptr_support & NCCL_PTR_CUDA),
+             "%s", "RAILNET_GDR_LEVEL=0 (LOC) turns GDR off for PIX rails");
+  /* Two GPUs share mlx5_0: one PIX to it (GDR at PXB), one PHB (no GDR
+   * for that pair).  NCCL decides each pair itself, so the device must
+   * still advertise GPU memory; the all-pairs AND would have made it
+   * host-only for both. */
+  {
+    static struct rn_nic snics[RN_MAX_NICS];
+    const char *shared = "tests/topo/fixtures/shared-nic-gdr.xml";
+    int sn = fake_nics(shared, snics);
+    int si = -1;
+    int built = sn > 0 && build(shared, NULL, snics, sn, v, &nv) == 0;
+    if (built) si = has_vdev(v, nv, "mlx5_0");
+    tap_result(si >= 0 && (v[si].ptr_support & NCCL_PTR_CUDA),
+               "a NIC shared by a PIX and a PHB GPU advertises GPU memory (NCCL gates each pair)");
+    built = sn > 0 && build(shared, "RAILNET_GDR_LEVEL=0", snics, sn, v, &nv) == 0;
+    si = built ? has_vdev(v, nv, "mlx5_0") : -1;
+    tap_result(si >= 0 && !(v[si].ptr_support & NCCL_PTR_CUDA), "%s",
+               "... and not when RAILNET_GDR_LEVEL=LOC leaves no pair with GDR");
+  }
   struct rn_nic only_host[RN_MAX_NICS];
   memcpy(only_host, nics, sizeof(only_host));
   for (int i = 0; i < n; i++) only_host[i].ptr_support = NCCL_PTR_HOST;
@@ -197,6 +274,24 @@ int main(void) {
              "%s", "with no planned rails every transport NIC is its own device");
   tap_result(build("/nonexistent/topo.xml", NULL, nics, n, v, &nv) == 0 && nv >= 1, "%s",
              "an unreadable RAILNET_TOPO_FILE warns and falls back to the live machine");
+  static const char *const views[][2] = {
+      {"dgx-h100-like.xml", NULL},
+      {"dgx-h100-like.xml", "RAILNET_NICS=mlx5_0,mlx5_1"},
+      {"dgx-h100-like.xml", "RAILNET_NICS=^mlx5_3"},
+      {"dgx-h100-like.xml", "CUDA_VISIBLE_DEVICES=0,3"},
+      {"dgx-h100-like.xml", "CUDA_VISIBLE_DEVICES="},
+      {"dgx-h100-like.xml", "NCCL_NET_GDR_LEVEL=PHB"},
+      {"p5-like.xml", NULL},
+      {"p5-like.xml", "RAILNET_STANDBY=0"},
+      {"shared-nic-gdr.xml", NULL},
+      {"gb200-like.xml", NULL},
+      {"mixed-speed.xml", NULL},
+      {"mixed-link.xml", NULL},
+      {"dual-function.xml", NULL},
+      {"hgx-a100-bcm.xml", "RAILNET_GDR_LEVEL=PIX"},
+  };
+  for (size_t i = 0; i < sizeof(views) / sizeof(views[0]); i++)
+    one_view_case(views[i][0], views[i][1]);
   printf("# %d passed, %d failed\n", tap_count() - tap_failed(), tap_failed());
   return tap_failed() != 0;
 }

@@ -70,10 +70,11 @@ ok $? "the plugin loaded from the clean root carries verified 1 MiB and 64 MiB m
 I=$T/inst
 make -s --no-print-directory install BUILD="$B" DESTDIR="$I" PREFIX=/opt/railnet >"$T/inst.log" 2>&1 &&
   [ -f "$I/opt/railnet/lib/libnccl-net-railnet.so" ] && [ -x "$I/opt/railnet/bin/railnet-topo" ] &&
+  [ -x "$I/opt/railnet/bin/railnet-kvbench" ] &&
   [ -f "$I/opt/railnet/share/man/man1/railnet-topo.1" ] && [ ! -e "$I/opt/railnet/lib/libnccl-net.so" ] &&
   make -s --no-print-directory uninstall BUILD="$B" DESTDIR="$I" PREFIX=/opt/railnet >>"$T/inst.log" 2>&1 &&
   [ -z "$(find "$I" ! -type d)" ]
-ok $? "make install puts lib, bin and man page, no libnccl-net.so; make uninstall removes them" "$T/inst.log"
+ok $? "make install puts lib, both programs and man page, no libnccl-net.so; make uninstall removes them" "$T/inst.log"
 
 I=$T/inst2
 make -s --no-print-directory install BUILD="$B" DESTDIR="$I" PREFIX=/opt/railnet LINK_DEFAULT=1 \

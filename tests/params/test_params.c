@@ -23,6 +23,7 @@
 #include <string.h>
 #include <time.h>
 #include "nccl/net_v11.h"
+#include "railnet/version.h"
 
 static int failures, count;
 
@@ -266,7 +267,7 @@ static int connect_streams(void) {
     clock_gettime(CLOCK_MONOTONIC, &t);
     if (t.tv_sec - t0.tv_sec > 60) break; /* a hang guard, nothing more */
   }
-  const char *m = log_find(0, "socket: connected to", "streams", NULL);
+  const char *m = log_find(0, "connected to", "streams", NULL);
   if (sc && rc && m) {
     const char *w = strstr(m, " with ");
     if (w) streams = atoi(w + 6);
@@ -306,6 +307,42 @@ static void long_string(void) {
   if (up) close_ctx();
 }
 
+/* The first context of the process: every init decision said once, with
+ * its reason (the transport choice, the interface and why it was chosen,
+ * the version), and nothing said twice. */
+static int log_count(const char *a) {
+  int n = 0;
+  for (int i = 0; i < log_n; i++) n += strstr(log_line[i], a) != NULL;
+  return n;
+}
+
+static void init_lines(void) {
+  env_clear();
+  unsetenv("RAILNET_TRANSPORT"); /* auto: the choice between verbs and TCP is logged */
+  int up = open_ctx() == 0;
+  const char *ver =
+      log_find(NCCL_LOG_INFO, "railnet " RAILNET_VERSION ", wire version", NULL, NULL);
+  if (!ok(up && ver != NULL && log_count(", wire version") == 1,
+          "init logs the version and wire version once (%s)", ver ? ver : "none"))
+    log_dump();
+  const char *t = log_find(NCCL_LOG_INFO, "transport ", NULL, NULL);
+  int reasoned =
+      t != NULL &&
+      (strstr(t, "transport ib:") != NULL ||
+       (strstr(t, "verbs unavailable (") != NULL && strstr(t, "verbs unavailable ()") == NULL));
+  if (!ok(up && reasoned && log_count("transport ") == 1 && log_count("no verbs NICs") == 0,
+          "the transport choice is one line with its reason (%s)", t ? t : "none"))
+    log_dump();
+  const char *lo = log_find(NCCL_LOG_INFO, "lo ", "matches the interface filter '=lo'", NULL);
+  if (!ok(up && lo != NULL && log_count("matches the interface filter") == 1,
+          "the interface line says which rule chose it (%s)", lo ? lo : "none"))
+    log_dump();
+  if (!ok(lo != NULL && strstr(lo, "speed unknown, reporting 10000 Mbps") != NULL, "%s",
+          "lo reports no link speed: the line says unknown and what is reported"))
+    log_dump();
+  if (up) close_ctx();
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0); /* TAP survives an exit without flushing */
   const char *b = getenv("RN_BUILD");
@@ -313,7 +350,7 @@ int main(void) {
   snprintf(so, sizeof(so), "%s/libnccl-net-railnet.so", b ? b : "build");
   int plan = 0;
   for (int i = 0; i < NKNOBS; i++) plan += knobs[i].is_int ? 4 : (knobs[i].fallback[0] ? 2 : 0);
-  plan += 6 + 2 + 1;
+  plan += 4 + 6 + 2 + 1;
   void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
   net = h ? dlsym(h, "ncclNetPlugin_v11") : NULL;
   if (net == NULL) {
@@ -322,6 +359,7 @@ int main(void) {
     return 1;
   }
   printf("1..%d\n", plan);
+  init_lines(); /* first: the process's first context */
   for (int i = 0; i < NKNOBS; i++) {
     if (knobs[i].is_int)
       int_knob_cases(&knobs[i]);

@@ -12,9 +12,9 @@ $(TOPO_TESTS): $(BUILD)/tests/%: $(BUILD)/tests/topo/%.o $(TOPO_TEST_RUNNER) $(T
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_COMMON) -pthread -o $@ $< $(TOPO_TEST_RUNNER) $(TOPO_LIB) $(TOPO_LIBS)
 
-# Benchmarks and the plan-quality table: built by `make`, run by hand.
-TOPO_BENCH := $(BUILD)/tests/topo_bench $(BUILD)/tests/topo_plan_quality
-BENCH_PROGS += $(TOPO_BENCH)
-$(TOPO_BENCH): $(BUILD)/tests/%: $(BUILD)/tests/topo/%.o $(TOPO_LIB)
+# The plan-quality table: built by `make`, run by tests/topo/plan_quality.sh.
+TOPO_QUALITY := $(BUILD)/tests/topo_plan_quality
+BENCH_PROGS += $(TOPO_QUALITY)
+$(TOPO_QUALITY): $(BUILD)/tests/%: $(BUILD)/tests/topo/%.o $(TOPO_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(TOPO_LIB) $(TOPO_LIBS)
