@@ -9,10 +9,12 @@
 TEST_PROGS :=
 TEST_SCRIPTS :=
 BENCH_PROGS :=
+# Built by `make`, run inside the Soft-RoCE VM by tests/ib/softroce.sh.
+VM_PROGS :=
 
 include $(sort $(wildcard tests/*/*.mk))
 
-all: $(BENCH_PROGS)
+all: $(BENCH_PROGS) $(VM_PROGS)
 
 .PHONY: check
 test: all $(TEST_PROGS)

@@ -25,34 +25,6 @@
 #include "railnet/param.h"
 #include "ib.h"
 
-#define RN_IB_INFO_MAGIC 0x726e6962u /* "rnib" */
-#define RN_IB_INFO_VERSION 1
-
-/* What each side tells the other, once. */
-struct rn_ib_rail_info {
-  uint8_t gid[16];
-  uint32_t rkey; /* control block */
-  uint16_t lid;
-  uint8_t link; /* IBV_LINK_LAYER_* */
-  uint8_t mtu;  /* enum ibv_mtu */
-};
-struct rn_ib_conn_info {
-  uint32_t magic;
-  uint16_t version;
-  uint8_t nrails;
-  uint8_t nqps;
-  uint64_t ctl_addr;
-  char dev[32]; /* first rail's name, for messages */
-  struct rn_ib_rail_info rail[RN_MAX_RAILS];
-  uint32_t qpn[RN_MAX_RAILS][RN_IB_MAX_QPS];
-};
-
-/* What the handle payload carries: the listener's bootstrap address. */
-struct rn_ib_payload {
-  struct rn_wire_addr addr;
-};
-static_assert(sizeof(struct rn_ib_payload) <= RN_HANDLE_PAYLOAD, "handle payload is 108 bytes");
-
 enum rn_ib_accept_stage {
   RN_IB_ACC_RDV = 0,
   RN_IB_ACC_RECV_INFO,
@@ -146,7 +118,13 @@ static ncclResult_t rn_ib_listen_addr(const struct rn_rails *r, union rn_sockadd
 
 /* --- QPs ---------------------------------------------------------------- */
 
-static ncclResult_t rn_ib_qp_create(struct rn_ib_rail *rl, struct ibv_qp **qp) {
+/* What a QP lets the peer do: data QPs only accept RDMA writes (the
+ * peer's FIFO writes, data and sizes); only the loopback flush QP reads. */
+enum rn_ib_qp_role { RN_IB_QP_DATA = 0, RN_IB_QP_FLUSH = 1 };
+
+static ncclResult_t rn_ib_qp_create(struct rn_ib_rail *rl, enum rn_ib_qp_role role,
+                                    uint32_t max_inline, struct ibv_qp **qp,
+                                    struct ibv_qp_cap *cap) {
   struct rn_ib_device *device = rl->port->device;
   struct ibv_qp_init_attr ia;
   memset(&ia, 0, sizeof(ia));
@@ -158,13 +136,16 @@ static ncclResult_t rn_ib_qp_create(struct rn_ib_rail *rl, struct ibv_qp **qp) {
   ia.cap.max_recv_wr = RN_IB_RECV_DEPTH;
   ia.cap.max_send_sge = 1;
   ia.cap.max_recv_sge = 1;
+  ia.cap.max_inline_data = max_inline;
   RN_CHECK(rn_ibv_create_qp(device->pd, &ia, qp));
+  if (cap) *cap = ia.cap; /* what the provider granted */
   struct ibv_qp_attr a;
   memset(&a, 0, sizeof(a));
   a.qp_state = IBV_QPS_INIT;
   a.pkey_index = 0;
   a.port_num = (uint8_t)rl->port->num;
-  a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+  a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE |
+                      (role == RN_IB_QP_FLUSH ? IBV_ACCESS_REMOTE_READ : IBV_ACCESS_REMOTE_WRITE);
   ncclResult_t res = rn_ibv_modify_qp(
       *qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
   if (res != ncclSuccess) {
@@ -174,16 +155,19 @@ static ncclResult_t rn_ib_qp_create(struct rn_ib_rail *rl, struct ibv_qp **qp) {
   return res;
 }
 
-static ncclResult_t rn_ib_qp_connect(struct ibv_qp *qp, const struct rn_ib_port *port,
+static ncclResult_t rn_ib_qp_connect(struct ibv_qp *qp, enum rn_ib_qp_role role,
+                                     const struct rn_ib_port *port,
                                      const struct rn_ib_rail_info *rem, uint32_t rqpn) {
   const struct rn_params *p = rn_params();
+  /* Data QPs never issue or answer READs or atomics. */
+  uint8_t rd_atomic = role == RN_IB_QP_FLUSH ? 1 : 0;
   struct ibv_qp_attr a;
   memset(&a, 0, sizeof(a));
   a.qp_state = IBV_QPS_RTR;
   a.path_mtu = port->mtu < (enum ibv_mtu)rem->mtu ? port->mtu : (enum ibv_mtu)rem->mtu;
   a.dest_qp_num = rqpn;
   a.rq_psn = 0;
-  a.max_dest_rd_atomic = 1;
+  a.max_dest_rd_atomic = rd_atomic;
   a.min_rnr_timer = 12;
   a.ah_attr.port_num = (uint8_t)port->num;
   if (port->link == IBV_LINK_LAYER_ETHERNET) {
@@ -203,7 +187,7 @@ static ncclResult_t rn_ib_qp_connect(struct ibv_qp *qp, const struct rn_ib_port 
   a.retry_cnt = (uint8_t)p->ib_retry_cnt;
   a.rnr_retry = 7;
   a.sq_psn = 0;
-  a.max_rd_atomic = 1;
+  a.max_rd_atomic = rd_atomic;
   RN_CHECK(rn_ibv_modify_qp(qp, &a,
                             IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
                                 IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC));
@@ -212,22 +196,22 @@ static ncclResult_t rn_ib_qp_connect(struct ibv_qp *qp, const struct rn_ib_port 
 
 static void rn_ib_rail_info_fill(const struct rn_ib_rail *rl, struct rn_ib_rail_info *ri) {
   memcpy(ri->gid, rl->port->gid.raw, 16);
-  ri->rkey = rl->ctl_mr->rkey;
+  ri->rkey = rl->remote_mr ? rl->remote_mr->rkey : 0;
   ri->lid = rl->port->lid;
   ri->link = (uint8_t)rl->port->link;
   ri->mtu = (uint8_t)rl->port->mtu;
 }
 
-/* Standing RECVs for immediates: count more on QP qpi of a rail. */
-ncclResult_t rn_ib_post_recvs(struct rn_ib_comm *c, int rail, int qpi, int count) {
+ncclResult_t rn_ib_post_recvs(struct rn_ib_comm *c, int qi, int count) {
   struct ibv_recv_wr wr[RN_IB_RECV_DEPTH];
   if (count > RN_IB_RECV_DEPTH) count = RN_IB_RECV_DEPTH;
   memset(wr, 0, sizeof(wr[0]) * (size_t)count);
   for (int i = 0; i < count; i++) {
-    wr[i].wr_id = RN_IB_WRID(RN_IB_WR_RECV, (rail << 8) | qpi);
+    wr[i].wr_id = RN_IB_WRID(RN_IB_WR_RECV, qi, 0, 0);
     wr[i].next = i + 1 < count ? &wr[i + 1] : NULL;
   }
-  return rn_ibv_post_recv(c->rail[rail].qp[qpi], wr);
+  int rail;
+  return rn_ibv_post_recv(rn_ib_qp(c, qi, &rail)->qp, wr);
 }
 
 /* --- comms -------------------------------------------------------------- */
@@ -239,9 +223,10 @@ static void rn_ib_comm_free(struct rn_ib_comm *c) {
     struct rn_ib_rail *rl = &c->rail[r];
     if (rl->flush_qp) (void)rn_ibv_destroy_qp(rl->flush_qp);
     for (int k = c->nqps - 1; k >= 0; k--)
-      if (rl->qp[k]) (void)rn_ibv_destroy_qp(rl->qp[k]);
+      if (rl->qp[k].qp) (void)rn_ibv_destroy_qp(rl->qp[k].qp);
     if (rl->cq) (void)rn_ibv_destroy_cq(rl->cq);
-    if (rl->ctl_mr) (void)rn_ibv_dereg_mr(rl->ctl_mr);
+    if (rl->remote_mr) (void)rn_ibv_dereg_mr(rl->remote_mr);
+    if (rl->local_mr) (void)rn_ibv_dereg_mr(rl->local_mr);
   }
   free(c->ctl);
   if (c->ctrl_fd >= 0) close(c->ctrl_fd);
@@ -254,10 +239,17 @@ static void rn_ib_comm_free(struct rn_ib_comm *c) {
   free(c);
 }
 
+/* The part of the control block the peer writes: a sender's FIFO, a
+ * receiver's sizes. */
+static void *rn_ib_ctl_remote(struct rn_ib_ctl *ctl, int is_send, size_t *len) {
+  *len = is_send ? sizeof(ctl->fifo) : sizeof(ctl->sizes);
+  return is_send ? (void *)ctl->fifo : (void *)ctl->sizes;
+}
+
 /* Allocate a comm with CQs, QPs (INIT) and the registered control block on
  * the first nrails rails. */
 static ncclResult_t rn_ib_comm_create(const struct rn_rails *rails, int nrails, int nqps,
-                                      struct rn_ib_comm **out) {
+                                      int is_send, struct rn_ib_comm **out) {
   ncclResult_t res = ncclSuccess;
   struct rn_ib_comm *c = calloc(1, sizeof(*c));
   if (!c) {
@@ -267,6 +259,10 @@ static ncclResult_t rn_ib_comm_create(const struct rn_rails *rails, int nrails, 
   c->ctrl_fd = -1;
   c->nqps = nqps;
   c->nrails = nrails;
+  c->sq_depth = RN_IB_SEND_DEPTH;
+  c->alive_calls = 1;
+  int64_t want_inline = rn_params()->ib_inline;
+  c->max_inline = want_inline < 0 ? UINT32_MAX : (uint32_t)want_inline;
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
   if (posix_memalign((void **)&c->ctl, page, sizeof(*c->ctl))) {
     RN_WARN("out of memory for a control block");
@@ -274,6 +270,8 @@ static ncclResult_t rn_ib_comm_create(const struct rn_rails *rails, int nrails, 
     goto out_free;
   }
   memset(c->ctl, 0, sizeof(*c->ctl));
+  size_t rlen;
+  void *remote = rn_ib_ctl_remote(c->ctl, is_send, &rlen);
   for (int r = 0; r < nrails; r++) {
     struct rn_ib_rail *rl = &c->rail[r];
     rl->port = rn_ib_port_of(rails->nic[r]);
@@ -287,12 +285,20 @@ static ncclResult_t rn_ib_comm_create(const struct rn_rails *rails, int nrails, 
     int cqe = RN_IB_CQ_DEPTH < device->attr.max_cqe ? RN_IB_CQ_DEPTH : device->attr.max_cqe;
     RN_CHECK_GOTO(rn_ibv_create_cq(device->context, cqe, &rl->cq), res, out_free);
     RN_CHECK_GOTO(
-        rn_ibv_reg_mr(device->pd, c->ctl, sizeof(*c->ctl),
-                      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ,
-                      &rl->ctl_mr),
+        rn_ibv_reg_mr(device->pd, c->ctl, sizeof(*c->ctl), IBV_ACCESS_LOCAL_WRITE, &rl->local_mr),
         res, out_free);
-    for (int k = 0; k < nqps; k++) RN_CHECK_GOTO(rn_ib_qp_create(rl, &rl->qp[k]), res, out_free);
+    RN_CHECK_GOTO(rn_ibv_reg_mr(device->pd, remote, rlen,
+                                IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, &rl->remote_mr),
+                  res, out_free);
+    uint32_t inl = c->max_inline < device->max_inline ? c->max_inline : device->max_inline;
+    for (int k = 0; k < nqps; k++) {
+      struct ibv_qp_cap cap;
+      RN_CHECK_GOTO(rn_ib_qp_create(rl, RN_IB_QP_DATA, inl, &rl->qp[k].qp, &cap), res, out_free);
+      if (cap.max_inline_data < c->max_inline) c->max_inline = cap.max_inline_data;
+      if (cap.max_send_wr < c->sq_depth) c->sq_depth = cap.max_send_wr;
+    }
   }
+  if (c->max_inline == UINT32_MAX) c->max_inline = 0;
   *out = c;
   return ncclSuccess;
 out_free:
@@ -300,26 +306,64 @@ out_free:
   return res;
 }
 
-static void rn_ib_info_fill(const struct rn_ib_comm *c, struct rn_ib_conn_info *info) {
+static void rn_ib_info_fill(const struct rn_ib_comm *c, int is_send, struct rn_ib_conn_info *info) {
   memset(info, 0, sizeof(*info));
   info->magic = RN_IB_INFO_MAGIC;
   info->version = RN_IB_INFO_VERSION;
   info->nrails = (uint8_t)c->nrails;
   info->nqps = (uint8_t)c->nqps;
-  info->ctl_addr = (uint64_t)(uintptr_t)c->ctl;
+  size_t rlen;
+  info->ctl_addr = (uint64_t)(uintptr_t)rn_ib_ctl_remote(c->ctl, is_send, &rlen);
   rn_ib_strcpy(info->dev, sizeof(info->dev), c->rail[0].port->nic->name);
   for (int r = 0; r < c->nrails; r++) {
     rn_ib_rail_info_fill(&c->rail[r], &info->rail[r]);
-    for (int k = 0; k < c->nqps; k++) info->qpn[r][k] = c->rail[r].qp[k]->qp_num;
+    for (int k = 0; k < c->nqps; k++) info->qpn[r][k] = c->rail[r].qp[k].qp->qp_num;
   }
 }
 
-static ncclResult_t rn_ib_info_check(const struct rn_ib_conn_info *i, const char *peer) {
+/* The peer's connection info, field by field, before any of it is used
+ * (the rails' link layers are checked against ours in rn_ib_comm_connect).
+ * peer_is_send: what the peer must be.  Names in messages are bounded. */
+static ncclResult_t rn_ib_info_check(struct rn_ib_conn_info *i, int peer_is_send,
+                                     const char *peer) {
+  i->dev[sizeof(i->dev) - 1] = '\0';
   if (i->magic != RN_IB_INFO_MAGIC || i->version != RN_IB_INFO_VERSION || i->nrails < 1 ||
       i->nrails > RN_MAX_RAILS || i->nqps < 1 || i->nqps > RN_IB_MAX_QPS) {
-    RN_WARN("bad connection info from %s (magic %08x version %u, %u rails, %u QPs)", peer, i->magic,
-            i->version, i->nrails, i->nqps);
+    RN_WARN(
+        "bad connection info from %s (magic %08x version %u, %u rails, %u QPs; expected "
+        "%08x version %u, 1..%d rails, 1..%d QPs)",
+        peer, i->magic, i->version, i->nrails, i->nqps, RN_IB_INFO_MAGIC, RN_IB_INFO_VERSION,
+        RN_MAX_RAILS, RN_IB_MAX_QPS);
     return ncclRemoteError;
+  }
+  size_t need =
+      peer_is_send ? sizeof(((struct rn_ib_ctl *)0)->fifo) : sizeof(((struct rn_ib_ctl *)0)->sizes);
+  if (i->ctl_addr == 0 || i->ctl_addr > UINT64_MAX - need) {
+    RN_WARN("bad connection info from %s: control block address 0x%llx", peer,
+            (unsigned long long)i->ctl_addr);
+    return ncclRemoteError;
+  }
+  for (int r = 0; r < i->nrails; r++) {
+    const struct rn_ib_rail_info *ri = &i->rail[r];
+    static const uint8_t zero[16];
+    int bad_link = ri->link != IBV_LINK_LAYER_INFINIBAND && ri->link != IBV_LINK_LAYER_ETHERNET;
+    int bad_mtu = ri->mtu < IBV_MTU_256 || ri->mtu > IBV_MTU_4096;
+    int bad_addr = ri->link == IBV_LINK_LAYER_ETHERNET ? memcmp(ri->gid, zero, 16) == 0
+                                                       : ri->lid == 0 || ri->lid >= 0xc000;
+    if (bad_link || bad_mtu || bad_addr) {
+      RN_WARN(
+          "bad connection info from %s, rail %d: link layer %u, MTU enum %u, LID 0x%x, GID "
+          "%s",
+          peer, r, ri->link, ri->mtu, ri->lid, memcmp(ri->gid, zero, 16) == 0 ? "zero" : "set");
+      return ncclRemoteError;
+    }
+    for (int k = 0; k < i->nqps; k++) {
+      uint32_t qpn = i->qpn[r][k];
+      if (qpn < 2 || qpn > 0xffffff) {
+        RN_WARN("bad connection info from %s: rail %d QP %d number 0x%x", peer, r, k, qpn);
+        return ncclRemoteError;
+      }
+    }
   }
   return ncclSuccess;
 }
@@ -340,7 +384,8 @@ static ncclResult_t rn_ib_comm_connect(struct rn_ib_comm *c, const struct rn_ib_
     }
     c->rail[r].rem_rkey = rem->rail[r].rkey;
     for (int k = 0; k < c->nqps; k++)
-      RN_CHECK(rn_ib_qp_connect(c->rail[r].qp[k], port, &rem->rail[r], rem->qpn[r][k]));
+      RN_CHECK(rn_ib_qp_connect(c->rail[r].qp[k].qp, RN_IB_QP_DATA, port, &rem->rail[r],
+                                rem->qpn[r][k]));
   }
   c->rem_ctl = rem->ctl_addr;
   return ncclSuccess;
@@ -351,10 +396,10 @@ static ncclResult_t rn_ib_flush_setup(struct rn_ib_comm *c) {
   for (int r = 0; r < c->nrails; r++) {
     struct rn_ib_rail *rl = &c->rail[r];
     if (!(rl->port->nic->ptr_support & (NCCL_PTR_CUDA | NCCL_PTR_DMABUF))) continue;
-    RN_CHECK(rn_ib_qp_create(rl, &rl->flush_qp));
+    RN_CHECK(rn_ib_qp_create(rl, RN_IB_QP_FLUSH, 0, &rl->flush_qp, NULL));
     struct rn_ib_rail_info self;
     rn_ib_rail_info_fill(rl, &self);
-    RN_CHECK(rn_ib_qp_connect(rl->flush_qp, rl->port, &self, rl->flush_qp->qp_num));
+    RN_CHECK(rn_ib_qp_connect(rl->flush_qp, RN_IB_QP_FLUSH, rl->port, &self, rl->flush_qp->qp_num));
   }
   return ncclSuccess;
 }
@@ -412,8 +457,8 @@ static ncclResult_t rn_ib_oob_recv(int fd, void *buf, size_t len, size_t *off, i
 static void rn_ib_comm_ready(struct rn_ib_comm *c, int *fd, const char *how) {
   c->ctrl_fd = *fd;
   *fd = -1;
-  RN_INFO(NCCL_NET, "%s %s: %d rail(s) x %d QP(s), first QP %u", how, c->peer, c->nrails, c->nqps,
-          c->rail[0].qp[0]->qp_num);
+  RN_INFO(NCCL_NET, "%s %s: %d rail(s) x %d QP(s), first QP %u, inline up to %u bytes", how,
+          c->peer, c->nrails, c->nqps, c->rail[0].qp[0].qp->qp_num, c->max_inline);
   rn_ib_live_add(&c->live, 0);
 }
 
@@ -434,22 +479,21 @@ static ncclResult_t rn_ib_accept_step(struct rn_ib_listen_comm *l, void **rcomm)
       case RN_IB_ACC_RECV_INFO: {
         RN_CHECK(rn_ib_oob_recv(l->fd, &l->rinfo, sizeof(l->rinfo), &l->off, &done));
         if (!done) return ncclSuccess;
-        char peer[64];
-        snprintf(peer, sizeof(peer), "%s", l->rinfo.dev);
-        RN_CHECK(rn_ib_info_check(&l->rinfo, peer));
+        RN_CHECK(rn_ib_info_check(&l->rinfo, 1, "a connecting peer"));
         int nrails = l->rinfo.nrails < l->rails.n ? l->rinfo.nrails : l->rails.n;
         if (l->rinfo.nrails != l->rails.n)
           RN_INFO(NCCL_NET, "peer %s has %d rail(s), %s has %d: using %d", l->rinfo.dev,
                   l->rinfo.nrails, l->rails.nic[0]->name, l->rails.n, nrails);
-        RN_CHECK(rn_ib_comm_create(&l->rails, nrails, l->rinfo.nqps, &l->comm));
+        RN_CHECK(rn_ib_comm_create(&l->rails, nrails, l->rinfo.nqps, 0, &l->comm));
         struct rn_ib_comm *c = l->comm;
         snprintf(c->peer, sizeof(c->peer), "%s", l->rinfo.dev);
         /* RECVs before RTR: an immediate must never find an empty queue. */
         for (int r = 0; r < c->nrails; r++)
-          for (int k = 0; k < c->nqps; k++) RN_CHECK(rn_ib_post_recvs(c, r, k, RN_IB_RECV_DEPTH));
+          for (int k = 0; k < c->nqps; k++)
+            RN_CHECK(rn_ib_post_recvs(c, k * c->nrails + r, RN_IB_RECV_DEPTH));
         RN_CHECK(rn_ib_comm_connect(c, &l->rinfo));
         RN_CHECK(rn_ib_flush_setup(c));
-        rn_ib_info_fill(c, &l->linfo);
+        rn_ib_info_fill(c, 0, &l->linfo);
         l->stage = RN_IB_ACC_SEND_INFO;
         break;
       }
@@ -520,8 +564,8 @@ static ncclResult_t rn_ib_connect_step(struct rn_ib_connect_state *s, const stru
         RN_CHECK(rn_rdv_dial_poll(s->dial, &conn, &ready));
         if (!ready) return ncclSuccess;
         s->fd = conn.ctrl_fd;
-        RN_CHECK(rn_ib_comm_create(r, r->n, (int)rn_params()->ib_qps, &s->comm));
-        rn_ib_info_fill(s->comm, &s->linfo);
+        RN_CHECK(rn_ib_comm_create(r, r->n, (int)rn_params()->ib_qps, 1, &s->comm));
+        rn_ib_info_fill(s->comm, 1, &s->linfo);
         s->off = 0;
         s->stage = RN_IB_CON_SEND_INFO;
         break;
@@ -534,7 +578,7 @@ static ncclResult_t rn_ib_connect_step(struct rn_ib_connect_state *s, const stru
       case RN_IB_CON_RECV_INFO: {
         RN_CHECK(rn_ib_oob_recv(s->fd, &s->rinfo, sizeof(s->rinfo), &s->off, &done));
         if (!done) return ncclSuccess;
-        RN_CHECK(rn_ib_info_check(&s->rinfo, s->peer));
+        RN_CHECK(rn_ib_info_check(&s->rinfo, 0, s->peer));
         struct rn_ib_comm *c = s->comm;
         if (s->rinfo.nrails > c->nlocal || s->rinfo.nqps != c->nqps) {
           RN_WARN("%s answered %u rail(s) x %u QP(s); offered %d x %d", s->peer, s->rinfo.nrails,

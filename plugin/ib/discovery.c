@@ -194,6 +194,32 @@ static void rn_ib_pci(const char *name, struct rn_nic *nic) {
     nic->pci_path[0] = nic->busid[0] = '\0';
 }
 
+/* The largest inline payload a QP of this device accepts, up to
+ * RN_IB_INLINE_PROBE: providers reject a QP asking for more than they
+ * support, and report what they granted. */
+static void rn_ib_probe_inline(struct rn_ib_device *device) {
+  struct ibv_cq *cq;
+  device->max_inline = 0;
+  if (rn_ibv_create_cq(device->context, 1, &cq) != ncclSuccess) return;
+  for (uint32_t want = RN_IB_INLINE_PROBE; want >= 16; want /= 2) {
+    struct ibv_qp_init_attr ia;
+    memset(&ia, 0, sizeof(ia));
+    ia.send_cq = ia.recv_cq = cq;
+    ia.qp_type = IBV_QPT_RC;
+    ia.cap.max_send_wr = ia.cap.max_recv_wr = 1;
+    ia.cap.max_send_sge = ia.cap.max_recv_sge = 1;
+    ia.cap.max_inline_data = want;
+    struct ibv_qp *qp;
+    if (rn_ibv_create_qp_probe(device->pd, &ia, &qp) != 0) continue;
+    device->max_inline = ia.cap.max_inline_data;
+    (void)rn_ibv_destroy_qp(qp);
+    break;
+  }
+  (void)rn_ibv_destroy_cq(cq);
+  RN_INFO(NCCL_INIT | NCCL_NET, "%s: sends up to %u bytes inline", device->name,
+          device->max_inline);
+}
+
 static void rn_ib_device_close(struct rn_ib_device *device) {
   if (device->mr_cache) rn_mr_cache_destroy(device->mr_cache);
   if (device->pd) (void)rn_ibv_dealloc_pd(device->pd);
@@ -272,6 +298,7 @@ static ncclResult_t rn_ib_add_device(struct ibv_device *verbs_device, int *nacti
   RN_CHECK_GOTO(rn_mr_cache_create((size_t)sysconf(_SC_PAGESIZE), (int)rn_params()->mr_cache,
                                    rn_ib_mr_reg_cb, rn_ib_mr_dereg_cb, device, &device->mr_cache),
                 res, out_unwind);
+  rn_ib_probe_inline(device);
   char why[256];
   int ptr = NCCL_PTR_HOST | rn_ib_probe_ptr_support(device, why, sizeof(why));
   for (int i = first; i < rn_ib_nports; i++) rn_ib_nics[i].ptr_support = ptr;

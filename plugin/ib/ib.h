@@ -2,12 +2,19 @@
  *
  * Data path, receiver-driven like NCCL's net_ib: irecv RDMA-writes a FIFO
  * slot (address, per-rail rkeys, size, tag of each buffer; group size;
- * sequence) into the sender's registered control block; isend matches the
- * slot of its sequence by tag, RDMA-writes the data (split across the
- * connection's QPs and rails), writes the sizes into the receiver's control
- * block, and ends each QP's chain with a zero-byte WRITE_WITH_IMM whose
- * immediate names the slot, the number of QPs used and an error bit.  The
- * receiver keeps RECVs posted on every QP and counts immediates per slot. */
+ * sequence) into the sender's control block; isend matches the slot of its
+ * sequence by tag, RDMA-writes the data (split across the connection's QPs
+ * and rails), and ends each QP's chain with a WRITE_WITH_IMM whose
+ * immediate names the slot, the number of QPs used and, for a one-buffer
+ * group, the size; larger groups first write their sizes into the
+ * receiver's control block.  The receiver keeps RECVs posted on every QP
+ * and counts immediates per slot.
+ *
+ * Per message: the FIFO write is one inline, mostly unsignaled WR; a small
+ * send is one inline WRITE_WITH_IMM (a zero-byte one carries only the
+ * immediate); each QP's WRs of a group go in one chained post.  Every
+ * field a peer writes (FIFO slots, sizes, immediates, the out-of-band
+ * connection info) is checked against our own state before use. */
 #ifndef RN_IB_PRIV_H
 #define RN_IB_PRIV_H
 
@@ -21,31 +28,48 @@
 #include "railnet/rendezvous.h"
 #include "railnet/transport.h"
 
-#define RN_IB_MAX_QPS 16     /* per rail: params.def's IB_QPS upper bound */
-#define RN_IB_SLOTS 32       /* receive groups in flight per comm (NCCL needs >= 32 requests) */
-#define RN_IB_MAX_RECVS 8    /* buffers per grouped receive */
-#define RN_IB_RECV_DEPTH 64  /* standing RECVs per QP: >= RN_IB_SLOTS immediates in flight */
-#define RN_IB_SEND_DEPTH 512 /* per QP: <= 10 WRs per group x RN_IB_SLOTS, plus FIFO writes */
+#define RN_IB_MAX_QPS 16        /* per rail: params.def's IB_QPS upper bound */
+#define RN_IB_SLOTS 32          /* receive groups in flight per comm (NCCL needs >= 32 requests) */
+#define RN_IB_MAX_RECVS 8       /* buffers per grouped receive */
+#define RN_IB_RECV_DEPTH 64     /* standing RECVs per QP: >= RN_IB_SLOTS immediates in flight */
+#define RN_IB_RECV_BATCH 16     /* consumed RECVs are re-posted this many at a time */
+#define RN_IB_SEND_DEPTH 512    /* per QP: <= 10 WRs per group x RN_IB_SLOTS, plus FIFO writes */
+#define RN_IB_UNSIGNALED_MAX 15 /* at most this many unsignaled WRs between signaled ones */
 #define RN_IB_CQ_DEPTH 4096
-#define RN_IB_SPLIT_MIN 65536    /* bytes per QP before a message is split over one more QP */
-#define RN_IB_ALIVE_CHECK_MS 100 /* how often a waiting comm looks at the peer's control socket */
+#define RN_IB_SPLIT_MIN 65536      /* bytes per QP before a message is split over one more QP */
+#define RN_IB_CQ_BATCH 32          /* completions taken per ibv_poll_cq */
+#define RN_IB_ALIVE_CHECK_MS 100   /* how often a waiting comm looks at the peer's control socket */
+#define RN_IB_ALIVE_CHECK_CALLS 64 /* ... counted in calls between clock reads */
+#define RN_IB_INLINE_PROBE 512     /* largest inline size asked of a device (a full FIFO group) */
 
 static_assert((RN_IB_SLOTS & (RN_IB_SLOTS - 1)) == 0 && RN_IB_SLOTS <= 32,
               "the slot index is 5 bits of the immediate");
 static_assert(RN_IB_MAX_RECVS == RN_MAX_RECVS, "grouped receives: the core's maxRecvs");
 static_assert(RN_MAX_RAILS * RN_IB_MAX_QPS <= 128, "QPs used is 7 bits of the immediate");
+static_assert(RN_IB_RECV_DEPTH - (RN_IB_RECV_BATCH - 1) > RN_IB_SLOTS,
+              "RECVs left on a QP before a re-post cover every immediate in flight");
+static_assert(RN_IB_UNSIGNALED_MAX + 1 + (RN_IB_MAX_RECVS + 2) * RN_IB_SLOTS <= RN_IB_SEND_DEPTH,
+              "a full window of groups and an unsignaled run fit the send queue");
 
 /* Immediate data of the WRITE_WITH_IMM closing a group on each QP. */
 #define RN_IB_IMM_SLOT(imm) ((imm)&31u)
 #define RN_IB_IMM_NUSED(imm) ((((imm) >> 5) & 127u) + 1)
-#define RN_IB_IMM_INLINE (1u << 12) /* bits 13..30 carry the size of a 1-buffer group */
+#define RN_IB_IMM_SIZED (1u << 12) /* bits 13..30 carry the size of a 1-buffer group */
 #define RN_IB_IMM_SIZE(imm) (((imm) >> 13) & 0x3ffffu)
-#define RN_IB_IMM_INLINE_MAX 0x3ffffu
+#define RN_IB_IMM_SIZE_MAX 0x3ffffu
 #define RN_IB_IMM_ERROR (1u << 31) /* the sender refused the group: sizes tell why */
 
-/* Work request ids: kind in the high half, an index in the low half. */
+/* Work request ids: kind, the comm's QP index, a request index and the
+ * QP's post count after this WR (a signaled completion frees every WR up
+ * to it). */
 enum rn_ib_wr_kind { RN_IB_WR_SEND = 1, RN_IB_WR_FIFO = 2, RN_IB_WR_RECV = 3, RN_IB_WR_FLUSH = 4 };
-#define RN_IB_WRID(kind, idx) (((uint64_t)(kind) << 32) | (uint32_t)(idx))
+#define RN_IB_WRID(kind, qi, idx, count)                                                          \
+  (((uint64_t)(kind) << 60) | ((uint64_t)((qi)&0xff) << 52) | ((uint64_t)((idx)&0xfffff) << 32) | \
+   (uint32_t)(count))
+#define RN_IB_WRID_KIND(id) ((int)((id) >> 60))
+#define RN_IB_WRID_QP(id) ((int)(((id) >> 52) & 0xff))
+#define RN_IB_WRID_IDX(id) ((uint32_t)(((id) >> 32) & 0xfffff))
+#define RN_IB_WRID_COUNT(id) ((uint32_t)(id))
 
 /* One FIFO element, written by the receiver into the sender's control
  * block.  64 bytes so a slot never straddles a cache line oddly. */
@@ -60,15 +84,45 @@ struct rn_ib_fifo_elem {
 };
 static_assert(sizeof(struct rn_ib_fifo_elem) == 64, "FIFO element layout is on the wire");
 
-/* NIC-visible memory of one comm, registered once per rail.  The same
- * layout on both sides: the sender's fifo is written by the receiver, the
- * receiver's sizes are written by the sender; the other halves are local
- * sources for those writes.  flush is the landing byte of flush READs. */
+/* Memory of one comm the NIC touches.  Only the part the peer writes is
+ * registered for remote access (the sender's fifo, the receiver's sizes);
+ * the rest is local: the receiver's outgoing FIFO elements, the sender's
+ * outgoing sizes, and the landing bytes of flush READs. */
 struct rn_ib_ctl {
   struct rn_ib_fifo_elem fifo[RN_IB_SLOTS][RN_IB_MAX_RECVS];
   uint64_t sizes[RN_IB_SLOTS][RN_IB_MAX_RECVS];
   uint64_t flush[8];
 };
+
+/* The out-of-band exchange (connect.c): what each side tells the other
+ * once over the bootstrap socket, and what the handle carries. */
+#define RN_IB_INFO_MAGIC 0x726e6962u /* "rnib" */
+#define RN_IB_INFO_VERSION 2 /* 2: only part of the control block is remote, new immediates */
+
+/* Every field is checked on arrival (rn_ib_info_check, rn_ib_comm_connect). */
+struct rn_ib_rail_info {
+  uint8_t gid[16];
+  uint32_t rkey; /* the remotely writable part of the control block */
+  uint16_t lid;
+  uint8_t link; /* IBV_LINK_LAYER_* */
+  uint8_t mtu;  /* enum ibv_mtu */
+};
+struct rn_ib_conn_info {
+  uint32_t magic;
+  uint16_t version;
+  uint8_t nrails;
+  uint8_t nqps;
+  uint64_t ctl_addr; /* the remotely writable part: the sender's fifo, the receiver's sizes */
+  char dev[32];      /* first rail's name, for messages */
+  struct rn_ib_rail_info rail[RN_MAX_RAILS];
+  uint32_t qpn[RN_MAX_RAILS][RN_IB_MAX_QPS];
+};
+
+/* What the handle payload carries: the listener's bootstrap address. */
+struct rn_ib_payload {
+  struct rn_wire_addr addr;
+};
+static_assert(sizeof(struct rn_ib_payload) <= RN_HANDLE_PAYLOAD, "handle payload is 108 bytes");
 
 /* An opened device (shared by its ports).  Owner: discovery.c's table. */
 struct rn_ib_device {
@@ -77,6 +131,7 @@ struct rn_ib_device {
   struct ibv_pd *pd;
   struct rn_mr_cache *mr_cache;
   struct ibv_device_attr attr;
+  uint32_t max_inline; /* largest IBV_SEND_INLINE payload a QP got (probed at init) */
 };
 
 /* One reported NIC (device, ACTIVE port).  Owner: discovery.c's table;
@@ -113,14 +168,26 @@ static inline struct ibv_mr *rn_ib_mh_mr(const struct rn_ib_mh *mh, int rail) {
   return (struct ibv_mr *)mh->ent[rail]->handle;
 }
 
-/* One rail of a connection. */
+/* One RC QP of a connection and its queue accounting (owner: the rail). */
+struct rn_ib_qp {
+  struct ibv_qp *qp;
+  uint32_t posted;     /* send WRs ever posted (wraps) */
+  uint32_t completed;  /* ... of which a polled signaled completion covered */
+  uint32_t unsignaled; /* posted since the last signaled WR */
+  uint32_t recvs_due;  /* RECVs consumed, not yet re-posted */
+  uint64_t last_imm;   /* receiver: sequence + 1 of the last group closed here */
+};
+
+/* One rail of a connection: everything on one NIC, so a rail can be taken
+ * out (or rebuilt) without touching the others. */
 struct rn_ib_rail {
   struct rn_ib_port *port;
   struct ibv_cq *cq;
-  struct ibv_qp *qp[RN_IB_MAX_QPS];
-  struct ibv_qp *flush_qp; /* receiver, GDR-capable rails only */
-  struct ibv_mr *ctl_mr;
-  uint32_t rem_rkey; /* the peer's control block on this rail */
+  struct rn_ib_qp qp[RN_IB_MAX_QPS];
+  struct ibv_qp *flush_qp;  /* receiver, GDR-capable rails only */
+  struct ibv_mr *local_mr;  /* the control block, local access only */
+  struct ibv_mr *remote_mr; /* the part the peer writes (sender: fifo; receiver: sizes) */
+  uint32_t rem_rkey;        /* the peer's remotely writable part on this rail */
 };
 
 /* Comms and listen comms handed to the core, so finalize (or unload) can
@@ -139,12 +206,13 @@ struct rn_ib_req {
   struct rn_ib_comm *comm;
   int slot;
   int n;
+  uint64_t seq; /* recv: the group's sequence */
   /* recv: immediates arrived and due; flush: READs completed and posted;
    * send: got is set when its group completed, expected counts the
    * group's signaled completions on its first request */
   int got, expected;
-  int inline_size; /* recv: -1 unless the immediate carried the size */
-  int error;       /* recv: the sender flagged the group */
+  int64_t imm_size; /* recv: -1 unless the immediate carried the size */
+  int error;        /* recv: the sender flagged the group */
   size_t size[RN_IB_MAX_RECVS];
   union {
     int tag[RN_IB_MAX_RECVS];    /* recv: the posted tags */
@@ -152,10 +220,13 @@ struct rn_ib_req {
   };
 };
 
-/* A matched send group (sender side), one per slot. */
+/* A matched send group (sender side), one per slot: a private copy of the
+ * FIFO elements, taken once they were all written and checked, so a peer
+ * rewriting the slot later cannot change what we act on. */
 struct rn_ib_send_group {
-  int n; /* buffers in the group, from the FIFO */
+  int n; /* buffers in the group, 0 until the slot is taken */
   int matched;
+  struct rn_ib_fifo_elem fifo[RN_IB_MAX_RECVS];
   struct rn_ib_req *req[RN_IB_MAX_RECVS];
   void *data[RN_IB_MAX_RECVS];
   struct rn_ib_mh *mh[RN_IB_MAX_RECVS];
@@ -167,18 +238,21 @@ struct rn_ib_send_group {
 struct rn_ib_comm {
   struct rn_comm_base base;
   struct rn_ib_live live;
-  int nlocal;    /* local rails with resources */
-  int nrails;    /* rails connected (min of both sides) */
-  int nqps;      /* QPs per rail */
-  int mtu_bytes; /* smallest path MTU over the connected rails */
+  int nlocal;          /* local rails with resources */
+  int nrails;          /* rails connected (min of both sides) */
+  int nqps;            /* QPs per rail */
+  int mtu_bytes;       /* smallest path MTU over the connected rails */
+  uint32_t max_inline; /* smallest inline capacity over the connected rails' QPs */
+  uint32_t sq_depth;   /* send WRs each QP holds */
   struct rn_ib_rail rail[RN_MAX_RAILS];
   struct rn_ib_ctl *ctl;
-  uint64_t rem_ctl; /* the peer's control block address */
+  uint64_t rem_ctl; /* the peer's remotely writable part (its fifo or its sizes) */
   int ctrl_fd;      /* bootstrap socket, kept to notice a dead peer */
   char peer[64];
   ncclResult_t error;    /* sticky: set by the first failure */
   uint64_t seq;          /* next group */
   int64_t next_alive_ms; /* rn_clock_ms() of the next liveness check */
+  int alive_calls;       /* calls until the clock is read again */
   /* sender */
   struct rn_ib_send_group group[RN_IB_SLOTS];
   struct rn_ib_req send_reqs[RN_IB_SLOTS * RN_IB_MAX_RECVS];
@@ -190,9 +264,9 @@ struct rn_ib_comm {
 static inline int rn_ib_qp_count(const struct rn_ib_comm *c) { return c->nrails * c->nqps; }
 /* QP number q of the connection: rails interleave, so using the first m
  * QPs spreads over rails first. */
-static inline struct ibv_qp *rn_ib_qp(const struct rn_ib_comm *c, int q, int *rail) {
+static inline struct rn_ib_qp *rn_ib_qp(struct rn_ib_comm *c, int q, int *rail) {
   *rail = q % c->nrails;
-  return c->rail[*rail].qp[q / c->nrails];
+  return &c->rail[*rail].qp[q / c->nrails];
 }
 
 /* Calls between the files go one way: transport.c (the table, finalize)
@@ -217,7 +291,8 @@ ncclResult_t rn_ib_close_send(void *scomm);
 ncclResult_t rn_ib_close_recv(void *rcomm);
 ncclResult_t rn_ib_close_listen(void *lcomm);
 int rn_ib_close_all(void); /* at fini: frees what is still open, returns how many */
-ncclResult_t rn_ib_post_recvs(struct rn_ib_comm *c, int rail, int qpi, int count);
+/* count more standing RECVs on the comm's QP qi. */
+ncclResult_t rn_ib_post_recvs(struct rn_ib_comm *c, int qi, int count);
 /* reg.c */
 ncclResult_t rn_ib_reg_mr(void *comm, void *data, size_t size, int type, void **mh);
 ncclResult_t rn_ib_reg_mr_dmabuf(void *comm, void *data, size_t size, int type, uint64_t offset,

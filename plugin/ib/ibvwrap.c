@@ -230,6 +230,12 @@ ncclResult_t rn_ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr,
   return rn_ibv_made("ibv_create_qp", *qp);
 }
 
+int rn_ibv_create_qp_probe(struct ibv_pd *pd, struct ibv_qp_init_attr *attr, struct ibv_qp **qp) {
+  errno = 0;
+  *qp = syms.create_qp(pd, attr);
+  return *qp ? 0 : rn_ibv_errno();
+}
+
 ncclResult_t rn_ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask) {
   int rc = syms.modify_qp(qp, attr, mask);
   if (rc) {

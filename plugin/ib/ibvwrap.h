@@ -47,6 +47,8 @@ ncclResult_t rn_ibv_dereg_mr(struct ibv_mr *mr);
 ncclResult_t rn_ibv_create_cq(struct ibv_context *context, int cqe, struct ibv_cq **cq);
 ncclResult_t rn_ibv_destroy_cq(struct ibv_cq *cq);
 ncclResult_t rn_ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr, struct ibv_qp **qp);
+/* Probe form: returns 0 or an errno value, never WARNs. */
+int rn_ibv_create_qp_probe(struct ibv_pd *pd, struct ibv_qp_init_attr *attr, struct ibv_qp **qp);
 ncclResult_t rn_ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask);
 ncclResult_t rn_ibv_destroy_qp(struct ibv_qp *qp);
 ncclResult_t rn_ibv_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr);

@@ -1,9 +1,15 @@
 /* Verbs data path: isend/irecv/iflush/test and the peer's liveness.
  * Completions are polled from the comm's CQs inside test() (and
- * isend/irecv when they need room); there is no progress thread.  See ib.h
- * for the protocol. */
+ * isend/irecv when they need room); there is no progress thread and no
+ * lock: NCCL drives one comm from one thread.  See ib.h for the protocol.
+ *
+ * What a peer writes into our memory (FIFO slots on the sender, sizes and
+ * immediates on the receiver) is checked against our own state before it
+ * is used; a violation fails the comm with a WARN naming the field, and
+ * every later call returns that error. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <limits.h>
 #include <stddef.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -11,7 +17,7 @@
 #include "railnet/clock.h"
 #include "ib.h"
 
-/* --- completions -------------------------------------------------------- */
+/* --- failures ----------------------------------------------------------- */
 
 static ncclResult_t rn_ib_wc_result(enum ibv_wc_status s) {
   switch (s) {
@@ -33,15 +39,112 @@ static void rn_ib_fail(struct rn_ib_comm *c, ncclResult_t res) {
   if (c->error == ncclSuccess) c->error = res;
 }
 
+/* The peer wrote something no correct peer writes: fail the comm. */
+#define RN_IB_PEER_FAIL(c, fmt, ...)                                                         \
+  do {                                                                                       \
+    RN_WARN("%s: peer %s broke the protocol: " fmt, (c)->rail[0].port->nic->name, (c)->peer, \
+            ##__VA_ARGS__);                                                                  \
+    rn_ib_fail((c), ncclRemoteError);                                                        \
+  } while (0)
+
 static void rn_ib_wc_error(struct rn_ib_comm *c, int rail, const struct ibv_wc *wc) {
   /* After the first failure the QP flushes everything else: one WARN. */
   if (c->error != ncclSuccess && wc->status == IBV_WC_WR_FLUSH_ERR) return;
-  const char *what[] = {"?", "send", "FIFO write", "receive", "flush read"};
-  unsigned kind = (unsigned)(wc->wr_id >> 32);
+  static const char *const what[] = {"?", "send", "FIFO write", "receive", "flush read"};
+  int kind = RN_IB_WRID_KIND(wc->wr_id);
   RN_WARN("%s QP %u: %s completion failed: %s (status %d, vendor error 0x%x), peer %s",
-          c->rail[rail].port->nic->name, wc->qp_num, kind < 5 ? what[kind] : "?",
+          c->rail[rail].port->nic->name, wc->qp_num, kind > 0 && kind < 5 ? what[kind] : "?",
           rn_ibv_wc_status_str(wc->status), (int)wc->status, wc->vendor_err, c->peer);
   rn_ib_fail(c, rn_ib_wc_result(wc->status));
+}
+
+/* --- posting ------------------------------------------------------------ */
+
+static int rn_ib_sq_room(const struct rn_ib_comm *c, const struct rn_ib_qp *q, int nwr) {
+  return q->posted - q->completed + (uint32_t)nwr <= c->sq_depth;
+}
+
+/* Post a chain of nwr send WRs on the comm's QP qi in one call (one
+ * doorbell).  Every WR's id names the QP and its post count, so a
+ * signaled completion frees the queue up to it.  The last WR is signaled
+ * when signal is set, when the unsignaled run would pass its bound, or
+ * when the queue is half full; the others never are.  The caller checked
+ * rn_ib_sq_room. */
+static ncclResult_t rn_ib_post_chain(struct rn_ib_comm *c, int qi, struct ibv_send_wr *wr, int nwr,
+                                     enum rn_ib_wr_kind kind, uint32_t idx, int signal) {
+  int rail;
+  struct rn_ib_qp *q = rn_ib_qp(c, qi, &rail);
+  uint32_t used = q->posted - q->completed + (uint32_t)nwr;
+  if (q->unsignaled + (uint32_t)nwr > RN_IB_UNSIGNALED_MAX || used > c->sq_depth / 2) signal = 1;
+  for (int w = 0; w < nwr; w++) {
+    wr[w].next = w + 1 < nwr ? &wr[w + 1] : NULL;
+    wr[w].wr_id = RN_IB_WRID(kind, qi, idx, q->posted + (uint32_t)w + 1);
+    wr[w].send_flags &= ~IBV_SEND_SIGNALED;
+  }
+  if (signal) wr[nwr - 1].send_flags |= IBV_SEND_SIGNALED;
+  RN_CHECK(rn_ibv_post_send(q->qp, wr));
+  q->posted += (uint32_t)nwr;
+  q->unsignaled = signal ? 0 : q->unsignaled + (uint32_t)nwr;
+  return ncclSuccess;
+}
+
+/* --- completions -------------------------------------------------------- */
+
+/* An immediate closed a group on QP qi: check it against the receive it
+ * names before counting it. */
+static void rn_ib_on_imm(struct rn_ib_comm *c, int qi, const struct ibv_wc *wc) {
+  if (wc->opcode != IBV_WC_RECV_RDMA_WITH_IMM || !(wc->wc_flags & IBV_WC_WITH_IMM)) {
+    RN_IB_PEER_FAIL(c, "QP %u: a receive completion of opcode %d without an immediate", wc->qp_num,
+                    (int)wc->opcode);
+    return;
+  }
+  uint32_t imm = ntohl(wc->imm_data);
+  unsigned slot = RN_IB_IMM_SLOT(imm);
+  struct rn_ib_req *r = &c->recv_reqs[slot];
+  if (r->kind != RN_IB_REQ_RECV) {
+    RN_IB_PEER_FAIL(c, "immediate 0x%08x names slot %u, where no receive is posted", imm, slot);
+    return;
+  }
+  int nq = rn_ib_qp_count(c), rail;
+  int nused = (int)RN_IB_IMM_NUSED(imm);
+  if (nused > nq) {
+    RN_IB_PEER_FAIL(c, "immediate 0x%08x: %d QPs used, the connection has %d", imm, nused, nq);
+    return;
+  }
+  /* The sender spreads sequence s over QPs s % nq, s % nq + 1, ... */
+  int offset = (qi - (int)(r->seq % (uint64_t)nq) + nq) % nq;
+  if (offset >= nused) {
+    RN_IB_PEER_FAIL(c, "immediate 0x%08x for sequence %llu arrived on QP %d, outside its %d QPs",
+                    imm, (unsigned long long)r->seq, qi, nused);
+    return;
+  }
+  struct rn_ib_qp *q = rn_ib_qp(c, qi, &rail);
+  if (q->last_imm >= r->seq + 1) {
+    RN_IB_PEER_FAIL(c, "immediate 0x%08x for sequence %llu on QP %d after one for %llu", imm,
+                    (unsigned long long)r->seq, qi, (unsigned long long)q->last_imm - 1);
+    return;
+  }
+  q->last_imm = r->seq + 1;
+  if (r->expected != 0 && r->expected != nused) {
+    RN_IB_PEER_FAIL(c, "immediate 0x%08x: %d QPs used, an earlier one of sequence %llu said %d",
+                    imm, nused, (unsigned long long)r->seq, r->expected);
+    return;
+  }
+  int sized = (imm & RN_IB_IMM_SIZED) != 0;
+  int64_t size = sized ? (int64_t)RN_IB_IMM_SIZE(imm) : -1;
+  if (sized && r->n != 1) {
+    RN_IB_PEER_FAIL(c, "immediate 0x%08x carries a size for a %d-buffer receive", imm, r->n);
+    return;
+  }
+  if (r->got > 0 && size != r->imm_size) {
+    RN_IB_PEER_FAIL(c, "immediate 0x%08x: size %lld, an earlier one of sequence %llu said %lld",
+                    imm, (long long)size, (unsigned long long)r->seq, (long long)r->imm_size);
+    return;
+  }
+  r->imm_size = size;
+  r->expected = nused;
+  r->got++;
+  if (imm & RN_IB_IMM_ERROR) r->error = 1;
 }
 
 static void rn_ib_on_wc(struct rn_ib_comm *c, int rail, const struct ibv_wc *wc) {
@@ -49,54 +152,68 @@ static void rn_ib_on_wc(struct rn_ib_comm *c, int rail, const struct ibv_wc *wc)
     rn_ib_wc_error(c, rail, wc);
     return;
   }
-  uint32_t idx = (uint32_t)wc->wr_id;
-  switch ((int)(wc->wr_id >> 32)) {
+  int kind = RN_IB_WRID_KIND(wc->wr_id), qi = RN_IB_WRID_QP(wc->wr_id), r;
+  uint32_t idx = RN_IB_WRID_IDX(wc->wr_id);
+  switch (kind) {
     case RN_IB_WR_SEND: {
+      rn_ib_qp(c, qi, &r)->completed = RN_IB_WRID_COUNT(wc->wr_id);
+      if (!idx--) break; /* a refused group: nothing waits */
       struct rn_ib_req *lead = &c->send_reqs[idx];
       if (--lead->expected == 0)
         for (int i = 0; i < lead->n; i++) c->send_reqs[lead->member[i]].got = 1;
       break;
     }
-    case RN_IB_WR_RECV: {
-      uint32_t imm = ntohl(wc->imm_data);
-      struct rn_ib_req *r = &c->recv_reqs[RN_IB_IMM_SLOT(imm)];
-      if (r->kind != RN_IB_REQ_RECV) {
-        RN_WARN("%s QP %u: data for slot %u with no receive posted (peer %s)",
-                c->rail[rail].port->nic->name, wc->qp_num, RN_IB_IMM_SLOT(imm), c->peer);
-        rn_ib_fail(c, ncclInternalError);
-        break;
-      }
-      r->expected = (int)RN_IB_IMM_NUSED(imm);
-      r->got++;
-      if (imm & RN_IB_IMM_INLINE) r->inline_size = (int)RN_IB_IMM_SIZE(imm);
-      if (imm & RN_IB_IMM_ERROR) r->error = 1;
-      if (rn_ib_post_recvs(c, (int)(idx >> 8), (int)(idx & 0xff), 1) != ncclSuccess)
-        rn_ib_fail(c, ncclSystemError);
+    case RN_IB_WR_FIFO:
+      rn_ib_qp(c, qi, &r)->completed = RN_IB_WRID_COUNT(wc->wr_id);
       break;
-    }
+    case RN_IB_WR_RECV:
+      rn_ib_qp(c, qi, &r)->recvs_due++;
+      rn_ib_on_imm(c, qi, wc);
+      break;
     case RN_IB_WR_FLUSH:
       c->flush_reqs[idx].got++;
       break;
-    default: /* FIFO writes and error notices: nothing waits on them */
+    default:
       break;
   }
 }
 
+/* Re-post consumed RECVs, a batch at a time. */
+static ncclResult_t rn_ib_recvs_refill(struct rn_ib_comm *c, int rail) {
+  struct rn_ib_rail *rl = &c->rail[rail];
+  for (int k = 0; k < c->nqps; k++) {
+    struct rn_ib_qp *q = &rl->qp[k];
+    if (q->recvs_due < RN_IB_RECV_BATCH) continue;
+    RN_CHECK(rn_ib_post_recvs(c, k * c->nrails + rail, (int)q->recvs_due));
+    q->recvs_due = 0;
+  }
+  return ncclSuccess;
+}
+
 static ncclResult_t rn_ib_progress(struct rn_ib_comm *c) {
-  struct ibv_wc wc[16];
+  struct ibv_wc wc[RN_IB_CQ_BATCH];
   for (int r = 0; r < c->nrails; r++) {
-    int got;
+    int got, recvs = 0;
     do {
-      RN_CHECK(rn_ibv_poll_cq(c->rail[r].cq, 16, wc, &got));
-      for (int i = 0; i < got; i++) rn_ib_on_wc(c, r, &wc[i]);
-    } while (got == 16);
+      RN_CHECK(rn_ibv_poll_cq(c->rail[r].cq, RN_IB_CQ_BATCH, wc, &got));
+      for (int i = 0; i < got; i++) {
+        rn_ib_on_wc(c, r, &wc[i]);
+        recvs |= RN_IB_WRID_KIND(wc[i].wr_id) == RN_IB_WR_RECV;
+      }
+    } while (got == RN_IB_CQ_BATCH);
+    if (recvs && rn_ib_recvs_refill(c, r) != ncclSuccess) rn_ib_fail(c, ncclSystemError);
   }
   return c->error;
 }
 
 /* --- liveness ----------------------------------------------------------- */
 
+/* ncclSuccess unless the peer's control socket shows EOF or a reset.  The
+ * clock is read once per RN_IB_ALIVE_CHECK_CALLS calls (a clock read can
+ * be a system call), the socket once per RN_IB_ALIVE_CHECK_MS. */
 static ncclResult_t rn_ib_peer_alive(struct rn_ib_comm *c) {
+  if (--c->alive_calls > 0) return ncclSuccess;
+  c->alive_calls = RN_IB_ALIVE_CHECK_CALLS;
   int64_t now = rn_clock_ms();
   if (now < c->next_alive_ms) return ncclSuccess;
   c->next_alive_ms = now + RN_IB_ALIVE_CHECK_MS;
@@ -106,6 +223,21 @@ static ncclResult_t rn_ib_peer_alive(struct rn_ib_comm *c) {
   if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)))
     return ncclSuccess;
   return ncclRemoteError; /* EOF or reset: the caller re-polls, then WARNs */
+}
+
+static ncclResult_t rn_ib_dead_peer(struct rn_ib_comm *c, const char *what) {
+  RN_WARN("%s QP %u: peer %s closed the connection while a %s was pending",
+          c->rail[0].port->nic->name, c->rail[0].qp[0].qp->qp_num, c->peer, what);
+  rn_ib_fail(c, ncclRemoteError);
+  return c->error;
+}
+
+/* Nothing to do for the caller yet: keep completions moving and notice a
+ * dead peer. */
+static ncclResult_t rn_ib_idle(struct rn_ib_comm *c, const char *what) {
+  RN_CHECK(rn_ib_progress(c));
+  if (rn_ib_peer_alive(c) != ncclSuccess) return rn_ib_dead_peer(c, what);
+  return ncclSuccess;
 }
 
 /* --- requests ----------------------------------------------------------- */
@@ -135,77 +267,151 @@ static struct rn_ib_req *rn_ib_send_req_get(struct rn_ib_comm *c) {
   return NULL;
 }
 
+/* A FIFO sequence field before its receive is posted: 0, or the value of
+ * an earlier use of the same slot. */
+static int rn_ib_fifo_idx_old(uint64_t idx, uint64_t want) {
+  return idx == 0 || (idx < want && (want - idx) % RN_IB_SLOTS == 0);
+}
+
+/* Take the FIFO slot of the current sequence once the receiver wrote all
+ * of it: check every field, keep a private copy in g.  *ready stays 0
+ * while the receive is not (fully) posted. */
+static ncclResult_t rn_ib_fifo_take(struct rn_ib_comm *c, int slot, struct rn_ib_send_group *g,
+                                    int *ready) {
+  volatile struct rn_ib_fifo_elem *f = c->ctl->fifo[slot];
+  uint64_t want = c->seq + 1;
+  *ready = 0;
+  uint64_t idx = f[0].idx;
+  if (idx != want) {
+    if (rn_ib_fifo_idx_old(idx, want)) return ncclSuccess;
+    RN_IB_PEER_FAIL(c, "FIFO slot %d: sequence field %llu, expected %llu", slot,
+                    (unsigned long long)idx, (unsigned long long)want);
+    return c->error;
+  }
+  __atomic_thread_fence(__ATOMIC_ACQUIRE);
+  int n = f[0].n;
+  if (n < 1 || n > RN_IB_MAX_RECVS) {
+    RN_IB_PEER_FAIL(c, "FIFO slot %d: group of %d buffers (1..%d)", slot, n, RN_IB_MAX_RECVS);
+    return c->error;
+  }
+  for (int i = 1; i < n; i++) {
+    idx = f[i].idx;
+    if (idx == want) continue;
+    if (rn_ib_fifo_idx_old(idx, want)) return ncclSuccess; /* still landing */
+    RN_IB_PEER_FAIL(c, "FIFO slot %d element %d: sequence field %llu, expected %llu", slot, i,
+                    (unsigned long long)idx, (unsigned long long)want);
+    return c->error;
+  }
+  __atomic_thread_fence(__ATOMIC_ACQUIRE);
+  for (int i = 0; i < n; i++) memcpy(&g->fifo[i], (const void *)&f[i], sizeof(g->fifo[i]));
+  for (int i = 0; i < n; i++) {
+    const struct rn_ib_fifo_elem *e = &g->fifo[i];
+    if (e->n != n || e->idx != want) {
+      RN_IB_PEER_FAIL(c,
+                      "FIFO slot %d element %d: group of %u buffers, sequence %llu; element 0 "
+                      "said %d, %llu",
+                      slot, i, e->n, (unsigned long long)e->idx, n, (unsigned long long)want);
+      return c->error;
+    }
+    if (e->size > INT_MAX || (e->size > 0 && (e->addr == 0 || e->addr > UINT64_MAX - e->size))) {
+      RN_IB_PEER_FAIL(c, "FIFO slot %d element %d: buffer of %llu bytes at 0x%llx", slot, i,
+                      (unsigned long long)e->size, (unsigned long long)e->addr);
+      return c->error;
+    }
+  }
+  g->n = n;
+  *ready = 1;
+  return ncclSuccess;
+}
+
+/* One data WR: len bytes at local into the receiver's buffer. */
+static void rn_ib_wr_data(struct ibv_send_wr *wr, struct ibv_sge *sge, uint64_t local, uint32_t len,
+                          uint32_t lkey, uint64_t remote, uint32_t rkey, uint32_t max_inline) {
+  memset(wr, 0, sizeof(*wr));
+  *sge = (struct ibv_sge){.addr = local, .length = len, .lkey = lkey};
+  wr->opcode = IBV_WR_RDMA_WRITE;
+  wr->sg_list = sge;
+  wr->num_sge = len > 0;
+  if (len > 0 && len <= max_inline) wr->send_flags = IBV_SEND_INLINE;
+  wr->wr.rdma.remote_addr = remote;
+  wr->wr.rdma.rkey = rkey;
+}
+
+/* WRs a group puts on one QP at most: data per buffer, sizes, immediate. */
+#define RN_IB_GROUP_WRS (RN_IB_MAX_RECVS + 2)
+
+/* QPs a group of total bytes spreads over. */
+static int rn_ib_group_qps(const struct rn_ib_comm *c, size_t total) {
+  int nq = rn_ib_qp_count(c);
+  size_t want = (total + RN_IB_SPLIT_MIN - 1) / RN_IB_SPLIT_MIN;
+  return want < 1 ? 1 : want > (size_t)nq ? nq : (int)want;
+}
+
+/* Room for a group of total bytes on every QP it will use. */
+static int rn_ib_group_room(struct rn_ib_comm *c, size_t total) {
+  int nq = rn_ib_qp_count(c), nused = rn_ib_group_qps(c, total), rail;
+  int start = (int)(c->seq % (uint64_t)nq);
+  for (int j = 0; j < nused; j++)
+    if (!rn_ib_sq_room(c, rn_ib_qp(c, (start + j) % nq, &rail), RN_IB_GROUP_WRS)) return 0;
+  return 1;
+}
+
 /* Post one matched group: data chunks over nused QPs, the sizes (unless
- * the immediate carries them) and a WRITE_WITH_IMM per QP.  err: refuse
- * the group, telling the receiver through the immediate and the sizes. */
+ * the immediate carries them) and an immediate per QP, each QP's WRs in
+ * one chained post.  A small message is a single inline WRITE_WITH_IMM, a
+ * zero-byte one a WRITE_WITH_IMM without data.  err: refuse the group,
+ * telling the receiver through the immediate and the sizes. */
 static ncclResult_t rn_ib_post_group(struct rn_ib_comm *c, int slot, struct rn_ib_send_group *g,
-                                     volatile struct rn_ib_fifo_elem *f, struct rn_ib_req *lead,
-                                     int err) {
+                                     struct rn_ib_req *lead, int err) {
   int nq = rn_ib_qp_count(c);
   size_t total = 0;
   for (int i = 0; i < g->n; i++) total += g->size[i];
-  int nused = 1;
-  if (!err) {
-    size_t want = (total + RN_IB_SPLIT_MIN - 1) / RN_IB_SPLIT_MIN;
-    nused = want < 1 ? 1 : want > (size_t)nq ? nq : (int)want;
-  }
+  int nused = err ? 1 : rn_ib_group_qps(c, total);
   int start = (int)(c->seq % (uint64_t)nq);
-  int inl = !err && g->n == 1 && g->size[0] <= RN_IB_IMM_INLINE_MAX;
+  int sized = !err && g->n == 1 && g->size[0] <= RN_IB_IMM_SIZE_MAX;
   uint32_t imm = (uint32_t)slot | ((uint32_t)(nused - 1) << 5);
-  if (inl) imm |= RN_IB_IMM_INLINE | ((uint32_t)g->size[0] << 13);
+  if (sized) imm |= RN_IB_IMM_SIZED | ((uint32_t)g->size[0] << 13);
   if (err) imm |= RN_IB_IMM_ERROR;
-  if (!inl)
+  if (!sized)
     for (int i = 0; i < g->n; i++) c->ctl->sizes[slot][i] = g->size[i];
-  uint64_t rem_sizes =
-      c->rem_ctl + offsetof(struct rn_ib_ctl, sizes) + (uint64_t)slot * sizeof(c->ctl->sizes[0]);
+  uint64_t rem_sizes = c->rem_ctl + (uint64_t)slot * sizeof(c->ctl->sizes[0]);
+  uint32_t lead_idx = lead ? (uint32_t)(lead - c->send_reqs) + 1 : 0;
   for (int j = 0; j < nused; j++) {
-    int rail;
-    struct ibv_qp *qp = rn_ib_qp(c, (start + j) % nq, &rail);
+    int qi = (start + j) % nq, rail;
+    rn_ib_qp(c, qi, &rail);
     struct rn_ib_rail *rl = &c->rail[rail];
-    struct ibv_send_wr wr[RN_IB_MAX_RECVS + 2];
-    struct ibv_sge sge[RN_IB_MAX_RECVS + 2];
+    struct ibv_send_wr wr[RN_IB_GROUP_WRS];
+    struct ibv_sge sge[RN_IB_GROUP_WRS];
     int nwr = 0;
-    memset(wr, 0, sizeof(wr));
     for (int i = 0; i < g->n && !err; i++) {
       size_t chunk = (g->size[i] + (size_t)nused - 1) / (size_t)nused;
       chunk = (chunk + 127) & ~(size_t)127;
       size_t off = chunk * (size_t)j;
       if (off >= g->size[i]) continue;
       size_t len = g->size[i] - off < chunk ? g->size[i] - off : chunk;
-      sge[nwr] = (struct ibv_sge){.addr = (uintptr_t)g->data[i] + off,
-                                  .length = (uint32_t)len,
-                                  .lkey = rn_ib_mh_mr(g->mh[i], rail)->lkey};
-      wr[nwr].opcode = IBV_WR_RDMA_WRITE;
-      wr[nwr].sg_list = &sge[nwr];
-      wr[nwr].num_sge = 1;
-      wr[nwr].wr.rdma.remote_addr = f[i].addr + off;
-      wr[nwr].wr.rdma.rkey = f[i].rkey[rail];
+      rn_ib_wr_data(&wr[nwr], &sge[nwr], (uintptr_t)g->data[i] + off, (uint32_t)len,
+                    rn_ib_mh_mr(g->mh[i], rail)->lkey, g->fifo[i].addr + off, g->fifo[i].rkey[rail],
+                    c->max_inline);
       nwr++;
     }
     /* The last data chunk on this QP carries the immediate (one packet
      * fewer; a small message is a single WRITE_WITH_IMM).  The sizes
-     * write goes before it: RC keeps one QP's writes in order. */
-    struct ibv_send_wr last;
-    struct ibv_sge last_sge;
-    /* Only a single-packet chunk: Soft-RoCE (6.1) mishandles go-back-N
+     * write goes before it: RC keeps one QP's writes in order.  Only a
+     * single-packet chunk: Soft-RoCE (6.1) mishandles go-back-N
      * retransmits inside multi-packet WRITE_WITH_IMM (remote invalid
      * request), so longer tails keep a separate zero-byte immediate. */
+    struct ibv_send_wr last;
+    struct ibv_sge last_sge;
     int have_last = nwr > 0 && sge[nwr - 1].length <= (uint32_t)c->mtu_bytes;
     if (have_last) {
       nwr--;
       last = wr[nwr];
       last_sge = sge[nwr];
-      memset(&wr[nwr], 0, sizeof(wr[nwr]));
     }
-    if (j == 0 && !inl) {
-      sge[nwr] = (struct ibv_sge){.addr = (uintptr_t)c->ctl->sizes[slot],
-                                  .length = (uint32_t)(sizeof(uint64_t) * (size_t)g->n),
-                                  .lkey = rl->ctl_mr->lkey};
-      wr[nwr].opcode = IBV_WR_RDMA_WRITE;
-      wr[nwr].sg_list = &sge[nwr];
-      wr[nwr].num_sge = 1;
-      wr[nwr].wr.rdma.remote_addr = rem_sizes;
-      wr[nwr].wr.rdma.rkey = rl->rem_rkey;
+    if (j == 0 && !sized) {
+      rn_ib_wr_data(&wr[nwr], &sge[nwr], (uintptr_t)c->ctl->sizes[slot],
+                    (uint32_t)(sizeof(uint64_t) * (size_t)g->n), rl->local_mr->lkey, rem_sizes,
+                    rl->rem_rkey, c->max_inline);
       nwr++;
     }
     if (have_last) {
@@ -214,28 +420,15 @@ static ncclResult_t rn_ib_post_group(struct rn_ib_comm *c, int slot, struct rn_i
       wr[nwr].sg_list = &sge[nwr];
     } else {
       /* No data on this QP: a zero-byte write carries the immediate. */
-      wr[nwr].num_sge = 0;
-      wr[nwr].wr.rdma.remote_addr = rem_sizes;
-      wr[nwr].wr.rdma.rkey = rl->rem_rkey;
+      rn_ib_wr_data(&wr[nwr], &sge[nwr], 0, 0, 0, rem_sizes, rl->rem_rkey, 0);
     }
     wr[nwr].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
     wr[nwr].imm_data = htonl(imm);
-    wr[nwr].send_flags = IBV_SEND_SIGNALED;
-    wr[nwr].wr_id = err ? RN_IB_WRID(RN_IB_WR_FIFO, 0)
-                        : RN_IB_WRID(RN_IB_WR_SEND, (uint32_t)(lead - c->send_reqs));
     nwr++;
-    for (int w = 0; w + 1 < nwr; w++) wr[w].next = &wr[w + 1];
-    RN_CHECK(rn_ibv_post_send(qp, wr));
+    RN_CHECK(rn_ib_post_chain(c, qi, wr, nwr, RN_IB_WR_SEND, lead_idx, 1));
   }
   if (lead) lead->expected = nused;
   return ncclSuccess;
-}
-
-static ncclResult_t rn_ib_dead_peer(struct rn_ib_comm *c, const char *what) {
-  RN_WARN("%s QP %u: peer %s closed the connection while a %s was pending",
-          c->rail[0].port->nic->name, c->rail[0].qp[0]->qp_num, c->peer, what);
-  rn_ib_fail(c, ncclRemoteError);
-  return c->error;
 }
 
 ncclResult_t rn_ib_isend(void *scomm, void *data, size_t size, int tag, void *mhp, void **req) {
@@ -244,36 +437,48 @@ ncclResult_t rn_ib_isend(void *scomm, void *data, size_t size, int tag, void *mh
   if (c->error) return c->error;
   int slot = (int)(c->seq % RN_IB_SLOTS);
   struct rn_ib_send_group *g = &c->group[slot];
-  volatile struct rn_ib_fifo_elem *f = c->ctl->fifo[slot];
-  uint64_t want = c->seq + 1;
-  if (f[0].idx != want) {
-    /* No receive posted yet: keep completions moving, notice a dead peer. */
-    RN_CHECK(rn_ib_progress(c));
-    if (rn_ib_peer_alive(c) != ncclSuccess) return rn_ib_dead_peer(c, "send");
-    return ncclSuccess;
+  if (g->n == 0) {
+    int ready;
+    RN_CHECK(rn_ib_fifo_take(c, slot, g, &ready));
+    if (!ready) return rn_ib_idle(c, "send"); /* no receive posted yet */
   }
-  int n = f[0].n;
-  if (n < 1 || n > RN_IB_MAX_RECVS) {
-    RN_WARN("%s: FIFO slot %d announces %d buffers (peer %s)", c->rail[0].port->nic->name, slot, n,
-            c->peer);
-    rn_ib_fail(c, ncclRemoteError);
-    return c->error;
-  }
-  for (int i = 1; i < n; i++)
-    if (f[i].idx != want) return ncclSuccess; /* slot still landing */
-  __atomic_thread_fence(__ATOMIC_ACQUIRE);
-  if (g->matched == 0) g->n = n;
+  /* Match the head group: a tag not free in it belongs to a later group
+   * (NCCL progresses each tag of a shared comm on its own), so the caller
+   * retries once this group is complete. */
   int i;
-  for (i = 0; i < n; i++)
-    if (!g->req[i] && f[i].tag == tag) break;
-  if (i == n) return ncclSuccess; /* tag belongs to a later group: retry */
+  for (i = 0; i < g->n; i++)
+    if (!g->req[i] && g->fifo[i].tag == tag) break;
+  if (i == g->n) return ncclSuccess;
   struct rn_ib_mh *mh = mhp;
   if (size > 0 && (!mh || mh->nrails < c->nrails)) {
     RN_WARN("send of %zu bytes (tag %d) without a registration for this comm", size, tag);
     return ncclInvalidArgument;
   }
+  if (size > g->fifo[i].size) {
+    RN_WARN("send of %zu bytes (tag %d) to %s exceeds the posted receive buffer of %llu bytes",
+            size, tag, c->peer, (unsigned long long)g->fifo[i].size);
+    /* Tell the receiver too: refused group, sizes say why. */
+    for (int k = 0; k < g->n; k++)
+      if (!g->req[k]) g->size[k] = 0;
+    g->size[i] = size;
+    int rail;
+    struct rn_ib_qp *q = rn_ib_qp(c, (int)(c->seq % (uint64_t)rn_ib_qp_count(c)), &rail);
+    if (rn_ib_sq_room(c, q, RN_IB_GROUP_WRS)) (void)rn_ib_post_group(c, slot, g, NULL, 1);
+    rn_ib_fail(c, ncclInvalidUsage);
+    return ncclInvalidUsage;
+  }
+  if (g->matched + 1 == g->n) {
+    /* This send completes the group: it is posted now, so every QP it
+     * uses needs room; else the caller retries after completions. */
+    size_t total = size;
+    for (int k = 0; k < g->n; k++) total += g->req[k] ? g->size[k] : 0;
+    if (!rn_ib_group_room(c, total)) {
+      RN_CHECK(rn_ib_progress(c));
+      if (!rn_ib_group_room(c, total)) return ncclSuccess;
+    }
+  }
   struct rn_ib_req *r = rn_ib_send_req_get(c);
-  if (!r) return ncclSuccess; /* cannot happen: the pool holds a full FIFO's worth */
+  if (!r) return ncclSuccess; /* every request handed out: the caller tests some first */
   r->slot = slot;
   r->size[0] = size;
   g->req[i] = r;
@@ -281,22 +486,11 @@ ncclResult_t rn_ib_isend(void *scomm, void *data, size_t size, int tag, void *mh
   g->mh[i] = mh;
   g->size[i] = size;
   g->matched++;
-  if (size > f[i].size) {
-    RN_WARN("send of %zu bytes (tag %d) to %s exceeds the posted receive buffer of %llu bytes",
-            size, tag, c->peer, (unsigned long long)f[i].size);
-    /* Tell the receiver too: refused group, sizes say why. */
-    for (int k = 0; k < n; k++)
-      if (!g->req[k]) g->size[k] = 0;
-    (void)rn_ib_post_group(c, slot, g, f, NULL, 1);
-    rn_ib_fail(c, ncclInvalidUsage);
-    rn_ib_req_end(r);
-    return ncclInvalidUsage;
-  }
-  if (g->matched == n) {
+  if (g->matched == g->n) {
     struct rn_ib_req *lead = g->req[0];
-    lead->n = n;
-    for (int k = 0; k < n; k++) lead->member[k] = (int)(g->req[k] - c->send_reqs);
-    ncclResult_t res = rn_ib_post_group(c, slot, g, f, lead, 0);
+    lead->n = g->n;
+    for (int k = 0; k < g->n; k++) lead->member[k] = (int)(g->req[k] - c->send_reqs);
+    ncclResult_t res = rn_ib_post_group(c, slot, g, lead, 0);
     memset(g, 0, sizeof(*g));
     c->seq++;
     if (res != ncclSuccess) {
@@ -318,7 +512,6 @@ ncclResult_t rn_ib_irecv(void *rcomm, int n, void **data, const size_t *sizes, c
   int slot = (int)(c->seq % RN_IB_SLOTS);
   struct rn_ib_req *r = &c->recv_reqs[slot];
   if (r->kind) return ncclSuccess; /* RN_IB_SLOTS receives in flight: retry later */
-  struct rn_ib_fifo_elem *e = c->ctl->fifo[slot];
   for (int i = 0; i < n; i++) {
     struct rn_ib_mh *mh = mhs ? mhs[i] : NULL;
     if (sizes[i] > 0 && (!mh || mh->nrails < c->nrails)) {
@@ -326,38 +519,38 @@ ncclResult_t rn_ib_irecv(void *rcomm, int n, void **data, const size_t *sizes, c
               tags[i]);
       return ncclInvalidArgument;
     }
+  }
+  int qi = (int)(c->seq % (uint64_t)rn_ib_qp_count(c)), rail;
+  struct rn_ib_qp *q = rn_ib_qp(c, qi, &rail);
+  if (!rn_ib_sq_room(c, q, 1)) {
+    RN_CHECK(rn_ib_progress(c));
+    if (!rn_ib_sq_room(c, q, 1)) return ncclSuccess;
+  }
+  struct rn_ib_fifo_elem *e = c->ctl->fifo[slot];
+  for (int i = 0; i < n; i++) {
     memset(&e[i], 0, sizeof(e[i]));
     e[i].addr = (uintptr_t)data[i];
     e[i].size = sizes[i];
-    for (int k = 0; k < c->nrails && sizes[i] > 0; k++) e[i].rkey[k] = rn_ib_mh_mr(mh, k)->rkey;
+    for (int k = 0; k < c->nrails && sizes[i] > 0; k++) e[i].rkey[k] = rn_ib_mh_mr(mhs[i], k)->rkey;
     e[i].tag = tags[i];
     e[i].n = (uint16_t)n;
     e[i].idx = c->seq + 1;
   }
-  int rail;
-  struct ibv_qp *qp = rn_ib_qp(c, (int)(c->seq % (uint64_t)rn_ib_qp_count(c)), &rail);
-  struct ibv_sge sge = {.addr = (uintptr_t)e,
-                        .length = (uint32_t)(sizeof(*e) * (size_t)n),
-                        .lkey = c->rail[rail].ctl_mr->lkey};
   struct ibv_send_wr wr;
-  memset(&wr, 0, sizeof(wr));
-  wr.wr_id = RN_IB_WRID(RN_IB_WR_FIFO, slot);
-  wr.opcode = IBV_WR_RDMA_WRITE;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.wr.rdma.remote_addr =
-      c->rem_ctl + offsetof(struct rn_ib_ctl, fifo) + (uint64_t)slot * sizeof(c->ctl->fifo[0]);
-  wr.wr.rdma.rkey = c->rail[rail].rem_rkey;
-  ncclResult_t res = rn_ibv_post_send(qp, &wr);
+  struct ibv_sge sge;
+  rn_ib_wr_data(&wr, &sge, (uintptr_t)e, (uint32_t)(sizeof(*e) * (size_t)n),
+                c->rail[rail].local_mr->lkey, c->rem_ctl + (uint64_t)slot * sizeof(c->ctl->fifo[0]),
+                c->rail[rail].rem_rkey, c->max_inline);
+  ncclResult_t res = rn_ib_post_chain(c, qi, &wr, 1, RN_IB_WR_FIFO, (uint32_t)slot, 0);
   if (res != ncclSuccess) {
     rn_ib_fail(c, res);
     return res;
   }
   rn_ib_req_start(r, c, RN_IB_REQ_RECV);
   r->slot = slot;
+  r->seq = c->seq;
   r->n = n;
-  r->inline_size = -1;
+  r->imm_size = -1;
   for (int i = 0; i < n; i++) {
     r->size[i] = sizes[i];
     r->tag[i] = tags[i];
@@ -393,10 +586,10 @@ ncclResult_t rn_ib_iflush(void *rcomm, int n, void **data, const int *sizes, voi
     /* A 1-byte READ of the received buffer: it completes only after the
      * NIC's earlier writes to GPU memory have landed. */
     struct ibv_sge sge = {
-        .addr = (uintptr_t)&c->ctl->flush[0], .length = 1, .lkey = rl->ctl_mr->lkey};
+        .addr = (uintptr_t)&c->ctl->flush[0], .length = 1, .lkey = rl->local_mr->lkey};
     struct ibv_send_wr wr;
     memset(&wr, 0, sizeof(wr));
-    wr.wr_id = RN_IB_WRID(RN_IB_WR_FLUSH, (uint32_t)(r - c->flush_reqs));
+    wr.wr_id = RN_IB_WRID(RN_IB_WR_FLUSH, 0xff, (uint32_t)(r - c->flush_reqs), 0);
     wr.opcode = IBV_WR_RDMA_READ;
     wr.sg_list = &sge;
     wr.num_sge = 1;
@@ -434,17 +627,20 @@ static int rn_ib_req_done(const struct rn_ib_req *r) {
   }
 }
 
+/* The sizes of a completed receive, each checked against its buffer: from
+ * the immediate, or read once from the sizes block the peer wrote. */
 static ncclResult_t rn_ib_recv_sizes(struct rn_ib_comm *c, struct rn_ib_req *r, size_t *sizes) {
   ncclResult_t res = ncclSuccess;
   for (int i = 0; i < r->n; i++) {
-    size_t got = r->inline_size >= 0 ? (size_t)r->inline_size
-                                     : (size_t)((volatile uint64_t *)c->ctl->sizes[r->slot])[i];
-    if (got > r->size[i] || (r->error && got > r->size[i])) {
-      RN_WARN("%s: peer %s sent %zu bytes for a %zu-byte receive buffer (tag %d)",
-              c->rail[0].port->nic->name, c->peer, got, r->size[i], r->tag[i]);
+    uint64_t got =
+        r->imm_size >= 0 ? (uint64_t)r->imm_size : ((volatile uint64_t *)c->ctl->sizes[r->slot])[i];
+    if (got > r->size[i]) {
+      RN_WARN("%s: peer %s sent %llu bytes for a %zu-byte receive buffer (tag %d)",
+              c->rail[0].port->nic->name, c->peer, (unsigned long long)got, r->size[i], r->tag[i]);
       res = ncclInvalidUsage;
+      got = 0;
     }
-    if (sizes) sizes[i] = got;
+    if (sizes) sizes[i] = (size_t)got;
   }
   if (r->error && res == ncclSuccess) {
     RN_WARN("%s: peer %s refused a receive of %d buffer(s) (a send exceeded its buffer)",
@@ -458,13 +654,16 @@ ncclResult_t rn_ib_test(void *req, int *done, size_t *sizes, int *nsizes) {
   struct rn_ib_req *r = req;
   struct rn_ib_comm *c = r->comm;
   *done = 0;
-  ncclResult_t res = rn_ib_progress(c);
-  if (res == ncclSuccess && !rn_ib_req_done(r) && rn_ib_peer_alive(c) != ncclSuccess) {
-    /* The peer's socket closed: anything it sent before is already in our
-     * CQ (its completion preceded the close), so look once more. */
+  ncclResult_t res = c->error;
+  if (res == ncclSuccess && !rn_ib_req_done(r)) {
     res = rn_ib_progress(c);
-    if (res == ncclSuccess && !rn_ib_req_done(r))
-      res = rn_ib_dead_peer(c, r->kind == RN_IB_REQ_SEND ? "send" : "receive");
+    if (res == ncclSuccess && !rn_ib_req_done(r) && rn_ib_peer_alive(c) != ncclSuccess) {
+      /* The peer's socket closed: anything it sent before is already in
+       * our CQ (its completion preceded the close), so look once more. */
+      res = rn_ib_progress(c);
+      if (res == ncclSuccess && !rn_ib_req_done(r))
+        res = rn_ib_dead_peer(c, r->kind == RN_IB_REQ_SEND ? "send" : "receive");
+    }
   }
   if (res != ncclSuccess) return res;
   if (!rn_ib_req_done(r)) return ncclSuccess;

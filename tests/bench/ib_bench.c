@@ -4,8 +4,10 @@
  *   ib_bench [verify] [bw] [lat]     (default: all three)
  *
  * verify: sizes 0 B..16 MiB and 32 in flight, every byte checked;
- * bw: RN_BENCH_SIZE (1 MiB) x RN_BENCH_ITERS, RN_BENCH_WINDOW in flight;
- * lat: 8-byte ping-pong, half the round trip (as ib_write_lat reports).
+ * bw: RN_BENCH_SIZE (1 MiB) x RN_BENCH_ITERS, RN_BENCH_WINDOW (8) in flight:
+ *     MiB/s (perftest's "MB/sec" unit) and messages/s;
+ * lat: 8-byte ping-pong, half the round trip (as ib_write_lat reports),
+ *     with RN_BENCH_RECV_AHEAD receives posted ahead.
  * RN_IB_VDEV="0,1" fuses those devices with makeVDevice and runs on the
  * result (multi-rail).  Per-process env: RN_CONF_RECV_ENV / RN_CONF_SEND_ENV.
  * Results also go to stdout as "# RESULT name value" for scripts. */
@@ -163,25 +165,42 @@ out:
   return rc;
 }
 
-/* ---- bandwidth ------------------------------------------------------- */
+/* ---- clocks ---------------------------------------------------------- */
+/* Loops read the clock only every CLOCK_EVERY iterations: in the Soft-RoCE
+ * VM clock_gettime is a system call reading an emulated HPET, costlier
+ * than a whole pass of the plugin's data path.  Per-round-trip stamps use
+ * the TSC (as perftest does), scaled by the monotonic clock. */
+#define CLOCK_EVERY 1024
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+static uint64_t ticks(void) { return __rdtsc(); }
+#else
+static uint64_t ticks(void) { return (uint64_t)(now_s() * 1e9); }
+#endif
+
+/* ---- bandwidth and message rate --------------------------------------- */
+/* RN_BENCH_SIZE-byte messages, RN_BENCH_WINDOW in flight, RN_BENCH_ITERS of
+ * them after a warm-up; the sender reports MB/s and messages/s. */
 static int bw_side(struct rn_peer *p) {
   size_t size = (size_t)rn_env_long("RN_BENCH_SIZE", (long)MB);
   int iters = (int)rn_env_long("RN_BENCH_ITERS", 200);
   int win = (int)rn_env_long("RN_BENCH_WINDOW", 8);
   if (win > 32) win = 32;
+  if (win < 1) win = 1;
   if (pick_dev(p)) return 1;
   void *comm;
   if (peer_connect(p, 1, &comm, NULL, TMO)) return 1;
   int rc = 1;
   struct bufs b = {0};
-  if (bufs_get(p, comm, size * (size_t)win, &b)) goto out;
+  if (bufs_get(p, comm, size * (size_t)win + 1, &b)) goto out;
   void *reqs[32] = {0};
   for (int rep = 0; rep < 2; rep++) { /* rep 0 warms up */
     int n = rep == 0 ? win * 2 : iters, posted = 0, done = 0;
     if (peer_sync(p, TMO)) goto out;
     double t0 = now_s(), end = t0 + TMO * 4;
+    long spins = 0;
     while (done < n) {
-      if (now_s() > end) {
+      if (++spins % CLOCK_EVERY == 0 && now_s() > end) {
         peer_fail(p, "bandwidth run timed out (%d/%d)", done, n);
         goto out;
       }
@@ -217,9 +236,11 @@ static int bw_side(struct rn_peer *p) {
       }
     }
     double dt = now_s() - t0;
-    if (rep == 1 && p->role == RN_SENDER)
-      note("RESULT plugin_bw_MBps %.2f (size %zu, %d iters, window %d, %.3f s)",
-           (double)size * n / dt / 1e6, size, n, win, dt);
+    if (rep == 1 && p->role == RN_SENDER) {
+      note("RESULT plugin_bw_MiBps %.2f (size %zu, %d iters, window %d, %.3f s)",
+           (double)size * n / dt / 1048576.0, size, n, win, dt);
+      note("RESULT plugin_msg_rate %.0f (messages/s)", n / dt);
+    }
   }
   rc = 0;
 out:
@@ -228,23 +249,23 @@ out:
 }
 
 /* ---- latency --------------------------------------------------------- */
-static ncclResult_t post_one(struct rn_peer *p, int send, void *comm, struct bufs *b, size_t n,
-                             void **req) {
+static ncclResult_t post_one(struct rn_peer *p, int send, void *comm, struct bufs *b, size_t off,
+                             size_t n, void **req) {
   *req = NULL;
   double end = now_s() + TMO;
-  while (!*req) {
+  for (long spins = 1; !*req; spins++) {
     ncclResult_t r;
     if (send) {
-      r = rn_net_isend(&p->net, comm, b->buf, n, 4, b->mh, req);
+      r = rn_net_isend(&p->net, comm, b->buf + off, n, 4, b->mh, req);
     } else {
-      void *d[1] = {b->buf};
-      size_t s[1] = {b->len};
+      void *d[1] = {b->buf + off};
+      size_t s[1] = {n};
       int t[1] = {4};
       void *mm[1] = {b->mh};
       r = rn_net_irecv(&p->net, comm, 1, d, s, t, mm, req);
     }
     if (r != ncclSuccess) return r;
-    if (now_s() > end) return ncclInternalError;
+    if (!*req && spins % CLOCK_EVERY == 0 && now_s() > end) return ncclInternalError;
   }
   return ncclSuccess;
 }
@@ -252,24 +273,46 @@ static ncclResult_t post_one(struct rn_peer *p, int send, void *comm, struct buf
 static ncclResult_t wait_one(struct rn_peer *p, void *req) {
   int done = 0, sz[8];
   double end = now_s() + TMO;
-  while (!done) {
+  for (long spins = 1; !done; spins++) {
     ncclResult_t r = rn_net_test(&p->net, req, &done, sz);
     if (r != ncclSuccess) return r;
-    if (now_s() > end) return ncclInternalError;
+    if (!done && spins % CLOCK_EVERY == 0 && now_s() > end) return ncclInternalError;
   }
   return ncclSuccess;
 }
 
 #define SQ_RING 16
+#define RQ_AHEAD_MAX 16
 
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;
 }
 
+/* Reap finished sends without blocking. */
+static ncclResult_t reap_sends(struct rn_peer *p, void **ring, int *tail, int head) {
+  while (*tail < head) {
+    int fin = 0, sz[8];
+    ncclResult_t r = rn_net_test(&p->net, ring[*tail % SQ_RING], &fin, sz);
+    if (r != ncclSuccess) return r;
+    if (!fin) break;
+    (*tail)++;
+  }
+  return ncclSuccess;
+}
+
+/* RN_BENCH_LAT_SIZE-byte (8) ping-pong over two comms, half the round trip,
+ * as ib_write_lat reports it.  As NCCL's proxy does, each side keeps
+ * RN_BENCH_RECV_AHEAD (4) receives posted ahead, posting the next one after
+ * its send, and reaps send completions off the critical path (ib_write_lat
+ * never waits for its own ACKs either). */
 static int lat_side(struct rn_peer *p) {
   int iters = (int)rn_env_long("RN_BENCH_LAT_ITERS", 2000);
-  size_t n = 8;
+  int ahead = (int)rn_env_long("RN_BENCH_RECV_AHEAD", 4);
+  size_t n = (size_t)rn_env_long("RN_BENCH_LAT_SIZE", 8);
+  if (ahead < 1) ahead = 1;
+  if (ahead > RQ_AHEAD_MAX) ahead = RQ_AHEAD_MAX;
+  if (n > 4096) n = 4096;
   if (pick_dev(p)) return 1;
   void *fwd, *rev;
   if (peer_connect(p, 1, &fwd, NULL, TMO)) return 1;
@@ -282,7 +325,7 @@ static int lat_side(struct rn_peer *p) {
   void *sc = me == RN_SENDER ? fwd : rev, *rc_ = me == RN_SENDER ? rev : fwd;
   struct bufs bs = {0}, br = {0};
   int rc = 1;
-  if (bufs_get(p, sc, 4096, &bs) || bufs_get(p, rc_, 4096, &br)) goto out;
+  if (bufs_get(p, sc, 4096, &bs) || bufs_get(p, rc_, 4096 * RQ_AHEAD_MAX, &br)) goto out;
   double *rtt = calloc((size_t)iters, sizeof(double));
   if (!rtt) {
     peer_fail(p, "out of memory");
@@ -291,35 +334,30 @@ static int lat_side(struct rn_peer *p) {
   for (int rep = 0; rep < 2; rep++) {
     int k = rep == 0 ? 100 : iters;
     if (peer_sync(p, TMO)) goto out_free;
-    double t0 = now_s();
-    /* As NCCL does, receives are posted ahead (the ping posts its receive
-     * before sending, the pong keeps one posted) and send completions are
-     * reaped off the critical path (up to SQ_RING outstanding), as
-     * ib_write_lat never waits for its own ACKs either. */
-    void *rq = NULL, *sring[SQ_RING] = {0};
+    void *rq[RQ_AHEAD_MAX] = {0}, *sring[SQ_RING] = {0};
     int shead = 0, stail = 0;
     ncclResult_t r = ncclSuccess;
-    if (me == RN_RECEIVER) r = post_one(p, 0, rc_, &br, n, &rq);
+    for (int i = 0; i < ahead && i < k && r == ncclSuccess; i++)
+      r = post_one(p, 0, rc_, &br, (size_t)(i % ahead) * 4096, n, &rq[i % ahead]);
+    if (r == ncclSuccess && me == RN_SENDER) r = post_one(p, 1, sc, &bs, 0, n, &sring[shead++]);
+    double t0 = now_s();
+    uint64_t c0 = ticks(), prev = c0;
     for (int i = 0; i < k && r == ncclSuccess; i++) {
-      double ti = now_s();
-      if (shead - stail == SQ_RING && (r = wait_one(p, sring[stail++ % SQ_RING]))) break;
+      if ((r = wait_one(p, rq[i % ahead]))) break;
       if (me == RN_SENDER) {
-        if ((r = post_one(p, 0, rc_, &br, n, &rq)) ||
-            (r = post_one(p, 1, sc, &bs, n, &sring[shead++ % SQ_RING])) || (r = wait_one(p, rq)))
-          break;
-        if (rep == 1) rtt[i] = now_s() - ti;
-      } else {
-        if ((r = wait_one(p, rq))) break;
-        if (i + 1 < k && (r = post_one(p, 0, rc_, &br, n, &rq))) break;
-        if ((r = post_one(p, 1, sc, &bs, n, &sring[shead++ % SQ_RING]))) break;
+        uint64_t t = ticks();
+        rtt[i] = (double)(t - prev);
+        prev = t;
       }
-      /* reap finished sends without blocking */
-      while (r == ncclSuccess && stail < shead) {
-        int fin = 0, sz[8];
-        r = rn_net_test(&p->net, sring[stail % SQ_RING], &fin, sz);
-        if (!fin) break;
-        stail++;
-      }
+      if (shead - stail == SQ_RING && (r = wait_one(p, sring[stail++ % SQ_RING]))) break;
+      /* the ping's next message or the pong's reply, then the receive */
+      if ((me == RN_RECEIVER || i + 1 < k) &&
+          (r = post_one(p, 1, sc, &bs, 0, n, &sring[shead++ % SQ_RING])))
+        break;
+      if (i + ahead < k &&
+          (r = post_one(p, 0, rc_, &br, (size_t)(i % ahead) * 4096, n, &rq[i % ahead])))
+        break;
+      r = reap_sends(p, sring, &stail, shead);
     }
     while (r == ncclSuccess && stail < shead) r = wait_one(p, sring[stail++ % SQ_RING]);
     if (r != ncclSuccess) {
@@ -327,14 +365,15 @@ static int lat_side(struct rn_peer *p) {
       goto out_free;
     }
     double dt = now_s() - t0;
+    double us_per_tick = dt * 1e6 / (double)(ticks() - c0);
     if (rep == 1 && me == RN_SENDER) {
       qsort(rtt, (size_t)k, sizeof(double), cmp_double);
       note(
           "RESULT plugin_lat_typical_us %.2f (median; %zu bytes, %d round trips, half the round "
-          "trip)",
-          rtt[k / 2] / 2 * 1e6, n, k);
-      note("RESULT plugin_lat_avg_us %.2f (min %.2f, max %.2f)", dt / k / 2 * 1e6, rtt[0] / 2 * 1e6,
-           rtt[k - 1] / 2 * 1e6);
+          "trip, %d receives ahead)",
+          rtt[k / 2] / 2 * us_per_tick, n, k, ahead);
+      note("RESULT plugin_lat_avg_us %.2f (min %.2f, max %.2f)", dt / k / 2 * 1e6,
+           rtt[0] / 2 * us_per_tick, rtt[k - 1] / 2 * us_per_tick);
     }
   }
   rc = 0;

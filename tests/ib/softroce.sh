@@ -2,14 +2,16 @@
 # TAP: the verbs transport on real verbs.  Builds (or reuses) the Soft-RoCE
 # VM assets in $RXEVM_DIR, boots the VM with a timeout, makes rxe0..rxe3 on
 # two veth pairs and runs scripts/softroce/ib-suite.sh inside: the
-# conformance suite with 1, 2 and 4 QPs, a 2-rail virtual device, and the
-# fault suite.  Skips only when qemu is missing and cannot be installed.
+# conformance suite with 1, 2 and 4 QPs and without inline sends, a 2-rail
+# virtual device, the fault suite, the rogue peer (tests/ib/rogue.c) and
+# the matching-rule program (tests/matching/).  Skips only when qemu is
+# missing and cannot be installed.
 cd "$(dirname "$0")/../.." || exit 1
 B=${RN_BUILD:-build}
 S=scripts/softroce
 export RXEVM_DIR=${RXEVM_DIR:-/tmp/rxevm}
-NAMES="conformance-1qp conformance-4qp conformance-v8-2qp verify-2rail-2qp fault"
-NT=5
+NAMES="conformance-1qp conformance-4qp conformance-v8-2qp verify-2rail-2qp fault conformance-noinline rogue matching"
+NT=$(echo $NAMES | wc -w)
 OUT=$(mktemp -d /tmp/rn-softroce.XXXXXX) || { echo "1..0 # SKIP no temp dir"; exit 0; }
 trap 'rm -rf "$OUT"' EXIT
 
@@ -23,7 +25,8 @@ if ! sh $S/setup.sh >"$OUT/setup.log" 2>&1; then
   tail -15 "$OUT/setup.log" | sed 's/^/# /'
   exit 1
 fi
-for f in "$B/libnccl-net-railnet.so" "$B/tests/conformance-test" "$B/tests/fault-test" "$B/tests/bench/ib_bench"; do
+for f in "$B/libnccl-net-railnet.so" "$B/tests/conformance-test" "$B/tests/fault-test" "$B/tests/bench/ib_bench" \
+  "$B/tests/rogue-test" "$B/tests/matching-test"; do
   [ -e "$f" ] || { echo "1..1"; echo "not ok 1 - $f not built (run make first)"; exit 1; }
 done
 
