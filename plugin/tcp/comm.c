@@ -46,6 +46,7 @@ void rn_tcp_comm_flush_deferred(void) {
 
 void rn_tcp_comm_free(struct rn_tcp_comm *c) {
   rn_shared_list_del(&rn_tcp_live, &c->open);
+  if (c->nrails > 0) rn_tcp_rails_close(c);
   atomic_store(&c->stop, 1);
   for (int i = 0; i < c->nthreads; i++) {
     if (!c->thread[i].started) continue;
@@ -121,6 +122,7 @@ ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv,
     rn_sock_tune(c->stream[i].fd, 0);
   }
   for (int i = 0; i < c->nthreads; i++) c->thread[i].wake_fd = -1;
+  rn_tcp_rails_init(c);
   rn_sock_tune(c->ctrl_fd, 0);
   /* A peer that vanishes without closing must not leave this comm
    * waiting forever: every socket gets keepalive and a user timeout. */

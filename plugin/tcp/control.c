@@ -449,6 +449,7 @@ static ncclResult_t rn_tcp_parse(struct rn_tcp_comm *c, size_t *pos) {
  * data streams) can move now.  Never blocks. */
 ncclResult_t rn_tcp_progress(struct rn_tcp_comm *c) {
   RN_CHECK(rn_tcp_failed(c, "progress"));
+  rn_tcp_rails_tick(c);
   RN_CHECK(rn_tcp_ctl_flush(c));
   /* Once the peer is gone, drive the streams too so their EOF is seen. */
   if (c->nthreads == 0 && (atomic_load(&c->stream_work) != 0 || atomic_load(&c->peer_closed)))

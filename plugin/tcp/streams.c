@@ -49,6 +49,10 @@ static int rn_tcp_stream_send(struct rn_tcp_comm *c, struct rn_tcp_stream *s) {
                     k < 0 ? strerror(errno) : "closed");
       return -1;
     }
+    struct rn_tcp_rail *rail = &c->rail[s->rail];
+    atomic_fetch_add_explicit(&rail->bytes, w->hdr.p.plen, memory_order_relaxed);
+    atomic_fetch_add_explicit(&rail->chunks, 1, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&rail->pending, w->hdr.p.plen, memory_order_relaxed);
     atomic_fetch_sub(&w->req->unsent, (size_t)w->hdr.p.plen);
     atomic_fetch_sub(&c->stream_work, 1);
     s->off = 0;
@@ -147,6 +151,9 @@ static ncclResult_t rn_tcp_chunk_begin(struct rn_tcp_comm *c, struct rn_tcp_stre
 static void rn_tcp_chunk_end(struct rn_tcp_comm *c, struct rn_tcp_stream *s) {
   struct rn_tcp_req *r = s->rx_req;
   const int idx = (int)s->rx_hdr.idx;
+  struct rn_tcp_rail *rail = &c->rail[s->rail];
+  atomic_fetch_add_explicit(&rail->bytes, s->rx_hdr.p.plen, memory_order_relaxed);
+  atomic_fetch_add_explicit(&rail->chunks, 1, memory_order_relaxed);
   pthread_mutex_lock(&c->rx_lock);
   r->arrived[idx] += s->rx_hdr.p.plen;
   if (r->arrived[idx] == r->size_of[idx]) {
@@ -278,24 +285,37 @@ uint32_t rn_tcp_chunk_grid(const struct rn_tcp_comm *c, size_t size) {
   return (uint32_t)chunk; /* size <= INT_MAX: at most RN_TCP_MAX_GRID */
 }
 
-/* Spread a message over the streams on its grid.  Returns 0 when the
- * queues are full. */
+/* Spread a message's chunks over the streams on its grid, each where
+ * rn_tcp_rails_pick says it is delivered first.  Returns 0 when the queues
+ * are full (nothing is queued then: a message goes whole or not at all). */
 int rn_tcp_enqueue(struct rn_tcp_comm *c, struct rn_tcp_req *r, const char *data, size_t size,
                    uint32_t grid, uint64_t seq, uint32_t idx) {
   size_t nchunks = (size + grid - 1) / grid;
-  /* Check room first so a message is queued whole or not at all. */
-  size_t per = nchunks / (size_t)c->nstreams + 1;
+  int used[RN_TCP_MAX_STREAMS];
+  uint64_t load[RN_MAX_RAILS];
+  uint8_t where[RN_TCP_MAX_CHUNKS];
   for (int i = 0; i < c->nstreams; i++) {
     struct rn_tcp_stream *s = &c->stream[i];
     pthread_mutex_lock(&s->queue_lock);
-    int used = (s->queue_tail - s->queue_head + RN_TCP_STREAM_QUEUE) % RN_TCP_STREAM_QUEUE;
+    used[i] = (s->queue_tail - s->queue_head + RN_TCP_STREAM_QUEUE) % RN_TCP_STREAM_QUEUE;
     pthread_mutex_unlock(&s->queue_lock);
-    if ((size_t)used + per >= RN_TCP_STREAM_QUEUE) return 0;
+  }
+  for (int i = 0; i < c->nrails; i++) {
+    load[i] = atomic_load(&c->rail[i].pending);
+    if (c->nrails > 1) load[i] += rn_tcp_rail_outq(c, &c->rail[i]);
+  }
+  for (size_t k = 0; k < nchunks; k++) {
+    size_t off = k * grid, len = size - off < grid ? size - off : grid;
+    int sidx = rn_tcp_rails_pick(c, len, load, used);
+    if (sidx < 0) return 0;
+    where[k] = (uint8_t)sidx;
+    used[sidx]++;
+    load[c->stream[sidx].rail] += len;
   }
   atomic_store(&r->unsent, size);
   uint32_t touched = 0;
   for (size_t k = 0; k < nchunks; k++) {
-    int sidx = (int)(c->next_stream++ % (unsigned)c->nstreams);
+    int sidx = where[k];
     struct rn_tcp_stream *s = &c->stream[sidx];
     size_t off = k * grid, len = size - off < grid ? size - off : grid;
     struct rn_tcp_queued_chunk q = {.req = r,
@@ -307,6 +327,7 @@ int rn_tcp_enqueue(struct rn_tcp_comm *c, struct rn_tcp_req *r, const char *data
                                             .grid = grid},
                                     .data = data + off};
     rn_tcp_wire_seal(&q.hdr, RN_TCP_MSG_CHUNK, 0, (uint32_t)len);
+    atomic_fetch_add_explicit(&c->rail[s->rail].pending, len, memory_order_relaxed);
     pthread_mutex_lock(&s->queue_lock);
     s->queue[s->queue_tail] = q;
     s->queue_tail = (s->queue_tail + 1) % RN_TCP_STREAM_QUEUE;

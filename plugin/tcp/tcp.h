@@ -80,6 +80,7 @@
 #define RN_TCP_MAX_STREAMS RN_RDV_MAX_STREAMS
 #define RN_TCP_IN_BUF 65536  /* control input buffer */
 #define RN_TCP_OUT_QUEUE 512 /* control messages queued for output */
+#define RN_TCP_SAMPLE_MS 100 /* per-rail rate estimates are refreshed this often */
 
 struct rn_tcp_comm;
 
@@ -122,6 +123,32 @@ struct rn_tcp_queued_chunk {
   const char *data;
 };
 
+/* One rail of a comm: the data streams that leave from (send) or arrive
+ * at (receive) one local address.  Counters are written by whichever
+ * thread moves the rail's bytes and read by the caller for telemetry;
+ * the estimate and its sampling state are the caller's (under c->lock). */
+enum rn_tcp_rail_state { RN_TCP_RAIL_UP = 0, RN_TCP_RAIL_FAILED };
+struct rn_tcp_rail {
+  char name[32]; /* the local interface, or its address */
+  union rn_sockaddr local;
+  int nstreams;
+  int stream[RN_TCP_MAX_STREAMS];
+  atomic_int state;          /* enum rn_tcp_rail_state */
+  _Atomic uint64_t bytes;    /* payload bytes written (send) or landed (receive) */
+  _Atomic uint64_t chunks;   /* chunks written or landed */
+  _Atomic uint64_t replays;  /* chunks this rail carried again after another rail failed */
+  _Atomic uint64_t failures; /* times this rail was taken out */
+  _Atomic uint64_t pending;  /* send: bytes queued on its streams, not yet written */
+  /* caller only */
+  double rate;         /* estimated delivery rate, bytes/s (EWMA) */
+  double ceiling;      /* the link's nominal rate, bytes/s */
+  uint64_t acked_prev; /* send: TCP bytes acknowledged at the last sample */
+  uint64_t bytes_prev; /* receive: bytes at the last sample */
+  uint64_t outq;       /* send: bytes in its sockets not yet acknowledged */
+  int64_t progress_ms; /* when its bytes last moved */
+  char cause[96];      /* why it failed */
+};
+
 /* A queued control message.  The payload stays in the user's buffer until
  * written; the request completes then. */
 struct rn_tcp_ctl_out {
@@ -140,6 +167,7 @@ struct rn_tcp_ctl_out {
  * shared with the caller thread under queue_lock. */
 struct rn_tcp_stream {
   int fd;
+  int rail;        /* index into the comm's rails */
   atomic_int dead; /* EOF or error seen: no more I/O */
   pthread_mutex_t queue_lock;
   int queue_head, queue_tail; /* ring of RN_TCP_STREAM_QUEUE */
@@ -192,6 +220,12 @@ struct rn_tcp_comm {
   char peer[64]; /* for messages */
   struct rn_tcp_stream stream[RN_TCP_MAX_STREAMS];
   struct rn_tcp_thread thread[RN_TCP_MAX_STREAMS];
+  int nrails;
+  struct rn_tcp_rail rail[RN_MAX_RAILS];
+  uint64_t id;        /* names the comm in the telemetry */
+  int64_t created_ms; /* telemetry: when it was created */
+  int64_t sample_ms;  /* the rails' estimates were last refreshed */
+  int64_t stats_ms;   /* the telemetry line was last written */
   atomic_int stop;
   _Atomic int error;      /* first error (ncclResult_t): every later call returns it */
   atomic_int peer_closed; /* orderly EOF seen on the control connection */
@@ -200,7 +234,6 @@ struct rn_tcp_comm {
    * and not yet filled (recv). */
   atomic_int stream_work;
   size_t inline_max, chunk, eager_max;
-  unsigned next_stream; /* next stream for a chunk */
   /* control output: messages in order, payloads referenced, not copied */
   int out_head, out_tail;
   struct rn_tcp_ctl_out out[RN_TCP_OUT_QUEUE];
@@ -247,6 +280,27 @@ int rn_tcp_if_discover(struct rn_tcp_if *ifs, int max);
 /* NCCL's interface-list syntax: "eth,ib" prefixes, "^lo" excludes,
  * "=eth0" exact.  Returns 1 when name is selected. */
 int rn_tcp_if_match(const char *spec, const char *name);
+
+/* rails.c */
+/* Group the comm's streams into rails by their local address, name them,
+ * and seed each estimate with the link speed. */
+void rn_tcp_rails_init(struct rn_tcp_comm *c);
+/* Caller, c->lock held: refresh the estimates every RN_TCP_SAMPLE_MS and
+ * write the telemetry line every RAILNET_STATS_MS. */
+void rn_tcp_rails_tick(struct rn_tcp_comm *c);
+/* At close: the last telemetry line, and one INFO line with the split. */
+void rn_tcp_rails_close(struct rn_tcp_comm *c);
+/* The stream for a chunk of len bytes: on the live rail that would
+ * deliver it first at its estimated rate, given load[] bytes in flight per
+ * rail, the stream of that rail with the fewest used[] queue entries; -1
+ * when no stream has room. */
+int rn_tcp_rails_pick(struct rn_tcp_comm *c, size_t len, const uint64_t *load, const int *used);
+/* Bytes in the rail's sockets that TCP has not had acknowledged. */
+uint64_t rn_tcp_rail_outq(const struct rn_tcp_comm *c, const struct rn_tcp_rail *r);
+
+/* iface.c (continued) */
+/* The name of the up interface that holds addr, else addr as text. */
+void rn_tcp_if_name_of(const union rn_sockaddr *addr, char *name, size_t len);
 
 /* comm.c */
 /* Build a comm around an established connection; starts the helpers. */

@@ -1,0 +1,243 @@
+/* The rails of a TCP comm: which data streams leave from (send) or arrive
+ * at (receive) each local address, their counters and delivery-rate
+ * estimates, the choice of a stream for each chunk (weighted by those
+ * estimates), and the telemetry (RAILNET_STATS lines, the INFO line at
+ * close).
+ *
+ * The estimate of a send rail is the rate at which TCP saw its bytes
+ * acknowledged (tcpi_bytes_acked of its sockets), sampled every
+ * RN_TCP_SAMPLE_MS and smoothed (EWMA), taken only while the rail was
+ * busy at both ends of the interval (bytes waiting in its sockets or its
+ * queues): an idle rail's acknowledgements say how much it was given, not
+ * what it can carry.  A rail that ran dry while another was still busy was
+ * given too little: its estimate grows by a quarter per interval until it
+ * is busy too.  Chunks go where they would be delivered first: to the rail
+ * whose bytes in flight plus the chunk, divided by its rate, are least;
+ * so a message is split in proportion to the rates, and a message of one
+ * chunk goes whole to the least loaded rail. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <linux/sockios.h>
+#include <linux/tcp.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+#include "railnet/clock.h"
+#include "railnet/param.h"
+#include "tcp.h"
+
+#define RN_TCP_BUSY_BYTES 65536 /* unacknowledged bytes that keep a rail busy for a while */
+#define RN_TCP_RATE_ALPHA 0.5   /* weight of a new sample */
+#define RN_TCP_RATE_INIT 1.25e9 /* bytes/s a rail is assumed to carry before it is measured */
+#define RN_TCP_RATE_FLOOR 1e5   /* no estimate goes below this (bytes/s) */
+
+static _Atomic uint64_t rn_tcp_comm_ids;
+/* Lines of several comms (and threads) go to one file: one write each. */
+static pthread_mutex_t rn_tcp_stats_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int rn_tcp_same_host(const union rn_sockaddr *a, const union rn_sockaddr *b) {
+  if (a->sa.sa_family != b->sa.sa_family) return 0;
+  if (a->sa.sa_family == AF_INET) return a->in.sin_addr.s_addr == b->in.sin_addr.s_addr;
+  return memcmp(&a->in6.sin6_addr, &b->in6.sin6_addr, sizeof(a->in6.sin6_addr)) == 0;
+}
+
+void rn_tcp_rails_init(struct rn_tcp_comm *c) {
+  int64_t now = rn_clock_ms();
+  c->id = atomic_fetch_add(&rn_tcp_comm_ids, 1) + 1;
+  c->created_ms = c->sample_ms = c->stats_ms = now;
+  c->nrails = 0;
+  for (int i = 0; i < c->nstreams; i++) {
+    union rn_sockaddr a;
+    socklen_t len = sizeof(a);
+    memset(&a, 0, sizeof(a));
+    if (getsockname(c->stream[i].fd, &a.sa, &len) != 0) memset(&a, 0, sizeof(a));
+    int r = 0;
+    while (r < c->nrails && !rn_tcp_same_host(&c->rail[r].local, &a)) r++;
+    if (r == c->nrails && c->nrails == RN_MAX_RAILS) r = RN_MAX_RAILS - 1;
+    struct rn_tcp_rail *rail = &c->rail[r];
+    if (r == c->nrails) {
+      c->nrails++;
+      rail->local = a;
+      rn_tcp_if_name_of(&a, rail->name, sizeof(rail->name));
+      rail->rate = RN_TCP_RATE_INIT;
+      rail->progress_ms = now;
+    }
+    rail->stream[rail->nstreams++] = i;
+    c->stream[i].rail = r;
+  }
+}
+
+/* Bytes TCP acknowledged on the rail's sockets, and bytes still in them. */
+static void rn_tcp_rail_sockets(const struct rn_tcp_comm *c, const struct rn_tcp_rail *r,
+                                uint64_t *acked, uint64_t *outq) {
+  *acked = 0;
+  *outq = 0;
+  for (int k = 0; k < r->nstreams; k++) {
+    int fd = c->stream[r->stream[k]].fd;
+    struct tcp_info ti;
+    socklen_t len = sizeof(ti);
+    memset(&ti, 0, sizeof(ti));
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0) *acked += ti.tcpi_bytes_acked;
+    int q = 0;
+    if (ioctl(fd, SIOCOUTQ, &q) == 0 && q > 0) *outq += (uint64_t)q;
+  }
+}
+
+uint64_t rn_tcp_rail_outq(const struct rn_tcp_comm *c, const struct rn_tcp_rail *r) {
+  uint64_t outq = 0;
+  for (int k = 0; k < r->nstreams; k++) {
+    int q = 0;
+    if (ioctl(c->stream[r->stream[k]].fd, SIOCOUTQ, &q) == 0 && q > 0) outq += (uint64_t)q;
+  }
+  return outq;
+}
+
+static int rn_tcp_rail_busy(const struct rn_tcp_rail *r) {
+  return r->outq >= RN_TCP_BUSY_BYTES || atomic_load(&r->pending) > 0;
+}
+
+/* Refresh every rail's estimate (send side: from TCP's acknowledgements
+ * while busy; receive side: from the bytes that landed). */
+static void rn_tcp_rails_sample(struct rn_tcp_comm *c, int64_t now) {
+  double dt = (double)(now - c->sample_ms) / 1000.0;
+  c->sample_ms = now;
+  if (dt <= 0) return;
+  if (c->is_recv) {
+    for (int i = 0; i < c->nrails; i++) {
+      struct rn_tcp_rail *r = &c->rail[i];
+      uint64_t b = atomic_load(&r->bytes), d = b - r->bytes_prev;
+      r->bytes_prev = b;
+      if (d > 0) r->progress_ms = now;
+      r->rate += RN_TCP_RATE_ALPHA * ((double)d / dt - r->rate);
+    }
+    return;
+  }
+  int was_busy[RN_MAX_RAILS], busy[RN_MAX_RAILS], any_busy = 0;
+  uint64_t delta[RN_MAX_RAILS];
+  double top = 0;
+  for (int i = 0; i < c->nrails; i++) {
+    struct rn_tcp_rail *r = &c->rail[i];
+    uint64_t acked, outq;
+    was_busy[i] = rn_tcp_rail_busy(r);
+    rn_tcp_rail_sockets(c, r, &acked, &outq);
+    delta[i] = acked > r->acked_prev ? acked - r->acked_prev : 0;
+    r->acked_prev = acked;
+    r->outq = outq;
+    busy[i] = was_busy[i] && rn_tcp_rail_busy(r) && atomic_load(&r->state) == RN_TCP_RAIL_UP;
+    if (delta[i] > 0 || !rn_tcp_rail_busy(r)) r->progress_ms = now;
+    any_busy |= busy[i];
+  }
+  for (int i = 0; i < c->nrails; i++) {
+    struct rn_tcp_rail *r = &c->rail[i];
+    if (busy[i]) r->rate += RN_TCP_RATE_ALPHA * ((double)delta[i] / dt - r->rate);
+    if (r->rate < RN_TCP_RATE_FLOOR) r->rate = RN_TCP_RATE_FLOOR;
+    if (busy[i] && r->rate > top) top = r->rate;
+  }
+  /* A rail that ran dry while another is still busy was given too little. */
+  for (int i = 0; i < c->nrails && any_busy; i++) {
+    struct rn_tcp_rail *r = &c->rail[i];
+    if (busy[i] || rn_tcp_rail_busy(r) || atomic_load(&r->state) != RN_TCP_RAIL_UP) continue;
+    r->rate *= 1.25;
+    if (r->rate > RN_TCP_RATE_INIT) r->rate = RN_TCP_RATE_INIT;
+    if (r->rate < top / 8) r->rate = top / 8;
+  }
+}
+
+int rn_tcp_rails_pick(struct rn_tcp_comm *c, size_t len, const uint64_t *load, const int *used) {
+  int best = -1;
+  double best_t = 0;
+  for (int i = 0; i < c->nrails; i++) {
+    const struct rn_tcp_rail *r = &c->rail[i];
+    if (atomic_load(&r->state) != RN_TCP_RAIL_UP) continue;
+    int s = -1;
+    for (int k = 0; k < r->nstreams; k++) {
+      int j = r->stream[k];
+      if (atomic_load(&c->stream[j].dead) || used[j] + 1 >= RN_TCP_STREAM_QUEUE) continue;
+      if (s < 0 || used[j] < used[s]) s = j;
+    }
+    if (s < 0) continue;
+    double t = ((double)load[i] + (double)len) / r->rate;
+    if (best < 0 || t < best_t) {
+      best = s;
+      best_t = t;
+    }
+  }
+  return best;
+}
+
+static const char *rn_tcp_rail_state_name(const struct rn_tcp_rail *r) {
+  return atomic_load(&r->state) == RN_TCP_RAIL_UP ? "up" : "failed";
+}
+
+/* One JSON line: the comm and each rail's counters. */
+static void rn_tcp_rails_write(struct rn_tcp_comm *c, const char *event, int64_t now) {
+  const char *path = rn_params()->stats;
+  if (path[0] == '\0') return;
+  char line[4096];
+  uint64_t total = 0;
+  for (int i = 0; i < c->nrails; i++) total += atomic_load(&c->rail[i].bytes);
+  int n = snprintf(line, sizeof(line),
+                   "{\"event\":\"%s\",\"pid\":%d,\"comm\":%" PRIu64
+                   ",\"side\":\"%s\",\"peer\":\"%s\",\"ms\":%" PRId64 ",\"bytes\":%" PRIu64
+                   ",\"rails\":[",
+                   event, (int)getpid(), c->id, c->is_recv ? "recv" : "send", c->peer,
+                   now - c->created_ms, total);
+  for (int i = 0; i < c->nrails && n < (int)sizeof(line) - 300; i++) {
+    struct rn_tcp_rail *r = &c->rail[i];
+    uint64_t b = atomic_load(&r->bytes);
+    n +=
+        snprintf(line + n, sizeof(line) - (size_t)n,
+                 "%s{\"rail\":%d,\"name\":\"%s\",\"state\":\"%s\",\"streams\":%d,\"bytes\":%" PRIu64
+                 ",\"chunks\":%" PRIu64 ",\"replays\":%" PRIu64 ",\"failures\":%" PRIu64
+                 ",\"rate_mbps\":%.1f,\"share\":%.4f}",
+                 i ? "," : "", i, r->name, rn_tcp_rail_state_name(r), r->nstreams, b,
+                 (uint64_t)atomic_load(&r->chunks), (uint64_t)atomic_load(&r->replays),
+                 (uint64_t)atomic_load(&r->failures), r->rate * 8 / 1e6,
+                 total ? (double)b / (double)total : 0.0);
+  }
+  n += snprintf(line + n, sizeof(line) - (size_t)n, "]}\n");
+  if (n >= (int)sizeof(line)) n = (int)sizeof(line) - 1;
+  pthread_mutex_lock(&rn_tcp_stats_lock);
+  int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd >= 0) {
+    ssize_t wr = write(fd, line, (size_t)n);
+    (void)wr;
+    close(fd);
+  }
+  pthread_mutex_unlock(&rn_tcp_stats_lock);
+}
+
+void rn_tcp_rails_tick(struct rn_tcp_comm *c) {
+  int64_t now = rn_clock_ms();
+  if (now - c->sample_ms >= RN_TCP_SAMPLE_MS) rn_tcp_rails_sample(c, now);
+  if (rn_params()->stats[0] != '\0' && now - c->stats_ms >= rn_params()->stats_ms) {
+    c->stats_ms = now;
+    rn_tcp_rails_write(c, "interval", now);
+  }
+}
+
+void rn_tcp_rails_close(struct rn_tcp_comm *c) {
+  int64_t now = rn_clock_ms();
+  rn_tcp_rails_write(c, "close", now);
+  if (c->nrails < 2) return;
+  char line[1024];
+  int n = 0;
+  uint64_t total = 0;
+  for (int i = 0; i < c->nrails; i++) total += atomic_load(&c->rail[i].bytes);
+  for (int i = 0; i < c->nrails && n < (int)sizeof(line) - 200; i++) {
+    const struct rn_tcp_rail *r = &c->rail[i];
+    uint64_t b = atomic_load(&r->bytes);
+    n +=
+        snprintf(line + n, sizeof(line) - (size_t)n,
+                 "%s%s %.1f%% (%" PRIu64 " bytes, %" PRIu64 " chunks, %" PRIu64
+                 " replayed, %" PRIu64 " failures, %s, %.0f Mbit/s)",
+                 i ? ", " : "", r->name, total ? 100.0 * (double)b / (double)total : 0.0, b,
+                 (uint64_t)atomic_load(&r->chunks), (uint64_t)atomic_load(&r->replays),
+                 (uint64_t)atomic_load(&r->failures), rn_tcp_rail_state_name(r), r->rate * 8 / 1e6);
+  }
+  RN_INFO(NCCL_NET, "%s comm to %s closed after %.1f s, split over %d rails: %s",
+          c->is_recv ? "receive" : "send", c->peer, (double)(now - c->created_ms) / 1000.0,
+          c->nrails, line);
+}
