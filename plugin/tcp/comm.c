@@ -67,6 +67,9 @@ void rn_tcp_comm_free(struct rn_tcp_comm *c) {
   pthread_mutex_destroy(&c->rx_lock);
   pthread_mutex_destroy(&c->lock);
   free(c->cover);
+  free(c->inflight);
+  free(c->scratch);
+  free(c->backlog);
   free(c->in);
   free(c->unexpected);
   free(c->discard);
@@ -115,7 +118,11 @@ ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv,
   c->chunk = (size_t)p->socket_chunk;
   c->in = malloc(RN_TCP_IN_BUF);
   c->discard = malloc(RN_TCP_EAGER_MAX);
-  if (is_recv) c->cover = calloc(RN_TCP_RING, sizeof(*c->cover));
+  if (is_recv) {
+    c->cover = calloc(RN_TCP_RING, sizeof(*c->cover));
+    c->inflight = calloc(RN_TCP_RING, sizeof(*c->inflight));
+    c->scratch = malloc(RN_TCP_SCRATCH);
+  }
   for (int i = 0; i < c->nstreams; i++) {
     c->stream[i].fd = conn->data_fd[i];
     pthread_mutex_init(&c->stream[i].queue_lock, NULL);
@@ -135,7 +142,8 @@ ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv,
     rn_tcp_comm_free(c);
     return ncclSystemError;
   }
-  if (c->in == NULL || c->discard == NULL || (is_recv && c->cover == NULL)) {
+  if (c->in == NULL || c->discard == NULL ||
+      (is_recv && (c->cover == NULL || c->inflight == NULL || c->scratch == NULL))) {
     RN_WARN("out of memory creating a comm");
     rn_tcp_comm_free(c); /* owns and closes the sockets by now */
     return ncclSystemError;

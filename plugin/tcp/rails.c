@@ -21,9 +21,11 @@
 #include <linux/sockios.h>
 #include <linux/tcp.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
+#include "railnet/check.h"
 #include "railnet/clock.h"
 #include "railnet/param.h"
 #include "tcp.h"
@@ -46,7 +48,7 @@ static int rn_tcp_same_host(const union rn_sockaddr *a, const union rn_sockaddr 
 void rn_tcp_rails_init(struct rn_tcp_comm *c) {
   int64_t now = rn_clock_ms();
   c->id = atomic_fetch_add(&rn_tcp_comm_ids, 1) + 1;
-  c->created_ms = c->sample_ms = c->stats_ms = now;
+  c->created_ms = c->sample_ms = c->stats_ms = c->landed_ms = now;
   c->nrails = 0;
   for (int i = 0; i < c->nstreams; i++) {
     union rn_sockaddr a;
@@ -67,6 +69,8 @@ void rn_tcp_rails_init(struct rn_tcp_comm *c) {
     rail->stream[rail->nstreams++] = i;
     c->stream[i].rail = r;
   }
+  int64_t ack = rn_params()->rail_ack;
+  c->ack = !c->is_recv && (ack < 0 ? c->nrails > 1 : ack == 1);
 }
 
 /* Bytes TCP acknowledged on the rail's sockets, and bytes still in them. */
@@ -104,14 +108,29 @@ static void rn_tcp_rails_sample(struct rn_tcp_comm *c, int64_t now) {
   double dt = (double)(now - c->sample_ms) / 1000.0;
   c->sample_ms = now;
   if (dt <= 0) return;
+  const int64_t limit = rn_params()->rail_timeout_ms;
   if (c->is_recv) {
+    int live = 0, lost = 0;
     for (int i = 0; i < c->nrails; i++) {
       struct rn_tcp_rail *r = &c->rail[i];
       uint64_t b = atomic_load(&r->bytes), d = b - r->bytes_prev;
       r->bytes_prev = b;
-      if (d > 0) r->progress_ms = now;
+      if (d > 0) r->progress_ms = c->landed_ms = now;
       r->rate += RN_TCP_RATE_ALPHA * ((double)d / dt - r->rate);
     }
+    for (int i = 0; i < c->nstreams; i++) {
+      live += !atomic_load(&c->stream[i].dead);
+      lost += c->stream[i].lost;
+    }
+    if (atomic_load(&c->stream_work) == 0) c->landed_ms = now;
+    if (live == 0 && lost > 0 && atomic_load(&c->stream_work) != 0)
+      rn_tcp_fail(c, ncclRemoteError, "every rail is gone (%d of %d streams lost)", lost,
+                  c->nstreams);
+    else if (now - c->landed_ms >= limit)
+      rn_tcp_fail(c, ncclRemoteError,
+                  "no rail delivered a byte for %lld ms while streamed messages were announced "
+                  "(RAILNET_RAIL_TIMEOUT_MS)",
+                  (long long)(now - c->landed_ms));
     return;
   }
   int was_busy[RN_MAX_RAILS], busy[RN_MAX_RAILS], any_busy = 0;
@@ -135,6 +154,32 @@ static void rn_tcp_rails_sample(struct rn_tcp_comm *c, int64_t now) {
     if (r->rate < RN_TCP_RATE_FLOOR) r->rate = RN_TCP_RATE_FLOOR;
     if (busy[i] && r->rate > top) top = r->rate;
   }
+  /* A busy rail without progress while another rail progresses is taken
+   * out (rn_tcp_rails_failover); none progressing at all fails the comm. */
+  const int64_t stall = rn_params()->rail_stall_ms;
+  int healthy = -1, waiting = 0, fresh = 0;
+  for (int i = 0; i < c->nrails; i++) {
+    struct rn_tcp_rail *r = &c->rail[i];
+    if (atomic_load(&r->state) != RN_TCP_RAIL_UP) continue;
+    if (now - r->progress_ms < stall) healthy = i;
+    waiting |= rn_tcp_rail_busy(r);
+    fresh |= now - r->progress_ms < limit;
+  }
+  for (int i = 0; i < c->nrails; i++) {
+    struct rn_tcp_rail *r = &c->rail[i];
+    if (atomic_load(&r->state) != RN_TCP_RAIL_UP || r->failing || !rn_tcp_rail_busy(r) ||
+        now - r->progress_ms < stall || healthy < 0)
+      continue;
+    r->failing = 1;
+    snprintf(r->cause, sizeof(r->cause),
+             "no progress for %lld ms with %llu bytes in flight while rail %s progressed",
+             (long long)(now - r->progress_ms),
+             (unsigned long long)(r->outq + atomic_load(&r->pending)), c->rail[healthy].name);
+  }
+  if (waiting && !fresh)
+    rn_tcp_fail(c, ncclRemoteError,
+                "no rail progressed for %lld ms with bytes in flight (RAILNET_RAIL_TIMEOUT_MS)",
+                (long long)limit);
   /* A rail that ran dry while another is still busy was given too little. */
   for (int i = 0; i < c->nrails && any_busy; i++) {
     struct rn_tcp_rail *r = &c->rail[i];
@@ -237,7 +282,156 @@ void rn_tcp_rails_close(struct rn_tcp_comm *c) {
                  (uint64_t)atomic_load(&r->chunks), (uint64_t)atomic_load(&r->replays),
                  (uint64_t)atomic_load(&r->failures), rn_tcp_rail_state_name(r), r->rate * 8 / 1e6);
   }
-  RN_INFO(NCCL_NET, "%s comm to %s closed after %.1f s, split over %d rails: %s",
+  RN_INFO(NCCL_NET, "%s comm with %s closed after %.1f s, split over %d rails: %s",
           c->is_recv ? "receive" : "send", c->peer, (double)(now - c->created_ms) / 1000.0,
           c->nrails, line);
+}
+
+void rn_tcp_rails_stream_ended(struct rn_tcp_comm *c, struct rn_tcp_stream *s) {
+  struct rn_tcp_rail *r = &c->rail[s->rail];
+  if (!s->lost) return;
+  for (int k = 0; k < r->nstreams; k++)
+    if (!atomic_load(&c->stream[r->stream[k]].dead)) return;
+  int up = RN_TCP_RAIL_UP;
+  if (!atomic_compare_exchange_strong(&r->state, &up, RN_TCP_RAIL_FAILED)) return;
+  atomic_fetch_add(&r->failures, 1);
+  RN_INFO(NCCL_NET, "receive comm from %s (dev %d): rail %s lost its streams (%s)", c->peer,
+          c->base.vdev, r->name, s->cause);
+}
+
+/* Sizes of the stream queues (entries kept for a re-send included) and the
+ * bytes in flight per rail, as the choice of a stream needs them. */
+static void rn_tcp_rails_load(struct rn_tcp_comm *c, int *used, uint64_t *load) {
+  for (int i = 0; i < c->nstreams; i++) {
+    struct rn_tcp_stream *s = &c->stream[i];
+    pthread_mutex_lock(&s->queue_lock);
+    rn_tcp_stream_retire(s);
+    used[i] = (s->queue_tail - s->keep_head + RN_TCP_STREAM_QUEUE) % RN_TCP_STREAM_QUEUE;
+    pthread_mutex_unlock(&s->queue_lock);
+  }
+  for (int i = 0; i < c->nrails; i++)
+    load[i] = atomic_load(&c->rail[i].pending) + rn_tcp_rail_outq(c, &c->rail[i]);
+}
+
+/* Queue chunks of failed rails on the others, as far as they have room. */
+static void rn_tcp_backlog_drain(struct rn_tcp_comm *c) {
+  if (c->nbacklog == 0) return;
+  int used[RN_TCP_MAX_STREAMS];
+  uint64_t load[RN_MAX_RAILS];
+  uint32_t touched = 0;
+  int kept = 0;
+  rn_tcp_rails_load(c, used, load);
+  for (int i = 0; i < c->nbacklog; i++) {
+    struct rn_tcp_queued_chunk q = c->backlog[i];
+    if (rn_tcp_chunk_stale(&q)) { /* a copy landed meanwhile */
+      atomic_fetch_sub(&c->stream_work, 1);
+      continue;
+    }
+    int sidx = rn_tcp_rails_pick(c, q.hdr.p.plen, load, used);
+    if (sidx < 0) {
+      c->backlog[kept++] = q;
+      continue;
+    }
+    struct rn_tcp_stream *s = &c->stream[sidx];
+    used[sidx]++;
+    load[s->rail] += q.hdr.p.plen;
+    atomic_fetch_add(&c->rail[s->rail].pending, q.hdr.p.plen);
+    pthread_mutex_lock(&s->queue_lock);
+    s->queue[s->queue_tail] = q;
+    s->queue_tail = (s->queue_tail + 1) % RN_TCP_STREAM_QUEUE;
+    pthread_mutex_unlock(&s->queue_lock);
+    if (c->nthreads > 0) touched |= 1u << (sidx % c->nthreads);
+  }
+  c->nbacklog = kept;
+  for (int t = 0; t < c->nthreads; t++)
+    if (touched & (1u << t)) rn_tcp_wake(c, t);
+}
+
+/* Take rail ri out of the send comm: its connections are reset (nothing
+ * it still held reaches the receiver later), and every chunk it had not
+ * yet written, or wrote for a send not yet acknowledged, waits in the
+ * backlog for the other rails; a written one goes again as a re-send
+ * (attempt + 1), which the receiver drops if its first copy landed. */
+static ncclResult_t rn_tcp_rail_take_out(struct rn_tcp_comm *c, int ri, const char *cause) {
+  struct rn_tcp_rail *r = &c->rail[ri];
+  if (!c->ack)
+    return rn_tcp_fail(c, ncclRemoteError,
+                       "rail %s failed (%s); sends are not acknowledged on this comm "
+                       "(RAILNET_RAIL_ACK), so what it carried cannot be sent again",
+                       r->name, cause);
+  if (c->backlog == NULL) {
+    c->backlog = malloc((size_t)c->nstreams * RN_TCP_STREAM_QUEUE * sizeof(*c->backlog));
+    if (c->backlog == NULL)
+      return rn_tcp_fail(c, ncclSystemError, "out of memory taking rail %s out", r->name);
+  }
+  atomic_store(&r->state, RN_TCP_RAIL_FAILED);
+  atomic_fetch_add(&r->failures, 1);
+  if (cause != r->cause) snprintf(r->cause, sizeof(r->cause), "%s", cause);
+  int moved = 0, again = 0;
+  for (int k = 0; k < r->nstreams; k++) {
+    struct rn_tcp_stream *s = &c->stream[r->stream[k]];
+    c->down_pending |= 1u << r->stream[k];
+    atomic_store(&s->dead, 1);
+    struct sockaddr unspec = {.sa_family = AF_UNSPEC};
+    if (connect(s->fd, &unspec, sizeof(unspec)) != 0) shutdown(s->fd, SHUT_RDWR);
+    pthread_mutex_lock(&s->queue_lock);
+    for (int i = s->keep_head; i != s->queue_tail; i = (i + 1) % RN_TCP_STREAM_QUEUE) {
+      struct rn_tcp_queued_chunk q = s->queue[i];
+      int unwritten = (s->queue_tail - i + RN_TCP_STREAM_QUEUE) % RN_TCP_STREAM_QUEUE <=
+                      (s->queue_tail - s->queue_head + RN_TCP_STREAM_QUEUE) % RN_TCP_STREAM_QUEUE;
+      int started = !unwritten || (i == s->queue_head && s->off > 0);
+      if (unwritten) atomic_fetch_sub(&r->pending, q.hdr.p.plen);
+      if (rn_tcp_chunk_stale(&q)) {
+        if (unwritten) atomic_fetch_sub(&c->stream_work, 1);
+        continue;
+      }
+      if (!unwritten) atomic_fetch_add(&c->stream_work, 1);
+      if (started) {
+        q.hdr.attempt++;
+        rn_tcp_wire_seal(&q.hdr, RN_TCP_MSG_CHUNK, 0, q.hdr.p.plen);
+        again++;
+      }
+      c->backlog[c->nbacklog++] = q;
+      moved++;
+    }
+    s->keep_head = s->queue_head = s->queue_tail;
+    s->off = 0;
+    pthread_mutex_unlock(&s->queue_lock);
+  }
+  int left = 0;
+  for (int i = 0; i < c->nrails; i++) left += atomic_load(&c->rail[i].state) == RN_TCP_RAIL_UP;
+  if (left == 0)
+    return rn_tcp_fail(c, ncclRemoteError, "every rail is gone; the last, %s, failed: %s", r->name,
+                       r->cause);
+  RN_WARN(
+      "send comm to %s (dev %d): rail %s taken out: %s; %d chunk(s) queued or unacknowledged "
+      "(%d to send again) go over the %d other rail(s)",
+      c->peer, c->base.vdev, r->name, r->cause, moved, again, left);
+  return ncclSuccess;
+}
+
+ncclResult_t rn_tcp_rails_failover(struct rn_tcp_comm *c) {
+  for (int i = 0; i < c->nrails; i++) {
+    struct rn_tcp_rail *r = &c->rail[i];
+    if (atomic_load(&r->state) != RN_TCP_RAIL_UP) continue;
+    char why[96] = "";
+    if (r->failing) snprintf(why, sizeof(why), "%s", r->cause);
+    for (int k = 0; k < r->nstreams && why[0] == '\0'; k++) {
+      struct rn_tcp_stream *s = &c->stream[r->stream[k]];
+      if (atomic_load(&s->dead) && s->lost)
+        snprintf(why, sizeof(why), "data stream %d: %.80s", r->stream[k], s->cause);
+    }
+    if (why[0] != '\0') RN_CHECK(rn_tcp_rail_take_out(c, i, why));
+  }
+  /* The receiver stops reading them before it can complete what their
+   * chunks were filling (sent again meanwhile). */
+  if (c->down_pending != 0 && rn_tcp_ctl_room(c)) {
+    struct rn_tcp_down d = {.msg = c->msg_out, .streams = c->down_pending};
+    rn_tcp_wire_seal(&d, RN_TCP_MSG_DOWN, 0, 0);
+    rn_tcp_ctl_queue(c, &d, sizeof(d), NULL, 0, NULL);
+    c->msg_out++;
+    c->down_pending = 0;
+  }
+  rn_tcp_backlog_drain(c);
+  return ncclSuccess;
 }
