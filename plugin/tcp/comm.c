@@ -48,6 +48,7 @@ void rn_tcp_comm_free(struct rn_tcp_comm *c) {
   rn_shared_list_del(&rn_tcp_live, &c->open);
   if (c->nrails > 0) rn_tcp_rails_close(c);
   atomic_store(&c->stop, 1);
+  rn_tcp_rails_free(c);
   for (int i = 0; i < c->nthreads; i++) {
     if (!c->thread[i].started) continue;
     uint64_t one = 1;

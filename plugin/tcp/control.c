@@ -444,6 +444,7 @@ static ncclResult_t rn_tcp_on_down(struct rn_tcp_comm *c, const struct rn_tcp_do
     if (d->streams & (1u << i)) atomic_store(&c->stream[i].retire, 1);
   RN_INFO(NCCL_NET, "receive comm from %s (dev %d): the sender took data streams 0x%x out", c->peer,
           c->base.vdev, d->streams);
+  rn_tcp_rails_offer(c, d->streams);
   if (c->nthreads == 0) {
     rn_tcp_drive_streams(c);
   } else {
@@ -505,10 +506,12 @@ static ncclResult_t rn_tcp_parse(struct rn_tcp_comm *c, size_t *pos) {
   while (c->rx_left == 0 && c->in_len - *pos >= sizeof(struct rn_tcp_prefix)) {
     struct rn_tcp_prefix p;
     memcpy(&p, c->in + *pos, sizeof(p));
-    if (c->is_recv ? p.type != RN_TCP_MSG_DATA && p.type != RN_TCP_MSG_DOWN
-                   : p.type != RN_TCP_MSG_CTS && p.type != RN_TCP_MSG_ACK)
-      return RN_TCP_VIOLATION(c, "control message", "type", "%u, expected %s", p.type,
-                              c->is_recv ? "2 (DATA) or 5 (DOWN)" : "1 (CTS) or 4 (ACK)");
+    if (c->is_recv
+            ? p.type != RN_TCP_MSG_DATA && p.type != RN_TCP_MSG_DOWN
+            : p.type != RN_TCP_MSG_CTS && p.type != RN_TCP_MSG_ACK && p.type != RN_TCP_MSG_OFFER)
+      return RN_TCP_VIOLATION(
+          c, "control message", "type", "%u, expected %s", p.type,
+          c->is_recv ? "2 (DATA) or 5 (DOWN)" : "1 (CTS), 4 (ACK) or 6 (OFFER)");
     size_t hlen = rn_tcp_wire_hlen(p.type);
     if (p.hlen != hlen)
       return RN_TCP_VIOLATION(c, "control message", "hlen", "%u, expected %zu", p.hlen, hlen);
@@ -516,6 +519,13 @@ static ncclResult_t rn_tcp_parse(struct rn_tcp_comm *c, size_t *pos) {
     if (!rn_tcp_wire_crc_ok(c->in + *pos, hlen))
       return RN_TCP_VIOLATION(c, "control message", "crc", "mismatch (type %u, message %u)", p.type,
                               c->msg_in);
+    if (!c->is_recv && p.type == RN_TCP_MSG_OFFER) {
+      struct rn_tcp_offer o;
+      memcpy(&o, c->in + *pos, sizeof(o));
+      *pos += sizeof(o);
+      RN_CHECK(rn_tcp_rails_on_offer(c, &o));
+      continue;
+    }
     if (!c->is_recv && p.type == RN_TCP_MSG_ACK) {
       struct rn_tcp_ack a;
       memcpy(&a, c->in + *pos, sizeof(a));
@@ -583,6 +593,7 @@ ncclResult_t rn_tcp_progress(struct rn_tcp_comm *c) {
   if (c->is_recv) {
     if (c->nthreads == 0 && atomic_load(&c->stream_work) != 0) rn_tcp_drive_streams(c);
     RN_CHECK(rn_tcp_queue_acks(c));
+    rn_tcp_rails_readmit(c);
   }
   /* Replies queued while parsing leave now, not at the next call. */
   return c->out_head != c->out_tail ? rn_tcp_ctl_flush(c) : ncclSuccess;

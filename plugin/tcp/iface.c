@@ -1,6 +1,7 @@
 /* TCP interface discovery: which netdevs carry railnet's TCP traffic, with
  * their address, PCI function and link speed. */
 #include <arpa/inet.h>
+#include <net/if.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -126,6 +127,20 @@ static int rn_tcp_if_find_visit(void *arg, const char *ifname, unsigned flags,
   snprintf(f->name, f->len, "%s", ifname);
   f->found = 1;
   return 1;
+}
+
+static int rn_tcp_if_running_visit(void *arg, const char *ifname, unsigned flags,
+                                   const union rn_sockaddr *addr) {
+  struct rn_tcp_if_find *f = arg;
+  (void)ifname;
+  if (!rn_tcp_if_same_host(f->want, addr)) return 0;
+  f->found = (flags & IFF_RUNNING) != 0;
+  return 1;
+}
+
+int rn_tcp_if_running(const union rn_sockaddr *addr) {
+  struct rn_tcp_if_find f = {.want = addr, .name = NULL, .len = 0, .found = 0};
+  return rn_sock_each_ifaddr(rn_tcp_if_running_visit, &f) == 0 && f.found;
 }
 
 void rn_tcp_if_name_of(const union rn_sockaddr *addr, char *name, size_t len) {

@@ -65,8 +65,10 @@ void rn_tcp_rails_init(struct rn_tcp_comm *c) {
       rn_tcp_if_name_of(&a, rail->name, sizeof(rail->name));
       rail->rate = RN_TCP_RATE_INIT;
       rail->progress_ms = now;
+      rail->rejoin_fd = -1;
     }
     rail->stream[rail->nstreams++] = i;
+    rail->streams |= 1u << i;
     c->stream[i].rail = r;
   }
   int64_t ack = rn_params()->rail_ack;
@@ -410,6 +412,8 @@ static ncclResult_t rn_tcp_rail_take_out(struct rn_tcp_comm *c, int ri, const ch
   return ncclSuccess;
 }
 
+static void rn_tcp_rails_probe(struct rn_tcp_comm *c);
+
 ncclResult_t rn_tcp_rails_failover(struct rn_tcp_comm *c) {
   for (int i = 0; i < c->nrails; i++) {
     struct rn_tcp_rail *r = &c->rail[i];
@@ -433,5 +437,200 @@ ncclResult_t rn_tcp_rails_failover(struct rn_tcp_comm *c) {
     c->down_pending = 0;
   }
   rn_tcp_backlog_drain(c);
+  rn_tcp_rails_probe(c);
   return ncclSuccess;
+}
+
+/* ---------------------------------------------------------- re-admission
+ *
+ * A rail the sender took out can come back.  The receiver, told by DOWN,
+ * listens on the rail's own address with a fresh nonce, through the same
+ * rendezvous and admission rules as any listener (plugin/rendezvous.c),
+ * and offers that address (OFFER).  The sender probes it while the rail's
+ * link is up (no connect is tried while it is down), with a backoff, and
+ * dials one connection of as many data streams as the rail had; once the
+ * dial completes it uses them again at once (chunks wait in the sockets
+ * until the receiver admits the connection and takes them in). */
+
+#define RN_TCP_PROBE_FIRST_MS 250
+#define RN_TCP_PROBE_MAX_MS 4000
+#define RN_TCP_DIAL_MS 2000 /* a dial not done by then is abandoned */
+
+static int rn_tcp_rail_of_streams(const struct rn_tcp_comm *c, uint32_t streams) {
+  for (int i = 0; i < c->nrails; i++)
+    if (c->rail[i].streams == streams) return i;
+  return -1;
+}
+
+
+/* A stream's new connection: the old one closed, the state as new. */
+static void rn_tcp_stream_reset(struct rn_tcp_stream *s, int fd) {
+  if (s->fd >= 0) close(s->fd);
+  s->fd = fd;
+  rn_sock_tune(fd, 0);
+  rn_sock_set_liveness(fd, (int)rn_params()->socket_timeout_ms);
+  pthread_mutex_lock(&s->queue_lock);
+  s->keep_head = s->queue_head = s->queue_tail;
+  s->off = 0;
+  pthread_mutex_unlock(&s->queue_lock);
+  s->rx_req = NULL;
+  s->rx_discard = 0;
+  s->lost = 0;
+  s->cause[0] = '\0';
+  atomic_store(&s->retire, 0);
+  atomic_store(&s->dead, 0);
+}
+
+void rn_tcp_rails_offer(struct rn_tcp_comm *c, uint32_t streams) {
+  for (int i = 0; i < c->nrails; i++) {
+    struct rn_tcp_rail *r = &c->rail[i];
+    if ((r->streams & streams) == 0) continue;
+    if (r->rejoin_rdv == NULL) {
+      union rn_sockaddr a = r->local, bound;
+      if (a.sa.sa_family == AF_INET6)
+        a.in6.sin6_port = 0;
+      else
+        a.in.sin_port = 0;
+      uint64_t nonce = rn_rdv_random64();
+      if (rn_sock_listen(&a, &r->rejoin_fd, &bound) != ncclSuccess) {
+        r->rejoin_fd = -1;
+        continue; /* the rail stays out */
+      }
+      if (rn_rdv_create(&r->rejoin_fd, 1, nonce, &r->rejoin_rdv) != ncclSuccess) {
+        close(r->rejoin_fd);
+        r->rejoin_fd = -1;
+        continue;
+      }
+      r->offer_addr = bound;
+      r->offer_nonce = nonce;
+    }
+    if (!rn_tcp_ctl_room(c)) continue;
+    struct rn_tcp_offer o = {.nonce = r->offer_nonce, .msg = c->msg_out, .streams = r->streams};
+    rn_sockaddr_to_wire(&r->offer_addr, &o.addr);
+    rn_tcp_wire_seal(&o, RN_TCP_MSG_OFFER, 0, 0);
+    rn_tcp_ctl_queue(c, &o, sizeof(o), NULL, 0, NULL);
+    c->msg_out++;
+  }
+}
+
+void rn_tcp_rails_readmit(struct rn_tcp_comm *c) {
+  for (int i = 0; i < c->nrails; i++) {
+    struct rn_tcp_rail *r = &c->rail[i];
+    if (r->rejoin_rdv == NULL) continue;
+    int dead = 1;
+    for (int k = 0; k < r->nstreams; k++) dead &= atomic_load(&c->stream[r->stream[k]].dead);
+    if (!dead) continue; /* a helper thread has not ended them yet */
+    struct rn_rdv_conn conn;
+    int ready = 0;
+    if (rn_rdv_poll(r->rejoin_rdv, &conn, &ready) != ncclSuccess || !ready) continue;
+    if (conn.nstreams != r->nstreams) {
+      RN_INFO(NCCL_NET,
+              "receive comm from %s: a reconnection of rail %s with %d streams, not %d: "
+              "refused",
+              c->peer, r->name, conn.nstreams, r->nstreams);
+      rn_rdv_conn_close(&conn);
+      continue;
+    }
+    close(conn.ctrl_fd);
+    for (int k = 0; k < r->nstreams; k++)
+      rn_tcp_stream_reset(&c->stream[r->stream[k]], conn.data_fd[k]);
+    rn_rdv_destroy(r->rejoin_rdv);
+    r->rejoin_rdv = NULL;
+    close(r->rejoin_fd);
+    r->rejoin_fd = -1;
+    atomic_store(&r->state, RN_TCP_RAIL_UP);
+    RN_INFO(NCCL_NET, "receive comm from %s (dev %d): rail %s re-admitted", c->peer, c->base.vdev,
+            r->name);
+  }
+}
+
+ncclResult_t rn_tcp_rails_on_offer(struct rn_tcp_comm *c, const struct rn_tcp_offer *o) {
+  static const char what[] = "reconnection offer";
+  if (o->p.flags != 0 || o->p.plen != 0)
+    return RN_TCP_VIOLATION(c, what, "flags/plen", "%u/%u, expected 0", o->p.flags, o->p.plen);
+  if (o->msg != c->msg_in)
+    return RN_TCP_VIOLATION(c, what, "msg", "%u, expected %u", o->msg, c->msg_in);
+  int ri = rn_tcp_rail_of_streams(c, o->streams);
+  if (ri < 0 || atomic_load(&c->rail[ri].state) != RN_TCP_RAIL_FAILED)
+    return RN_TCP_VIOLATION(c, what, "streams", "0x%x: not the streams of a rail taken out",
+                            o->streams);
+  union rn_sockaddr a;
+  if (rn_sockaddr_from_wire(&o->addr, &a) != 0)
+    return RN_TCP_VIOLATION(c, what, "addr", "family %u: not an address", o->addr.family);
+  c->msg_in++;
+  struct rn_tcp_rail *r = &c->rail[ri];
+  r->offered = 1;
+  r->offer_addr = a;
+  r->offer_nonce = o->nonce;
+  r->backoff_ms = RN_TCP_PROBE_FIRST_MS;
+  r->next_probe_ms = rn_clock_ms();
+  return ncclSuccess;
+}
+
+/* Sender: probe the rails taken out that the receiver offered back. */
+static void rn_tcp_rails_probe(struct rn_tcp_comm *c) {
+  int64_t now = rn_clock_ms();
+  for (int i = 0; i < c->nrails; i++) {
+    struct rn_tcp_rail *r = &c->rail[i];
+    if (!r->offered || atomic_load(&r->state) != RN_TCP_RAIL_FAILED) continue;
+    if (r->dial == NULL) {
+      if (now < r->next_probe_ms) continue;
+      r->next_probe_ms = now + r->backoff_ms;
+      if (r->backoff_ms < RN_TCP_PROBE_MAX_MS) r->backoff_ms *= 2;
+      if (!rn_tcp_if_running(&r->local)) continue; /* its link is still down */
+      union rn_sockaddr local = r->local;
+      if (local.sa.sa_family == AF_INET6)
+        local.in6.sin6_port = 0;
+      else
+        local.in.sin_port = 0;
+      if (rn_rdv_dial_create_from(&r->offer_addr, 1, &local, 1, r->offer_nonce, r->nstreams,
+                                  &r->dial) != ncclSuccess) {
+        r->dial = NULL;
+        continue;
+      }
+      r->dial_ms = now;
+    }
+    struct rn_rdv_conn conn;
+    int ready = 0;
+    ncclResult_t res = rn_rdv_dial_poll(r->dial, &conn, &ready);
+    if (res != ncclSuccess || (!ready && now - r->dial_ms > RN_TCP_DIAL_MS)) {
+      rn_rdv_dial_destroy(r->dial);
+      r->dial = NULL;
+      continue;
+    }
+    if (!ready) continue;
+    rn_rdv_dial_destroy(r->dial);
+    r->dial = NULL;
+    close(conn.ctrl_fd);
+    for (int k = 0; k < r->nstreams; k++)
+      rn_tcp_stream_reset(&c->stream[r->stream[k]], conn.data_fd[k]);
+    double low = 0;
+    for (int j = 0; j < c->nrails; j++)
+      if (j != i && atomic_load(&c->rail[j].state) == RN_TCP_RAIL_UP &&
+          (low == 0 || c->rail[j].rate < low))
+        low = c->rail[j].rate;
+    r->rate = low > 0 ? low : RN_TCP_RATE_INIT;
+    r->acked_prev = 0;
+    r->outq = 0;
+    atomic_store(&r->pending, 0);
+    r->failing = 0;
+    r->busy_prev = 0;
+    r->progress_ms = now;
+    r->offered = 0;
+    atomic_store(&r->state, RN_TCP_RAIL_UP);
+    RN_INFO(NCCL_NET, "send comm to %s (dev %d): rail %s re-admitted (down since: %s)", c->peer,
+            c->base.vdev, r->name, r->cause);
+  }
+}
+
+void rn_tcp_rails_free(struct rn_tcp_comm *c) {
+  for (int i = 0; i < c->nrails; i++) {
+    struct rn_tcp_rail *r = &c->rail[i];
+    if (r->rejoin_rdv != NULL) rn_rdv_destroy(r->rejoin_rdv);
+    if (r->rejoin_fd >= 0) close(r->rejoin_fd);
+    if (r->dial != NULL) rn_rdv_dial_destroy(r->dial);
+    r->rejoin_rdv = NULL;
+    r->rejoin_fd = -1;
+    r->dial = NULL;
+  }
 }

@@ -157,7 +157,17 @@ struct rn_tcp_rail {
   int64_t progress_ms; /* when its bytes last moved */
   char cause[96];      /* why it failed */
   int failing;         /* caller: found stalled, to be taken out */
-  int busy_prev;       /* caller: busy at the last sample */
+  uint32_t streams;    /* its streams, bit i: stream i */
+  /* Re-admission (caller only).  Receive: a listener of its own offered
+   * to the sender.  Send: the offer, and the dial that probes it. */
+  int rejoin_fd;
+  struct rn_rdv *rejoin_rdv;
+  int offered;
+  union rn_sockaddr offer_addr;
+  uint64_t offer_nonce;
+  struct rn_rdv_dial *dial;
+  int64_t dial_ms, next_probe_ms, backoff_ms;
+  int busy_prev; /* caller: busy at the last sample */
 };
 
 /* A queued control message.  The payload stays in the user's buffer until
@@ -334,7 +344,19 @@ ncclResult_t rn_tcp_rails_failover(struct rn_tcp_comm *c);
 /* Receiver, any thread: stream s ended (lost: by an error or mid-chunk). */
 void rn_tcp_rails_stream_ended(struct rn_tcp_comm *c, struct rn_tcp_stream *s);
 
+/* Receiver, caller: the sender took these streams out; offer it a way
+ * back for their rails. */
+void rn_tcp_rails_offer(struct rn_tcp_comm *c, uint32_t streams);
+/* Sender, caller: the receiver offers a way back for these streams. */
+ncclResult_t rn_tcp_rails_on_offer(struct rn_tcp_comm *c, const struct rn_tcp_offer *o);
+/* Receiver, caller: admit a rail that connected again. */
+void rn_tcp_rails_readmit(struct rn_tcp_comm *c);
+/* At free: listeners and dials still open. */
+void rn_tcp_rails_free(struct rn_tcp_comm *c);
+
 /* iface.c (continued) */
+/* 1 when an up interface holds addr and has its carrier. */
+int rn_tcp_if_running(const union rn_sockaddr *addr);
 /* The name of the up interface that holds addr, else addr as text. */
 void rn_tcp_if_name_of(const union rn_sockaddr *addr, char *name, size_t len);
 

@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "railnet/transport.h"
+#include "railnet/sock.h"
 
 enum rn_tcp_msg_type {
   RN_TCP_MSG_CTS = 1,   /* clear-to-send: receiver -> sender, control connection */
@@ -24,6 +25,7 @@ enum rn_tcp_msg_type {
   RN_TCP_MSG_CHUNK = 3, /* a piece of a streamed message: sender -> receiver, data stream */
   RN_TCP_MSG_ACK = 4,   /* a streamed message landed whole: receiver -> sender, control */
   RN_TCP_MSG_DOWN = 5,  /* data streams the sender gave up: sender -> receiver, control */
+  RN_TCP_MSG_OFFER = 6, /* where to reconnect them: receiver -> sender, control */
 };
 
 /* DATA flags: at most one is set. */
@@ -117,6 +119,18 @@ struct rn_tcp_down {
   uint32_t crc;
 };
 
+/* Receiver -> sender: connect `streams` again (the streams of one rail
+ * the sender took out) as one connection of that many data streams, to
+ * addr with this nonce; the receiver's own listener admits only it. */
+struct rn_tcp_offer {
+  struct rn_tcp_prefix p;
+  uint64_t nonce;
+  uint32_t msg;     /* control messages in this direction count from 0 (shared with CTS, ACK) */
+  uint32_t streams; /* bit i: data stream i */
+  struct rn_wire_addr addr;
+  uint32_t crc;
+};
+
 /* The sizes are wire format; no compiler padding may hide in them. */
 _Static_assert(sizeof(struct rn_tcp_prefix) == 8, "prefix is 8 bytes");
 _Static_assert(sizeof(struct rn_tcp_cts) == 128, "CTS header is 128 bytes");
@@ -124,6 +138,8 @@ _Static_assert(sizeof(struct rn_tcp_data) == 48, "DATA header is 48 bytes");
 _Static_assert(sizeof(struct rn_tcp_chunk) == 56, "CHUNK header is 56 bytes");
 _Static_assert(sizeof(struct rn_tcp_ack) == 32, "ACK header is 32 bytes");
 _Static_assert(sizeof(struct rn_tcp_down) == 24, "DOWN header is 24 bytes");
+_Static_assert(sizeof(struct rn_tcp_offer) == 48, "OFFER header is 48 bytes");
+_Static_assert(offsetof(struct rn_tcp_offer, crc) == sizeof(struct rn_tcp_offer) - 4, "crc last");
 _Static_assert(offsetof(struct rn_tcp_down, crc) == sizeof(struct rn_tcp_down) - 4, "crc last");
 _Static_assert(offsetof(struct rn_tcp_ack, crc) == sizeof(struct rn_tcp_ack) - 4, "crc last");
 _Static_assert(offsetof(struct rn_tcp_cts, crc) == sizeof(struct rn_tcp_cts) - 4, "crc last");
