@@ -462,7 +462,6 @@ static int rn_tcp_rail_of_streams(const struct rn_tcp_comm *c, uint32_t streams)
   return -1;
 }
 
-
 /* A stream's new connection: the old one closed, the state as new. */
 static void rn_tcp_stream_reset(struct rn_tcp_stream *s, int fd) {
   if (s->fd >= 0) close(s->fd);
