@@ -538,6 +538,8 @@ void rn_tcp_rails_readmit(struct rn_tcp_comm *c) {
     close(r->rejoin_fd);
     r->rejoin_fd = -1;
     atomic_store(&r->state, RN_TCP_RAIL_UP);
+    /* Helper threads poll the new sockets from their next pass on. */
+    for (int t = 0; t < c->nthreads; t++) rn_tcp_wake(c, t);
     RN_INFO(NCCL_NET, "receive comm from %s (dev %d): rail %s re-admitted", c->peer, c->base.vdev,
             r->name);
   }
@@ -617,6 +619,7 @@ static void rn_tcp_rails_probe(struct rn_tcp_comm *c) {
     r->progress_ms = now;
     r->offered = 0;
     atomic_store(&r->state, RN_TCP_RAIL_UP);
+    for (int t = 0; t < c->nthreads; t++) rn_tcp_wake(c, t);
     RN_INFO(NCCL_NET, "send comm to %s (dev %d): rail %s re-admitted (down since: %s)", c->peer,
             c->base.vdev, r->name, r->cause);
   }

@@ -84,11 +84,11 @@ holds() { awk "BEGIN { exit !($1) }"; }
 
 # multirail-xfer on testbed BED with the fused device of its rails; the
 # plugin's counters go to $OUT/LOG.stats
-xfer() { # BED TOPO LOG NRAILS [args...]
+xfer() { # BED TOPO LOG NRAILS [args...]   ($XENV: more K=V,... for both sides)
   bed=$1 topo=$2 log=$3 nr=$4
   shift 4
   RN_CONF_VERBOSE=1 "$XFER" --railbed "$bed" \
-    --env "RAILNET_TRANSPORT=socket,RAILNET_SOCKET_IFNAME=veth,RAILNET_TOPO_FILE=$topo,RAILNET_STATS=$OUT/$log.stats,RAILNET_STATS_MS=250" \
+    --env "RAILNET_TRANSPORT=socket,RAILNET_SOCKET_IFNAME=veth,RAILNET_TOPO_FILE=$topo,RAILNET_STATS=$OUT/$log.stats,RAILNET_STATS_MS=250${XENV:+,$XENV}" \
     --expect-rails "$nr" "$@" >"$OUT/$log.log" 2>"$OUT/$log.err"
 }
 show() { # LOG
@@ -96,7 +96,7 @@ show() { # LOG
   grep -E 'WARN' "$OUT/$1.err" | tail -5 | cut -c1-300 | details
 }
 
-echo "1..15"
+echo "1..16"
 
 # 1. the testbed (the topology is written at equal rates: the planner fuses
 # rails of one speed; the tests below change the rates afterwards)
@@ -107,7 +107,7 @@ else
   result NOTOK "railbed up failed"
   details "$OUT/up.log"
   i=2
-  while [ $i -le 15 ]; do result NOTOK "not run: no testbed"; i=$((i + 1)); done
+  while [ $i -le 16 ]; do result NOTOK "not run: no testbed"; i=$((i + 1)); done
   exit 1
 fi
 
@@ -233,7 +233,21 @@ else
   grep -E 're-admitted|took data streams|lost its streams' "$OUT/cut.err" | cut -c1-300 | details
 fi
 
-# 11-12. four rails, three cut one after another: the last carries on
+# 11. the same with helper threads moving the streams' bytes (the default
+# on hosts of 8 or more CPUs): cut, failover, re-admission
+XENV=RAILNET_SOCKET_NTHREADS=2 xfer "$NAME" "$OUT/topo.xml" threads 2 --bytes 256M --interval 0.5 \
+  --timeout $((3 + BOUND)) --at "1:$RB --name $NAME down 1" --at "3:$RB --name $NAME up-link 1"
+rc=$?
+back=$(grep -c 'rail veth1 re-admitted' "$OUT/threads.err")
+if [ $rc -eq 0 ] && grep -q '^result status=ok .* bytes=268435456 ' "$OUT/threads.log" &&
+  [ "$back" -eq 2 ]; then
+  result OK "with 2 helper threads per comm: rail 1 down at 1 s and up at 3 s, 256 MiB verified, no error, re-admitted on both sides"
+else
+  result NOTOK "with 2 helper threads per comm: rail 1 down at 1 s and up at 3 s: exit $rc, $back INFO(s) re-admitting it (2)"
+  show threads
+fi
+
+# 12-13. four rails, three cut one after another: the last carries on
 if "$RB" --name "$NAME4" up --rails 4 --rate 150 >"$OUT/up4.log" 2>&1 &&
   "$RB" --name "$NAME4" topo-xml "$OUT/topo4.xml" 2>>"$OUT/up4.log"; then
   xfer "$NAME4" "$OUT/topo4.xml" seq 4 --bytes 160M --interval 0.5 --timeout $((3 + BOUND)) \
@@ -261,7 +275,7 @@ else
   result NOTOK "not run: no 4-rail testbed"
 fi
 
-# 13-14. no rail left: the second rail of the 2-rail device cut after the
+# 14-15. no rail left: the second rail of the 2-rail device cut after the
 # first, and the only link of a single-rail device: an error on both sides
 # within the bound (RAILNET_RAIL_TIMEOUT_MS, 10 s by default), no hang
 "$RB" --name "$NAME" up-link 1 >/dev/null 2>&1
@@ -294,7 +308,7 @@ else
   show single
 fi
 
-# 15. nothing left behind
+# 16. nothing left behind
 "$RB" --name "$NAME" clean
 "$RB" --name "$NAME1" clean
 "$RB" --name "$NAME4" clean
