@@ -172,11 +172,13 @@ static void rn_tcp_rails_sample(struct rn_tcp_comm *c, int64_t now) {
     if (atomic_load(&r->state) != RN_TCP_RAIL_UP || r->failing || !rn_tcp_rail_busy(r) ||
         now - r->progress_ms < stall || healthy < 0)
       continue;
+    char other[sizeof(r->name)];
+    memcpy(other, c->rail[healthy].name, sizeof(other));
     r->failing = 1;
     snprintf(r->cause, sizeof(r->cause),
              "no progress for %lld ms with %llu bytes in flight while rail %s progressed",
              (long long)(now - r->progress_ms),
-             (unsigned long long)(r->outq + atomic_load(&r->pending)), c->rail[healthy].name);
+             (unsigned long long)(r->outq + atomic_load(&r->pending)), other);
   }
   if (waiting && !fresh)
     rn_tcp_fail(c, ncclRemoteError,
@@ -418,7 +420,7 @@ ncclResult_t rn_tcp_rails_failover(struct rn_tcp_comm *c) {
   for (int i = 0; i < c->nrails; i++) {
     struct rn_tcp_rail *r = &c->rail[i];
     if (atomic_load(&r->state) != RN_TCP_RAIL_UP) continue;
-    char why[96] = "";
+    char why[192] = "";
     if (r->failing) snprintf(why, sizeof(why), "%s", r->cause);
     for (int k = 0; k < r->nstreams && why[0] == '\0'; k++) {
       struct rn_tcp_stream *s = &c->stream[r->stream[k]];

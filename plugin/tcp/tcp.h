@@ -155,7 +155,7 @@ struct rn_tcp_rail {
   uint64_t bytes_prev; /* receive: bytes at the last sample */
   uint64_t outq;       /* send: bytes in its sockets not yet acknowledged */
   int64_t progress_ms; /* when its bytes last moved */
-  char cause[96];      /* why it failed */
+  char cause[192];     /* why it failed */
   int failing;         /* caller: found stalled, to be taken out */
   uint32_t streams;    /* its streams, bit i: stream i */
   /* Re-admission (caller only).  Receive: a listener of its own offered

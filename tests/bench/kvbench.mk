@@ -17,7 +17,7 @@ BENCH_PROGS += $(KVBENCH)
 TEST_SCRIPTS += tests/bench/kvbench-smoke.sh tests/bench/gpu-check.sh
 
 
-.PHONY: kvbench install-kvbench
+.PHONY: kvbench install-kvbench uninstall-kvbench
 # `make kvbench [KVBENCH_ARGS=--quick]`
 kvbench: $(KVBENCH) $(PLUGIN_SO)
 	RN_BUILD=$(BUILD) $(KVBENCH) $(KVBENCH_ARGS)
@@ -26,3 +26,8 @@ install: install-kvbench
 install-kvbench: $(KVBENCH)
 	install -d $(DESTDIR)$(PREFIX)/bin
 	install -m 0755 $(KVBENCH) $(DESTDIR)$(PREFIX)/bin/
+
+# make uninstall removes what make install put (tests/deb/packaging.sh)
+uninstall: uninstall-kvbench
+uninstall-kvbench:
+	rm -f $(DESTDIR)$(PREFIX)/bin/railnet-kvbench

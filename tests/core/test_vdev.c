@@ -127,7 +127,7 @@ int main(void) {
   static struct rn_nic nics[RN_MAX_NICS];
   static struct rn_vdev v[RN_MAX_VDEVS];
   int nv = 0;
-  printf("1..17\n");
+  printf("1..19\n");
   const char *dgx = "tests/topo/fixtures/dgx-h100-like.xml";
   int n = fake_nics(dgx, nics);
   tap_result(n == 12, "DGX-H100-like fixture gives 12 NICs (%s)", dgx);
