@@ -335,7 +335,7 @@ struct proxy {
   } up; /* the real listener */
   struct pconn c[MAX_PCONN];
   const struct trial *t;
-  int seen[4]; /* headers of each type forwarded so far */
+  int seen[256]; /* headers of each type forwarded so far, by type */
   struct mutation_result res;
   int broken;
 };
