@@ -48,7 +48,9 @@ void rn_tcp_comm_flush_deferred(void) {
 void rn_tcp_comm_free(struct rn_tcp_comm *c) {
   rn_shared_list_del(&rn_tcp_deferred, &c->deferred); /* waits out a flush visiting it */
   rn_shared_list_del(&rn_tcp_live, &c->open);
+  if (c->nrails > 0) rn_tcp_rails_close(c);
   atomic_store(&c->stop, 1);
+  rn_tcp_rails_free(c);
   for (int i = 0; i < c->nthreads; i++) {
     if (!c->thread[i].started) continue;
     uint64_t one = 1;
@@ -68,6 +70,9 @@ void rn_tcp_comm_free(struct rn_tcp_comm *c) {
   pthread_mutex_destroy(&c->rx_lock);
   pthread_mutex_destroy(&c->lock);
   free(c->cover);
+  free(c->inflight);
+  free(c->scratch);
+  free(c->backlog);
   free(c->in);
   free(c->unexpected);
   free(c->discard);
@@ -116,13 +121,18 @@ ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv,
   c->chunk = (size_t)p->socket_chunk;
   c->in = malloc(RN_TCP_IN_BUF);
   c->discard = malloc(RN_TCP_EAGER_MAX);
-  if (is_recv) c->cover = calloc(RN_TCP_RING, sizeof(*c->cover));
+  if (is_recv) {
+    c->cover = calloc(RN_TCP_RING, sizeof(*c->cover));
+    c->inflight = calloc(RN_TCP_RING, sizeof(*c->inflight));
+    c->scratch = malloc(RN_TCP_SCRATCH);
+  }
   for (int i = 0; i < c->nstreams; i++) {
     c->stream[i].fd = conn->data_fd[i];
     pthread_mutex_init(&c->stream[i].queue_lock, NULL);
     rn_sock_tune(c->stream[i].fd, 0);
   }
   for (int i = 0; i < c->nthreads; i++) c->thread[i].wake_fd = -1;
+  rn_tcp_rails_init(c);
   rn_sock_tune(c->ctrl_fd, 0);
   /* A peer that vanishes without closing must not leave this comm
    * waiting forever: every socket gets keepalive and a user timeout. */
@@ -135,7 +145,8 @@ ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv,
     rn_tcp_comm_free(c);
     return ncclSystemError;
   }
-  if (c->in == NULL || c->discard == NULL || (is_recv && c->cover == NULL)) {
+  if (c->in == NULL || c->discard == NULL ||
+      (is_recv && (c->cover == NULL || c->inflight == NULL || c->scratch == NULL))) {
     RN_WARN("out of memory creating a comm");
     rn_tcp_comm_free(c); /* owns and closes the sockets by now */
     return ncclSystemError;

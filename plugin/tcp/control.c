@@ -162,6 +162,15 @@ static ncclResult_t rn_tcp_on_cts(struct rn_tcp_comm *c, const struct rn_tcp_cts
                             (unsigned long long)m->seq, RN_TCP_RING,
                             (unsigned long long)c->send_head);
   struct rn_tcp_group *g = &c->group[m->seq % RN_TCP_RING];
+  /* The receiver acknowledges a group's streamed buffers before it can
+   * complete it, so before the clear-to-send that reuses its slot. */
+  for (int i = 0; i < RN_MAX_RECVS; i++)
+    if (g->sreq[i] != NULL)
+      return RN_TCP_VIOLATION(c, what, "seq",
+                              "%llu reuses the slot of group %llu, whose buffer %d was not "
+                              "acknowledged",
+                              (unsigned long long)m->seq, (unsigned long long)g->seq, i);
+  g->seq = m->seq;
   g->n = m->n;
   g->claimed = 0;
   memcpy(g->sizes, m->sizes, sizeof(g->sizes));
@@ -173,7 +182,57 @@ static ncclResult_t rn_tcp_on_cts(struct rn_tcp_comm *c, const struct rn_tcp_cts
   return rn_tcp_match_eager(c);
 }
 
+/* An acknowledgement: the streamed send it names completes. */
+static ncclResult_t rn_tcp_on_ack(struct rn_tcp_comm *c, const struct rn_tcp_ack *a) {
+  static const char what[] = "acknowledgement";
+  if (a->p.flags != 0 || a->p.plen != 0 || a->reserved != 0)
+    return RN_TCP_VIOLATION(c, what, "flags/plen/reserved", "%u/%u/%u, expected 0", a->p.flags,
+                            a->p.plen, a->reserved);
+  if (a->msg != c->msg_in)
+    return RN_TCP_VIOLATION(c, what, "msg", "%u, expected %u", a->msg, c->msg_in);
+  const struct rn_tcp_group *g = &c->group[a->seq % RN_TCP_RING];
+  if (a->seq >= c->cts_next || c->cts_next - a->seq > RN_TCP_RING || g->seq != a->seq)
+    return RN_TCP_VIOLATION(c, what, "seq", "%llu, expected a group below %llu still in the window",
+                            (unsigned long long)a->seq, (unsigned long long)c->cts_next);
+  if (a->idx >= g->n || g->sreq[a->idx] == NULL)
+    return RN_TCP_VIOLATION(c, what, "idx",
+                            "%u of group %llu: no streamed send to it awaits an acknowledgement",
+                            a->idx, (unsigned long long)a->seq);
+  atomic_store(&g->sreq[a->idx]->acked, 1);
+  c->group[a->seq % RN_TCP_RING].sreq[a->idx] = NULL;
+  c->msg_in++;
+  return ncclSuccess;
+}
+
 /* ----------------------------------------------------- receiver side */
+
+ncclResult_t rn_tcp_queue_acks(struct rn_tcp_comm *c) {
+  if (!atomic_exchange(&c->ack_due, 0)) return ncclSuccess;
+  for (uint64_t g = c->recv_seq > RN_TCP_RING ? c->recv_seq - RN_TCP_RING : 0; g < c->recv_seq;
+       g++) {
+    struct rn_tcp_req *r = c->ring[g % RN_TCP_RING];
+    if (r == NULL || r->seq != g) continue;
+    uint32_t due = 0;
+    pthread_mutex_lock(&c->rx_lock);
+    for (int i = 0; i < r->n; i++)
+      if ((r->ack_wanted & ~r->acks_queued & (1u << i)) && (r->filled & r->claimed & (1u << i)))
+        due |= 1u << i;
+    pthread_mutex_unlock(&c->rx_lock);
+    for (int i = 0; i < r->n; i++) {
+      if (!(due & (1u << i))) continue;
+      if (!rn_tcp_ctl_room(c)) {
+        atomic_store(&c->ack_due, 1); /* the rest at the next call */
+        return ncclSuccess;
+      }
+      struct rn_tcp_ack a = {.seq = g, .msg = c->msg_out, .idx = (uint32_t)i};
+      rn_tcp_wire_seal(&a, RN_TCP_MSG_ACK, 0, 0);
+      rn_tcp_ctl_queue(c, &a, sizeof(a), NULL, 0, NULL);
+      c->msg_out++;
+      r->acks_queued |= 1u << i;
+    }
+  }
+  return ncclSuccess;
+}
 
 static uint32_t rn_tcp_full(const struct rn_tcp_req *r) { return (1u << r->n) - 1; }
 
@@ -276,10 +335,12 @@ static ncclResult_t rn_tcp_hold(struct rn_tcp_comm *c, const struct rn_tcp_data 
  * success the payload destination is set (rx_*). */
 static ncclResult_t rn_tcp_on_data(struct rn_tcp_comm *c, const struct rn_tcp_data *d) {
   static const char what[] = "data header";
-  const uint8_t f = d->p.flags;
+  const uint8_t f =
+      d->p.flags & ~(d->p.flags == (RN_TCP_DATA_STREAMED | RN_TCP_DATA_ACK) ? RN_TCP_DATA_ACK : 0);
   if ((f & ~RN_TCP_DATA_FLAGS) != 0 || (f & (f - 1)) != 0)
-    return RN_TCP_VIOLATION(c, what, "flags", "0x%x, expected at most one of 0x%x", f,
-                            RN_TCP_DATA_FLAGS);
+    return RN_TCP_VIOLATION(c, what, "flags",
+                            "0x%x, expected at most one of 0x%x (ACK 0x%x only with STREAMED)",
+                            d->p.flags, RN_TCP_DATA_FLAGS, RN_TCP_DATA_ACK);
   if (d->reserved != 0) return RN_TCP_VIOLATION(c, what, "reserved", "%u, expected 0", d->reserved);
   if (d->msg != c->msg_in)
     return RN_TCP_VIOLATION(c, what, "msg", "%u, expected %u", d->msg, c->msg_in);
@@ -327,8 +388,12 @@ static ncclResult_t rn_tcp_on_data(struct rn_tcp_comm *c, const struct rn_tcp_da
     } else if ((res = rn_tcp_buf_shape(c, r, idx, RN_TCP_BUF_STREAMED, d->size, d->grid, what)) ==
                ncclSuccess) {
       rn_tcp_recv_claim(c, r, idx);
+      if (d->p.flags & RN_TCP_DATA_ACK) r->ack_wanted |= 1u << idx;
       /* The chunks complete it; they may have done so already. */
-      if (!(r->filled & (1u << idx))) atomic_fetch_add(&c->stream_work, 1);
+      if (!(r->filled & (1u << idx)))
+        atomic_fetch_add(&c->stream_work, 1);
+      else
+        atomic_store(&c->ack_due, 1);
     }
   } else if (f == RN_TCP_DATA_TOO_BIG) {
     if (d->p.plen != 0 || d->grid != 0 || d->size <= posted) {
@@ -359,6 +424,33 @@ static ncclResult_t rn_tcp_on_data(struct rn_tcp_comm *c, const struct rn_tcp_da
   }
   pthread_mutex_unlock(&c->rx_lock);
   return res;
+}
+
+/* The sender took data streams out: stop reading them (their driver, this
+ * thread or a helper, ends each; tcp.h's locking note). */
+static ncclResult_t rn_tcp_on_down(struct rn_tcp_comm *c, const struct rn_tcp_down *d) {
+  static const char what[] = "streams-down";
+  const uint32_t all = c->nstreams >= 32 ? UINT32_MAX : (1u << c->nstreams) - 1;
+  if (d->p.flags != 0 || d->p.plen != 0 || d->reserved != 0)
+    return RN_TCP_VIOLATION(c, what, "flags/plen/reserved", "%u/%u/%u, expected 0", d->p.flags,
+                            d->p.plen, d->reserved);
+  if (d->msg != c->msg_in)
+    return RN_TCP_VIOLATION(c, what, "msg", "%u, expected %u", d->msg, c->msg_in);
+  if (d->streams == 0 || (d->streams & ~all) != 0)
+    return RN_TCP_VIOLATION(c, what, "streams", "0x%x, expected a nonzero subset of 0x%x",
+                            d->streams, all);
+  c->msg_in++;
+  for (int i = 0; i < c->nstreams; i++)
+    if (d->streams & (1u << i)) atomic_store(&c->stream[i].retire, 1);
+  RN_INFO(NCCL_NET, "receive comm from %s (dev %d): the sender took data streams 0x%x out", c->peer,
+          c->base.vdev, d->streams);
+  rn_tcp_rails_offer(c, d->streams);
+  if (c->nthreads == 0) {
+    rn_tcp_drive_streams(c);
+  } else {
+    for (int t = 0; t < c->nthreads; t++) rn_tcp_wake(c, t);
+  }
+  return ncclSuccess;
 }
 
 /* The inline payload in progress has all landed. */
@@ -411,12 +503,15 @@ static ncclResult_t rn_tcp_ctl_ended(struct rn_tcp_comm *c, ssize_t k, int mid_m
 /* Handle every complete message in c->in from *pos on; stops at a partial
  * header or once a payload needs reading straight into its destination. */
 static ncclResult_t rn_tcp_parse(struct rn_tcp_comm *c, size_t *pos) {
-  const uint8_t want = c->is_recv ? RN_TCP_MSG_DATA : RN_TCP_MSG_CTS;
   while (c->rx_left == 0 && c->in_len - *pos >= sizeof(struct rn_tcp_prefix)) {
     struct rn_tcp_prefix p;
     memcpy(&p, c->in + *pos, sizeof(p));
-    if (p.type != want)
-      return RN_TCP_VIOLATION(c, "control message", "type", "%u, expected %u", p.type, want);
+    if (c->is_recv
+            ? p.type != RN_TCP_MSG_DATA && p.type != RN_TCP_MSG_DOWN
+            : p.type != RN_TCP_MSG_CTS && p.type != RN_TCP_MSG_ACK && p.type != RN_TCP_MSG_OFFER)
+      return RN_TCP_VIOLATION(
+          c, "control message", "type", "%u, expected %s", p.type,
+          c->is_recv ? "2 (DATA) or 5 (DOWN)" : "1 (CTS), 4 (ACK) or 6 (OFFER)");
     size_t hlen = rn_tcp_wire_hlen(p.type);
     if (p.hlen != hlen)
       return RN_TCP_VIOLATION(c, "control message", "hlen", "%u, expected %zu", p.hlen, hlen);
@@ -424,11 +519,32 @@ static ncclResult_t rn_tcp_parse(struct rn_tcp_comm *c, size_t *pos) {
     if (!rn_tcp_wire_crc_ok(c->in + *pos, hlen))
       return RN_TCP_VIOLATION(c, "control message", "crc", "mismatch (type %u, message %u)", p.type,
                               c->msg_in);
+    if (!c->is_recv && p.type == RN_TCP_MSG_OFFER) {
+      struct rn_tcp_offer o;
+      memcpy(&o, c->in + *pos, sizeof(o));
+      *pos += sizeof(o);
+      RN_CHECK(rn_tcp_rails_on_offer(c, &o));
+      continue;
+    }
+    if (!c->is_recv && p.type == RN_TCP_MSG_ACK) {
+      struct rn_tcp_ack a;
+      memcpy(&a, c->in + *pos, sizeof(a));
+      *pos += sizeof(a);
+      RN_CHECK(rn_tcp_on_ack(c, &a));
+      continue;
+    }
     if (!c->is_recv) {
       struct rn_tcp_cts m;
       memcpy(&m, c->in + *pos, sizeof(m));
       *pos += sizeof(m);
       RN_CHECK(rn_tcp_on_cts(c, &m));
+      continue;
+    }
+    if (p.type == RN_TCP_MSG_DOWN) {
+      struct rn_tcp_down m;
+      memcpy(&m, c->in + *pos, sizeof(m));
+      *pos += sizeof(m);
+      RN_CHECK(rn_tcp_on_down(c, &m));
       continue;
     }
     struct rn_tcp_data d;
@@ -449,6 +565,8 @@ static ncclResult_t rn_tcp_parse(struct rn_tcp_comm *c, size_t *pos) {
  * data streams) can move now.  Never blocks. */
 ncclResult_t rn_tcp_progress(struct rn_tcp_comm *c) {
   RN_CHECK(rn_tcp_failed(c, "progress"));
+  rn_tcp_rails_tick(c);
+  if (!c->is_recv) RN_CHECK(rn_tcp_rails_failover(c));
   RN_CHECK(rn_tcp_ctl_flush(c));
   /* Once the peer is gone, drive the streams too so their EOF is seen. */
   if (c->nthreads == 0 && (atomic_load(&c->stream_work) != 0 || atomic_load(&c->peer_closed)))
@@ -472,6 +590,11 @@ ncclResult_t rn_tcp_progress(struct rn_tcp_comm *c) {
     if (k <= 0 && c->rx_left == 0) break;
   }
   RN_CHECK(rn_tcp_failed(c, "progress"));
+  if (c->is_recv) {
+    if (c->nthreads == 0 && atomic_load(&c->stream_work) != 0) rn_tcp_drive_streams(c);
+    RN_CHECK(rn_tcp_queue_acks(c));
+    rn_tcp_rails_readmit(c);
+  }
   /* Replies queued while parsing leave now, not at the next call. */
   return c->out_head != c->out_tail ? rn_tcp_ctl_flush(c) : ncclSuccess;
 }

@@ -1,6 +1,7 @@
 /* TCP interface discovery: which netdevs carry railnet's TCP traffic, with
  * their address, PCI function and link speed. */
 #include <arpa/inet.h>
+#include <net/if.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,4 +107,51 @@ int rn_tcp_if_discover(struct rn_tcp_if *ifs, int max, char *why, size_t whylen)
     snprintf(why, whylen, "only loopback is up (no socket interface filter set)");
   }
   return n;
+}
+
+struct rn_tcp_if_find {
+  const union rn_sockaddr *want;
+  char *name;
+  size_t len;
+  int found;
+};
+
+static int rn_tcp_if_same_host(const union rn_sockaddr *a, const union rn_sockaddr *b) {
+  if (a->sa.sa_family != b->sa.sa_family) return 0;
+  if (a->sa.sa_family == AF_INET) return a->in.sin_addr.s_addr == b->in.sin_addr.s_addr;
+  return memcmp(&a->in6.sin6_addr, &b->in6.sin6_addr, sizeof(a->in6.sin6_addr)) == 0;
+}
+
+static int rn_tcp_if_find_visit(void *arg, const char *ifname, unsigned flags,
+                                const union rn_sockaddr *addr) {
+  struct rn_tcp_if_find *f = arg;
+  (void)flags;
+  if (!rn_tcp_if_same_host(f->want, addr)) return 0;
+  snprintf(f->name, f->len, "%s", ifname);
+  f->found = 1;
+  return 1;
+}
+
+static int rn_tcp_if_running_visit(void *arg, const char *ifname, unsigned flags,
+                                   const union rn_sockaddr *addr) {
+  struct rn_tcp_if_find *f = arg;
+  (void)ifname;
+  if (!rn_tcp_if_same_host(f->want, addr)) return 0;
+  f->found = (flags & IFF_RUNNING) != 0;
+  return 1;
+}
+
+int rn_tcp_if_running(const union rn_sockaddr *addr) {
+  struct rn_tcp_if_find f = {.want = addr, .name = NULL, .len = 0, .found = 0};
+  return rn_sock_each_ifaddr(rn_tcp_if_running_visit, &f) == 0 && f.found;
+}
+
+void rn_tcp_if_name_of(const union rn_sockaddr *addr, char *name, size_t len) {
+  struct rn_tcp_if_find f = {.want = addr, .name = name, .len = len, .found = 0};
+  if (rn_sock_each_ifaddr(rn_tcp_if_find_visit, &f) != 0 || !f.found) {
+    char a[64];
+    snprintf(name, len, "%s", rn_sockaddr_str(addr, a, sizeof(a)));
+    char *colon = strrchr(name, ':'); /* drop the port */
+    if (colon != NULL) *colon = '\0';
+  }
 }

@@ -11,7 +11,9 @@ static struct rn_tcp_req *rn_tcp_req_alloc(struct rn_tcp_comm *c, int is_recv) {
   for (int i = 0; i < RN_TCP_NREQS; i++) {
     struct rn_tcp_req *r = &c->reqs[i];
     if (r->state != RN_TCP_REQ_FREE) continue;
+    uint32_t gen = atomic_load(&r->gen) + 1;
     memset(r, 0, sizeof(*r));
+    atomic_store(&r->gen, gen);
     rn_req_base_start(&r->base, &c->base);
     r->comm = c;
     r->state = RN_TCP_REQ_ACTIVE;
@@ -48,10 +50,12 @@ static ncclResult_t rn_tcp_isend_matched(struct rn_tcp_comm *c, void *data, size
   struct rn_tcp_data d = {
       .seq = seq, .size = size, .msg = c->msg_out, .tag = tag, .idx = (uint32_t)idx, .grid = grid};
   uint32_t plen = (inline_send && !too_big) ? (uint32_t)size : 0;
+  r->awaits_ack = !inline_send && c->ack; /* complete once the receiver acknowledges it */
   rn_tcp_wire_seal(&d, RN_TCP_MSG_DATA,
-                   too_big       ? RN_TCP_DATA_TOO_BIG
-                   : inline_send ? 0
-                                 : RN_TCP_DATA_STREAMED,
+                   too_big         ? RN_TCP_DATA_TOO_BIG
+                   : inline_send   ? 0
+                   : r->awaits_ack ? RN_TCP_DATA_STREAMED | RN_TCP_DATA_ACK
+                                   : RN_TCP_DATA_STREAMED,
                    plen);
   /* The header always goes on the control connection: it carries inline
    * payloads, and announces streamed ones so the receiver knows to poll. */
@@ -62,6 +66,7 @@ static ncclResult_t rn_tcp_isend_matched(struct rn_tcp_comm *c, void *data, size
   }
   rn_tcp_ctl_queue(c, &d, sizeof(d), data, plen, r);
   c->msg_out++;
+  if (r->awaits_ack) c->group[seq % RN_TCP_RING].sreq[idx] = r;
   if (too_big) {
     RN_WARN("send of %zu bytes to %s exceeds the posted receive of %llu bytes (tag %d)", size,
             c->peer, (unsigned long long)m->sizes[idx], tag);
@@ -198,15 +203,28 @@ static int rn_tcp_peer_gone(struct rn_tcp_comm *c) {
 }
 
 static int rn_tcp_req_complete(struct rn_tcp_req *r) {
+  /* A streamed send completes when the receiver says every byte landed:
+   * until then a failed rail's chunks can still be sent again. */
   if (!r->is_recv)
-    return atomic_load_explicit(&r->unsent, memory_order_acquire) == 0 && !r->ctl_pending;
+    return !r->ctl_pending &&
+           (r->awaits_ack ? atomic_load(&r->acked)
+                          : atomic_load_explicit(&r->unsent, memory_order_acquire) == 0);
   /* Every buffer matched (its header seen) and all its bytes landed: with
-   * helper threads a streamed message's chunks can beat its header. */
+   * helper threads a streamed message's chunks can beat its header.  No
+   * stream is still writing a copy of a chunk into it, and the ACK of each
+   * streamed buffer is queued (ahead of any clear-to-send that reuses the
+   * group's slot). */
   struct rn_tcp_comm *c = r->comm;
   uint32_t full = (1u << r->n) - 1;
   pthread_mutex_lock(&c->rx_lock);
-  int done = r->claimed == full && r->filled == full;
+  int done = r->claimed == full && r->filled == full && r->writers == 0;
+  const uint32_t streamed = r->ack_wanted;
   pthread_mutex_unlock(&c->rx_lock);
+  if (done && (r->acks_queued & streamed) != streamed) {
+    atomic_store(&c->ack_due, 1);
+    rn_tcp_queue_acks(c);
+    done = (r->acks_queued & streamed) == streamed;
+  }
   return done;
 }
 
@@ -245,6 +263,9 @@ ncclResult_t rn_tcp_test(void *request, int *done, size_t *sizes, int *nsizes) {
     pthread_mutex_lock(&c->rx_lock);
     c->ring[r->seq % RN_TCP_RING] = NULL;
     pthread_mutex_unlock(&c->rx_lock);
+    /* Its ACKs leave now: the sender's send completes only with them.  A
+     * failure here fails the comm; later calls report it. */
+    (void)rn_tcp_ctl_flush(c);
   } else {
     sizes[0] = r->size;
   }

@@ -2,8 +2,10 @@
  * per-comm helper threads that drive them (or the calling thread, on
  * small hosts). */
 #include <errno.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -15,11 +17,47 @@ static int rn_tcp_stream_queue_empty(struct rn_tcp_stream *s) {
   return s->queue_head == s->queue_tail;
 }
 
-/* Write as much of the head chunk as the socket takes.  Returns 1 when the
- * stream has more to send, 0 when idle, -1 on error. */
+int rn_tcp_chunk_stale(const struct rn_tcp_queued_chunk *q) {
+  return q->keep && (atomic_load(&q->req->gen) != q->gen || atomic_load(&q->req->acked));
+}
+
+void rn_tcp_stream_retire(struct rn_tcp_stream *s) {
+  while (s->keep_head != s->queue_head &&
+         (!s->queue[s->keep_head].keep || rn_tcp_chunk_stale(&s->queue[s->keep_head])))
+    s->keep_head = (s->keep_head + 1) % RN_TCP_STREAM_QUEUE;
+}
+
+/* A send stream failed: the caller takes its rail out (rails.c). */
+static int rn_tcp_stream_broke(struct rn_tcp_comm *c, struct rn_tcp_stream *s, const char *why) {
+  if (!atomic_load(&s->dead)) {
+    snprintf(s->cause, sizeof(s->cause), "%s", why);
+    s->lost = 1;
+    atomic_store(&s->dead, 1);
+  }
+  (void)c;
+  return -1;
+}
+
+/* Write as much of the head chunk as the socket takes; chunks whose send
+ * was acknowledged meanwhile (a copy landed over another rail) are
+ * dropped unwritten.  Returns 1 when the stream has more to send, 0 when
+ * idle, -1 on error. */
 static int rn_tcp_stream_send(struct rn_tcp_comm *c, struct rn_tcp_stream *s) {
   for (;;) {
     pthread_mutex_lock(&s->queue_lock);
+    if (atomic_load(&s->dead)) {
+      pthread_mutex_unlock(&s->queue_lock);
+      return -1;
+    }
+    rn_tcp_stream_retire(s);
+    while (s->off == 0 && !rn_tcp_stream_queue_empty(s) &&
+           rn_tcp_chunk_stale(&s->queue[s->queue_head])) {
+      struct rn_tcp_queued_chunk *w = &s->queue[s->queue_head];
+      atomic_fetch_sub(&c->rail[s->rail].pending, w->hdr.p.plen);
+      atomic_fetch_sub(&c->stream_work, 1);
+      if (s->keep_head == s->queue_head) s->keep_head = (s->keep_head + 1) % RN_TCP_STREAM_QUEUE;
+      s->queue_head = (s->queue_head + 1) % RN_TCP_STREAM_QUEUE;
+    }
     if (rn_tcp_stream_queue_empty(s)) {
       pthread_mutex_unlock(&s->queue_lock);
       return 0;
@@ -44,15 +82,22 @@ static int rn_tcp_stream_send(struct rn_tcp_comm *c, struct rn_tcp_stream *s) {
       }
       if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 1;
       if (k < 0 && errno == EINTR) continue;
-      if (!atomic_load(&c->stop))
-        rn_tcp_fail(c, ncclRemoteError, "data stream send failed: %s",
-                    k < 0 ? strerror(errno) : "closed");
+      if (atomic_load(&c->stop)) return -1;
+      return rn_tcp_stream_broke(c, s, k < 0 ? strerror(errno) : "closed");
+    }
+    struct rn_tcp_rail *rail = &c->rail[s->rail];
+    atomic_fetch_add_explicit(&rail->bytes, w->hdr.p.plen, memory_order_relaxed);
+    atomic_fetch_add_explicit(&rail->chunks, 1, memory_order_relaxed);
+    if (w->hdr.attempt > 0) atomic_fetch_add_explicit(&rail->replays, 1, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&rail->pending, w->hdr.p.plen, memory_order_relaxed);
+    if (!w->keep) atomic_fetch_sub(&w->req->unsent, (size_t)w->hdr.p.plen);
+    atomic_fetch_sub(&c->stream_work, 1);
+    pthread_mutex_lock(&s->queue_lock);
+    if (atomic_load(&s->dead)) { /* its rail was taken out meanwhile: the queue moved */
+      pthread_mutex_unlock(&s->queue_lock);
       return -1;
     }
-    atomic_fetch_sub(&w->req->unsent, (size_t)w->hdr.p.plen);
-    atomic_fetch_sub(&c->stream_work, 1);
     s->off = 0;
-    pthread_mutex_lock(&s->queue_lock);
     s->queue_head = (s->queue_head + 1) % RN_TCP_STREAM_QUEUE;
     pthread_mutex_unlock(&s->queue_lock);
   }
@@ -75,6 +120,7 @@ ncclResult_t rn_tcp_buf_shape(struct rn_tcp_comm *c, struct rn_tcp_req *r, int i
     if (mode == RN_TCP_BUF_STREAMED) {
       size_t words = (size_t)((size + grid - 1) / grid + 63) / 64;
       memset(c->cover[r->seq % RN_TCP_RING][idx], 0, words * sizeof(uint64_t));
+      memset(c->inflight[r->seq % RN_TCP_RING][idx], 0, words * sizeof(uint64_t));
     }
     return ncclSuccess;
   }
@@ -99,14 +145,32 @@ static ncclResult_t rn_tcp_chunk_begin(struct rn_tcp_comm *c, struct rn_tcp_stre
   if (h->p.hlen != sizeof(*h))
     return RN_TCP_VIOLATION(c, what, "hlen", "%u, expected %zu", h->p.hlen, sizeof(*h));
   if (!rn_tcp_wire_crc_ok(h, sizeof(*h))) return RN_TCP_VIOLATION(c, what, "crc", "%s", "mismatch");
-  if (h->p.flags != 0 || h->attempt != 0 || h->reserved != 0)
-    return RN_TCP_VIOLATION(c, what, "flags/attempt/reserved", "%u/%u/%u, expected 0", h->p.flags,
-                            h->attempt, h->reserved);
+  if (h->p.flags != 0 || h->reserved != 0)
+    return RN_TCP_VIOLATION(c, what, "flags/reserved", "%u/%u, expected 0", h->p.flags,
+                            h->reserved);
+  if (h->attempt > RN_TCP_MAX_ATTEMPT)
+    return RN_TCP_VIOLATION(c, what, "attempt", "%u, expected <= %d", h->attempt,
+                            RN_TCP_MAX_ATTEMPT);
   ncclResult_t res = ncclSuccess;
+  s->rx_discard = 0;
   pthread_mutex_lock(&c->rx_lock);
   struct rn_tcp_req *r = c->ring[h->seq % RN_TCP_RING];
   uint64_t nchunks = 0, expect_len = 0;
-  if (r == NULL || r->seq != h->seq) {
+  if ((r == NULL || r->seq != h->seq) && h->attempt > 0 && h->seq < c->recv_seq) {
+    /* A re-sent copy for a group that completed: its first copy landed.
+     * Only its own shape can be checked; it is read and dropped. */
+    uint64_t n = h->grid ? (h->total + h->grid - 1) / h->grid : 0;
+    if (h->grid < 1 || h->grid > RN_TCP_MAX_GRID || h->total < 1 || h->total > INT_MAX ||
+        n > RN_TCP_MAX_CHUNKS || h->index >= n || h->offset != (uint64_t)h->index * h->grid ||
+        h->p.plen != (h->total - h->offset < h->grid ? h->total - h->offset : h->grid))
+      res = RN_TCP_VIOLATION(c, what, "total/grid/index/offset/plen",
+                             "%llu/%u/%u/%llu/%u: not a chunk of any message (a re-send for "
+                             "completed group %llu)",
+                             (unsigned long long)h->total, h->grid, h->index,
+                             (unsigned long long)h->offset, h->p.plen, (unsigned long long)h->seq);
+    else
+      s->rx_discard = 1;
+  } else if (r == NULL || r->seq != h->seq) {
     res = RN_TCP_VIOLATION(c, what, "seq", "%llu: no such group is posted",
                            (unsigned long long)h->seq);
   } else if (h->idx >= (uint32_t)r->n) {
@@ -128,13 +192,21 @@ static ncclResult_t rn_tcp_chunk_begin(struct rn_tcp_comm *c, struct rn_tcp_stre
     res = RN_TCP_VIOLATION(c, what, "plen", "%u, expected %llu", h->p.plen,
                            (unsigned long long)expect_len);
   } else {
+    /* A first copy must be new; a re-sent one (attempt > 0) may meet its
+     * first copy still arriving over a failing rail (both write the same
+     * bytes to the same place; the first to finish counts), or already
+     * landed (it is dropped). */
     uint64_t *word = &c->cover[h->seq % RN_TCP_RING][h->idx][h->index / 64];
+    uint64_t *busy = &c->inflight[h->seq % RN_TCP_RING][h->idx][h->index / 64];
     uint64_t bit = 1ull << (h->index % 64);
-    if (*word & bit) {
+    if (((*word | *busy) & bit) && h->attempt == 0) {
       res = RN_TCP_VIOLATION(c, what, "index", "%u of group %llu buffer %u arrived twice", h->index,
                              (unsigned long long)h->seq, h->idx);
+    } else if (*word & bit) {
+      s->rx_discard = 1;
     } else {
-      *word |= bit;
+      *busy |= bit;
+      r->writers++;
       s->rx_req = r;
       s->rx_dst = (char *)r->buf[h->idx] + h->offset;
     }
@@ -143,19 +215,59 @@ static ncclResult_t rn_tcp_chunk_begin(struct rn_tcp_comm *c, struct rn_tcp_stre
   return res;
 }
 
-/* A chunk's payload has all landed. */
+/* A chunk's payload has all landed (or, discarded, was read). */
 static void rn_tcp_chunk_end(struct rn_tcp_comm *c, struct rn_tcp_stream *s) {
   struct rn_tcp_req *r = s->rx_req;
-  const int idx = (int)s->rx_hdr.idx;
-  pthread_mutex_lock(&c->rx_lock);
-  r->arrived[idx] += s->rx_hdr.p.plen;
-  if (r->arrived[idx] == r->size_of[idx]) {
-    r->filled |= 1u << idx;
-    if (r->claimed & (1u << idx)) atomic_fetch_sub(&c->stream_work, 1);
-  }
-  pthread_mutex_unlock(&c->rx_lock);
+  const struct rn_tcp_chunk *h = &s->rx_hdr;
+  const int idx = (int)h->idx;
+  struct rn_tcp_rail *rail = &c->rail[s->rail];
+  if (h->attempt > 0) atomic_fetch_add_explicit(&rail->replays, 1, memory_order_relaxed);
   s->off = 0;
   s->rx_req = NULL;
+  if (s->rx_discard) {
+    s->rx_discard = 0;
+    return;
+  }
+  int counted = 0;
+  pthread_mutex_lock(&c->rx_lock);
+  uint64_t *word = &c->cover[h->seq % RN_TCP_RING][idx][h->index / 64];
+  uint64_t bit = 1ull << (h->index % 64);
+  c->inflight[h->seq % RN_TCP_RING][idx][h->index / 64] &= ~bit;
+  r->writers--;
+  if (!(*word & bit)) { /* the first copy to finish counts */
+    *word |= bit;
+    counted = 1;
+    r->arrived[idx] += h->p.plen;
+    if (r->arrived[idx] == r->size_of[idx]) {
+      r->filled |= 1u << idx;
+      if (r->claimed & (1u << idx)) atomic_fetch_sub(&c->stream_work, 1);
+      atomic_store(&c->ack_due, 1);
+    }
+  }
+  pthread_mutex_unlock(&c->rx_lock);
+  if (counted) {
+    atomic_fetch_add_explicit(&rail->bytes, h->p.plen, memory_order_relaxed);
+    atomic_fetch_add_explicit(&rail->chunks, 1, memory_order_relaxed);
+  }
+}
+
+/* A receive stream ended: a chunk it was reading stops counting as being
+ * written (a re-sent copy completes it). */
+static void rn_tcp_stream_recv_end(struct rn_tcp_comm *c, struct rn_tcp_stream *s, int lost,
+                                   const char *why) {
+  const size_t hl = sizeof(s->rx_hdr);
+  if (s->off >= hl && s->rx_req != NULL && !s->rx_discard) {
+    pthread_mutex_lock(&c->rx_lock);
+    c->inflight[s->rx_hdr.seq % RN_TCP_RING][s->rx_hdr.idx][s->rx_hdr.index / 64] &=
+        ~(1ull << (s->rx_hdr.index % 64));
+    s->rx_req->writers--;
+    pthread_mutex_unlock(&c->rx_lock);
+  }
+  s->rx_req = NULL;
+  snprintf(s->cause, sizeof(s->cause), "%s", why);
+  s->lost = lost;
+  atomic_store(&s->dead, 1);
+  rn_tcp_rails_stream_ended(c, s);
 }
 
 /* Read chunks into their receive buffers.  Returns 0 when the socket is
@@ -168,6 +280,10 @@ static int rn_tcp_stream_recv(struct rn_tcp_comm *c, struct rn_tcp_stream *s) {
     if (s->off < hl) {
       dst = (char *)&s->rx_hdr + s->off;
       want = hl - s->off;
+    } else if (s->rx_discard) {
+      dst = c->scratch;
+      want = s->rx_hdr.p.plen - (s->off - hl);
+      if (want > RN_TCP_SCRATCH) want = RN_TCP_SCRATCH;
     } else {
       dst = s->rx_dst + (s->off - hl);
       want = s->rx_hdr.p.plen - (s->off - hl);
@@ -175,19 +291,23 @@ static int rn_tcp_stream_recv(struct rn_tcp_comm *c, struct rn_tcp_stream *s) {
     ssize_t k = recv(s->fd, dst, want, MSG_DONTWAIT);
     if (k < 0 && errno == EINTR) continue;
     if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+    if (atomic_load(&c->stop)) return -1;
     if (k < 0) {
-      if (!atomic_load(&c->stop))
-        rn_tcp_fail(c, ncclRemoteError, "data stream: %s", strerror(errno));
+      rn_tcp_stream_recv_end(c, s, 1, strerror(errno));
       return -1;
     }
     if (k == 0) {
-      /* EOF between chunks is the peer's close; inside one, a failure. */
-      if (s->off != 0 && !atomic_load(&c->stop))
-        rn_tcp_fail(c, ncclRemoteError, "peer closed a data stream in the middle of a chunk");
+      /* EOF between chunks is the peer's close; inside one, the stream is
+       * lost (the sender sends the chunk again over another rail). */
+      rn_tcp_stream_recv_end(c, s, s->off != 0, "closed in the middle of a chunk");
       return -1;
     }
     s->off += (size_t)k;
-    if (s->off == hl && rn_tcp_chunk_begin(c, s) != ncclSuccess) return -1;
+    if (s->off == hl && rn_tcp_chunk_begin(c, s) != ncclSuccess) {
+      s->rx_req = NULL;
+      atomic_store(&s->dead, 1);
+      return -1;
+    }
     if (s->off >= hl && s->off == hl + s->rx_hdr.p.plen) rn_tcp_chunk_end(c, s);
   }
 }
@@ -197,6 +317,13 @@ static int rn_tcp_stream_recv(struct rn_tcp_comm *c, struct rn_tcp_stream *s) {
 static void rn_tcp_stream_step(struct rn_tcp_comm *c, struct rn_tcp_stream *s, short re) {
   int rc = 0;
   if (s->dead) return;
+  if (c->is_recv && atomic_load(&s->retire)) {
+    /* The sender gave it up: a chunk it was reading is sent again
+     * elsewhere, and nothing it still holds may land any more. */
+    rn_tcp_stream_recv_end(c, s, 1, "taken out by the sender");
+    shutdown(s->fd, SHUT_RDWR);
+    return;
+  }
   if (c->is_recv) {
     if (re & (POLLIN | POLLHUP | POLLERR)) rc = rn_tcp_stream_recv(c, s);
   } else if (re & (POLLOUT | POLLERR | POLLHUP)) {
@@ -258,7 +385,7 @@ void *rn_tcp_thread_main(void *arg) {
   return NULL;
 }
 
-static void rn_tcp_wake(struct rn_tcp_comm *c, int stream) {
+void rn_tcp_wake(struct rn_tcp_comm *c, int stream) {
   uint64_t one = 1;
   if (c->nthreads == 0) return;
   ssize_t wr = write(c->thread[stream % c->nthreads].wake_fd, &one, sizeof(one));
@@ -278,27 +405,44 @@ uint32_t rn_tcp_chunk_grid(const struct rn_tcp_comm *c, size_t size) {
   return (uint32_t)chunk; /* size <= INT_MAX: at most RN_TCP_MAX_GRID */
 }
 
-/* Spread a message over the streams on its grid.  Returns 0 when the
- * queues are full. */
+/* Spread a message's chunks over the streams on its grid, each where
+ * rn_tcp_rails_pick says it is delivered first.  Returns 0 when the queues
+ * are full (nothing is queued then: a message goes whole or not at all). */
 int rn_tcp_enqueue(struct rn_tcp_comm *c, struct rn_tcp_req *r, const char *data, size_t size,
                    uint32_t grid, uint64_t seq, uint32_t idx) {
   size_t nchunks = (size + grid - 1) / grid;
-  /* Check room first so a message is queued whole or not at all. */
-  size_t per = nchunks / (size_t)c->nstreams + 1;
+  int used[RN_TCP_MAX_STREAMS];
+  uint64_t load[RN_MAX_RAILS];
+  uint8_t where[RN_TCP_MAX_CHUNKS];
+  if (c->nbacklog > 0) return 0; /* chunks of a failed rail go first */
   for (int i = 0; i < c->nstreams; i++) {
     struct rn_tcp_stream *s = &c->stream[i];
     pthread_mutex_lock(&s->queue_lock);
-    int used = (s->queue_tail - s->queue_head + RN_TCP_STREAM_QUEUE) % RN_TCP_STREAM_QUEUE;
+    rn_tcp_stream_retire(s);
+    used[i] = (s->queue_tail - s->keep_head + RN_TCP_STREAM_QUEUE) % RN_TCP_STREAM_QUEUE;
     pthread_mutex_unlock(&s->queue_lock);
-    if ((size_t)used + per >= RN_TCP_STREAM_QUEUE) return 0;
   }
-  atomic_store(&r->unsent, size);
-  uint32_t touched = 0;
+  for (int i = 0; i < c->nrails; i++) {
+    load[i] = atomic_load(&c->rail[i].pending);
+    if (c->nrails > 1) load[i] += rn_tcp_rail_outq(c, &c->rail[i]);
+  }
   for (size_t k = 0; k < nchunks; k++) {
-    int sidx = (int)(c->next_stream++ % (unsigned)c->nstreams);
+    size_t off = k * grid, len = size - off < grid ? size - off : grid;
+    int sidx = rn_tcp_rails_pick(c, len, load, used);
+    if (sidx < 0) return 0;
+    where[k] = (uint8_t)sidx;
+    used[sidx]++;
+    load[c->stream[sidx].rail] += len;
+  }
+  uint32_t touched = 0;
+  atomic_store(&r->unsent, size);
+  for (size_t k = 0; k < nchunks; k++) {
+    int sidx = where[k];
     struct rn_tcp_stream *s = &c->stream[sidx];
     size_t off = k * grid, len = size - off < grid ? size - off : grid;
     struct rn_tcp_queued_chunk q = {.req = r,
+                                    .gen = atomic_load(&r->gen),
+                                    .keep = r->awaits_ack,
                                     .hdr = {.seq = seq,
                                             .total = size,
                                             .offset = off,
@@ -307,6 +451,7 @@ int rn_tcp_enqueue(struct rn_tcp_comm *c, struct rn_tcp_req *r, const char *data
                                             .grid = grid},
                                     .data = data + off};
     rn_tcp_wire_seal(&q.hdr, RN_TCP_MSG_CHUNK, 0, (uint32_t)len);
+    atomic_fetch_add_explicit(&c->rail[s->rail].pending, len, memory_order_relaxed);
     pthread_mutex_lock(&s->queue_lock);
     s->queue[s->queue_tail] = q;
     s->queue_tail = (s->queue_tail + 1) % RN_TCP_STREAM_QUEUE;

@@ -80,6 +80,8 @@
 #define RN_TCP_MAX_STREAMS RN_RDV_MAX_STREAMS
 #define RN_TCP_IN_BUF 65536  /* control input buffer */
 #define RN_TCP_OUT_QUEUE 512 /* control messages queued for output */
+#define RN_TCP_SCRATCH 65536 /* receive: bytes of a dropped chunk copy read at once */
+#define RN_TCP_SAMPLE_MS 100 /* per-rail rate estimates are refreshed this often */
 
 struct rn_tcp_comm;
 
@@ -97,10 +99,13 @@ struct rn_tcp_req {
   enum rn_tcp_req_state state;
   int is_recv;
   ncclResult_t error;
+  _Atomic uint32_t gen; /* bumped at every allocation: queued chunks of an older send are stale */
   /* send */
   size_t size;
-  _Atomic size_t unsent; /* bytes the data streams still have to write */
   int ctl_pending;       /* control message (and inline payload) not yet written */
+  _Atomic size_t unsent; /* bytes the data streams still have to write */
+  int awaits_ack;        /* streamed with ACK: it completes with the receiver's ACK */
+  atomic_int acked;      /* the ACK arrived: no chunk of it is needed any more */
   /* recv: group `seq` */
   uint64_t seq;
   int n;
@@ -113,13 +118,56 @@ struct rn_tcp_req {
   uint64_t size_of[RN_MAX_RECVS]; /* the message's size, once a header says */
   uint32_t grid[RN_MAX_RECVS];    /* STREAMED: its chunk grid */
   uint64_t arrived[RN_MAX_RECVS]; /* STREAMED: bytes landed */
+  uint32_t ack_wanted;            /* STREAMED buffers whose sender asked for an ACK */
+  uint32_t acks_queued;           /* ... and whose ACK is queued */
+  int writers;                    /* streams reading a chunk into it right now */
 };
 
 /* A chunk queued on a send stream. */
 struct rn_tcp_queued_chunk {
   struct rn_tcp_req *req;
+  uint32_t gen; /* req's generation when queued */
+  int keep;     /* kept once written until its send is acknowledged */
   struct rn_tcp_chunk hdr;
   const char *data;
+};
+
+/* One rail of a comm: the data streams that leave from (send) or arrive
+ * at (receive) one local address.  Counters are written by whichever
+ * thread moves the rail's bytes and read by the caller for telemetry;
+ * the estimate and its sampling state are the caller's (under c->lock). */
+enum rn_tcp_rail_state { RN_TCP_RAIL_UP = 0, RN_TCP_RAIL_FAILED };
+struct rn_tcp_rail {
+  char name[32]; /* the local interface, or its address */
+  union rn_sockaddr local;
+  int nstreams;
+  int stream[RN_TCP_MAX_STREAMS];
+  atomic_int state;          /* enum rn_tcp_rail_state */
+  _Atomic uint64_t bytes;    /* payload bytes written (send) or landed (receive) */
+  _Atomic uint64_t chunks;   /* chunks written or landed */
+  _Atomic uint64_t replays;  /* chunks this rail carried again after another rail failed */
+  _Atomic uint64_t failures; /* times this rail was taken out */
+  _Atomic uint64_t pending;  /* send: bytes queued on its streams, not yet written */
+  /* caller only */
+  double rate;         /* estimated delivery rate, bytes/s (EWMA) */
+  double ceiling;      /* the link's nominal rate, bytes/s */
+  uint64_t acked_prev; /* send: TCP bytes acknowledged at the last sample */
+  uint64_t bytes_prev; /* receive: bytes at the last sample */
+  uint64_t outq;       /* send: bytes in its sockets not yet acknowledged */
+  int64_t progress_ms; /* when its bytes last moved */
+  char cause[192];     /* why it failed */
+  int failing;         /* caller: found stalled, to be taken out */
+  uint32_t streams;    /* its streams, bit i: stream i */
+  /* Re-admission (caller only).  Receive: a listener of its own offered
+   * to the sender.  Send: the offer, and the dial that probes it. */
+  int rejoin_fd;
+  struct rn_rdv *rejoin_rdv;
+  int offered;
+  union rn_sockaddr offer_addr;
+  uint64_t offer_nonce;
+  struct rn_rdv_dial *dial;
+  int64_t dial_ms, next_probe_ms, backoff_ms;
+  int busy_prev; /* caller: busy at the last sample */
 };
 
 /* A queued control message.  The payload stays in the user's buffer until
@@ -140,15 +188,23 @@ struct rn_tcp_ctl_out {
  * shared with the caller thread under queue_lock. */
 struct rn_tcp_stream {
   int fd;
+  int rail;        /* index into the comm's rails */
   atomic_int dead; /* EOF or error seen: no more I/O */
   pthread_mutex_t queue_lock;
-  int queue_head, queue_tail; /* ring of RN_TCP_STREAM_QUEUE */
+  /* Ring of RN_TCP_STREAM_QUEUE: keep_head .. queue_head - 1 are written
+   * but their sends not yet acknowledged (sent again if the rail fails),
+   * queue_head .. queue_tail - 1 wait to be written. */
+  int keep_head, queue_head, queue_tail;
   struct rn_tcp_queued_chunk queue[RN_TCP_STREAM_QUEUE];
   /* progress of the chunk at the head (send) or being read (recv) */
   size_t off;
   struct rn_tcp_chunk rx_hdr;
   struct rn_tcp_req *rx_req;
   char *rx_dst;
+  int rx_discard;    /* a copy of a chunk that already landed: read and dropped */
+  int lost;          /* ended by an error or in the middle of a chunk (not a close) */
+  atomic_int retire; /* receive: the sender took it out (DOWN): its driver ends it */
+  char cause[96];    /* why it ended */
 };
 
 struct rn_tcp_thread {
@@ -179,6 +235,8 @@ struct rn_tcp_group {
   uint32_t claimed; /* buffers a send has been matched to */
   uint64_t sizes[RN_MAX_RECVS];
   int32_t tags[RN_MAX_RECVS];
+  uint64_t seq;                          /* the group this slot holds */
+  struct rn_tcp_req *sreq[RN_MAX_RECVS]; /* streamed sends awaiting their ACK */
 };
 
 /* A send or receive comm.  Owner: NCCL between connect/accept and close. */
@@ -193,6 +251,12 @@ struct rn_tcp_comm {
   char peer[64]; /* for messages */
   struct rn_tcp_stream stream[RN_TCP_MAX_STREAMS];
   struct rn_tcp_thread thread[RN_TCP_MAX_STREAMS];
+  int nrails;
+  struct rn_tcp_rail rail[RN_MAX_RAILS];
+  uint64_t id;        /* names the comm in the telemetry */
+  int64_t created_ms; /* telemetry: when it was created */
+  int64_t sample_ms;  /* the rails' estimates were last refreshed */
+  int64_t stats_ms;   /* the telemetry line was last written */
   atomic_int stop;
   _Atomic int error;      /* first error (ncclResult_t): every later call returns it */
   atomic_int peer_closed; /* orderly EOF seen on the control connection */
@@ -201,7 +265,6 @@ struct rn_tcp_comm {
    * and not yet filled (recv). */
   atomic_int stream_work;
   size_t inline_max, chunk, eager_max;
-  unsigned next_stream; /* next stream for a chunk */
   /* control output: messages in order, payloads referenced, not copied */
   int out_head, out_tail;
   struct rn_tcp_ctl_out out[RN_TCP_OUT_QUEUE];
@@ -226,6 +289,15 @@ struct rn_tcp_comm {
   int held[RN_TCP_EAGER_WINDOW];        /* indices into unexpected, in arrival order */
   int nheld;
   char *discard; /* payload of an eager message too big for its buffer */
+  uint64_t (*inflight)[RN_MAX_RECVS][RN_TCP_CHUNK_WORDS]; /* [RN_TCP_RING]: chunks being read */
+  char *scratch;      /* where copies of chunks that already landed are read to */
+  atomic_int ack_due; /* a streamed buffer filled: ACKs to queue */
+  int64_t landed_ms;  /* receive: when bytes last landed or none were awaited */
+  /* send: chunks of failed rails waiting for room on the others */
+  struct rn_tcp_queued_chunk *backlog;
+  int nbacklog;
+  int ack;               /* send: streamed sends ask for an ACK (RAILNET_RAIL_ACK) */
+  uint32_t down_pending; /* send: streams taken out, DOWN not yet queued */
   /* send side: CTSs of groups send_head .. cts_next - 1, by seq % RN_TCP_RING;
    * send_head is the oldest with a buffer no send has claimed */
   uint64_t send_head, cts_next;
@@ -249,6 +321,46 @@ int rn_tcp_if_discover(struct rn_tcp_if *ifs, int max, char *why, size_t whylen)
 /* NCCL's interface-list syntax: "eth,ib" prefixes, "^lo" excludes,
  * "=eth0" exact.  Returns 1 when name is selected. */
 int rn_tcp_if_match(const char *spec, const char *name);
+
+/* rails.c */
+/* Group the comm's streams into rails by their local address, name them,
+ * and seed each estimate with the link speed. */
+void rn_tcp_rails_init(struct rn_tcp_comm *c);
+/* Caller, c->lock held: refresh the estimates every RN_TCP_SAMPLE_MS and
+ * write the telemetry line every RAILNET_STATS_MS. */
+void rn_tcp_rails_tick(struct rn_tcp_comm *c);
+/* At close: the last telemetry line, and one INFO line with the split. */
+void rn_tcp_rails_close(struct rn_tcp_comm *c);
+/* The stream for a chunk of len bytes: on the live rail that would
+ * deliver it first at its estimated rate, given load[] bytes in flight per
+ * rail, the stream of that rail with the fewest used[] queue entries; -1
+ * when no stream has room. */
+int rn_tcp_rails_pick(struct rn_tcp_comm *c, size_t len, const uint64_t *load, const int *used);
+/* Bytes in the rail's sockets that TCP has not had acknowledged. */
+uint64_t rn_tcp_rail_outq(const struct rn_tcp_comm *c, const struct rn_tcp_rail *r);
+
+/* Sender, caller, c->lock held: take out rails whose streams failed or
+ * stalled (their unacknowledged chunks go again over the others) and
+ * queue what waits for room; fails the comm once no rail is left. */
+ncclResult_t rn_tcp_rails_failover(struct rn_tcp_comm *c);
+/* Receiver, any thread: stream s ended (lost: by an error or mid-chunk). */
+void rn_tcp_rails_stream_ended(struct rn_tcp_comm *c, struct rn_tcp_stream *s);
+
+/* Receiver, caller: the sender took these streams out; offer it a way
+ * back for their rails. */
+void rn_tcp_rails_offer(struct rn_tcp_comm *c, uint32_t streams);
+/* Sender, caller: the receiver offers a way back for these streams. */
+ncclResult_t rn_tcp_rails_on_offer(struct rn_tcp_comm *c, const struct rn_tcp_offer *o);
+/* Receiver, caller: admit a rail that connected again. */
+void rn_tcp_rails_readmit(struct rn_tcp_comm *c);
+/* At free: listeners and dials still open. */
+void rn_tcp_rails_free(struct rn_tcp_comm *c);
+
+/* iface.c (continued) */
+/* 1 when an up interface holds addr and has its carrier. */
+int rn_tcp_if_running(const union rn_sockaddr *addr);
+/* The name of the up interface that holds addr, else addr as text. */
+void rn_tcp_if_name_of(const union rn_sockaddr *addr, char *name, size_t len);
 
 /* comm.c */
 /* Build a comm around an established connection; starts the helpers. */
@@ -304,6 +416,17 @@ int rn_tcp_enqueue(struct rn_tcp_comm *c, struct rn_tcp_req *r, const char *data
 ncclResult_t rn_tcp_buf_shape(struct rn_tcp_comm *c, struct rn_tcp_req *r, int idx,
                               enum rn_tcp_buf_mode mode, uint64_t size, uint32_t grid,
                               const char *what);
+
+/* A queued chunk whose send was acknowledged, or freed: never needed again. */
+int rn_tcp_chunk_stale(const struct rn_tcp_queued_chunk *q);
+/* queue_lock held: forget written chunks no re-send can need. */
+void rn_tcp_stream_retire(struct rn_tcp_stream *s);
+/* Wake the helper thread of a stream. */
+void rn_tcp_wake(struct rn_tcp_comm *c, int stream);
+
+/* control.c (continued) */
+/* Receiver: queue an ACK for every streamed buffer that filled. */
+ncclResult_t rn_tcp_queue_acks(struct rn_tcp_comm *c);
 
 /* p2p.c */
 ncclResult_t rn_tcp_isend(void *scomm, void *data, size_t size, int tag, void *mh, void **req);

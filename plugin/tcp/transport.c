@@ -149,8 +149,11 @@ static ncclResult_t rn_tcp_connect(const struct rn_rails *r, const struct rn_han
     /* Leave from this device's own rails, in step with the peer's. */
     union rn_sockaddr locals[RN_MAX_RAILS];
     for (int i = 0; i < r->n; i++) locals[i] = rn_tcp_ifs[r->nic[i]->table_index].addr;
-    RN_CHECK_GOTO(rn_rdv_dial_create_from(addrs, n, locals, r->n, h->nonce,
-                                          (int)rn_params()->socket_nstreams, &k->dial),
+    /* Every rail gets the same number of streams, at least one. */
+    int nstreams = (int)rn_params()->socket_nstreams;
+    if (r->n > 1) nstreams = (nstreams + r->n - 1) / r->n * r->n;
+    if (nstreams > RN_TCP_MAX_STREAMS) nstreams = RN_TCP_MAX_STREAMS / r->n * r->n;
+    RN_CHECK_GOTO(rn_rdv_dial_create_from(addrs, n, locals, r->n, h->nonce, nstreams, &k->dial),
                   res, out_free);
   }
   int ready = 0;

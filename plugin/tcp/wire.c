@@ -61,6 +61,12 @@ size_t rn_tcp_wire_hlen(uint8_t type) {
       return sizeof(struct rn_tcp_data);
     case RN_TCP_MSG_CHUNK:
       return sizeof(struct rn_tcp_chunk);
+    case RN_TCP_MSG_ACK:
+      return sizeof(struct rn_tcp_ack);
+    case RN_TCP_MSG_DOWN:
+      return sizeof(struct rn_tcp_down);
+    case RN_TCP_MSG_OFFER:
+      return sizeof(struct rn_tcp_offer);
     default:
       return 0;
   }

@@ -17,11 +17,15 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "railnet/transport.h"
+#include "railnet/sock.h"
 
 enum rn_tcp_msg_type {
   RN_TCP_MSG_CTS = 1,   /* clear-to-send: receiver -> sender, control connection */
   RN_TCP_MSG_DATA = 2,  /* a message's header (+ inline payload): sender -> receiver, control */
   RN_TCP_MSG_CHUNK = 3, /* a piece of a streamed message: sender -> receiver, data stream */
+  RN_TCP_MSG_ACK = 4,   /* a streamed message landed whole: receiver -> sender, control */
+  RN_TCP_MSG_DOWN = 5,  /* data streams the sender gave up: sender -> receiver, control */
+  RN_TCP_MSG_OFFER = 6, /* where to reconnect them: receiver -> sender, control */
 };
 
 /* DATA flags: at most one is set. */
@@ -29,6 +33,7 @@ enum {
   RN_TCP_DATA_EAGER = 1,    /* sent before its match was known: matched by tag */
   RN_TCP_DATA_STREAMED = 2, /* the payload follows as chunks on the data streams */
   RN_TCP_DATA_TOO_BIG = 4,  /* larger than the posted buffer: the receive fails */
+  RN_TCP_DATA_ACK = 8,      /* with STREAMED only: acknowledge it (ACK) once it landed whole */
 };
 #define RN_TCP_DATA_FLAGS (RN_TCP_DATA_EAGER | RN_TCP_DATA_STREAMED | RN_TCP_DATA_TOO_BIG)
 
@@ -40,6 +45,8 @@ enum {
 /* A CTS's size entries past n: no buffer ever has this size (posted sizes
  * are at most INT_MAX), so a changed n can never pass for a real group. */
 #define RN_TCP_NO_BUFFER UINT64_MAX
+/* A chunk is sent again at most this many times (once per rail failure). */
+#define RN_TCP_MAX_ATTEMPT 255
 
 struct rn_tcp_prefix {
   uint8_t type;  /* enum rn_tcp_msg_type */
@@ -84,8 +91,43 @@ struct rn_tcp_chunk {
   uint32_t idx;
   uint32_t index;
   uint32_t grid;
-  uint32_t attempt; /* 0; reserved for re-sends after a rail fails */
+  uint32_t attempt; /* 0 the first copy; n > 0 the n-th re-send after a rail failed */
   uint32_t reserved;
+  uint32_t crc;
+};
+
+/* Receiver -> sender: every byte of the streamed message in buffer idx of
+ * group seq has landed; the send completes (its buffer is free) only now,
+ * so until then its chunks can be sent again over another rail. */
+struct rn_tcp_ack {
+  struct rn_tcp_prefix p;
+  uint64_t seq;
+  uint32_t msg; /* control messages in this direction count from 0 (shared with CTS) */
+  uint32_t idx;
+  uint32_t reserved;
+  uint32_t crc;
+};
+
+/* Sender -> receiver: the sender took these data streams out (their rail
+ * failed) and sends what they carried again over the others; the
+ * receiver stops reading them, so nothing of theirs lands from now on. */
+struct rn_tcp_down {
+  struct rn_tcp_prefix p;
+  uint32_t msg;     /* control messages in this direction count from 0 (shared with DATA) */
+  uint32_t streams; /* bit i: data stream i; nonzero, below 1 << N */
+  uint32_t reserved;
+  uint32_t crc;
+};
+
+/* Receiver -> sender: connect `streams` again (the streams of one rail
+ * the sender took out) as one connection of that many data streams, to
+ * addr with this nonce; the receiver's own listener admits only it. */
+struct rn_tcp_offer {
+  struct rn_tcp_prefix p;
+  uint64_t nonce;
+  uint32_t msg;     /* control messages in this direction count from 0 (shared with CTS, ACK) */
+  uint32_t streams; /* bit i: data stream i */
+  struct rn_wire_addr addr;
   uint32_t crc;
 };
 
@@ -94,6 +136,12 @@ _Static_assert(sizeof(struct rn_tcp_prefix) == 8, "prefix is 8 bytes");
 _Static_assert(sizeof(struct rn_tcp_cts) == 128, "CTS header is 128 bytes");
 _Static_assert(sizeof(struct rn_tcp_data) == 48, "DATA header is 48 bytes");
 _Static_assert(sizeof(struct rn_tcp_chunk) == 56, "CHUNK header is 56 bytes");
+_Static_assert(sizeof(struct rn_tcp_ack) == 32, "ACK header is 32 bytes");
+_Static_assert(sizeof(struct rn_tcp_down) == 24, "DOWN header is 24 bytes");
+_Static_assert(sizeof(struct rn_tcp_offer) == 48, "OFFER header is 48 bytes");
+_Static_assert(offsetof(struct rn_tcp_offer, crc) == sizeof(struct rn_tcp_offer) - 4, "crc last");
+_Static_assert(offsetof(struct rn_tcp_down, crc) == sizeof(struct rn_tcp_down) - 4, "crc last");
+_Static_assert(offsetof(struct rn_tcp_ack, crc) == sizeof(struct rn_tcp_ack) - 4, "crc last");
 _Static_assert(offsetof(struct rn_tcp_cts, crc) == sizeof(struct rn_tcp_cts) - 4, "crc last");
 _Static_assert(offsetof(struct rn_tcp_data, crc) == sizeof(struct rn_tcp_data) - 4, "crc last");
 _Static_assert(offsetof(struct rn_tcp_chunk, crc) == sizeof(struct rn_tcp_chunk) - 4, "crc last");

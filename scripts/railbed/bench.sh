@@ -63,10 +63,19 @@ calc() { awk "BEGIN { printf \"%.${2:-1}f\", $1 }"; }
 SUMMARY=$OUT/summary.md
 : >"$SUMMARY"
 
+# The testbed is made at the highest rate and its topology written then
+# (the planner fuses only NICs of one speed, as NCCL would), then each
+# rail is set to its own rate.
 bed_up() { # RATES(comma list) NRAILS
   "$RB" --name "$NAME" clean
-  "$RB" --name "$NAME" up --rails "$2" --rate "$1" >/dev/null || exit 1
+  top=$(echo "$1" | tr ',' '\n' | sort -n | tail -1)
+  "$RB" --name "$NAME" up --rails "$2" --rate "$top" >/dev/null || exit 1
   "$RB" --name "$NAME" topo-xml "$OUT/topo.xml" || exit 1
+  i=0
+  for r in $(echo "$1" | tr ',' ' '); do
+    [ "$r" = "$top" ] || "$RB" --name "$NAME" rate $i "$r" || exit 1
+    i=$((i + 1))
+  done
   i=0
   while [ $i -lt "$2" ]; do
     "$RB" --name "$NAME" exec b iperf3 -s -D -p $((5201 + i)) -B "198.18.$i.2" \

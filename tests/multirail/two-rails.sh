@@ -1,24 +1,32 @@
 #!/bin/sh
 # TAP: railnet's TCP transport on the multi-rail testbed
-# (scripts/railbed/railbed.sh): two network namespaces joined by two veth
-# rails shaped with tc tbf.  The planner fuses the rails into one device
-# on both sides, verified data crosses it with the receiver in one
-# namespace and the sender in the other, both rails carry a fair part of
-# it (the veths' own counters say so, outside the plugin), and the
-# testbed leaves nothing behind.
-# Two known failures run as TODO (issue 9), each with a bound that only
-# turns a hang into a failure: a rail cut in the middle of a transfer on
-# the 2-rail device must cost bandwidth, not the transfer (all data
-# verified, no error); a single-rail device whose link goes down must
-# return an error on both sides within the bound.
+# (scripts/railbed/railbed.sh): two network namespaces joined by veth
+# rails shaped with tc tbf, the receiver in one namespace and the sender
+# in the other.
+#  - The planner fuses the rails into one device on both sides, verified
+#    data crosses it, and both rails carry a fair part of it: by the
+#    veths' own counters (outside the plugin) and by the plugin's per-rail
+#    counters (RAILNET_STATS lines, parsed here).
+#  - Unequal rates (4:1) and a rate that drops to 10% in the middle of a
+#    transfer: the split follows the rates, judged by the plugin's byte
+#    counters only (the shares), never by timing.
+#  - A rail's link cut in the middle of a transfer and restored: every
+#    byte verified, no error, one WARN, the rail reported failed, then
+#    re-admitted and carrying bytes again;
+#    on a 4-rail device three rails cut one after another: the same; then
+#    the last rail of a 2-rail device cut too, and a single-rail device's
+#    only link cut: an error on both sides within the bound, no hang.
+# Every isend/irecv/test return code is checked by multirail-xfer.  Time
+# bounds only turn hangs into failures (x RN_TIMEOUT_SCALE).
 # Skips (before any test) only without root, ip, tc, network namespaces,
-# veth or tbf.
+# veth or tbf.  Every testbed is removed on exit, also on failure.
 cd "$(dirname "$0")/../.." || exit 1
 B=${RN_BUILD:-build}
 RB=scripts/railbed/railbed.sh
 XFER=$B/tests/multirail-xfer
 NAME=rbtap$$
 NAME1=rbtap$$s
+NAME4=rbtap$$q
 BOUND=20 # seconds after a cut; multirail-xfer scales it by RN_TIMEOUT_SCALE
 
 skip() {
@@ -46,6 +54,7 @@ OUT=$(mktemp -d /tmp/rn-multirail.XXXXXX) || skip "no temp dir"
 cleanup() {
   "$RB" --name "$NAME" clean
   "$RB" --name "$NAME1" clean
+  "$RB" --name "$NAME4" clean
   rm -rf "$OUT"
 }
 trap cleanup EXIT
@@ -61,16 +70,44 @@ result() { # OK|NOTOK DESCRIPTION [DIRECTIVE]
 }
 details() { sed 's/^/#   /' "$@"; }
 
-echo "1..8"
+# The plugin's counters: the last RAILNET_STATS line of EVENT from SIDE in
+# FILE, one rail's FIELD ("bytes", "state", "failures", "share", ...).
+stat_line() { # FILE SIDE EVENT
+  grep "\"event\":\"$3\"" "$1" 2>/dev/null | grep "\"side\":\"$2\"" | tail -1
+}
+rail_field() { # LINE RAIL-NAME FIELD
+  echo "$1" | grep -o "{\"rail\":[0-9]*,\"name\":\"$2\"[^}]*}" |
+    sed -n "s/.*\"$3\":\"\{0,1\}\([^,\"}]*\).*/\1/p"
+}
+# awk's comparison of two decimal numbers: exits 0 when "A OP B" holds
+holds() { awk "BEGIN { exit !($1) }"; }
 
-# 1. the testbed
+# multirail-xfer on testbed BED with the fused device of its rails; the
+# plugin's counters go to $OUT/LOG.stats
+xfer() { # BED TOPO LOG NRAILS [args...]   ($XENV: more K=V,... for both sides)
+  bed=$1 topo=$2 log=$3 nr=$4
+  shift 4
+  RN_CONF_VERBOSE=1 "$XFER" --railbed "$bed" \
+    --env "RAILNET_TRANSPORT=socket,RAILNET_SOCKET_IFNAME=veth,RAILNET_TOPO_FILE=$topo,RAILNET_STATS=$OUT/$log.stats,RAILNET_STATS_MS=250${XENV:+,$XENV}" \
+    --expect-rails "$nr" "$@" >"$OUT/$log.log" 2>"$OUT/$log.err"
+}
+show() { # LOG
+  grep -E '^(result|event|end|rails)' "$OUT/$1.log" | details
+  grep -E 'WARN' "$OUT/$1.err" | tail -5 | cut -c1-300 | details
+}
+
+echo "1..16"
+
+# 1. the testbed (the topology is written at equal rates: the planner fuses
+# rails of one speed; the tests below change the rates afterwards)
 if "$RB" --name "$NAME" up --rails 2 --rate 300 >"$OUT/up.log" 2>&1 &&
   "$RB" --name "$NAME" topo-xml "$OUT/topo.xml" 2>>"$OUT/up.log"; then
   result OK "railbed: namespaces $NAME-a/$NAME-b joined by 2 rails of 300 Mbit/s (tbf)"
 else
   result NOTOK "railbed up failed"
   details "$OUT/up.log"
-  for _ in 2 3 4 5 6 7 8; do result NOTOK "not run: no testbed"; done
+  i=2
+  while [ $i -le 16 ]; do result NOTOK "not run: no testbed"; i=$((i + 1)); done
   exit 1
 fi
 
@@ -83,28 +120,25 @@ else
   details "$OUT/topo.log"
 fi
 
-# 3-5. verified data over the fused device, one side in each namespace
-ENV="RAILNET_TRANSPORT=socket,RAILNET_SOCKET_IFNAME=veth,RAILNET_TOPO_FILE=$OUT/topo.xml"
-RN_CONF_VERBOSE=1 "$XFER" --railbed "$NAME" --env "$ENV" --expect-rails 2 --bytes 64M \
-  --interval 0 --timeout 60 >"$OUT/xfer.log" 2>"$OUT/xfer.err"
+# 3-6. verified data over the fused device, one side in each namespace
+xfer "$NAME" "$OUT/topo.xml" even 2 --bytes 64M --interval 0 --timeout 60
 rc=$?
-ninfo=$(grep -c 'NET/railnet : dev 0: veth0+veth1 transport=socket rails=2' "$OUT/xfer.err")
+ninfo=$(grep -c 'NET/railnet : dev 0: veth0+veth1 transport=socket rails=2' "$OUT/even.err")
 if [ "$ninfo" -eq 2 ]; then
   result OK "the plugin's INFO log in both namespaces: dev 0 is veth0+veth1 with 2 rails"
 else
   result NOTOK "the plugin's INFO log names the fused device in $ninfo of 2 processes"
-  grep 'NET/railnet : dev ' "$OUT/xfer.err" | details
+  grep 'NET/railnet : dev ' "$OUT/even.err" | details
 fi
-if [ $rc -eq 0 ] && grep -q '^result status=ok receiver=ok.* sender=ok.* bytes=67108864 ' "$OUT/xfer.log"; then
+if [ $rc -eq 0 ] && grep -q '^result status=ok receiver=ok.* sender=ok.* bytes=67108864 ' "$OUT/even.log"; then
   result OK "64 MiB verified across the fused device, receiver in $NAME-b, sender in $NAME-a"
 else
   result NOTOK "64 MiB across the fused device: multirail-xfer exit $rc"
-  details "$OUT/xfer.log"
-  grep -E 'WARN|^#' "$OUT/xfer.err" | tail -10 | details
+  show even
 fi
 # Each rail's received bytes (headers included) against the payload: an
 # even split gives each about 52%; 10% is far above stray packets.
-line=$(grep '^rails side=receiver' "$OUT/xfer.log")
+line=$(grep '^rails side=receiver' "$OUT/even.log")
 r0=$(echo "$line" | sed -n 's/.* veth0=\([0-9]*\).*/\1/p')
 r1=$(echo "$line" | sed -n 's/.* veth1=\([0-9]*\).*/\1/p')
 min=$((67108864 / 10))
@@ -112,53 +146,184 @@ if [ -n "$r0" ] && [ -n "$r1" ] && [ "$r0" -ge $min ] && [ "$r1" -ge $min ]; the
   result OK "both rails carried the data (receiver's rx_bytes: veth0 $r0, veth1 $r1; each >= $min)"
 else
   result NOTOK "both rails carry the data: receiver's rx_bytes veth0 '${r0:-?}', veth1 '${r1:-?}', each should be >= $min"
-  details "$OUT/xfer.log"
+  details "$OUT/even.log"
+fi
+# The plugin's own counters, at close, on both sides: payload bytes per
+# rail add up to the 64 MiB, each rail carried >= 10%, nothing failed.
+ok=1 why=''
+for side in send recv; do
+  l=$(stat_line "$OUT/even.stats" $side close)
+  b0=$(rail_field "$l" veth0 bytes) b1=$(rail_field "$l" veth1 bytes)
+  f0=$(rail_field "$l" veth0 failures) f1=$(rail_field "$l" veth1 failures)
+  why="$why $side: veth0 ${b0:-?} B, veth1 ${b1:-?} B, failures ${f0:-?}/${f1:-?};"
+  if [ -z "$b0" ] || [ -z "$b1" ] || [ "$b0" -lt $min ] || [ "$b1" -lt $min ] ||
+    [ "${f0:-1}" -ne 0 ] || [ "${f1:-1}" -ne 0 ]; then
+    ok=0
+  elif [ $side = recv ] && [ $((b0 + b1)) -ne 67108864 ]; then
+    ok=0
+    why="$why the receiver's bytes do not add up to 67108864;"
+  fi
+done
+if [ $ok = 1 ]; then
+  result OK "the plugin's per-rail counters (RAILNET_STATS):$why each rail >= $min, the receiver's add up to 64 MiB"
+else
+  result NOTOK "the plugin's per-rail counters (RAILNET_STATS):$why"
+  cat "$OUT/even.stats" | details
 fi
 
-# 6-7. known failures (issue 9), run side by side: a rail cut on the
-# 2-rail device, and the only link of a single-rail device going down.
+# 7. unequal rates, 300 and 75 Mbit/s (4:1): the split follows the rates
+"$RB" --name "$NAME" rate 1 75 >/dev/null
+xfer "$NAME" "$OUT/topo.xml" ratio 2 --bytes 64M --interval 0 --timeout 60
+rc=$?
+l=$(stat_line "$OUT/ratio.stats" send close)
+s0=$(rail_field "$l" veth0 share) s1=$(rail_field "$l" veth1 share)
+if [ $rc -eq 0 ] && [ -n "$s0" ] && [ -n "$s1" ] && holds "$s0 >= 0.65 && $s1 >= 0.05"; then
+  result OK "rails at 300 and 75 Mbit/s: 64 MiB verified, the plugin's counters split it $s0 / $s1 (>= 0.65 on the fast rail; 0.8 is the rates' ratio)"
+else
+  result NOTOK "rails at 300 and 75 Mbit/s: exit $rc, the plugin's counters split it ${s0:-?} / ${s1:-?} (expected >= 0.65 on the fast rail, >= 0.05 on the slow one)"
+  show ratio
+fi
+"$RB" --name "$NAME" rate 1 300 >/dev/null
+
+# 8. a rate that changes mid-transfer: rail 0 drops to 30 Mbit/s (10%) 1 s
+# in; over the sender's counter lines from 2 s after the drop on, rail 0
+# carries at most 30% of the new bytes (the rates say 9%)
+xfer "$NAME" "$OUT/topo.xml" change 2 --bytes 160M --interval 0 --timeout 90 \
+  --at "1:$RB --name $NAME rate 0 30"
+rc=$?
+share=$(grep '"event":"interval"' "$OUT/change.stats" | grep '"side":"send"' | awk '
+  { ms = $0; sub(/.*"ms":/, "", ms); sub(/,.*/, "", ms)
+    b0 = $0; sub(/.*"name":"veth0"[^}]*"bytes":/, "", b0); sub(/,.*/, "", b0)
+    b1 = $0; sub(/.*"name":"veth1"[^}]*"bytes":/, "", b1); sub(/,.*/, "", b1)
+    if (ms + 0 >= 3000) { if (!have) { f0 = b0; f1 = b1; have = 1 } l0 = b0; l1 = b1 } }
+  END { d = (l0 - f0) + (l1 - f1); if (have && d > 0) printf "%.3f", (l0 - f0) / d }')
+if [ $rc -eq 0 ] && [ -n "$share" ] && holds "$share <= 0.30"; then
+  result OK "rail 0 cut to 10% of its rate 1 s into 160 MiB: all verified; from 2 s after, the plugin's counters give it a share of $share of the bytes (<= 0.30)"
+else
+  result NOTOK "rail 0 cut to 10% of its rate 1 s into 160 MiB: exit $rc, its share of the bytes from 2 s after: '${share:-none}' (expected <= 0.30)"
+  show change
+fi
+"$RB" --name "$NAME" rate 0 300 >/dev/null
+
+# 9-10. a rail's link down in the middle of a transfer, and up again
+xfer "$NAME" "$OUT/topo.xml" cut 2 --bytes 256M --interval 0.5 --timeout $((3 + BOUND)) \
+  --at "1:$RB --name $NAME down 1" --at "3:$RB --name $NAME up-link 1"
+rc=$?
+if [ $rc -eq 0 ] && grep -q '^result status=ok receiver=ok.* sender=ok.* bytes=268435456 ' "$OUT/cut.log"; then
+  result OK "2-rail device, rail 1's link down 1 s into 256 MiB and up at 3 s: every byte verified, no error, within ${BOUND} s"
+else
+  result NOTOK "2-rail device, rail 1's link down 1 s into 256 MiB and up at 3 s: every byte verified, no error, within ${BOUND} s (exit $rc)"
+  show cut
+fi
+# The sender's counters: veth1 failed once; its bytes in the last line that
+# shows it failed, against its bytes at close (it carried data again).
+down=$(grep '"event":"interval"' "$OUT/cut.stats" | grep '"side":"send"' |
+  grep '"name":"veth1","state":"failed"' | tail -1)
+l=$(stat_line "$OUT/cut.stats" send close)
+b_down=$(rail_field "$down" veth1 bytes) b_end=$(rail_field "$l" veth1 bytes)
+st1=$(rail_field "$l" veth1 state) f1=$(rail_field "$l" veth1 failures)
+warn=$(grep -c 'WARN.*rail veth1 taken out' "$OUT/cut.err")
+back=$(grep -c 'rail veth1 re-admitted' "$OUT/cut.err")
+if [ "$warn" -eq 1 ] && [ "$back" -eq 2 ] && [ "$f1" = 1 ] && [ "$st1" = up ] &&
+  [ -n "$b_down" ] && [ "$b_end" -gt "$b_down" ]; then
+  result OK "rail veth1: one WARN when taken out, re-admitted (an INFO on each side), its counters: 1 failure, up at the end, $((b_down >> 20)) MiB while failed and $((b_end >> 20)) MiB at close"
+else
+  result NOTOK "rail veth1: $warn WARN(s) taking it out (1), $back INFO(s) re-admitting it (2), failures '${f1:-?}' (1), state at close '${st1:-?}' (up), bytes while failed '${b_down:-?}' and at close '${b_end:-?}' (more)"
+  show cut
+  grep -E 're-admitted|took data streams|lost its streams' "$OUT/cut.err" | cut -c1-300 | details
+fi
+
+# 11. the same with helper threads moving the streams' bytes (the default
+# on hosts of 8 or more CPUs): cut, failover, re-admission.  TODO: in one
+# full `make test` run on a loaded 2-core host this ended with an error
+# from the plugin (exit 1, after both re-admissions); not reproduced in 15
+# runs since, cause not found yet, so it is run as a known failure.
+todo="TODO intermittent: an error once under load with helper threads, cause not found"
+XENV=RAILNET_SOCKET_NTHREADS=2 xfer "$NAME" "$OUT/topo.xml" threads 2 --bytes 256M --interval 0.5 \
+  --timeout $((3 + BOUND)) --at "1:$RB --name $NAME down 1" --at "3:$RB --name $NAME up-link 1"
+rc=$?
+back=$(grep -c 'rail veth1 re-admitted' "$OUT/threads.err")
+if [ $rc -eq 0 ] && grep -q '^result status=ok .* bytes=268435456 ' "$OUT/threads.log" &&
+  [ "$back" -eq 2 ]; then
+  result OK "with 2 helper threads per comm: rail 1 down at 1 s and up at 3 s, 256 MiB verified, no error, re-admitted on both sides" "$todo"
+else
+  result NOTOK "with 2 helper threads per comm: rail 1 down at 1 s and up at 3 s: exit $rc, $back INFO(s) re-admitting it (2)" "$todo"
+  show threads
+  grep -E 'WARN|re-admitted|took data|lost its' "$OUT/threads.err" | cut -c1-300 | details
+fi
+
+# 12-13. four rails, three cut one after another: the last carries on
+if "$RB" --name "$NAME4" up --rails 4 --rate 150 >"$OUT/up4.log" 2>&1 &&
+  "$RB" --name "$NAME4" topo-xml "$OUT/topo4.xml" 2>>"$OUT/up4.log"; then
+  xfer "$NAME4" "$OUT/topo4.xml" seq 4 --bytes 160M --interval 0.5 --timeout $((3 + BOUND)) \
+    --at "1:$RB --name $NAME4 down 3" --at "2:$RB --name $NAME4 down 2" \
+    --at "3:$RB --name $NAME4 down 1"
+  rc=$?
+  "$RB" --name "$NAME4" clean
+  l=$(stat_line "$OUT/seq.stats" send close)
+  states="$(rail_field "$l" veth0 state) $(rail_field "$l" veth1 state) $(rail_field "$l" veth2 state) $(rail_field "$l" veth3 state)"
+  if [ $rc -eq 0 ] && grep -q '^result status=ok .* bytes=167772160 ' "$OUT/seq.log"; then
+    result OK "4-rail device, rails 3, 2 and 1 cut at 1, 2 and 3 s into 160 MiB: every byte verified, no error"
+  else
+    result NOTOK "4-rail device, rails 3, 2 and 1 cut at 1, 2 and 3 s into 160 MiB: exit $rc"
+    show seq
+  fi
+  if [ "$states" = "up failed failed failed" ]; then
+    result OK "the plugin's counters after the three cuts: veth0..3 $states"
+  else
+    result NOTOK "the plugin's counters after the three cuts: veth0..3 '$states' (expected up failed failed failed)"
+    show seq
+  fi
+else
+  result NOTOK "4-rail testbed up failed"
+  details "$OUT/up4.log"
+  result NOTOK "not run: no 4-rail testbed"
+fi
+
+# 14-15. no rail left: the second rail of the 2-rail device cut after the
+# first, and the only link of a single-rail device: an error on both sides
+# within the bound (RAILNET_RAIL_TIMEOUT_MS, 10 s by default), no hang
+"$RB" --name "$NAME" up-link 1 >/dev/null 2>&1
 "$RB" --name "$NAME1" up --rails 1 --rate 300 >"$OUT/up1.log" 2>&1 &&
   "$RB" --name "$NAME1" topo-xml "$OUT/topo1.xml" 2>>"$OUT/up1.log"
 up1=$?
-"$XFER" --railbed "$NAME" --env "$ENV" --expect-rails 2 --bytes 192M --interval 0.5 \
-  --at "1:$RB --name $NAME down 1" --timeout $((1 + BOUND)) >"$OUT/cut2.log" 2>"$OUT/cut2.err" &
+xfer "$NAME" "$OUT/topo.xml" last 2 --bytes 192M --interval 0.5 --timeout $((2 + BOUND)) \
+  --at "1:$RB --name $NAME down 1" --at "2:$RB --name $NAME down 0" &
 pid2=$!
 if [ $up1 -eq 0 ]; then
-  ENV1="RAILNET_TRANSPORT=socket,RAILNET_SOCKET_IFNAME=veth,RAILNET_TOPO_FILE=$OUT/topo1.xml"
-  "$XFER" --railbed "$NAME1" --env "$ENV1" --expect-rails 1 --bytes 192M --interval 0.5 \
-    --at "1:$RB --name $NAME1 down 0" --timeout $((1 + BOUND)) >"$OUT/cut1.log" 2>"$OUT/cut1.err"
+  xfer "$NAME1" "$OUT/topo1.xml" single 1 --bytes 192M --interval 0.5 --timeout $((1 + BOUND)) \
+    --at "1:$RB --name $NAME1 down 0"
   rc1=$?
 fi
 wait $pid2
 rc2=$?
-todo="TODO issue 9: no failover yet"
-if [ $rc2 -eq 0 ]; then
-  result OK "2-rail device, rail 1's link down 1 s into 192 MiB: every byte verified, no error, within ${BOUND} s" "$todo"
+if [ $rc2 -eq 1 ] && grep -q '^result status=error receiver=error.* sender=error' "$OUT/last.log"; then
+  result OK "2-rail device, rail 1 cut at 1 s, then rail 0 at 2 s: an error on both sides within ${BOUND} s"
 else
-  result NOTOK "2-rail device, rail 1's link down 1 s into 192 MiB: every byte verified, no error, within ${BOUND} s (exit $rc2)" "$todo"
-  grep -E '^(result|event|end)' "$OUT/cut2.log" | details
+  result NOTOK "2-rail device, rail 1 cut at 1 s, then rail 0 at 2 s: an error on both sides within ${BOUND} s (exit $rc2)"
+  show last
 fi
-todo="TODO issue 9: a dead link is not detected yet"
 if [ $up1 -ne 0 ]; then
-  result NOTOK "single-rail testbed up failed" "$todo"
+  result NOTOK "single-rail testbed up failed"
   details "$OUT/up1.log"
-elif [ "$rc1" -eq 1 ] && grep -q '^result status=error receiver=error.* sender=error' "$OUT/cut1.log"; then
-  result OK "single-rail device, its link down 1 s in: an error on both sides within ${BOUND} s" "$todo"
+elif [ "$rc1" -eq 1 ] && grep -q '^result status=error receiver=error.* sender=error' "$OUT/single.log"; then
+  result OK "single-rail device, its link down 1 s in: an error on both sides within ${BOUND} s"
 else
-  result NOTOK "single-rail device, its link down 1 s in: an error on both sides within ${BOUND} s (exit $rc1)" "$todo"
-  grep -E '^(result|event|end)' "$OUT/cut1.log" | details
+  result NOTOK "single-rail device, its link down 1 s in: an error on both sides within ${BOUND} s (exit $rc1)"
+  show single
 fi
 
-# 8. nothing left behind
+# 16. nothing left behind
 "$RB" --name "$NAME" clean
 "$RB" --name "$NAME1" clean
+"$RB" --name "$NAME4" clean
 # The rails are made inside the namespaces and never appear on the host:
 # no vethN may have appeared there (other links come and go with other
 # programs on a shared host, so only ours are looked for).
-left=$(ip netns list | awk '{print $1}' | grep -E "^($NAME|$NAME1)-" | tr '\n' ' ')
+left=$(ip netns list | awk '{print $1}' | grep -E "^($NAME|$NAME1|$NAME4)-" | tr '\n' ' ')
 new=$(links | comm -13 "$OUT/links.before" - | grep -E '^veth[0-9]+$' | tr '\n' ' ')
 if [ -z "$left" ] && [ -z "$new" ]; then
-  result OK "clean removed both testbeds: no namespace left, no rail on the host"
+  result OK "clean removed every testbed: no namespace left, no rail on the host"
 else
   result NOTOK "left behind: namespaces '$left', host links '$new'"
 fi

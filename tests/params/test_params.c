@@ -267,7 +267,7 @@ static int connect_streams(void) {
     clock_gettime(CLOCK_MONOTONIC, &t);
     if (t.tv_sec - t0.tv_sec > 60) break; /* a hang guard, nothing more */
   }
-  const char *m = log_find(0, "connected to", "streams", NULL);
+  const char *m = log_find(0, "tcp : connected to", "streams", NULL);
   if (sc && rc && m) {
     const char *w = strstr(m, " with ");
     if (w) streams = atoi(w + 6);

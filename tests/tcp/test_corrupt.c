@@ -21,7 +21,7 @@
  * streamed multi-chunk and zero-byte messages all occur; the last send is
  * streamed to the last group, so the sender has read every CTS and the
  * receiver every header and chunk before a trial can end "delivered".  The attacked
- * side (the receiver for DATA and CHUNK, the sender for CTS) must end each
+ * side (the receiver for DATA and CHUNK, the sender for CTS and ACK) must end each
  * trial with every byte and size verified, or with an error; after an
  * error on either side it must report one within the bound, and keep
  * reporting it on later calls.  Never a crash (the SAN build runs it under
@@ -115,16 +115,30 @@ static const struct field fields[] = {
     F(chunk, CHUNK, attempt, 4, 0),
     F(chunk, CHUNK, reserved, 4, 0),
     {"crc", RN_TCP_MSG_CHUNK, offsetof(struct rn_tcp_chunk, crc), 4, 0, 1},
+    FP(ACK, type, 1),
+    FP(ACK, flags, 1),
+    FP(ACK, hlen, 2),
+    FP(ACK, plen, 4),
+    F(ack, ACK, seq, 8, 0),
+    F(ack, ACK, msg, 4, 0),
+    F(ack, ACK, idx, 4, 0),
+    F(ack, ACK, reserved, 4, 0),
+    {"crc", RN_TCP_MSG_ACK, offsetof(struct rn_tcp_ack, crc), 4, 0, 1},
 };
 #define NFIELDS ((int)(sizeof fields / sizeof fields[0]))
 
 static const char *type_name(uint8_t t) {
-  return t == RN_TCP_MSG_CTS ? "CTS" : t == RN_TCP_MSG_DATA ? "DATA" : "CHUNK";
+  return t == RN_TCP_MSG_CTS    ? "CTS"
+         : t == RN_TCP_MSG_DATA ? "DATA"
+         : t == RN_TCP_MSG_ACK  ? "ACK"
+                                : "CHUNK";
 }
 
 /* Which occurrence of each type a trial rewrites: the workload below has
- * 5 CTS, 8 DATA and 14 CHUNK messages. */
-static const int occ_cts[] = {0, 1, 3, 4}, occ_data[] = {0, 1, 2, 4, 6}, occ_chunk[] = {0, 2, 4, 12};
+ * 5 CTS, 8 DATA, 14 CHUNK and (every streamed send acknowledged:
+ * RAILNET_RAIL_ACK=1) 4 ACK messages. */
+static const int occ_cts[] = {0, 1, 3, 4}, occ_data[] = {0, 1, 2, 4, 6},
+                 occ_chunk[] = {0, 2, 4, 12}, occ_ack[] = {0, 1, 3};
 
 struct trial {
   enum trial_kind kind;
@@ -142,6 +156,7 @@ static int ntrials;
 static const int *occurrences(uint8_t type, int *n) {
   if (type == RN_TCP_MSG_CTS) return *n = 4, occ_cts;
   if (type == RN_TCP_MSG_DATA) return *n = 5, occ_data;
+  if (type == RN_TCP_MSG_ACK) return *n = 3, occ_ack;
   return *n = 4, occ_chunk;
 }
 
@@ -176,7 +191,7 @@ static void build_trials(uint64_t seed, int nflips_raw, int nflips_semantic) {
   }
   uint64_t s = seed;
   for (int i = 0; i < nflips_raw + nflips_semantic; i++) {
-    uint8_t type = (uint8_t)(1 + rng_next(&s) % 3);
+    uint8_t type = (uint8_t)(1 + rng_next(&s) % 4);
     int nocc;
     const int *occ = occurrences(type, &nocc);
     int f = -1;
@@ -320,7 +335,7 @@ struct proxy {
   } up; /* the real listener */
   struct pconn c[MAX_PCONN];
   const struct trial *t;
-  int seen[4]; /* headers of each type forwarded so far */
+  int seen[256]; /* headers of each type forwarded so far, by type */
   struct mutation_result res;
   int broken;
 };
@@ -739,7 +754,7 @@ static int run_trial(struct rn_peer *p, void *lcomm, const struct rn_handle *via
   x.rx.err = x.tx.err = ncclSuccess;
   proxy_reset(px, t);
   rn_log_reset();
-  const int attacked_tx = t->type == RN_TCP_MSG_CTS;
+  const int attacked_tx = t->type == RN_TCP_MSG_CTS || t->type == RN_TCP_MSG_ACK;
   const double bound = g_bound_s * rn_timeout_scale();
   rec->outcome = O_FAIL_SETUP;
   rec->cause[0] = '\0';
@@ -899,6 +914,7 @@ int main(int argc, char **argv) {
   setenv("RAILNET_SOCKET_NSTREAMS", "2", 0);
   setenv("RAILNET_SOCKET_CHUNK", "4096", 1); /* several chunks per streamed message */
   setenv("RAILNET_SOCKET_INLINE", "256", 1);
+  setenv("RAILNET_RAIL_ACK", "1", 1); /* streamed sends acknowledged, as on multi-rail comms */
   build_trials(seed, nflips_raw, nflips_sem);
   if (limit >= 0 && limit < ntrials) {
     /* an even spread over the list */

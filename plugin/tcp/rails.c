@@ -1,0 +1,640 @@
+/* The rails of a TCP comm: which data streams leave from (send) or arrive
+ * at (receive) each local address, their counters and delivery-rate
+ * estimates, the choice of a stream for each chunk (weighted by those
+ * estimates), and the telemetry (RAILNET_STATS lines, the INFO line at
+ * close).
+ *
+ * The estimate of a send rail is the rate at which TCP saw its bytes
+ * acknowledged (tcpi_bytes_acked of its sockets), sampled every
+ * RN_TCP_SAMPLE_MS and smoothed (EWMA), taken only while the rail was
+ * busy at both ends of the interval (bytes waiting in its sockets or its
+ * queues): an idle rail's acknowledgements say how much it was given, not
+ * what it can carry.  A rail that ran dry while another was still busy was
+ * given too little: its estimate grows by a quarter per interval until it
+ * is busy too.  Chunks go where they would be delivered first: to the rail
+ * whose bytes in flight plus the chunk, divided by its rate, are least;
+ * so a message is split in proportion to the rates, and a message of one
+ * chunk goes whole to the least loaded rail. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <linux/sockios.h>
+#include <linux/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+#include "railnet/check.h"
+#include "railnet/clock.h"
+#include "railnet/param.h"
+#include "tcp.h"
+
+#define RN_TCP_BUSY_BYTES 65536 /* unacknowledged bytes that keep a rail busy for a while */
+#define RN_TCP_RATE_ALPHA 0.5   /* weight of a new sample */
+#define RN_TCP_RATE_INIT 1.25e9 /* bytes/s a rail is assumed to carry before it is measured */
+#define RN_TCP_RATE_FLOOR 1e5   /* no estimate goes below this (bytes/s) */
+
+static _Atomic uint64_t rn_tcp_comm_ids;
+/* Lines of several comms (and threads) go to one file: one write each. */
+static pthread_mutex_t rn_tcp_stats_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int rn_tcp_same_host(const union rn_sockaddr *a, const union rn_sockaddr *b) {
+  if (a->sa.sa_family != b->sa.sa_family) return 0;
+  if (a->sa.sa_family == AF_INET) return a->in.sin_addr.s_addr == b->in.sin_addr.s_addr;
+  return memcmp(&a->in6.sin6_addr, &b->in6.sin6_addr, sizeof(a->in6.sin6_addr)) == 0;
+}
+
+void rn_tcp_rails_init(struct rn_tcp_comm *c) {
+  int64_t now = rn_clock_ms();
+  c->id = atomic_fetch_add(&rn_tcp_comm_ids, 1) + 1;
+  c->created_ms = c->sample_ms = c->stats_ms = c->landed_ms = now;
+  c->nrails = 0;
+  for (int i = 0; i < c->nstreams; i++) {
+    union rn_sockaddr a;
+    socklen_t len = sizeof(a);
+    memset(&a, 0, sizeof(a));
+    if (getsockname(c->stream[i].fd, &a.sa, &len) != 0) memset(&a, 0, sizeof(a));
+    int r = 0;
+    while (r < c->nrails && !rn_tcp_same_host(&c->rail[r].local, &a)) r++;
+    if (r == c->nrails && c->nrails == RN_MAX_RAILS) r = RN_MAX_RAILS - 1;
+    struct rn_tcp_rail *rail = &c->rail[r];
+    if (r == c->nrails) {
+      c->nrails++;
+      rail->local = a;
+      rn_tcp_if_name_of(&a, rail->name, sizeof(rail->name));
+      rail->rate = RN_TCP_RATE_INIT;
+      rail->progress_ms = now;
+      rail->rejoin_fd = -1;
+    }
+    rail->stream[rail->nstreams++] = i;
+    rail->streams |= 1u << i;
+    c->stream[i].rail = r;
+  }
+  int64_t ack = rn_params()->rail_ack;
+  c->ack = !c->is_recv && (ack < 0 ? c->nrails > 1 : ack == 1);
+}
+
+/* Bytes TCP acknowledged on the rail's sockets, and bytes still in them. */
+static void rn_tcp_rail_sockets(const struct rn_tcp_comm *c, const struct rn_tcp_rail *r,
+                                uint64_t *acked, uint64_t *outq) {
+  *acked = 0;
+  *outq = 0;
+  for (int k = 0; k < r->nstreams; k++) {
+    int fd = c->stream[r->stream[k]].fd;
+    struct tcp_info ti;
+    socklen_t len = sizeof(ti);
+    memset(&ti, 0, sizeof(ti));
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0) *acked += ti.tcpi_bytes_acked;
+    int q = 0;
+    if (ioctl(fd, SIOCOUTQ, &q) == 0 && q > 0) *outq += (uint64_t)q;
+  }
+}
+
+uint64_t rn_tcp_rail_outq(const struct rn_tcp_comm *c, const struct rn_tcp_rail *r) {
+  uint64_t outq = 0;
+  for (int k = 0; k < r->nstreams; k++) {
+    int q = 0;
+    if (ioctl(c->stream[r->stream[k]].fd, SIOCOUTQ, &q) == 0 && q > 0) outq += (uint64_t)q;
+  }
+  return outq;
+}
+
+static int rn_tcp_rail_busy(const struct rn_tcp_rail *r) {
+  return r->outq >= RN_TCP_BUSY_BYTES || atomic_load(&r->pending) > 0;
+}
+
+/* Refresh every rail's estimate (send side: from TCP's acknowledgements
+ * while busy; receive side: from the bytes that landed). */
+static void rn_tcp_rails_sample(struct rn_tcp_comm *c, int64_t now) {
+  double dt = (double)(now - c->sample_ms) / 1000.0;
+  c->sample_ms = now;
+  if (dt <= 0) return;
+  const int64_t limit = rn_params()->rail_timeout_ms;
+  if (c->is_recv) {
+    int live = 0, lost = 0;
+    for (int i = 0; i < c->nrails; i++) {
+      struct rn_tcp_rail *r = &c->rail[i];
+      uint64_t b = atomic_load(&r->bytes), d = b - r->bytes_prev;
+      r->bytes_prev = b;
+      if (d > 0) r->progress_ms = c->landed_ms = now;
+      r->rate += RN_TCP_RATE_ALPHA * ((double)d / dt - r->rate);
+    }
+    for (int i = 0; i < c->nstreams; i++) {
+      live += !atomic_load(&c->stream[i].dead);
+      lost += c->stream[i].lost;
+    }
+    if (atomic_load(&c->stream_work) == 0) c->landed_ms = now;
+    if (live == 0 && lost > 0 && atomic_load(&c->stream_work) != 0)
+      rn_tcp_fail(c, ncclRemoteError, "every rail is gone (%d of %d streams lost)", lost,
+                  c->nstreams);
+    else if (now - c->landed_ms >= limit)
+      rn_tcp_fail(c, ncclRemoteError,
+                  "no rail delivered a byte for %lld ms while streamed messages were announced "
+                  "(RAILNET_RAIL_TIMEOUT_MS)",
+                  (long long)(now - c->landed_ms));
+    return;
+  }
+  int was_busy[RN_MAX_RAILS], busy[RN_MAX_RAILS], any_busy = 0;
+  uint64_t delta[RN_MAX_RAILS];
+  double top = 0;
+  for (int i = 0; i < c->nrails; i++) {
+    struct rn_tcp_rail *r = &c->rail[i];
+    uint64_t acked, outq;
+    was_busy[i] = rn_tcp_rail_busy(r);
+    rn_tcp_rail_sockets(c, r, &acked, &outq);
+    delta[i] = acked > r->acked_prev ? acked - r->acked_prev : 0;
+    r->acked_prev = acked;
+    r->outq = outq;
+    busy[i] = was_busy[i] && rn_tcp_rail_busy(r) && atomic_load(&r->state) == RN_TCP_RAIL_UP;
+    if (delta[i] > 0 || !rn_tcp_rail_busy(r)) r->progress_ms = now;
+    any_busy |= busy[i];
+  }
+  for (int i = 0; i < c->nrails; i++) {
+    struct rn_tcp_rail *r = &c->rail[i];
+    if (busy[i]) r->rate += RN_TCP_RATE_ALPHA * ((double)delta[i] / dt - r->rate);
+    if (r->rate < RN_TCP_RATE_FLOOR) r->rate = RN_TCP_RATE_FLOOR;
+    if (busy[i] && r->rate > top) top = r->rate;
+  }
+  /* A busy rail without progress while another rail progresses is taken
+   * out (rn_tcp_rails_failover); none progressing at all fails the comm. */
+  const int64_t stall = rn_params()->rail_stall_ms;
+  int healthy = -1, waiting = 0, fresh = 0;
+  for (int i = 0; i < c->nrails; i++) {
+    struct rn_tcp_rail *r = &c->rail[i];
+    if (atomic_load(&r->state) != RN_TCP_RAIL_UP) continue;
+    if (now - r->progress_ms < stall) healthy = i;
+    waiting |= rn_tcp_rail_busy(r);
+    fresh |= now - r->progress_ms < limit;
+  }
+  for (int i = 0; i < c->nrails; i++) {
+    struct rn_tcp_rail *r = &c->rail[i];
+    if (atomic_load(&r->state) != RN_TCP_RAIL_UP || r->failing || !rn_tcp_rail_busy(r) ||
+        now - r->progress_ms < stall || healthy < 0)
+      continue;
+    char other[sizeof(r->name)];
+    memcpy(other, c->rail[healthy].name, sizeof(other));
+    r->failing = 1;
+    snprintf(r->cause, sizeof(r->cause),
+             "no progress for %lld ms with %llu bytes in flight while rail %s progressed",
+             (long long)(now - r->progress_ms),
+             (unsigned long long)(r->outq + atomic_load(&r->pending)), other);
+  }
+  if (waiting && !fresh)
+    rn_tcp_fail(c, ncclRemoteError,
+                "no rail progressed for %lld ms with bytes in flight (RAILNET_RAIL_TIMEOUT_MS)",
+                (long long)limit);
+  /* A rail that ran dry while another is still busy was given too little. */
+  for (int i = 0; i < c->nrails && any_busy; i++) {
+    struct rn_tcp_rail *r = &c->rail[i];
+    if (busy[i] || rn_tcp_rail_busy(r) || atomic_load(&r->state) != RN_TCP_RAIL_UP) continue;
+    r->rate *= 1.25;
+    if (r->rate > RN_TCP_RATE_INIT) r->rate = RN_TCP_RATE_INIT;
+    if (r->rate < top / 8) r->rate = top / 8;
+  }
+}
+
+int rn_tcp_rails_pick(struct rn_tcp_comm *c, size_t len, const uint64_t *load, const int *used) {
+  int best = -1;
+  double best_t = 0;
+  for (int i = 0; i < c->nrails; i++) {
+    const struct rn_tcp_rail *r = &c->rail[i];
+    if (atomic_load(&r->state) != RN_TCP_RAIL_UP) continue;
+    int s = -1;
+    for (int k = 0; k < r->nstreams; k++) {
+      int j = r->stream[k];
+      if (atomic_load(&c->stream[j].dead) || used[j] + 1 >= RN_TCP_STREAM_QUEUE) continue;
+      if (s < 0 || used[j] < used[s]) s = j;
+    }
+    if (s < 0) continue;
+    double t = ((double)load[i] + (double)len) / r->rate;
+    if (best < 0 || t < best_t) {
+      best = s;
+      best_t = t;
+    }
+  }
+  return best;
+}
+
+static const char *rn_tcp_rail_state_name(const struct rn_tcp_rail *r) {
+  return atomic_load(&r->state) == RN_TCP_RAIL_UP ? "up" : "failed";
+}
+
+/* One JSON line: the comm and each rail's counters. */
+static void rn_tcp_rails_write(struct rn_tcp_comm *c, const char *event, int64_t now) {
+  const char *path = rn_params()->stats;
+  if (path[0] == '\0') return;
+  char line[4096];
+  uint64_t total = 0;
+  for (int i = 0; i < c->nrails; i++) total += atomic_load(&c->rail[i].bytes);
+  int n = snprintf(line, sizeof(line),
+                   "{\"event\":\"%s\",\"pid\":%d,\"comm\":%" PRIu64
+                   ",\"side\":\"%s\",\"peer\":\"%s\",\"ms\":%" PRId64 ",\"bytes\":%" PRIu64
+                   ",\"rails\":[",
+                   event, (int)getpid(), c->id, c->is_recv ? "recv" : "send", c->peer,
+                   now - c->created_ms, total);
+  for (int i = 0; i < c->nrails && n < (int)sizeof(line) - 300; i++) {
+    struct rn_tcp_rail *r = &c->rail[i];
+    uint64_t b = atomic_load(&r->bytes);
+    n +=
+        snprintf(line + n, sizeof(line) - (size_t)n,
+                 "%s{\"rail\":%d,\"name\":\"%s\",\"state\":\"%s\",\"streams\":%d,\"bytes\":%" PRIu64
+                 ",\"chunks\":%" PRIu64 ",\"replays\":%" PRIu64 ",\"failures\":%" PRIu64
+                 ",\"rate_mbps\":%.1f,\"share\":%.4f}",
+                 i ? "," : "", i, r->name, rn_tcp_rail_state_name(r), r->nstreams, b,
+                 (uint64_t)atomic_load(&r->chunks), (uint64_t)atomic_load(&r->replays),
+                 (uint64_t)atomic_load(&r->failures), r->rate * 8 / 1e6,
+                 total ? (double)b / (double)total : 0.0);
+  }
+  n += snprintf(line + n, sizeof(line) - (size_t)n, "]}\n");
+  if (n >= (int)sizeof(line)) n = (int)sizeof(line) - 1;
+  pthread_mutex_lock(&rn_tcp_stats_lock);
+  int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd >= 0) {
+    ssize_t wr = write(fd, line, (size_t)n);
+    (void)wr;
+    close(fd);
+  }
+  pthread_mutex_unlock(&rn_tcp_stats_lock);
+}
+
+void rn_tcp_rails_tick(struct rn_tcp_comm *c) {
+  int64_t now = rn_clock_ms();
+  if (now - c->sample_ms >= RN_TCP_SAMPLE_MS) rn_tcp_rails_sample(c, now);
+  if (rn_params()->stats[0] != '\0' && now - c->stats_ms >= rn_params()->stats_ms) {
+    c->stats_ms = now;
+    rn_tcp_rails_write(c, "interval", now);
+  }
+}
+
+void rn_tcp_rails_close(struct rn_tcp_comm *c) {
+  int64_t now = rn_clock_ms();
+  rn_tcp_rails_write(c, "close", now);
+  if (c->nrails < 2) return;
+  char line[1024];
+  int n = 0;
+  uint64_t total = 0;
+  for (int i = 0; i < c->nrails; i++) total += atomic_load(&c->rail[i].bytes);
+  for (int i = 0; i < c->nrails && n < (int)sizeof(line) - 200; i++) {
+    const struct rn_tcp_rail *r = &c->rail[i];
+    uint64_t b = atomic_load(&r->bytes);
+    n +=
+        snprintf(line + n, sizeof(line) - (size_t)n,
+                 "%s%s %.1f%% (%" PRIu64 " bytes, %" PRIu64 " chunks, %" PRIu64
+                 " replayed, %" PRIu64 " failures, %s, %.0f Mbit/s)",
+                 i ? ", " : "", r->name, total ? 100.0 * (double)b / (double)total : 0.0, b,
+                 (uint64_t)atomic_load(&r->chunks), (uint64_t)atomic_load(&r->replays),
+                 (uint64_t)atomic_load(&r->failures), rn_tcp_rail_state_name(r), r->rate * 8 / 1e6);
+  }
+  RN_INFO(NCCL_NET, "%s comm with %s closed after %.1f s, split over %d rails: %s",
+          c->is_recv ? "receive" : "send", c->peer, (double)(now - c->created_ms) / 1000.0,
+          c->nrails, line);
+}
+
+void rn_tcp_rails_stream_ended(struct rn_tcp_comm *c, struct rn_tcp_stream *s) {
+  struct rn_tcp_rail *r = &c->rail[s->rail];
+  if (!s->lost) return;
+  for (int k = 0; k < r->nstreams; k++)
+    if (!atomic_load(&c->stream[r->stream[k]].dead)) return;
+  int up = RN_TCP_RAIL_UP;
+  if (!atomic_compare_exchange_strong(&r->state, &up, RN_TCP_RAIL_FAILED)) return;
+  atomic_fetch_add(&r->failures, 1);
+  RN_INFO(NCCL_NET, "receive comm from %s (dev %d): rail %s lost its streams (%s)", c->peer,
+          c->base.vdev, r->name, s->cause);
+}
+
+/* Sizes of the stream queues (entries kept for a re-send included) and the
+ * bytes in flight per rail, as the choice of a stream needs them. */
+static void rn_tcp_rails_load(struct rn_tcp_comm *c, int *used, uint64_t *load) {
+  for (int i = 0; i < c->nstreams; i++) {
+    struct rn_tcp_stream *s = &c->stream[i];
+    pthread_mutex_lock(&s->queue_lock);
+    rn_tcp_stream_retire(s);
+    used[i] = (s->queue_tail - s->keep_head + RN_TCP_STREAM_QUEUE) % RN_TCP_STREAM_QUEUE;
+    pthread_mutex_unlock(&s->queue_lock);
+  }
+  for (int i = 0; i < c->nrails; i++)
+    load[i] = atomic_load(&c->rail[i].pending) + rn_tcp_rail_outq(c, &c->rail[i]);
+}
+
+/* Queue chunks of failed rails on the others, as far as they have room. */
+static void rn_tcp_backlog_drain(struct rn_tcp_comm *c) {
+  if (c->nbacklog == 0) return;
+  int used[RN_TCP_MAX_STREAMS];
+  uint64_t load[RN_MAX_RAILS];
+  uint32_t touched = 0;
+  int kept = 0;
+  rn_tcp_rails_load(c, used, load);
+  for (int i = 0; i < c->nbacklog; i++) {
+    struct rn_tcp_queued_chunk q = c->backlog[i];
+    if (rn_tcp_chunk_stale(&q)) { /* a copy landed meanwhile */
+      atomic_fetch_sub(&c->stream_work, 1);
+      continue;
+    }
+    int sidx = rn_tcp_rails_pick(c, q.hdr.p.plen, load, used);
+    if (sidx < 0) {
+      c->backlog[kept++] = q;
+      continue;
+    }
+    struct rn_tcp_stream *s = &c->stream[sidx];
+    used[sidx]++;
+    load[s->rail] += q.hdr.p.plen;
+    atomic_fetch_add(&c->rail[s->rail].pending, q.hdr.p.plen);
+    pthread_mutex_lock(&s->queue_lock);
+    s->queue[s->queue_tail] = q;
+    s->queue_tail = (s->queue_tail + 1) % RN_TCP_STREAM_QUEUE;
+    pthread_mutex_unlock(&s->queue_lock);
+    if (c->nthreads > 0) touched |= 1u << (sidx % c->nthreads);
+  }
+  c->nbacklog = kept;
+  for (int t = 0; t < c->nthreads; t++)
+    if (touched & (1u << t)) rn_tcp_wake(c, t);
+}
+
+/* Take rail ri out of the send comm: its connections are reset (nothing
+ * it still held reaches the receiver later), and every chunk it had not
+ * yet written, or wrote for a send not yet acknowledged, waits in the
+ * backlog for the other rails; a written one goes again as a re-send
+ * (attempt + 1), which the receiver drops if its first copy landed. */
+static ncclResult_t rn_tcp_rail_take_out(struct rn_tcp_comm *c, int ri, const char *cause) {
+  struct rn_tcp_rail *r = &c->rail[ri];
+  if (!c->ack)
+    return rn_tcp_fail(c, ncclRemoteError,
+                       "rail %s failed (%s); sends are not acknowledged on this comm "
+                       "(RAILNET_RAIL_ACK), so what it carried cannot be sent again",
+                       r->name, cause);
+  if (c->backlog == NULL) {
+    c->backlog = malloc((size_t)c->nstreams * RN_TCP_STREAM_QUEUE * sizeof(*c->backlog));
+    if (c->backlog == NULL)
+      return rn_tcp_fail(c, ncclSystemError, "out of memory taking rail %s out", r->name);
+  }
+  atomic_store(&r->state, RN_TCP_RAIL_FAILED);
+  atomic_fetch_add(&r->failures, 1);
+  if (cause != r->cause) snprintf(r->cause, sizeof(r->cause), "%s", cause);
+  int moved = 0, again = 0;
+  for (int k = 0; k < r->nstreams; k++) {
+    struct rn_tcp_stream *s = &c->stream[r->stream[k]];
+    c->down_pending |= 1u << r->stream[k];
+    atomic_store(&s->dead, 1);
+    struct sockaddr unspec = {.sa_family = AF_UNSPEC};
+    if (connect(s->fd, &unspec, sizeof(unspec)) != 0) shutdown(s->fd, SHUT_RDWR);
+    pthread_mutex_lock(&s->queue_lock);
+    for (int i = s->keep_head; i != s->queue_tail; i = (i + 1) % RN_TCP_STREAM_QUEUE) {
+      struct rn_tcp_queued_chunk q = s->queue[i];
+      int unwritten = (s->queue_tail - i + RN_TCP_STREAM_QUEUE) % RN_TCP_STREAM_QUEUE <=
+                      (s->queue_tail - s->queue_head + RN_TCP_STREAM_QUEUE) % RN_TCP_STREAM_QUEUE;
+      int started = !unwritten || (i == s->queue_head && s->off > 0);
+      if (unwritten) atomic_fetch_sub(&r->pending, q.hdr.p.plen);
+      if (rn_tcp_chunk_stale(&q)) {
+        if (unwritten) atomic_fetch_sub(&c->stream_work, 1);
+        continue;
+      }
+      if (!unwritten) atomic_fetch_add(&c->stream_work, 1);
+      if (started) {
+        q.hdr.attempt++;
+        rn_tcp_wire_seal(&q.hdr, RN_TCP_MSG_CHUNK, 0, q.hdr.p.plen);
+        again++;
+      }
+      c->backlog[c->nbacklog++] = q;
+      moved++;
+    }
+    s->keep_head = s->queue_head = s->queue_tail;
+    s->off = 0;
+    pthread_mutex_unlock(&s->queue_lock);
+  }
+  int left = 0;
+  for (int i = 0; i < c->nrails; i++) left += atomic_load(&c->rail[i].state) == RN_TCP_RAIL_UP;
+  if (left == 0)
+    return rn_tcp_fail(c, ncclRemoteError, "every rail is gone; the last, %s, failed: %s", r->name,
+                       r->cause);
+  RN_WARN(
+      "send comm to %s (dev %d): rail %s taken out: %s; %d chunk(s) queued or unacknowledged "
+      "(%d to send again) go over the %d other rail(s)",
+      c->peer, c->base.vdev, r->name, r->cause, moved, again, left);
+  return ncclSuccess;
+}
+
+static void rn_tcp_rails_probe(struct rn_tcp_comm *c);
+
+ncclResult_t rn_tcp_rails_failover(struct rn_tcp_comm *c) {
+  for (int i = 0; i < c->nrails; i++) {
+    struct rn_tcp_rail *r = &c->rail[i];
+    if (atomic_load(&r->state) != RN_TCP_RAIL_UP) continue;
+    char why[192] = "";
+    if (r->failing) snprintf(why, sizeof(why), "%s", r->cause);
+    for (int k = 0; k < r->nstreams && why[0] == '\0'; k++) {
+      struct rn_tcp_stream *s = &c->stream[r->stream[k]];
+      if (atomic_load(&s->dead) && s->lost)
+        snprintf(why, sizeof(why), "data stream %d: %.80s", r->stream[k], s->cause);
+    }
+    if (why[0] != '\0') RN_CHECK(rn_tcp_rail_take_out(c, i, why));
+  }
+  /* The receiver stops reading them before it can complete what their
+   * chunks were filling (sent again meanwhile). */
+  if (c->down_pending != 0 && rn_tcp_ctl_room(c)) {
+    struct rn_tcp_down d = {.msg = c->msg_out, .streams = c->down_pending};
+    rn_tcp_wire_seal(&d, RN_TCP_MSG_DOWN, 0, 0);
+    rn_tcp_ctl_queue(c, &d, sizeof(d), NULL, 0, NULL);
+    c->msg_out++;
+    c->down_pending = 0;
+  }
+  rn_tcp_backlog_drain(c);
+  rn_tcp_rails_probe(c);
+  return ncclSuccess;
+}
+
+/* ---------------------------------------------------------- re-admission
+ *
+ * A rail the sender took out can come back.  The receiver, told by DOWN,
+ * listens on the rail's own address with a fresh nonce, through the same
+ * rendezvous and admission rules as any listener (plugin/rendezvous.c),
+ * and offers that address (OFFER).  The sender probes it while the rail's
+ * link is up (no connect is tried while it is down), with a backoff, and
+ * dials one connection of as many data streams as the rail had; once the
+ * dial completes it uses them again at once (chunks wait in the sockets
+ * until the receiver admits the connection and takes them in). */
+
+#define RN_TCP_PROBE_FIRST_MS 250
+#define RN_TCP_PROBE_MAX_MS 4000
+#define RN_TCP_DIAL_MS 2000 /* a dial not done by then is abandoned */
+
+static int rn_tcp_rail_of_streams(const struct rn_tcp_comm *c, uint32_t streams) {
+  for (int i = 0; i < c->nrails; i++)
+    if (c->rail[i].streams == streams) return i;
+  return -1;
+}
+
+/* A stream's new connection: the old one closed, the state as new. */
+static void rn_tcp_stream_reset(struct rn_tcp_stream *s, int fd) {
+  if (s->fd >= 0) close(s->fd);
+  s->fd = fd;
+  rn_sock_tune(fd, 0);
+  rn_sock_set_liveness(fd, (int)rn_params()->socket_timeout_ms);
+  pthread_mutex_lock(&s->queue_lock);
+  s->keep_head = s->queue_head = s->queue_tail;
+  s->off = 0;
+  pthread_mutex_unlock(&s->queue_lock);
+  s->rx_req = NULL;
+  s->rx_discard = 0;
+  s->lost = 0;
+  s->cause[0] = '\0';
+  atomic_store(&s->retire, 0);
+  atomic_store(&s->dead, 0);
+}
+
+void rn_tcp_rails_offer(struct rn_tcp_comm *c, uint32_t streams) {
+  for (int i = 0; i < c->nrails; i++) {
+    struct rn_tcp_rail *r = &c->rail[i];
+    if ((r->streams & streams) == 0) continue;
+    if (r->rejoin_rdv == NULL) {
+      union rn_sockaddr a = r->local, bound;
+      if (a.sa.sa_family == AF_INET6)
+        a.in6.sin6_port = 0;
+      else
+        a.in.sin_port = 0;
+      uint64_t nonce = rn_rdv_random64();
+      if (rn_sock_listen(&a, &r->rejoin_fd, &bound) != ncclSuccess) {
+        r->rejoin_fd = -1;
+        continue; /* the rail stays out */
+      }
+      if (rn_rdv_create(&r->rejoin_fd, 1, nonce, &r->rejoin_rdv) != ncclSuccess) {
+        close(r->rejoin_fd);
+        r->rejoin_fd = -1;
+        continue;
+      }
+      r->offer_addr = bound;
+      r->offer_nonce = nonce;
+    }
+    if (!rn_tcp_ctl_room(c)) continue;
+    struct rn_tcp_offer o = {.nonce = r->offer_nonce, .msg = c->msg_out, .streams = r->streams};
+    rn_sockaddr_to_wire(&r->offer_addr, &o.addr);
+    rn_tcp_wire_seal(&o, RN_TCP_MSG_OFFER, 0, 0);
+    rn_tcp_ctl_queue(c, &o, sizeof(o), NULL, 0, NULL);
+    c->msg_out++;
+  }
+}
+
+void rn_tcp_rails_readmit(struct rn_tcp_comm *c) {
+  for (int i = 0; i < c->nrails; i++) {
+    struct rn_tcp_rail *r = &c->rail[i];
+    if (r->rejoin_rdv == NULL) continue;
+    int dead = 1;
+    for (int k = 0; k < r->nstreams; k++) dead &= atomic_load(&c->stream[r->stream[k]].dead);
+    if (!dead) continue; /* a helper thread has not ended them yet */
+    struct rn_rdv_conn conn;
+    int ready = 0;
+    if (rn_rdv_poll(r->rejoin_rdv, &conn, &ready) != ncclSuccess || !ready) continue;
+    if (conn.nstreams != r->nstreams) {
+      RN_INFO(NCCL_NET,
+              "receive comm from %s: a reconnection of rail %s with %d streams, not %d: "
+              "refused",
+              c->peer, r->name, conn.nstreams, r->nstreams);
+      rn_rdv_conn_close(&conn);
+      continue;
+    }
+    close(conn.ctrl_fd);
+    for (int k = 0; k < r->nstreams; k++)
+      rn_tcp_stream_reset(&c->stream[r->stream[k]], conn.data_fd[k]);
+    rn_rdv_destroy(r->rejoin_rdv);
+    r->rejoin_rdv = NULL;
+    close(r->rejoin_fd);
+    r->rejoin_fd = -1;
+    atomic_store(&r->state, RN_TCP_RAIL_UP);
+    /* Helper threads poll the new sockets from their next pass on. */
+    for (int t = 0; t < c->nthreads; t++) rn_tcp_wake(c, t);
+    RN_INFO(NCCL_NET, "receive comm from %s (dev %d): rail %s re-admitted", c->peer, c->base.vdev,
+            r->name);
+  }
+}
+
+ncclResult_t rn_tcp_rails_on_offer(struct rn_tcp_comm *c, const struct rn_tcp_offer *o) {
+  static const char what[] = "reconnection offer";
+  if (o->p.flags != 0 || o->p.plen != 0)
+    return RN_TCP_VIOLATION(c, what, "flags/plen", "%u/%u, expected 0", o->p.flags, o->p.plen);
+  if (o->msg != c->msg_in)
+    return RN_TCP_VIOLATION(c, what, "msg", "%u, expected %u", o->msg, c->msg_in);
+  int ri = rn_tcp_rail_of_streams(c, o->streams);
+  if (ri < 0 || atomic_load(&c->rail[ri].state) != RN_TCP_RAIL_FAILED)
+    return RN_TCP_VIOLATION(c, what, "streams", "0x%x: not the streams of a rail taken out",
+                            o->streams);
+  union rn_sockaddr a;
+  if (rn_sockaddr_from_wire(&o->addr, &a) != 0)
+    return RN_TCP_VIOLATION(c, what, "addr", "family %u: not an address", o->addr.family);
+  c->msg_in++;
+  struct rn_tcp_rail *r = &c->rail[ri];
+  r->offered = 1;
+  r->offer_addr = a;
+  r->offer_nonce = o->nonce;
+  r->backoff_ms = RN_TCP_PROBE_FIRST_MS;
+  r->next_probe_ms = rn_clock_ms();
+  return ncclSuccess;
+}
+
+/* Sender: probe the rails taken out that the receiver offered back. */
+static void rn_tcp_rails_probe(struct rn_tcp_comm *c) {
+  int64_t now = rn_clock_ms();
+  for (int i = 0; i < c->nrails; i++) {
+    struct rn_tcp_rail *r = &c->rail[i];
+    if (!r->offered || atomic_load(&r->state) != RN_TCP_RAIL_FAILED) continue;
+    if (r->dial == NULL) {
+      if (now < r->next_probe_ms) continue;
+      r->next_probe_ms = now + r->backoff_ms;
+      if (r->backoff_ms < RN_TCP_PROBE_MAX_MS) r->backoff_ms *= 2;
+      if (!rn_tcp_if_running(&r->local)) continue; /* its link is still down */
+      union rn_sockaddr local = r->local;
+      if (local.sa.sa_family == AF_INET6)
+        local.in6.sin6_port = 0;
+      else
+        local.in.sin_port = 0;
+      if (rn_rdv_dial_create_from(&r->offer_addr, 1, &local, 1, r->offer_nonce, r->nstreams,
+                                  &r->dial) != ncclSuccess) {
+        r->dial = NULL;
+        continue;
+      }
+      r->dial_ms = now;
+    }
+    struct rn_rdv_conn conn;
+    int ready = 0;
+    ncclResult_t res = rn_rdv_dial_poll(r->dial, &conn, &ready);
+    if (res != ncclSuccess || (!ready && now - r->dial_ms > RN_TCP_DIAL_MS)) {
+      rn_rdv_dial_destroy(r->dial);
+      r->dial = NULL;
+      continue;
+    }
+    if (!ready) continue;
+    rn_rdv_dial_destroy(r->dial);
+    r->dial = NULL;
+    close(conn.ctrl_fd);
+    for (int k = 0; k < r->nstreams; k++)
+      rn_tcp_stream_reset(&c->stream[r->stream[k]], conn.data_fd[k]);
+    double low = 0;
+    for (int j = 0; j < c->nrails; j++)
+      if (j != i && atomic_load(&c->rail[j].state) == RN_TCP_RAIL_UP &&
+          (low == 0 || c->rail[j].rate < low))
+        low = c->rail[j].rate;
+    r->rate = low > 0 ? low : RN_TCP_RATE_INIT;
+    r->acked_prev = 0;
+    r->outq = 0;
+    atomic_store(&r->pending, 0);
+    r->failing = 0;
+    r->busy_prev = 0;
+    r->progress_ms = now;
+    r->offered = 0;
+    atomic_store(&r->state, RN_TCP_RAIL_UP);
+    for (int t = 0; t < c->nthreads; t++) rn_tcp_wake(c, t);
+    RN_INFO(NCCL_NET, "send comm to %s (dev %d): rail %s re-admitted (down since: %s)", c->peer,
+            c->base.vdev, r->name, r->cause);
+  }
+}
+
+void rn_tcp_rails_free(struct rn_tcp_comm *c) {
+  for (int i = 0; i < c->nrails; i++) {
+    struct rn_tcp_rail *r = &c->rail[i];
+    if (r->rejoin_rdv != NULL) rn_rdv_destroy(r->rejoin_rdv);
+    if (r->rejoin_fd >= 0) close(r->rejoin_fd);
+    if (r->dial != NULL) rn_rdv_dial_destroy(r->dial);
+    r->rejoin_rdv = NULL;
+    r->rejoin_fd = -1;
+    r->dial = NULL;
+  }
+}
