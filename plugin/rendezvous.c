@@ -633,7 +633,10 @@ struct rn_rdv_dial {
   enum rn_dial_state state[1 + RN_RDV_MAX_STREAMS];
   size_t off[1 + RN_RDV_MAX_STREAMS];
   struct rn_hello hello[1 + RN_RDV_MAX_STREAMS];
+  int dropped; /* the listener reset a connected socket */
 };
+
+int rn_rdv_dial_dropped(const struct rn_rdv_dial *d) { return d != NULL && d->dropped; }
 
 ncclResult_t rn_rdv_dial_create(const union rn_sockaddr *addrs, int naddrs, uint64_t nonce,
                                 int nstreams, struct rn_rdv_dial **out) {
@@ -692,11 +695,24 @@ ncclResult_t rn_rdv_dial_poll(struct rn_rdv_dial *d, struct rn_rdv_conn *conn, i
   for (int i = 0; i < d->nfds; i++) {
     if (d->state[i] == RN_DIAL_CONNECTING) {
       int ok = 0;
-      RN_CHECK(rn_sock_connect_poll(d->fd[i], &ok));
+      errno = 0;
+      ncclResult_t res = rn_sock_connect_poll(d->fd[i], &ok);
+      if (res != ncclSuccess) {
+        if (errno == ECONNRESET) d->dropped = 1; /* the listener reset it: not warned yet */
+        return res;
+      }
       if (ok) d->state[i] = RN_DIAL_HELLO;
     }
     if (d->state[i] == RN_DIAL_HELLO) {
-      RN_CHECK(rn_sock_send_some(d->fd[i], &d->hello[i], sizeof(d->hello[i]), &d->off[i]));
+      ncclResult_t res = rn_sock_send_some(d->fd[i], &d->hello[i], sizeof(d->hello[i]), &d->off[i]);
+      if (res == ncclRemoteError) {
+        d->dropped = 1;
+        return res;
+      }
+      if (res != ncclSuccess) {
+        RN_WARN("sending the hello of a connection: %s", strerror(errno));
+        return res;
+      }
       if (d->off[i] == sizeof(d->hello[i])) d->state[i] = RN_DIAL_DONE;
     }
     done += d->state[i] == RN_DIAL_DONE;

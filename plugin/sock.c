@@ -161,6 +161,11 @@ ncclResult_t rn_sock_connect_poll(int fd, int *ready) {
   int err = 0;
   socklen_t len = sizeof(err);
   if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+  if (err == ECONNRESET) {
+    /* It reached the listener, which reset it: the caller decides. */
+    errno = err;
+    return ncclRemoteError;
+  }
   if (err != 0) {
     RN_WARN("connect failed: %s", strerror(err));
     return ncclRemoteError;

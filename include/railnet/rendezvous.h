@@ -67,7 +67,12 @@ ncclResult_t rn_rdv_dial_create(const union rn_sockaddr *addrs, int naddrs, uint
 ncclResult_t rn_rdv_dial_create_from(const union rn_sockaddr *addrs, int naddrs,
                                      const union rn_sockaddr *locals, int nlocals, uint64_t nonce,
                                      int nstreams, struct rn_rdv_dial **out);
+/* A failed connect WARNs and fails.  A socket the listener reset after it
+ * connected (a busy listener may drop a connection whose hello is late)
+ * fails with ncclRemoteError and no WARN, and rn_rdv_dial_dropped() says
+ * so: the caller may dial again. */
 ncclResult_t rn_rdv_dial_poll(struct rn_rdv_dial *d, struct rn_rdv_conn *conn, int *ready);
+int rn_rdv_dial_dropped(const struct rn_rdv_dial *d);
 void rn_rdv_dial_destroy(struct rn_rdv_dial *d); /* closes fds not yet handed out */
 
 uint64_t rn_rdv_random64(void);

@@ -36,7 +36,8 @@ ncclResult_t rn_sock_listen(const union rn_sockaddr *addr, int *fd, union rn_soc
  * valid on success. */
 ncclResult_t rn_sock_connect_start(const union rn_sockaddr *addr, const union rn_sockaddr *local,
                                    int *fd);
-/* *ready=1 once connected; error when the connect failed. */
+/* *ready=1 once connected; error when the connect failed, with a WARN,
+ * except a reset by the listener (errno ECONNRESET): the caller decides. */
 ncclResult_t rn_sock_connect_poll(int fd, int *ready);
 /* Move bytes without blocking, advancing *off.  A closed or reset peer is
  * ncclRemoteError. */

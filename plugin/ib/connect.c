@@ -561,7 +561,12 @@ static ncclResult_t rn_ib_connect_step(struct rn_ib_connect_state *s, const stru
       case RN_IB_CON_DIAL: {
         struct rn_rdv_conn conn;
         int ready = 0;
-        RN_CHECK(rn_rdv_dial_poll(s->dial, &conn, &ready));
+        ncclResult_t res = rn_rdv_dial_poll(s->dial, &conn, &ready);
+        if (res != ncclSuccess) {
+          if (rn_rdv_dial_dropped(s->dial))
+            RN_WARN("connect: the listener closed the bootstrap connection during the handshake");
+          return res;
+        }
         if (!ready) return ncclSuccess;
         s->fd = conn.ctrl_fd;
         RN_CHECK(rn_ib_comm_create(r, r->n, (int)rn_params()->ib_qps, 1, &s->comm));

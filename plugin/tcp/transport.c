@@ -43,7 +43,38 @@ struct rn_tcp_connecting {
   struct rn_rdv_conn conn;
   int64_t start_ms;
   char peer[64];
+  /* What a new dial needs: the listener may drop a connection whose hello
+   * came late (a loaded host, a flooded listener); then we dial again,
+   * after retry_at_ms, until the connect timeout. */
+  union rn_sockaddr addrs[RN_MAX_RAILS], locals[RN_MAX_RAILS];
+  int naddrs, nlocals, nstreams, attempts;
+  uint64_t nonce;
+  int64_t retry_at_ms; /* 0: not waiting */
 };
+
+/* The listener reset this attempt after its sockets connected: dial again
+ * after a short backoff while the connect timeout allows.  0 when it
+ * will, -1 (with a WARN) when it gives up. */
+static int rn_tcp_connect_redial(struct rn_tcp_connecting *k) {
+  int64_t now = rn_clock_ms();
+  if (k->stage == RN_TCP_CONNECT_AWAIT_ACK) rn_rdv_conn_close(&k->conn);
+  rn_rdv_dial_destroy(k->dial);
+  k->dial = NULL;
+  k->stage = RN_TCP_CONNECT_DIAL;
+  if (now - k->start_ms > rn_params()->connect_timeout_ms) {
+    RN_WARN("%s dropped the connection during the handshake %d time(s); giving up after %lld ms",
+            k->peer, k->attempts, (long long)(now - k->start_ms));
+    return -1;
+  }
+  int64_t backoff = 10LL << (k->attempts < 6 ? k->attempts : 6); /* 10 ms .. 640 ms */
+  k->retry_at_ms = now + backoff;
+  if (k->attempts++ == 0)
+    RN_INFO(NCCL_NET,
+            "%s dropped the connection during the handshake (a busy listener); dialing "
+            "again until the connect timeout",
+            k->peer);
+  return 0;
+}
 
 struct rn_tcp_mr {
   uint32_t magic;
@@ -146,30 +177,58 @@ static ncclResult_t rn_tcp_connect(const struct rn_rails *r, const struct rn_han
     }
     k->start_ms = rn_clock_ms();
     rn_sockaddr_str(&addrs[0], k->peer, sizeof(k->peer));
+    memcpy(k->addrs, addrs, sizeof(addrs));
+    k->naddrs = n;
     /* Leave from this device's own rails, in step with the peer's. */
-    union rn_sockaddr locals[RN_MAX_RAILS];
-    for (int i = 0; i < r->n; i++) locals[i] = rn_tcp_ifs[r->nic[i]->table_index].addr;
+    for (int i = 0; i < r->n; i++) k->locals[i] = rn_tcp_ifs[r->nic[i]->table_index].addr;
+    k->nlocals = r->n;
+    k->nonce = h->nonce;
     /* Every rail gets the same number of streams, at least one. */
     int nstreams = (int)rn_params()->socket_nstreams;
     if (r->n > 1) nstreams = (nstreams + r->n - 1) / r->n * r->n;
     if (nstreams > RN_TCP_MAX_STREAMS) nstreams = RN_TCP_MAX_STREAMS / r->n * r->n;
-    RN_CHECK_GOTO(rn_rdv_dial_create_from(addrs, n, locals, r->n, h->nonce, nstreams, &k->dial),
+    k->nstreams = nstreams;
+  }
+  if (k->dial == NULL && k->stage == RN_TCP_CONNECT_DIAL) {
+    if (k->retry_at_ms != 0 && rn_clock_ms() < k->retry_at_ms) {
+      *state = k;
+      return ncclSuccess;
+    }
+    k->retry_at_ms = 0;
+    RN_CHECK_GOTO(rn_rdv_dial_create_from(k->addrs, k->naddrs, k->locals, k->nlocals, k->nonce,
+                                          k->nstreams, &k->dial),
                   res, out_free);
   }
   int ready = 0;
   if (k->stage == RN_TCP_CONNECT_DIAL) {
     int dialed = 0;
-    RN_CHECK_GOTO(rn_rdv_dial_poll(k->dial, &k->conn, &dialed), res, out_free);
+    res = rn_rdv_dial_poll(k->dial, &k->conn, &dialed);
+    if (res != ncclSuccess) {
+      if (!rn_rdv_dial_dropped(k->dial)) goto out_free; /* refused or failed: warned */
+      if (rn_tcp_connect_redial(k) != 0) goto out_free;
+      *state = k;
+      return ncclSuccess;
+    }
     if (dialed) k->stage = RN_TCP_CONNECT_AWAIT_ACK;
   }
   if (k->stage == RN_TCP_CONNECT_AWAIT_ACK) {
     uint8_t ack = 0;
     size_t got = 0;
-    if (rn_sock_recv_some(k->conn.ctrl_fd, &ack, 1, &got) != ncclSuccess ||
-        (got == 1 && ack != RN_TCP_ACCEPT_ACK)) {
-      RN_WARN("%s closed the connection before accepting it", k->peer);
+    res = rn_sock_recv_some(k->conn.ctrl_fd, &ack, 1, &got);
+    if (res == ncclSuccess && got == 1 && ack != RN_TCP_ACCEPT_ACK) {
+      RN_WARN("%s answered the connection with 0x%02x instead of its accept", k->peer, ack);
       res = ncclRemoteError;
       goto out_free;
+    }
+    if (res != ncclSuccess) {
+      /* Closed before accepting: a busy listener dropped us, or it died
+       * (then the next dial is refused, with a WARN). */
+      if (rn_tcp_connect_redial(k) != 0) {
+        res = ncclRemoteError;
+        goto out_free;
+      }
+      *state = k;
+      return ncclSuccess;
     }
     ready = got == 1;
   }
