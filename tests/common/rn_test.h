@@ -161,6 +161,10 @@ ncclResult_t rn_net_close_send(struct rn_net *n, void *c);
 ncclResult_t rn_net_close_recv(struct rn_net *n, void *c);
 ncclResult_t rn_net_close_listen(struct rn_net *n, void *c);
 const char *rn_result_str(ncclResult_t r);
+/* Listens and connects on dev in this one process, sends len bytes of a
+ * pattern and checks them; every call's result is checked and everything
+ * opened is closed.  0 ok, -1 not (bounded by rn_deadline(20)). */
+int rn_net_self_transfer(struct rn_net *n, int dev, size_t len);
 
 /* ---- two-process runner (pair.c) -------------------------------------- */
 enum rn_role { RN_RECEIVER = 0, RN_SENDER = 1 };

@@ -11,38 +11,8 @@
 
 /* Listen and connect on dev in this process, send len bytes, verify. */
 static int traffic(const ncclNet_v9_t *n, int dev, size_t len) {
-  char handle[NCCL_NET_HANDLE_MAXSIZE];
-  void *lc = NULL, *sc = NULL, *rc = NULL, *smh = NULL, *rmh = NULL;
-  if (n->listen(dev, handle, &lc) != ncclSuccess) return -1;
-  double end = now_s() + 20;
-  while ((sc == NULL || rc == NULL) && now_s() < end) {
-    if (sc == NULL && n->connect(dev, handle, &sc, NULL) != ncclSuccess) return -1;
-    if (rc == NULL && n->accept(lc, &rc, NULL) != ncclSuccess) return -1;
-  }
-  if (sc == NULL || rc == NULL) return -1;
-  unsigned char *src = malloc(len), *dst = calloc(1, len);
-  for (size_t i = 0; i < len; i++) src[i] = (unsigned char)(i * 31 + 7);
-  n->regMr(sc, src, len, NCCL_PTR_HOST, &smh);
-  n->regMr(rc, dst, len, NCCL_PTR_HOST, &rmh);
-  void *rreq = NULL, *sreq = NULL, *d = dst;
-  size_t sz = len;
-  int tag = 3, rdone = 0, sdone = 0, got = -1, rcode = 0;
-  while (rreq == NULL && now_s() < end) n->irecv(rc, 1, &d, &sz, &tag, &rmh, &rreq);
-  while (!(rdone && sdone) && now_s() < end) {
-    if (sreq == NULL) n->isend(sc, src, len, tag, smh, &sreq);
-    if (sreq != NULL && !sdone && n->test(sreq, &sdone, NULL) != ncclSuccess) rcode = -1;
-    if (!rdone && n->test(rreq, &rdone, &got) != ncclSuccess) rcode = -1;
-    if (rcode) break;
-  }
-  if (!(rdone && sdone) || (size_t)got != len || memcmp(src, dst, len) != 0) rcode = -1;
-  n->deregMr(sc, smh);
-  n->deregMr(rc, rmh);
-  n->closeSend(sc);
-  n->closeRecv(rc);
-  n->closeListen(lc);
-  free(src);
-  free(dst);
-  return rcode;
+  struct rn_net rn = {.version = 9, .t.v9 = n};
+  return rn_net_self_transfer(&rn, dev, len);
 }
 
 int main(void) {

@@ -31,44 +31,9 @@ static int find_dev(const ncclNet_v12_t *n, int ndev, const char *name) {
 
 /* Listen and connect on dev in this process, send len bytes, verify. */
 static int traffic(const ncclNet_v12_t *n, void *ctx, int dev, size_t len) {
-  char handle[NCCL_NET_HANDLE_MAXSIZE];
-  void *lc = NULL, *sc = NULL, *rc = NULL, *smh = NULL, *rmh = NULL;
-  ncclNetDeviceHandle_t *dh = NULL;
-  if (n->listen(ctx, dev, handle, &lc) != ncclSuccess) return -1;
-  double end = rn_deadline(20);
-  int rcode = 0;
-  while ((sc == NULL || rc == NULL) && now_s() < end && rcode == 0) {
-    if (sc == NULL && n->connect(ctx, dev, handle, &sc, &dh) != ncclSuccess) rcode = -1;
-    if (rc == NULL && n->accept(lc, &rc, &dh) != ncclSuccess) rcode = -1;
-  }
-  unsigned char *src = malloc(len), *dst = calloc(1, len);
-  if (sc == NULL || rc == NULL || src == NULL || dst == NULL) rcode = -1;
-  if (rcode == 0) {
-    pattern_fill(src, len, 12);
-    if (n->regMr(sc, src, len, NCCL_PTR_HOST, &smh) != ncclSuccess ||
-        n->regMr(rc, dst, len, NCCL_PTR_HOST, &rmh) != ncclSuccess)
-      rcode = -1;
-  }
-  void *rreq = NULL, *sreq = NULL, *d = dst;
-  size_t sz = len;
-  int tag = 3, rdone = 0, sdone = 0, got = -1;
-  while (rcode == 0 && rreq == NULL && now_s() < end)
-    if (n->irecv(rc, 1, &d, &sz, &tag, &rmh, NULL, &rreq) != ncclSuccess) rcode = -1;
-  while (rcode == 0 && !(rdone && sdone) && now_s() < end) {
-    if (sreq == NULL && n->isend(sc, src, len, tag, smh, NULL, &sreq) != ncclSuccess) rcode = -1;
-    if (sreq != NULL && !sdone && n->test(sreq, &sdone, NULL) != ncclSuccess) rcode = -1;
-    if (rreq != NULL && !rdone && n->test(rreq, &rdone, &got) != ncclSuccess) rcode = -1;
-  }
-  if (!(rdone && sdone) || (size_t)got != len || pattern_check(dst, len, 12) != (size_t)-1)
-    rcode = -1;
-  if (smh != NULL && n->deregMr(sc, smh) != ncclSuccess) rcode = -1;
-  if (rmh != NULL && n->deregMr(rc, rmh) != ncclSuccess) rcode = -1;
-  if (sc != NULL && n->closeSend(sc) != ncclSuccess) rcode = -1;
-  if (rc != NULL && n->closeRecv(rc) != ncclSuccess) rcode = -1;
-  if (n->closeListen(lc) != ncclSuccess) rcode = -1;
-  free(src);
-  free(dst);
-  return rcode;
+  struct rn_net rn = {.version = 12, .t.v12 = n};
+  rn.ctx = ctx;
+  return rn_net_self_transfer(&rn, dev, len);
 }
 
 int main(void) {
