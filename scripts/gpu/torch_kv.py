@@ -22,14 +22,9 @@ import time
 import torch
 import torch.distributed as dist
 
+import two_ranks
+
 MODELS = {"70b-tp8": (80, 512), "8b": (32, 4096)}  # layers, bytes per token per layer
-
-
-def init(device):
-    try:
-        dist.init_process_group(backend="nccl", device_id=device)
-    except TypeError:  # torch before 2.3
-        dist.init_process_group(backend="nccl")
 
 
 def pattern(layer, request, n, device):
@@ -63,13 +58,10 @@ def main():
     ap.add_argument("--gpu", type=int, default=int(os.environ.get("RN_GPU", "0")))
     a = ap.parse_args()
 
-    device = torch.device("cuda", a.gpu)
-    torch.cuda.set_device(device)
-    init(device)
-    rank = dist.get_rank()
-    if dist.get_world_size() != 2:
-        print("torch_kv: needs 2 ranks", file=sys.stderr)
+    started = two_ranks.start("torch_kv", a.gpu)
+    if started is None:
         return 2
+    device, rank = started
     layers, bpt = MODELS[a.model]
     n = a.tokens * bpt // 2  # int16 words per layer tensor
     tensors = [torch.empty(n, dtype=torch.int16, device=device) for _ in range(layers)]
@@ -98,13 +90,11 @@ def main():
             times.sort()
             p50 = times[len(times) // 2]
             total = n * 2 * layers
-            print(f"RESULT torch_kv model={a.model} tokens={a.tokens} mode={mode} layers={layers} "
-                  f"request_bytes={total} requests={a.requests} p50_ms={p50 * 1e3:.2f} "
-                  f"min_ms={times[0] * 1e3:.2f} gbps={total / p50 / 1e9:.3f} "
-                  f"verified={1 if bad == 0 else 0} wrong={bad}", flush=True)
-    dist.barrier()
-    dist.destroy_process_group()
-    return 0 if bad == 0 else 1
+            two_ranks.result("torch_kv", bad, model=a.model, tokens=a.tokens, mode=mode,
+                             layers=layers, request_bytes=total, requests=a.requests,
+                             p50_ms=f"{p50 * 1e3:.2f}", min_ms=f"{times[0] * 1e3:.2f}",
+                             gbps=f"{total / p50 / 1e9:.3f}")
+    return two_ranks.finish(bad)
 
 
 if __name__ == "__main__":

@@ -18,13 +18,7 @@ import time
 import torch
 import torch.distributed as dist
 
-
-def init(device):
-    """NCCL process group bound to `device` (eager init where torch has it)."""
-    try:
-        dist.init_process_group(backend="nccl", device_id=device)
-    except TypeError:  # torch before 2.3 has no device_id
-        dist.init_process_group(backend="nccl")
+import two_ranks
 
 
 def main():
@@ -36,13 +30,10 @@ def main():
                     help="GPU of every rank (default 0: the ranks share it)")
     a = ap.parse_args()
 
-    device = torch.device("cuda", a.gpu)
-    torch.cuda.set_device(device)
-    init(device)
-    rank, world = dist.get_rank(), dist.get_world_size()
-    if world != 2:
-        print(f"torch_sendrecv: needs 2 ranks, got {world}", file=sys.stderr)
+    started = two_ranks.start("torch_sendrecv", a.gpu)
+    if started is None:
         return 2
+    device, rank = started
 
     n = a.bytes // 4
     base = torch.arange(n, dtype=torch.int32, device=device)
@@ -69,11 +60,9 @@ def main():
     if rank == 1:
         us = elapsed / a.iters * 1e6
         gbps = n * 4 / (elapsed / a.iters) / 1e9
-        print(f"RESULT torch_sendrecv bytes={n * 4} iters={a.iters} us_per_iter={us:.1f} "
-              f"gbps={gbps:.3f} verified={1 if bad == 0 else 0} wrong={bad}", flush=True)
-    dist.barrier()
-    dist.destroy_process_group()
-    return 0 if bad == 0 else 1
+        two_ranks.result("torch_sendrecv", bad, bytes=n * 4, iters=a.iters,
+                         us_per_iter=f"{us:.1f}", gbps=f"{gbps:.3f}")
+    return two_ranks.finish(bad)
 
 
 if __name__ == "__main__":

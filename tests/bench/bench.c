@@ -231,18 +231,6 @@ static int lat_role(struct rn_peer *p) {
   return 0;
 }
 
-static int read_all_fd(int fd, void *buf, size_t len) {
-  char *b = buf;
-  while (len > 0) {
-    ssize_t n = read(fd, b, len);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return -1;
-    b += n;
-    len -= (size_t)n;
-  }
-  return 0;
-}
-
 /* ---- plain TCP ceilings ------------------------------------------------- */
 static int tcp_listen_any(int *port) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -342,7 +330,7 @@ static double plain_tcp_gbps(int nstreams, double secs) {
   for (int i = 0; i < nstreams; i++) pthread_create(&tid[i], NULL, tcp_send_thr, &t[i]);
   for (int i = 0; i < nstreams; i++) pthread_join(tid[i], NULL), close(t[i].fd);
   double gbps = 0;
-  if (read_all_fd(pfd[0], &gbps, sizeof gbps) != 0) gbps = 0;
+  if (rn_read_all(pfd[0], &gbps, sizeof gbps, -1) != 0) gbps = 0;
   close(pfd[0]);
   waitpid(pid, NULL, 0);
   return gbps;
@@ -375,7 +363,7 @@ static struct lat_res plain_tcp_pingpong_mode(int iters, int spin) {
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     char b[8];
     for (int i = 0; i < iters + warm; i++) {
-      if ((spin ? spin_read(fd, b, 8) : read_all_fd(fd, b, 8)) != 0) _exit(1);
+      if ((spin ? spin_read(fd, b, 8) : rn_read_all(fd, b, 8, -1)) != 0) _exit(1);
       if (send(fd, b, 8, MSG_NOSIGNAL) != 8) _exit(1);
     }
     _exit(0);
@@ -388,7 +376,7 @@ static struct lat_res plain_tcp_pingpong_mode(int iters, int spin) {
   for (int i = 0; i < iters + warm; i++) {
     double t0 = now_s();
     if (send(fd, b, 8, MSG_NOSIGNAL) != 8 ||
-        (spin ? spin_read(fd, b, 8) : read_all_fd(fd, b, 8)) != 0)
+        (spin ? spin_read(fd, b, 8) : rn_read_all(fd, b, 8, -1)) != 0)
       break;
     if (i >= warm) rtt[i - warm] = (now_s() - t0) * 1e6, sum += rtt[i - warm];
   }
@@ -491,13 +479,8 @@ int main(int argc, char **argv) {
       "RAILNET_SOCKET_IFNAME=%s, %ld CPUs\n",
       rn_plugin_path(), version, getenv("RAILNET_TRANSPORT") ? getenv("RAILNET_TRANSPORT") : "auto",
       getenv("RAILNET_SOCKET_IFNAME"), sysconf(_SC_NPROCESSORS_ONLN));
-  char load[64] = "?";
-  FILE *lf = fopen("/proc/loadavg", "r");
-  if (lf) {
-    if (fgets(load, sizeof load, lf) == NULL) snprintf(load, sizeof load, "?");
-    load[strcspn(load, "\n")] = '\0';
-    fclose(lf);
-  }
+  char load[64];
+  rn_loadavg(load, sizeof load);
   printf(
       "# two processes on this host; 8 requests in flight per comm (4 for >= 64 MiB); the 4-comm "
       "column drives 4 comms from one thread, round-robin, like NCCL's proxy; best of %d; loadavg "
@@ -528,7 +511,7 @@ int main(int argc, char **argv) {
     char why[1024];
     int rc = rn_run_pair(bw_role, bw_role, &o, why, sizeof why);
     struct bw_row r;
-    while (fd >= 0 && nrows < 2 * MAX_SIZES * 16 && read_all_fd(fd, &r, sizeof r) == 0)
+    while (fd >= 0 && nrows < 2 * MAX_SIZES * 16 && rn_read_all(fd, &r, sizeof r, -1) == 0)
       rows[nrows++] = r;
     if (fd >= 0) close(fd);
     if (rc != 0) printf("# railnet bandwidth run failed: %s\n", why), failed_runs++;
@@ -541,7 +524,7 @@ int main(int argc, char **argv) {
     char why[1024];
     int rc = rn_run_pair(lat_role, lat_role, &o, why, sizeof why);
     if (fd >= 0) {
-      if (read_all_fd(fd, &rnl, sizeof rnl) != 0) memset(&rnl, 0, sizeof rnl);
+      if (rn_read_all(fd, &rnl, sizeof rnl, -1) != 0) memset(&rnl, 0, sizeof rnl);
       close(fd);
     }
     if (rc != 0) printf("# railnet latency run failed: %s\n", why), failed_runs++;

@@ -113,44 +113,11 @@ void kv_net_release(struct kv_net *n) {
 }
 
 /* ---- side channel -------------------------------------------------------- */
-int kv_side_write(int fd, const void *buf, size_t len) {
-  const char *b = buf;
-  while (len > 0) {
-    ssize_t w = send(fd, b, len, MSG_NOSIGNAL);
-    if (w < 0 && errno == ENOTSOCK) w = write(fd, b, len);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN) {
-        struct pollfd p = {fd, POLLOUT, 0};
-        poll(&p, 1, 100);
-        continue;
-      }
-      return -1;
-    }
-    b += w;
-    len -= (size_t)w;
-  }
-  return 0;
-}
+int kv_side_write(int fd, const void *buf, size_t len) { return rn_write_all(fd, buf, len); }
 
+/* timeout_s is not scaled: the callers' bounds are already generous. */
 int kv_side_read(int fd, void *buf, size_t len, double timeout_s) {
-  char *b = buf;
-  double end = now_s() + timeout_s;
-  while (len > 0) {
-    double left = end - now_s();
-    if (left <= 0) return -1;
-    struct pollfd p = {fd, POLLIN, 0};
-    int r = poll(&p, 1, (int)(left * 1000) + 1);
-    if (r < 0 && errno != EINTR) return -1;
-    if (r <= 0) continue;
-    ssize_t got = recv(fd, b, len, MSG_DONTWAIT);
-    if (got < 0 && errno == ENOTSOCK) got = read(fd, b, len);
-    if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    if (got <= 0) return -1;
-    b += got;
-    len -= (size_t)got;
-  }
-  return 0;
+  return rn_read_all(fd, buf, len, now_s() + timeout_s);
 }
 
 int kv_side_sync(int fd, double timeout_s) {

@@ -281,13 +281,8 @@ struct kv_hello {
 
 static void make_header(struct kv_report *rep, const struct kv_plan *pl, const char *peer,
                         int maxrecvs) {
-  char load[64] = "?";
-  FILE *lf = fopen("/proc/loadavg", "r");
-  if (lf) {
-    if (fgets(load, sizeof load, lf) == NULL) snprintf(load, sizeof load, "?");
-    load[strcspn(load, "\n")] = '\0';
-    fclose(lf);
-  }
+  char load[64];
+  rn_loadavg(load, sizeof load);
   const char *tr = getenv("RAILNET_TRANSPORT"), *ifn = getenv("RAILNET_SOCKET_IFNAME");
   char hb[32];
   snprintf(

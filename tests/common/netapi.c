@@ -477,3 +477,44 @@ const char *rn_result_str(ncclResult_t r) {
       return "ncclResult(?)";
   }
 }
+
+/* ---- one transfer within this process ------------------------------------ */
+int rn_net_self_transfer(struct rn_net *n, int dev, size_t len) {
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  void *lc = NULL, *sc = NULL, *rc = NULL, *smh = NULL, *rmh = NULL;
+  if (rn_net_listen(n, dev, handle, &lc) != ncclSuccess) return -1;
+  double end = rn_deadline(20);
+  int rcode = 0;
+  while ((sc == NULL || rc == NULL) && now_s() < end && rcode == 0) {
+    if (sc == NULL && rn_net_connect(n, dev, handle, &sc) != ncclSuccess) rcode = -1;
+    if (rc == NULL && rn_net_accept(n, lc, &rc) != ncclSuccess) rcode = -1;
+  }
+  unsigned char *src = malloc(len), *dst = calloc(1, len);
+  if (sc == NULL || rc == NULL || src == NULL || dst == NULL) rcode = -1;
+  if (rcode == 0) {
+    pattern_fill(src, len, 12);
+    if (rn_net_regmr(n, sc, src, len, NCCL_PTR_HOST, &smh) != ncclSuccess ||
+        rn_net_regmr(n, rc, dst, len, NCCL_PTR_HOST, &rmh) != ncclSuccess)
+      rcode = -1;
+  }
+  void *rreq = NULL, *sreq = NULL, *d = dst;
+  size_t sz = len;
+  int tag = 3, rdone = 0, sdone = 0, got = -1;
+  while (rcode == 0 && rreq == NULL && now_s() < end)
+    if (rn_net_irecv(n, rc, 1, &d, &sz, &tag, &rmh, &rreq) != ncclSuccess) rcode = -1;
+  while (rcode == 0 && !(rdone && sdone) && now_s() < end) {
+    if (sreq == NULL && rn_net_isend(n, sc, src, len, tag, smh, &sreq) != ncclSuccess) rcode = -1;
+    if (sreq != NULL && !sdone && rn_net_test(n, sreq, &sdone, NULL) != ncclSuccess) rcode = -1;
+    if (rreq != NULL && !rdone && rn_net_test(n, rreq, &rdone, &got) != ncclSuccess) rcode = -1;
+  }
+  if (!(rdone && sdone) || (size_t)got != len || pattern_check(dst, len, 12) != (size_t)-1)
+    rcode = -1;
+  if (smh != NULL && rn_net_deregmr(n, sc, smh) != ncclSuccess) rcode = -1;
+  if (rmh != NULL && rn_net_deregmr(n, rc, rmh) != ncclSuccess) rcode = -1;
+  if (sc != NULL && rn_net_close_send(n, sc) != ncclSuccess) rcode = -1;
+  if (rc != NULL && rn_net_close_recv(n, rc) != ncclSuccess) rcode = -1;
+  if (rn_net_close_listen(n, lc) != ncclSuccess) rcode = -1;
+  free(src);
+  free(dst);
+  return rcode;
+}

@@ -32,52 +32,16 @@ int peer_check(struct rn_peer *p, ncclResult_t r, const char *what) {
   return -1;
 }
 
-static int write_full(int fd, const void *buf, size_t len) {
-  const char *b = buf;
-  while (len > 0) {
-    /* the channels are socketpairs so a dead peer is EPIPE here, never a
-     * SIGPIPE that would be blamed on the plugin */
-    ssize_t w = send(fd, b, len, MSG_NOSIGNAL);
-    if (w < 0 && errno == ENOTSOCK) w = write(fd, b, len);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return -1;
-    }
-    b += w;
-    len -= (size_t)w;
-  }
-  return 0;
-}
-
-static int read_full(int fd, void *buf, size_t len, double timeout_s) {
-  char *b = buf;
-  double end = rn_deadline(timeout_s);
-  while (len > 0) {
-    double left = end - now_s();
-    if (left <= 0) return -1;
-    struct pollfd pfd = {fd, POLLIN, 0};
-    int r = poll(&pfd, 1, (int)(left * 1000) + 1);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) continue;
-    ssize_t n = read(fd, b, len);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return -1;
-    b += n;
-    len -= (size_t)n;
-  }
-  return 0;
-}
-
 int peer_write(struct rn_peer *p, const void *buf, size_t len) {
-  return write_full(p->to_peer, buf, len);
+  return rn_write_all(p->to_peer, buf, len);
 }
 
 int peer_to_parent(struct rn_peer *p, const void *buf, size_t len) {
-  return write_full(p->to_parent, buf, len);
+  return rn_write_all(p->to_parent, buf, len);
 }
 
 int peer_read(struct rn_peer *p, void *buf, size_t len, double timeout_s) {
-  return read_full(p->from_peer, buf, len, timeout_s);
+  return rn_read_all(p->from_peer, buf, len, rn_deadline(timeout_s));
 }
 
 int peer_sync(struct rn_peer *p, double timeout_s) {
@@ -246,7 +210,7 @@ static void child_main(enum rn_role role, rn_peer_fn fn, struct rn_pair_opts *o,
   p.arg = o->arg;
   p.version = o->version;
   alarm((unsigned)rn_bound_s(o->timeout_s) + 5); /* backstop; the runner kills first */
-  prctl(PR_SET_PDEATHSIG, SIGKILL);               /* and a killed runner takes us along */
+  prctl(PR_SET_PDEATHSIG, SIGKILL);              /* and a killed runner takes us along */
   char err[512];
   int rc = 1;
   rn_apply_env_list(o->env);

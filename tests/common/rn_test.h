@@ -39,6 +39,16 @@ void diag(const char *fmt, ...) RN_ATTR_PRINTF(1, 2);
 double now_s(void); /* CLOCK_MONOTONIC, seconds */
 void sleep_us(long us);
 
+/* ---- whole-buffer I/O on pipes and sockets (tap.c) ------------------ */
+/* Writes all of buf: EINTR retried, EAGAIN waited out; on a socket a dead
+ * peer is EPIPE, never a SIGPIPE.  0 ok, -1 error. */
+int rn_write_all(int fd, const void *buf, size_t len);
+/* Reads exactly len bytes before deadline (a now_s() time; < 0: no
+ * deadline).  0 ok; -1 on an error, end of file or the deadline. */
+int rn_read_all(int fd, void *buf, size_t len, double deadline);
+/* The 1, 5 and 15 minute load averages as "0.50 0.40 0.30", or "?". */
+void rn_loadavg(char *buf, size_t len);
+
 /* ---- environment ----------------------------------------------------- */
 /* Apply "K=V,K2=V2" (a token without '=' continues the previous value,
  * so "A=lo,eth0" sets A to "lo,eth0").  NULL or "" is a no-op. */
@@ -151,6 +161,10 @@ ncclResult_t rn_net_close_send(struct rn_net *n, void *c);
 ncclResult_t rn_net_close_recv(struct rn_net *n, void *c);
 ncclResult_t rn_net_close_listen(struct rn_net *n, void *c);
 const char *rn_result_str(ncclResult_t r);
+/* Listens and connects on dev in this one process, sends len bytes of a
+ * pattern and checks them; every call's result is checked and everything
+ * opened is closed.  0 ok, -1 not (bounded by rn_deadline(20)). */
+int rn_net_self_transfer(struct rn_net *n, int dev, size_t len);
 
 /* ---- two-process runner (pair.c) -------------------------------------- */
 enum rn_role { RN_RECEIVER = 0, RN_SENDER = 1 };

@@ -2,27 +2,17 @@
 #include "rn_test.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 static int tap_n;
 static int tap_nfail;
-
-static void write_all(int fd, const char *s, size_t len) {
-  while (len > 0) {
-    ssize_t w = write(fd, s, len);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return;
-    }
-    s += w;
-    len -= (size_t)w;
-  }
-}
 
 static void vline(int fd, const char *prefix, const char *fmt, va_list ap) {
   char buf[2048];
@@ -32,7 +22,7 @@ static void vline(int fd, const char *prefix, const char *fmt, va_list ap) {
   off += (size_t)n;
   if (off > sizeof buf - 2) off = sizeof buf - 2;
   buf[off++] = '\n';
-  write_all(fd, buf, off);
+  (void)rn_write_all(fd, buf, off);
 }
 
 /* TAP goes to a pipe under prove: make stdout line-buffered before the
@@ -234,3 +224,57 @@ double rn_timeout_scale(void) {
 double rn_bound_s(double nominal_s) { return nominal_s * rn_timeout_scale(); }
 
 double rn_deadline(double nominal_s) { return now_s() + rn_bound_s(nominal_s); }
+
+/* ---- whole-buffer I/O ------------------------------------------------- */
+int rn_write_all(int fd, const void *buf, size_t len) {
+  const char *b = buf;
+  while (len > 0) {
+    ssize_t w = send(fd, b, len, MSG_NOSIGNAL);
+    if (w < 0 && errno == ENOTSOCK) w = write(fd, b, len);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN) {
+        struct pollfd p = {fd, POLLOUT, 0};
+        (void)poll(&p, 1, 100);
+        continue;
+      }
+      return -1;
+    }
+    b += w;
+    len -= (size_t)w;
+  }
+  return 0;
+}
+
+int rn_read_all(int fd, void *buf, size_t len, double deadline) {
+  char *b = buf;
+  while (len > 0) {
+    ssize_t got;
+    if (deadline < 0) {
+      got = read(fd, b, len); /* blocking: no poll() in a timed loop */
+    } else {
+      double left = deadline - now_s();
+      if (left <= 0) return -1;
+      struct pollfd p = {fd, POLLIN, 0};
+      int r = poll(&p, 1, (int)(left * 1000) + 1);
+      if (r < 0 && errno != EINTR) return -1;
+      if (r <= 0) continue;
+      got = recv(fd, b, len, MSG_DONTWAIT);
+      if (got < 0 && errno == ENOTSOCK) got = read(fd, b, len);
+    }
+    if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (got <= 0) return -1;
+    b += got;
+    len -= (size_t)got;
+  }
+  return 0;
+}
+
+void rn_loadavg(char *buf, size_t len) {
+  snprintf(buf, len, "?");
+  FILE *f = fopen("/proc/loadavg", "r");
+  if (f == NULL) return;
+  double a, b, c;
+  if (fscanf(f, "%lf %lf %lf", &a, &b, &c) == 3) snprintf(buf, len, "%.2f %.2f %.2f", a, b, c);
+  fclose(f);
+}

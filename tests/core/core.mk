@@ -7,9 +7,7 @@ $(CORE_TEST_VDEV): $(BUILD)/tests/core/test_vdev.o $(BUILD)/tests/common/tap.o $
 	$(CC) $(LDFLAGS_COMMON) -o $@ $^ $(TOPO_LIBS) -ldl -lpthread
 TEST_PROGS += $(CORE_TEST_VDEV)
 CORE_TEST_MKVDEV := $(BUILD)/tests/core/test_make_vdevice
-$(CORE_TEST_MKVDEV): $(BUILD)/tests/core/test_make_vdevice.o $(BUILD)/tests/common/tap.o | $(PLUGIN_SO)
-	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS_COMMON) -o $@ $^ -ldl
+$(eval $(call rn_harness_prog,$(CORE_TEST_MKVDEV),$(BUILD)/tests/core/test_make_vdevice.o))
 TEST_PROGS += $(CORE_TEST_MKVDEV)
 # ncclNet v12 ids and the 8-device makeVDevice bound, end to end: the
 # program runs inside the namespace tests/core/v12-ids.sh builds.

@@ -3,73 +3,21 @@
  * both rails; bad merge requests (none, too many for v9, repeated,
  * unknown) fail with a WARN.  v12's 8-device bound: tests/core/v12-ids.sh. */
 #include <dlfcn.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "../common/rn_test.h"
-#include <time.h>
 #include "nccl/net_v9.h"
-
-static int warns;
-
-static void logger(ncclDebugLogLevel level, unsigned long flags, const char *file, int line,
-                   const char *fmt, ...) {
-  (void)flags, (void)file, (void)line;
-  if (level != NCCL_LOG_WARN) return;
-  warns++;
-  va_list ap;
-  va_start(ap, fmt);
-  printf("# WARN ");
-  vprintf(fmt, ap);
-  printf("\n");
-  va_end(ap);
-}
-
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 /* Listen and connect on dev in this process, send len bytes, verify. */
 static int traffic(const ncclNet_v9_t *n, int dev, size_t len) {
-  char handle[NCCL_NET_HANDLE_MAXSIZE];
-  void *lc = NULL, *sc = NULL, *rc = NULL, *smh = NULL, *rmh = NULL;
-  if (n->listen(dev, handle, &lc) != ncclSuccess) return -1;
-  double end = now() + 20;
-  while ((sc == NULL || rc == NULL) && now() < end) {
-    if (sc == NULL && n->connect(dev, handle, &sc, NULL) != ncclSuccess) return -1;
-    if (rc == NULL && n->accept(lc, &rc, NULL) != ncclSuccess) return -1;
-  }
-  if (sc == NULL || rc == NULL) return -1;
-  unsigned char *src = malloc(len), *dst = calloc(1, len);
-  for (size_t i = 0; i < len; i++) src[i] = (unsigned char)(i * 31 + 7);
-  n->regMr(sc, src, len, NCCL_PTR_HOST, &smh);
-  n->regMr(rc, dst, len, NCCL_PTR_HOST, &rmh);
-  void *rreq = NULL, *sreq = NULL, *d = dst;
-  size_t sz = len;
-  int tag = 3, rdone = 0, sdone = 0, got = -1, rcode = 0;
-  while (rreq == NULL && now() < end) n->irecv(rc, 1, &d, &sz, &tag, &rmh, &rreq);
-  while (!(rdone && sdone) && now() < end) {
-    if (sreq == NULL) n->isend(sc, src, len, tag, smh, &sreq);
-    if (sreq != NULL && !sdone && n->test(sreq, &sdone, NULL) != ncclSuccess) rcode = -1;
-    if (!rdone && n->test(rreq, &rdone, &got) != ncclSuccess) rcode = -1;
-    if (rcode) break;
-  }
-  if (!(rdone && sdone) || (size_t)got != len || memcmp(src, dst, len) != 0) rcode = -1;
-  n->deregMr(sc, smh);
-  n->deregMr(rc, rmh);
-  n->closeSend(sc);
-  n->closeRecv(rc);
-  n->closeListen(lc);
-  free(src);
-  free(dst);
-  return rcode;
+  struct rn_net rn = {.version = 9, .t.v9 = n};
+  return rn_net_self_transfer(&rn, dev, len);
 }
 
 int main(void) {
-  setvbuf(stdout, NULL, _IOLBF, 0); /* TAP survives an exit without flushing */
+  setenv("RN_CONF_SHOW_WARN", "1", 0); /* every WARN shown, as NCCL would */
+  setvbuf(stdout, NULL, _IOLBF, 0);    /* TAP survives an exit without flushing */
   const char *b = getenv("RN_BUILD");
   char so[512];
   snprintf(so, sizeof(so), "%s/libnccl-net-railnet.so", b ? b : "build");
@@ -98,7 +46,8 @@ int main(void) {
   const ncclNet_v9_t *n = dlsym(h, "ncclNetPlugin_v9");
   printf("1..10\n");
   int nd = 0;
-  int c = n != NULL && n->init(logger) == ncclSuccess && n->devices(&nd) == ncclSuccess && nd == 2;
+  int c =
+      n != NULL && n->init(rn_logger) == ncclSuccess && n->devices(&nd) == ncclSuccess && nd == 2;
   tap_result(c, "init with RAILNET_SOCKET_IFNAME=%s gives 2 devices (%d)", spec, nd);
   if (nd != 2) return 1;
   ncclNetProperties_v9_t p0, p1, pm;
@@ -118,23 +67,23 @@ int main(void) {
   tap_result(traffic(n, d, 24u << 20) == 0, "%s",
              "24 MiB over the merged device's two rails, verified");
   tap_result(traffic(n, 0, 1u << 20) == 0, "%s", "the original devices still work");
-  int w = warns;
+  int w = rn_log_warns();
   ncclNetVDeviceProps_t bad = {.ndevs = 0};
-  tap_result(n->makeVDevice(&d, &bad) != ncclSuccess && warns > w, "%s",
+  tap_result(n->makeVDevice(&d, &bad) != ncclSuccess && rn_log_warns() > w, "%s",
              "0 devices: error with a WARN");
   /* v9's descriptor holds 4 devices: a 5th is refused before devs[4],
    * past the end of NCCL's struct, is read. */
-  w = warns;
+  w = rn_log_warns();
   bad = (ncclNetVDeviceProps_t){.ndevs = NCCL_NET_MAX_DEVS_PER_NIC + 1, .devs = {0, 1}};
-  tap_result(n->makeVDevice(&d, &bad) == ncclInvalidArgument && warns > w, "%s",
+  tap_result(n->makeVDevice(&d, &bad) == ncclInvalidArgument && rn_log_warns() > w, "%s",
              "5 devices through v9 (which holds 4): ncclInvalidArgument with a WARN");
-  w = warns;
+  w = rn_log_warns();
   bad = (ncclNetVDeviceProps_t){.ndevs = 2, .devs = {1, 1}};
-  tap_result(n->makeVDevice(&d, &bad) != ncclSuccess && warns > w, "%s",
+  tap_result(n->makeVDevice(&d, &bad) != ncclSuccess && rn_log_warns() > w, "%s",
              "a repeated device: error with a WARN");
-  w = warns;
+  w = rn_log_warns();
   bad = (ncclNetVDeviceProps_t){.ndevs = 1, .devs = {42}};
-  tap_result(n->makeVDevice(&d, &bad) != ncclSuccess && warns > w, "%s",
+  tap_result(n->makeVDevice(&d, &bad) != ncclSuccess && rn_log_warns() > w, "%s",
              "an unknown device: error with a WARN");
   printf("# %d passed, %d failed\n", tap_count() - tap_failed(), tap_failed());
   return tap_failed() != 0;

@@ -12,7 +12,6 @@
  * 1<<14 | 0b11 = 0x4003.  GPU k (1..8) has one NIC, rnv(k+1): rail k,
  * plane 0. */
 #include <dlfcn.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,21 +20,6 @@
 #include "nccl/net_v12.h"
 
 #define NDEV 9
-
-static int warns;
-
-static void logger(ncclDebugLogLevel level, unsigned long flags, const char *file, int line,
-                   const char *fmt, ...) {
-  (void)flags, (void)file, (void)line;
-  if (level != NCCL_LOG_WARN) return;
-  warns++;
-  va_list ap;
-  va_start(ap, fmt);
-  printf("# WARN ");
-  vprintf(fmt, ap);
-  printf("\n");
-  va_end(ap);
-}
 
 static int find_dev(const ncclNet_v12_t *n, int ndev, const char *name) {
   for (int d = 0; d < ndev; d++) {
@@ -47,48 +31,14 @@ static int find_dev(const ncclNet_v12_t *n, int ndev, const char *name) {
 
 /* Listen and connect on dev in this process, send len bytes, verify. */
 static int traffic(const ncclNet_v12_t *n, void *ctx, int dev, size_t len) {
-  char handle[NCCL_NET_HANDLE_MAXSIZE];
-  void *lc = NULL, *sc = NULL, *rc = NULL, *smh = NULL, *rmh = NULL;
-  ncclNetDeviceHandle_t *dh = NULL;
-  if (n->listen(ctx, dev, handle, &lc) != ncclSuccess) return -1;
-  double end = rn_deadline(20);
-  int rcode = 0;
-  while ((sc == NULL || rc == NULL) && now_s() < end && rcode == 0) {
-    if (sc == NULL && n->connect(ctx, dev, handle, &sc, &dh) != ncclSuccess) rcode = -1;
-    if (rc == NULL && n->accept(lc, &rc, &dh) != ncclSuccess) rcode = -1;
-  }
-  unsigned char *src = malloc(len), *dst = calloc(1, len);
-  if (sc == NULL || rc == NULL || src == NULL || dst == NULL) rcode = -1;
-  if (rcode == 0) {
-    pattern_fill(src, len, 12);
-    if (n->regMr(sc, src, len, NCCL_PTR_HOST, &smh) != ncclSuccess ||
-        n->regMr(rc, dst, len, NCCL_PTR_HOST, &rmh) != ncclSuccess)
-      rcode = -1;
-  }
-  void *rreq = NULL, *sreq = NULL, *d = dst;
-  size_t sz = len;
-  int tag = 3, rdone = 0, sdone = 0, got = -1;
-  while (rcode == 0 && rreq == NULL && now_s() < end)
-    if (n->irecv(rc, 1, &d, &sz, &tag, &rmh, NULL, &rreq) != ncclSuccess) rcode = -1;
-  while (rcode == 0 && !(rdone && sdone) && now_s() < end) {
-    if (sreq == NULL && n->isend(sc, src, len, tag, smh, NULL, &sreq) != ncclSuccess) rcode = -1;
-    if (sreq != NULL && !sdone && n->test(sreq, &sdone, NULL) != ncclSuccess) rcode = -1;
-    if (rreq != NULL && !rdone && n->test(rreq, &rdone, &got) != ncclSuccess) rcode = -1;
-  }
-  if (!(rdone && sdone) || (size_t)got != len || pattern_check(dst, len, 12) != (size_t)-1)
-    rcode = -1;
-  if (smh != NULL && n->deregMr(sc, smh) != ncclSuccess) rcode = -1;
-  if (rmh != NULL && n->deregMr(rc, rmh) != ncclSuccess) rcode = -1;
-  if (sc != NULL && n->closeSend(sc) != ncclSuccess) rcode = -1;
-  if (rc != NULL && n->closeRecv(rc) != ncclSuccess) rcode = -1;
-  if (n->closeListen(lc) != ncclSuccess) rcode = -1;
-  free(src);
-  free(dst);
-  return rcode;
+  struct rn_net rn = {.version = 12, .t.v12 = n};
+  rn.ctx = ctx;
+  return rn_net_self_transfer(&rn, dev, len);
 }
 
 int main(void) {
-  setvbuf(stdout, NULL, _IOLBF, 0); /* TAP survives an exit without flushing */
+  setenv("RN_CONF_SHOW_WARN", "1", 0); /* every WARN shown, as NCCL would */
+  setvbuf(stdout, NULL, _IOLBF, 0);    /* TAP survives an exit without flushing */
   const char *so = rn_plugin_path();
   void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
   if (h == NULL) {
@@ -101,7 +51,7 @@ int main(void) {
   void *ctx = NULL;
   ncclNetCommConfig_v12_t cfg = {NCCL_NET_TRAFFIC_CLASS_UNDEF};
   int nd = 0;
-  int c = n != NULL && n11 != NULL && n->init(&ctx, 1, &cfg, logger, NULL) == ncclSuccess &&
+  int c = n != NULL && n11 != NULL && n->init(&ctx, 1, &cfg, rn_logger, NULL) == ncclSuccess &&
           n->devices(&nd) == ncclSuccess;
   tap_result(c && nd == NDEV, "ncclNetPlugin_v12 on the fixture's 10 NICs gives %d devices (%d)",
              NDEV, nd);
@@ -146,9 +96,9 @@ int main(void) {
              vp_ok ? p.railId : -2, vp_ok ? (unsigned)p.planeId : 0u);
   tap_result(c && traffic(n, ctx, d8, 4u << 20) == 0, "%s",
              "4 MiB over the 8-rail device, verified");
-  int w = warns;
+  int w = rn_log_warns();
   ncclNetProperties_v11_t p11;
-  tap_result(c && n11->getProperties(d8, &p11) == ncclInternalError && warns > w, "%s",
+  tap_result(c && n11->getProperties(d8, &p11) == ncclInternalError && rn_log_warns() > w, "%s",
              "v11 getProperties of it (v11 holds 4): ncclInternalError with a WARN, not truncated");
 
   /* A 9th device: refused. */
@@ -157,13 +107,13 @@ int main(void) {
     int past_the_end; /* what a 9th devs[] entry would read */
   } nine = {.vp = {.ndevs = 9}, .past_the_end = 0};
   for (int i = 0; i < 8; i++) nine.vp.devs[i] = i;
-  w = warns;
+  w = rn_log_warns();
   int d9 = -1;
   ncclResult_t r = n->makeVDevice(&d9, &nine.vp);
-  tap_result(
-      r == ncclInvalidArgument && warns > w && n->devices(&nd2) == ncclSuccess && nd2 == NDEV + 1,
-      "makeVDevice of 9 devices: ncclInvalidArgument with a WARN, no device added (%s)",
-      rn_result_str(r));
+  tap_result(r == ncclInvalidArgument && rn_log_warns() > w && n->devices(&nd2) == ncclSuccess &&
+                 nd2 == NDEV + 1,
+             "makeVDevice of 9 devices: ncclInvalidArgument with a WARN, no device added (%s)",
+             rn_result_str(r));
 
   /* A merge across the fused device and a one-NIC one: planes 0,1 and 0. */
   ncclNetVDeviceProps_v12_t two = {.ndevs = 2, .devs = {fused, single[0]}};

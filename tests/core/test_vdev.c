@@ -92,16 +92,24 @@ static int list_has_all(const char *names, const char *list) {
   return 1;
 }
 
-/* RAILNET_NICS=spec on the DGX-H100-like fixture exposes exactly `want`. */
-static void nics_filter_case(const char *spec, const char *want, const char *why,
-                             struct rn_nic *nics, int n, struct rn_vdev *v) {
+/* The NICs the DGX-H100-like fixture exposes under RAILNET_NICS=spec;
+ * "(build failed)", with *built 0, when the devices do not build. */
+static const char *nics_exposed(const char *spec, struct rn_nic *nics, int n, struct rn_vdev *v,
+                                int *built) {
   static char keep[4][128]; /* putenv keeps the pointer */
   static int nkeep;
   char *e = keep[nkeep++ % 4];
   int nv = 0;
   snprintf(e, 128, "RAILNET_NICS=%s", spec);
-  int built = build("tests/topo/fixtures/dgx-h100-like.xml", e, nics, n, v, &nv) == 0;
-  const char *got = built ? exposed_nics(v, nv) : "(build failed)";
+  *built = build("tests/topo/fixtures/dgx-h100-like.xml", e, nics, n, v, &nv) == 0;
+  return *built ? exposed_nics(v, nv) : "(build failed)";
+}
+
+/* RAILNET_NICS=spec on the DGX-H100-like fixture exposes exactly `want`. */
+static void nics_filter_case(const char *spec, const char *want, const char *why,
+                             struct rn_nic *nics, int n, struct rn_vdev *v) {
+  int built;
+  const char *got = nics_exposed(spec, nics, n, v, &built);
   tap_result(built && strcmp(got, want) == 0, "RAILNET_NICS=%s exposes exactly %s (%s); got %s",
              spec, want, why, got);
 }
@@ -110,13 +118,8 @@ static void nics_filter_case(const char *spec, const char *want, const char *why
  * NIC of `kept` (may be NULL). */
 static void nics_exclude_case(const char *spec, const char *gone, const char *kept, const char *why,
                               struct rn_nic *nics, int n, struct rn_vdev *v) {
-  static char keep[4][128]; /* putenv keeps the pointer */
-  static int nkeep;
-  char *e = keep[nkeep++ % 4];
-  int nv = 0;
-  snprintf(e, 128, "RAILNET_NICS=%s", spec);
-  int built = build("tests/topo/fixtures/dgx-h100-like.xml", e, nics, n, v, &nv) == 0;
-  const char *got = built ? exposed_nics(v, nv) : "(build failed)";
+  int built;
+  const char *got = nics_exposed(spec, nics, n, v, &built);
   tap_result(built && !lists_meet(gone, got) && (kept == NULL || list_has_all(kept, got)),
              "RAILNET_NICS=%s never exposes %s%s%s (%s); got %s", spec, gone,
              kept ? " and keeps " : "", kept ? kept : "", why, got);

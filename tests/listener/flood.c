@@ -91,15 +91,6 @@ static int count_fds(void) {
   return n - 1; /* the directory's own descriptor */
 }
 
-static void loadavg(char *buf, size_t len) {
-  snprintf(buf, len, "?");
-  FILE *f = fopen("/proc/loadavg", "r");
-  if (f == NULL) return;
-  double a, b, c;
-  if (fscanf(f, "%lf %lf %lf", &a, &b, &c) == 3) snprintf(buf, len, "%.2f %.2f %.2f", a, b, c);
-  fclose(f);
-}
-
 /* The listening addresses a TCP handle carries. */
 static int handle_addrs(const void *handle, union rn_sockaddr *addrs, uint64_t *nonce) {
   struct rn_handle h;
@@ -450,7 +441,7 @@ static int flood_r(struct rn_peer *p) {
   rc = rn_stream_check(p, rcm, 0);
   if (peer_sync(p, 10 * tscale()) != 0 && rc == 0) rc = peer_fail(p, "sender gone");
   char load[64];
-  loadavg(load, sizeof load);
+  rn_loadavg(load, sizeof load);
   note(
       "  real connect %.1f ms, accept %.1f ms; listener held at most %d socket(s) beyond its "
       "%d at rest; load %s",

@@ -184,6 +184,20 @@ static struct rn_hello h_wrong_nonce(const struct listener *l) {
   return h;
 }
 
+/* A control stream from 127.0.0.1 and, for the same connection id, a data
+ * stream from 127.0.0.9 (the impostor), each with nlocals bound sources;
+ * returns the data hello, for the real stream to repeat.  A stream that
+ * could not be opened is -1. */
+static struct rn_hello ctrl_and_impostor(const struct listener *l, uint32_t nlocals, int *ctrl,
+                                         int *fake) {
+  uint64_t id = rn_rdv_random64();
+  struct rn_hello hc = hello(l, RN_ROLE_CTRL, 0, id, 1, nlocals);
+  struct rn_hello hd = hello(l, RN_ROLE_DATA, 0, id, 1, nlocals);
+  *ctrl = raw_hello(&l->addr[0], "127.0.0.1", &hc);
+  *fake = raw_hello(&l->addr[0], "127.0.0.9", &hd);
+  return hd;
+}
+
 /* The same connection id from another source address: the impostor's
  * stream is closed, and the connection completes with the real one. */
 static int impostor_not_merged(void) {
@@ -191,11 +205,7 @@ static int impostor_not_merged(void) {
   struct rn_rdv_conn conn;
   int ok = 0, ctrl = -1, fake = -1, real = -1;
   if (listener_open(&l, 1, 0) != 0) return 0;
-  uint64_t id = rn_rdv_random64();
-  struct rn_hello hc = hello(&l, RN_ROLE_CTRL, 0, id, 1, 1);
-  struct rn_hello hd = hello(&l, RN_ROLE_DATA, 0, id, 1, 1);
-  ctrl = raw_hello(&l.addr[0], "127.0.0.1", &hc);
-  fake = raw_hello(&l.addr[0], "127.0.0.9", &hd);
+  struct rn_hello hd = ctrl_and_impostor(&l, 1, &ctrl, &fake);
   if (ctrl < 0 || fake < 0) goto out;
   if (pump(&l, NULL, NULL, NULL, &conn, closed_by_peer, &fake) != 0) goto out;
   real = raw_hello(&l.addr[0], "127.0.0.1", &hd);
@@ -217,11 +227,7 @@ static int unbound_other_address_not_merged(void) {
   struct rn_rdv_conn conn;
   int ok = 0, ctrl = -1, fake = -1;
   if (listener_open(&l, 1, 0) != 0) return 0;
-  uint64_t id = rn_rdv_random64();
-  struct rn_hello hc = hello(&l, RN_ROLE_CTRL, 0, id, 1, 0);
-  struct rn_hello hd = hello(&l, RN_ROLE_DATA, 0, id, 1, 0);
-  ctrl = raw_hello(&l.addr[0], "127.0.0.1", &hc);
-  fake = raw_hello(&l.addr[0], "127.0.0.9", &hd);
+  (void)ctrl_and_impostor(&l, 0, &ctrl, &fake);
   ok = ctrl >= 0 && fake >= 0 && pump(&l, NULL, NULL, NULL, &conn, closed_by_peer, &fake) == 0;
   if (ctrl >= 0) close(ctrl);
   if (fake >= 0) close(fake);
