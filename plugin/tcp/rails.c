@@ -303,9 +303,7 @@ void rn_tcp_rails_stream_ended(struct rn_tcp_comm *c, struct rn_tcp_stream *s) {
           c->base.vdev, r->name, s->cause);
 }
 
-/* Sizes of the stream queues (entries kept for a re-send included) and the
- * bytes in flight per rail, as the choice of a stream needs them. */
-static void rn_tcp_rails_load(struct rn_tcp_comm *c, int *used, uint64_t *load) {
+void rn_tcp_rails_load(struct rn_tcp_comm *c, int *used, uint64_t *load) {
   for (int i = 0; i < c->nstreams; i++) {
     struct rn_tcp_stream *s = &c->stream[i];
     pthread_mutex_lock(&s->queue_lock);
@@ -313,8 +311,11 @@ static void rn_tcp_rails_load(struct rn_tcp_comm *c, int *used, uint64_t *load) 
     used[i] = (s->queue_tail - s->keep_head + RN_TCP_STREAM_QUEUE) % RN_TCP_STREAM_QUEUE;
     pthread_mutex_unlock(&s->queue_lock);
   }
-  for (int i = 0; i < c->nrails; i++)
-    load[i] = atomic_load(&c->rail[i].pending) + rn_tcp_rail_outq(c, &c->rail[i]);
+  for (int i = 0; i < c->nrails; i++) {
+    load[i] = atomic_load(&c->rail[i].pending);
+    /* the kernel's send queues matter only when there is a choice of rail */
+    if (c->nrails > 1) load[i] += rn_tcp_rail_outq(c, &c->rail[i]);
+  }
 }
 
 /* Queue chunks of failed rails on the others, as far as they have room. */

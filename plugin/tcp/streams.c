@@ -415,17 +415,7 @@ int rn_tcp_enqueue(struct rn_tcp_comm *c, struct rn_tcp_req *r, const char *data
   uint64_t load[RN_MAX_RAILS];
   uint8_t where[RN_TCP_MAX_CHUNKS];
   if (c->nbacklog > 0) return 0; /* chunks of a failed rail go first */
-  for (int i = 0; i < c->nstreams; i++) {
-    struct rn_tcp_stream *s = &c->stream[i];
-    pthread_mutex_lock(&s->queue_lock);
-    rn_tcp_stream_retire(s);
-    used[i] = (s->queue_tail - s->keep_head + RN_TCP_STREAM_QUEUE) % RN_TCP_STREAM_QUEUE;
-    pthread_mutex_unlock(&s->queue_lock);
-  }
-  for (int i = 0; i < c->nrails; i++) {
-    load[i] = atomic_load(&c->rail[i].pending);
-    if (c->nrails > 1) load[i] += rn_tcp_rail_outq(c, &c->rail[i]);
-  }
+  rn_tcp_rails_load(c, used, load);
   for (size_t k = 0; k < nchunks; k++) {
     size_t off = k * grid, len = size - off < grid ? size - off : grid;
     int sidx = rn_tcp_rails_pick(c, len, load, used);

@@ -336,6 +336,10 @@ void rn_tcp_rails_close(struct rn_tcp_comm *c);
  * rail, the stream of that rail with the fewest used[] queue entries; -1
  * when no stream has room. */
 int rn_tcp_rails_pick(struct rn_tcp_comm *c, size_t len, const uint64_t *load, const int *used);
+/* What rn_tcp_rails_pick needs: the used[] entries of each stream queue
+ * (entries kept for a re-send included) and the load[] bytes in flight per
+ * rail (the kernel's unacknowledged bytes too, when there are several). */
+void rn_tcp_rails_load(struct rn_tcp_comm *c, int *used, uint64_t *load);
 /* Bytes in the rail's sockets that TCP has not had acknowledged. */
 uint64_t rn_tcp_rail_outq(const struct rn_tcp_comm *c, const struct rn_tcp_rail *r);
 
