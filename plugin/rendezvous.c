@@ -12,17 +12,17 @@
  *   it as soon as its connect completes, so it is usually there already.
  *   Bytes are checked as they arrive; a wrong magic, version or nonce closes
  *   the socket at once.
- * - Anonymous sockets wait in a table of RN_RDV_MAX_ANON, each with a
- *   deadline of RAILNET_HELLO_TIMEOUT_MS from its accept (never more than
- *   RAILNET_CONNECT_TIMEOUT_MS), and are closed there.  When the table is
- *   full, a newcomer without its hello takes the place of the oldest
- *   anonymous socket only once that one is past its deadline: no socket is
- *   evicted early in favour of an anonymous one.  Otherwise the newcomer
- *   waits in a probation ring of RN_RDV_MAX_PROBATION for one more look, at
- *   the next poll or when RN_RDV_MAX_PROBATION newer ones push it out; a
- *   real connector's hello has arrived by then (it follows the handshake by
- *   microseconds), anything else is closed.  A flood of silent or garbage
- *   connections costs each of them an accept, a recv and a close.
+ * - Anonymous sockets wait in a table of RN_RDV_MAX_ANON, in the order
+ *   they came, each with a deadline of RAILNET_HELLO_TIMEOUT_MS from its
+ *   accept (never more than RAILNET_CONNECT_TIMEOUT_MS), and are closed
+ *   there.  When the table is full, the oldest one gets a last read and
+ *   makes room for the newcomer unless its hello has arrived.  Under a
+ *   flood of R connections a second every socket thus has
+ *   min(hello timeout, RN_RDV_MAX_ANON / R) for its hello, the most a
+ *   fixed table can give each of them; a real connector's hello follows
+ *   its handshake by microseconds, and a dropped one dials again.  A flood
+ *   of silent or garbage connections costs each of them an accept, a recv
+ *   and a close.
  * - Authenticated sockets join the group of their connection id.  At most
  *   RN_RDV_MAX_GROUPS groups holding RN_RDV_MAX_GROUP_FDS sockets together;
  *   when full, an authenticated newcomer evicts the oldest incomplete group
@@ -42,8 +42,7 @@
  *   each call stays short.
  * - Strays are closed with a reset (SO_LINGER 0): they leave no TIME_WAIT
  *   behind on the listening host.
- * - Bounds per listener: RN_RDV_MAX_ANON + RN_RDV_MAX_PROBATION +
- *   RN_RDV_MAX_GROUP_FDS = 256 sockets (the listening sockets are the
+ * - Bounds per listener: RN_RDV_MAX_ANON + RN_RDV_MAX_GROUP_FDS = 256 sockets (the listening sockets are the
  *   caller's), and one allocation of sizeof(struct rn_rdv), about 60 KB.
  * - Out of descriptors: when accept() fails with EMFILE, ENFILE, ENOBUFS
  *   or ENOMEM, one WARN opens the episode and accepting pauses; what is
@@ -78,8 +77,7 @@
 #include "railnet/transport.h"
 
 #define RN_HELLO_VERSION RN_WIRE_VERSION
-#define RN_RDV_MAX_ANON 64       /* sockets within their hello deadline */
-#define RN_RDV_MAX_PROBATION 64  /* accepted while those were all young */
+#define RN_RDV_MAX_ANON 128      /* sockets within their hello deadline */
 #define RN_RDV_MAX_GROUPS 64     /* authenticated connections being assembled */
 #define RN_RDV_MAX_GROUP_FDS 128 /* the sockets those hold together */
 #define RN_RDV_ACCEPT_BUDGET 256 /* accept() calls per poll */
@@ -108,7 +106,7 @@ uint64_t rn_rdv_random64(void) {
 /* Why a connection was closed without being handed out. */
 enum rn_rdv_stray {
   RN_STRAY_SILENT = 0,   /* no whole hello by its deadline */
-  RN_STRAY_SHED,         /* no hello yet, and no room left for it */
+  RN_STRAY_SHED,         /* the oldest without a hello when a newcomer needed room */
   RN_STRAY_CLOSED,       /* closed by the peer before its hello */
   RN_STRAY_NOT_RAILNET,  /* wrong magic or version */
   RN_STRAY_WRONG_NONCE,  /* a peer holding another handle */
@@ -121,7 +119,7 @@ enum rn_rdv_stray {
 };
 static const char *const rn_rdv_stray_name[RN_STRAY_NREASONS] = {
     "silent past the hello timeout",
-    "shed without a hello while the table was full",
+    "no hello yet when newer connections needed its place",
     "closed before identifying itself",
     "not a railnet hello",
     "wrong nonce (a peer holding another handle)",
@@ -184,11 +182,9 @@ struct rn_rdv {
   uint64_t nonce;
   int min_streams, max_streams;
   int64_t hello_ms, connect_ms;
-  char addr[64]; /* the first listening address, for messages */
-  int nanon;
+  char addr[64];        /* the first listening address, for messages */
+  int anon_head, nanon; /* a ring, oldest at anon_head */
   struct rn_rdv_socket anon[RN_RDV_MAX_ANON];
-  int probation_head, nprobation;
-  struct rn_rdv_socket probation[RN_RDV_MAX_PROBATION];
   int ngroups;
   int group_fds;
   uint64_t next_seq;
@@ -429,36 +425,14 @@ static int rn_rdv_read(const struct rn_rdv *r, struct rn_rdv_socket *s, enum rn_
   return s->off == sizeof(s->hello);
 }
 
-/* Find room for a socket still without its whole hello: a free anonymous
- * slot, or the slot of the oldest one past its deadline.  0 when placed. */
-static int rn_rdv_anon_place(struct rn_rdv *r, const struct rn_rdv_socket *s, int64_t now) {
-  if (r->nanon < RN_RDV_MAX_ANON) {
-    r->anon[r->nanon++] = *s;
-    return 0;
-  }
-  int oldest = 0;
-  for (int i = 1; i < r->nanon; i++)
-    if (r->anon[i].deadline < r->anon[oldest].deadline) oldest = i;
-  if (now <= r->anon[oldest].deadline) return -1;
-  rn_rdv_socket_drop(r, &r->anon[oldest], RN_STRAY_SILENT, now);
-  r->anon[oldest] = *s;
-  return 0;
+/* The i-th oldest anonymous socket. */
+static struct rn_rdv_socket *rn_rdv_anon_at(struct rn_rdv *r, int i) {
+  return &r->anon[(r->anon_head + i) % RN_RDV_MAX_ANON];
 }
 
-/* One more look at a socket that waited in probation: admitted if its hello
- * has arrived, kept if there is room now, closed otherwise. */
-static void rn_rdv_last_look(struct rn_rdv *r, struct rn_rdv_socket *s, int64_t now) {
-  enum rn_rdv_stray why;
-  int got = s->readable ? rn_rdv_read(r, s, &why) : 0;
-  if (got < 0)
-    rn_rdv_socket_drop(r, s, why, now);
-  else if (got > 0)
-    rn_rdv_admit(r, s, now);
-  else if (rn_rdv_anon_place(r, s, now) != 0)
-    rn_rdv_socket_drop(r, s, RN_STRAY_SHED, now);
-}
-
-/* A socket fresh from accept(): its hello is read at once. */
+/* A socket fresh from accept(): its hello is read at once.  Without it,
+ * the socket waits in the anonymous table, where a full table's oldest
+ * socket gets a last read and, still without its hello, leaves. */
 static void rn_rdv_take(struct rn_rdv *r, struct rn_rdv_socket *s, int64_t now) {
   enum rn_rdv_stray why;
   int got = rn_rdv_read(r, s, &why);
@@ -470,16 +444,21 @@ static void rn_rdv_take(struct rn_rdv *r, struct rn_rdv_socket *s, int64_t now) 
     rn_rdv_admit(r, s, now);
     return;
   }
-  if (rn_rdv_anon_place(r, s, now) == 0) return;
-  if (r->nprobation == RN_RDV_MAX_PROBATION) {
-    /* the oldest in probation gets its look now and leaves the ring */
-    struct rn_rdv_socket oldest = r->probation[r->probation_head];
-    r->probation_head = (r->probation_head + 1) % RN_RDV_MAX_PROBATION;
-    r->nprobation--;
-    oldest.readable = 1; /* not polled since it came: read it */
-    rn_rdv_last_look(r, &oldest, now);
+  if (r->nanon == RN_RDV_MAX_ANON) {
+    struct rn_rdv_socket oldest = *rn_rdv_anon_at(r, 0);
+    r->anon_head = (r->anon_head + 1) % RN_RDV_MAX_ANON;
+    r->nanon--;
+    got = rn_rdv_read(r, &oldest, &why);
+    if (got > 0)
+      rn_rdv_admit(r, &oldest, now);
+    else
+      rn_rdv_socket_drop(r, &oldest,
+                         got < 0                 ? why
+                         : now > oldest.deadline ? RN_STRAY_SILENT
+                                                 : RN_STRAY_SHED,
+                         now);
   }
-  r->probation[(r->probation_head + r->nprobation++) % RN_RDV_MAX_PROBATION] = *s;
+  *rn_rdv_anon_at(r, r->nanon++) = *s;
 }
 
 static void rn_rdv_starved_end(struct rn_rdv *r, int64_t now) {
@@ -499,7 +478,7 @@ static ncclResult_t rn_rdv_starved_note(struct rn_rdv *r, int err, int64_t now) 
     RN_WARN(
         "%s: accept failed: %s; holding %d socket(s) of pending connections, new ones wait in "
         "the backlog; giving up after %lld ms",
-        r->addr, strerror(err), r->nanon + r->nprobation + r->group_fds, (long long)r->connect_ms);
+        r->addr, strerror(err), r->nanon + r->group_fds, (long long)r->connect_ms);
   }
   st->attempts++;
   if (now - st->since < r->connect_ms) return ncclSuccess;
@@ -550,48 +529,37 @@ static ncclResult_t rn_rdv_accept_some(struct rn_rdv *r, int64_t now) {
 /* Mark the waiting sockets that have bytes (or an error) to read: one
  * poll() rather than a recv() each. */
 static void rn_rdv_mark_readable(struct rn_rdv *r) {
-  enum { MAX = RN_RDV_MAX_ANON + RN_RDV_MAX_PROBATION };
-  struct pollfd pfd[MAX];
-  struct rn_rdv_socket *sock[MAX];
-  int n = 0;
-  for (int i = 0; i < r->nanon; i++) sock[n++] = &r->anon[i];
-  for (int i = 0; i < r->nprobation; i++)
-    sock[n++] = &r->probation[(r->probation_head + i) % RN_RDV_MAX_PROBATION];
-  for (int i = 0; i < n; i++) pfd[i] = (struct pollfd){.fd = sock[i]->fd, .events = POLLIN};
+  struct pollfd pfd[RN_RDV_MAX_ANON];
+  int n = r->nanon;
+  for (int i = 0; i < n; i++)
+    pfd[i] = (struct pollfd){.fd = rn_rdv_anon_at(r, i)->fd, .events = POLLIN};
   int rc = n > 0 ? poll(pfd, (nfds_t)n, 0) : 0;
-  for (int i = 0; i < n; i++) sock[i]->readable = rc < 0 || pfd[i].revents != 0;
+  for (int i = 0; i < n; i++) rn_rdv_anon_at(r, i)->readable = rc < 0 || pfd[i].revents != 0;
 }
 
 ncclResult_t rn_rdv_poll(struct rn_rdv *r, struct rn_rdv_conn *conn, int *ready) {
   int64_t now = rn_clock_ms();
   *ready = 0;
   rn_rdv_mark_readable(r);
-  /* Probation first: its sockets get their last look, and descriptors
-   * come free before accepting more. */
-  while (r->nprobation > 0) {
-    struct rn_rdv_socket s = r->probation[r->probation_head];
-    r->probation_head = (r->probation_head + 1) % RN_RDV_MAX_PROBATION;
-    r->nprobation--;
-    rn_rdv_last_look(r, &s, now);
-  }
-  r->probation_head = 0;
   ncclResult_t res = rn_rdv_accept_some(r, now);
-  for (int i = 0; i < r->nanon;) {
-    struct rn_rdv_socket *s = &r->anon[i];
+  /* Oldest first, keeping the order: sockets that came in this call were
+   * read as they came. */
+  int kept = 0;
+  for (int i = 0; i < r->nanon; i++) {
+    struct rn_rdv_socket s = *rn_rdv_anon_at(r, i);
     enum rn_rdv_stray why;
-    /* sockets that came in this call were read as they came */
-    int got = s->readable ? rn_rdv_read(r, s, &why) : 0;
-    if (got == 0 && now <= s->deadline) {
-      i++;
+    int got = s.readable ? rn_rdv_read(r, &s, &why) : 0;
+    s.readable = 0;
+    if (got == 0 && now <= s.deadline) {
+      *rn_rdv_anon_at(r, kept++) = s;
       continue;
     }
-    struct rn_rdv_socket taken = *s;
-    *s = r->anon[--r->nanon];
     if (got > 0)
-      rn_rdv_admit(r, &taken, now);
+      rn_rdv_admit(r, &s, now);
     else
-      rn_rdv_socket_drop(r, &taken, got < 0 ? why : RN_STRAY_SILENT, now);
+      rn_rdv_socket_drop(r, &s, got < 0 ? why : RN_STRAY_SILENT, now);
   }
+  r->nanon = kept;
   for (int i = 0; i < r->ngroups;) {
     struct rn_rdv_group *g = &r->group[i];
     if (g->have_ctrl && g->ndata == g->conn.nstreams) {
@@ -615,9 +583,7 @@ ncclResult_t rn_rdv_poll(struct rn_rdv *r, struct rn_rdv_conn *conn, int *ready)
 
 void rn_rdv_destroy(struct rn_rdv *r) {
   if (r == NULL) return;
-  for (int i = 0; i < r->nanon; i++) close(r->anon[i].fd);
-  for (int i = 0; i < r->nprobation; i++)
-    close(r->probation[(r->probation_head + i) % RN_RDV_MAX_PROBATION].fd);
+  for (int i = 0; i < r->nanon; i++) close(rn_rdv_anon_at(r, i)->fd);
   for (int i = 0; i < r->ngroups; i++) rn_rdv_conn_close(&r->group[i].conn);
   rn_rdv_stray_summary(r, rn_clock_ms());
   free(r);

@@ -91,6 +91,26 @@ static int count_fds(void) {
   return n - 1; /* the directory's own descriptor */
 }
 
+/* The kernel's count of connections this namespace's listening sockets
+ * dropped because their accept queue was full (TcpExt ListenOverflows):
+ * the connector then waits for a retransmission, a second or more. */
+static long listen_overflows(void) {
+  FILE *f = fopen("/proc/net/netstat", "r");
+  if (f == NULL) return -1;
+  char names[4096], values[4096];
+  long v = -1;
+  while (fgets(names, sizeof names, f) != NULL && fgets(values, sizeof values, f) != NULL) {
+    if (strncmp(names, "TcpExt:", 7) != 0) continue;
+    char *sn, *sv;
+    char *n = strtok_r(names, " \n", &sn), *x = strtok_r(values, " \n", &sv);
+    for (; n != NULL && x != NULL; n = strtok_r(NULL, " \n", &sn), x = strtok_r(NULL, " \n", &sv))
+      if (strcmp(n, "ListenOverflows") == 0) v = atol(x);
+    break;
+  }
+  fclose(f);
+  return v;
+}
+
 /* The listening addresses a TCP handle carries. */
 static int handle_addrs(const void *handle, union rn_sockaddr *addrs, uint64_t *nonce) {
   struct rn_handle h;
@@ -418,6 +438,7 @@ static int flood_r(struct rn_peer *p) {
     peer_fail(p, "pipe");
     goto out;
   }
+  long overflows0 = listen_overflows();
   double t0 = now_s();
   double bound = CONNECT_BOUND_S * tscale();
   while (rcm == NULL) {
@@ -442,10 +463,11 @@ static int flood_r(struct rn_peer *p) {
   if (peer_sync(p, 10 * tscale()) != 0 && rc == 0) rc = peer_fail(p, "sender gone");
   char load[64];
   rn_loadavg(load, sizeof load);
+  long overflows = listen_overflows() - overflows0;
   note(
       "  real connect %.1f ms, accept %.1f ms; listener held at most %d socket(s) beyond its "
-      "%d at rest; load %s",
-      connect_ms, accept_ms, max_fds - base_fds, base_fds, load);
+      "%d at rest; accept queue overflowed %ld time(s) meanwhile; load %s",
+      connect_ms, accept_ms, max_fds - base_fds, base_fds, overflows0 < 0 ? -1 : overflows, load);
   if (rc == 0 && max_fds - base_fds > LISTENER_MAX_FDS)
     rc = peer_fail(p, "the listener held %d sockets, more than its bound of %d", max_fds - base_fds,
                    LISTENER_MAX_FDS);
@@ -477,7 +499,8 @@ static int flood_s(struct rn_peer *p) {
     ncclResult_t r = rn_net_connect(&p->net, p->dev, handle, &sc);
     if (r != ncclSuccess) return peer_fail(p, "connect: %s", rn_result_str(r));
     if (sc == NULL && now_s() - t0 > bound)
-      return peer_fail(p, "connect not done within %.0f s", bound);
+      return peer_fail(p, "connect not done within %.0f s (%d WARN(s), the last: %s)", bound,
+                       rn_log_warns(), rn_log_warns() > 0 ? rn_log_last_warn() : "none");
   }
   double ms = (now_s() - t0) * 1e3;
   if (peer_write(p, &ms, sizeof ms) != 0) return peer_fail(p, "pipe");

@@ -235,9 +235,93 @@ static int unbound_other_address_not_merged(void) {
   return ok;
 }
 
+/* A TCP connection to `to` that sends nothing (yet). */
+static int raw_silent(const union rn_sockaddr *to) {
+  union rn_sockaddr src = loopback("127.0.0.1", 0);
+  int fd = -1, ok = 0;
+  if (rn_sock_connect_start(to, &src, &fd) != ncclSuccess) return -1;
+  double end = now_s() + BOUND_S;
+  while (!ok && now_s() < end)
+    if (rn_sock_connect_poll(fd, &ok) != ncclSuccess) break;
+  if (!ok) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+/* Poll the listener n times; 0 unless it errs or hands out a connection. */
+static int poll_n(struct listener *l, int n) {
+  for (int i = 0; i < n; i++) {
+    struct rn_rdv_conn conn;
+    int ready = 0;
+    if (rn_rdv_poll(l->rdv, &conn, &ready) != ncclSuccess) return -1;
+    if (ready) {
+      rn_rdv_conn_close(&conn);
+      return -1;
+    }
+    sleep_us(500);
+  }
+  return 0;
+}
+
+#define TABLE 128 /* the anonymous sockets a listener holds (plugin/rendezvous.c) */
+
+/* A full table of sockets without a hello: a newcomer whose hello comes
+ * late is still admitted while fewer than TABLE newer ones came after it
+ * (it is not closed at the next poll), and once TABLE newer ones came, the
+ * oldest are the ones closed, the newest kept. */
+static int late_hello_keeps_its_place(void) {
+  struct listener l;
+  int silent[2 * TABLE], late = -1, ok = 0;
+  for (int i = 0; i < 2 * TABLE; i++) silent[i] = -1;
+  if (listener_open(&l, 1, 1) != 0) return 0;
+  for (int i = 0; i < TABLE; i++)
+    if ((silent[i] = raw_silent(&l.addr[0])) < 0 || poll_n(&l, 1) != 0) goto out;
+  late = raw_silent(&l.addr[0]);
+  if (late < 0 || poll_n(&l, 1) != 0) goto out;
+  for (int i = TABLE; i < TABLE + TABLE / 2; i++)
+    if ((silent[i] = raw_silent(&l.addr[0])) < 0 || poll_n(&l, 2) != 0) goto out;
+  if (closed_by_peer(&late)) {
+    diag("the late socket was closed with %d newer ones behind it", TABLE / 2);
+    goto out;
+  }
+  struct rn_hello h = hello(&l, RN_ROLE_CTRL, 0, 42, 0, 0);
+  size_t off = 0;
+  while (off < sizeof h)
+    if (rn_sock_send_some(late, &h, sizeof h, &off) != ncclSuccess) goto out;
+  struct rn_rdv_conn conn;
+  if (pump(&l, NULL, NULL, NULL, &conn, NULL, NULL) != 1) {
+    diag("the late hello was not admitted");
+    goto out;
+  }
+  ok = conn.nstreams == 0 && conn.ctrl_fd >= 0;
+  rn_rdv_conn_close(&conn);
+  for (int i = TABLE + TABLE / 2; i < 2 * TABLE; i++)
+    if ((silent[i] = raw_silent(&l.addr[0])) < 0 || poll_n(&l, 1) != 0) ok = 0;
+  if (poll_n(&l, 4) != 0) ok = 0;
+  /* held now: the newest TABLE (those after the late one's place) */
+  int old_closed = 0, new_open = 0;
+  for (int i = 0; i < TABLE; i++) old_closed += closed_by_peer(&silent[i]);
+  for (int i = TABLE; i < 2 * TABLE; i++) new_open += !closed_by_peer(&silent[i]);
+  if (old_closed != TABLE || new_open != TABLE) {
+    diag("of the %d oldest silent sockets %d closed; of the %d newest %d still open", TABLE,
+         old_closed, TABLE, new_open);
+    ok = 0;
+  }
+out:
+  for (int i = 0; i < 2 * TABLE; i++)
+    if (silent[i] >= 0) close(silent[i]);
+  if (late >= 0) close(late);
+  listener_close(&l);
+  return ok;
+}
+
 int main(void) {
   setenv("RAILNET_SOCKET_IFNAME", "lo", 0);
-  tap_plan(15);
+  /* silence past the hello timeout is not what these tests are about */
+  setenv("RAILNET_HELLO_TIMEOUT_MS", "60000", 1);
+  tap_plan(16);
   tap_result(admits_dial(0, 1, 4, 0), "a dial of 4 streams is admitted whole");
   tap_result(admits_dial(1, 1, 0, 0), "a control-only listener admits a dial of 0 streams");
   tap_result(admits_dial(0, 2, 5, 2),
@@ -256,5 +340,8 @@ int main(void) {
   tap_result(unbound_other_address_not_merged(),
              "unbound sources: a stream from another address than its control is not merged");
   tap_result(admits_dial(0, 1, 32, 0), "a dial of 32 streams is admitted whole");
+  tap_result(late_hello_keeps_its_place(),
+             "a full table: a late hello keeps its place behind newer silent sockets, the oldest "
+             "leave first");
   return tap_failed() ? 1 : 0;
 }
