@@ -110,7 +110,6 @@ static int rn_devices_find_nic(int nnics, const int *model_of, int m) {
 
 ncclResult_t rn_devices_build(const struct rn_nic *nics, int nnics, struct rn_vdev *vdevs,
                               int *nvdevs) {
-  const struct rn_params *p = rn_params();
   struct rn_topo_settings set;
   rn_devices_settings(&set);
   const char *filter = set.nics; /* "" when unset or malformed (warned) */
@@ -123,9 +122,11 @@ ncclResult_t rn_devices_build(const struct rn_nic *nics, int nnics, struct rn_vd
   if (nnics == 0) return ncclSuccess;
 
   int rc = -1;
-  if (p->topo_file[0]) {
-    rc = rn_topo_load_file(p->topo_file, &topo, err, sizeof(err));
-    if (rc != 0) RN_WARN("topology file unusable, reading the live machine instead: %s", err);
+  if (set.topo_file[0]) {
+    rc = rn_topo_load_file(set.topo_file, &topo, err, sizeof(err));
+    if (rc != 0)
+      RN_WARN("topology file from %s unusable, reading the live machine instead: %s",
+              set.topo_file_from, err);
   }
   if (rc != 0) rc = rn_topo_load_live(&topo, err, sizeof(err));
   if (rc != 0) {

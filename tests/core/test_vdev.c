@@ -7,6 +7,7 @@
 #include <string.h>
 #include "../common/rn_test.h"
 #include "railnet/devices.h"
+#include "railnet/log.h"
 #include "railnet/param.h"
 #include "railnet/topo.h"
 
@@ -36,9 +37,24 @@ static int fake_nics(const char *file, struct rn_nic *nics) {
   return n;
 }
 
+/* The last WARN the device table logged. */
+static char last_warn[1024];
+static void capture(ncclDebugLogLevel level, unsigned long flags, const char *file, int line,
+                    const char *fmt, ...) {
+  (void)flags, (void)file, (void)line;
+  if (level != NCCL_LOG_WARN) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(last_warn, sizeof(last_warn), fmt, ap);
+  va_end(ap);
+}
+
 static int build(const char *file, const char *env_extra, struct rn_nic *nics, int nnics,
                  struct rn_vdev *v, int *nv) {
-  setenv("RAILNET_TOPO_FILE", file, 1);
+  if (file != NULL)
+    setenv("RAILNET_TOPO_FILE", file, 1);
+  else
+    unsetenv("RAILNET_TOPO_FILE");
   unsetenv("RAILNET_NICS");
   unsetenv("RAILNET_GDR_LEVEL");
   if (env_extra != NULL) putenv((char *)env_extra);
@@ -189,7 +205,8 @@ int main(void) {
   static struct rn_nic nics[RN_MAX_NICS];
   static struct rn_vdev v[RN_MAX_VDEVS];
   int nv = 0;
-  printf("1..%d\n", 30 + 14);
+  printf("1..%d\n", 32 + 14);
+  rn_log_set(capture);
   const char *dgx = "tests/topo/fixtures/dgx-h100-like.xml";
   int n = fake_nics(dgx, nics);
   tap_result(n == 12, "DGX-H100-like fixture gives 12 NICs (%s)", dgx);
@@ -322,8 +339,23 @@ int main(void) {
   tap_result(build("tests/topo/fixtures/no-nics.xml", NULL, nics + n, 1, v, &nv) == 0 && nv == 1 &&
                  strcmp(v[0].name, "veth0") == 0,
              "%s", "with no planned rails every transport NIC is its own device");
-  tap_result(build("/nonexistent/topo.xml", NULL, nics, n, v, &nv) == 0 && nv >= 1, "%s",
-             "an unreadable RAILNET_TOPO_FILE warns and falls back to the live machine");
+  last_warn[0] = '\0';
+  tap_result(build("/nonexistent/topo.xml", NULL, nics, n, v, &nv) == 0 && nv >= 1 &&
+                 strstr(last_warn, "RAILNET_TOPO_FILE") && strstr(last_warn, "/nonexistent"),
+             "an unreadable RAILNET_TOPO_FILE warns, naming it, and falls back to the live "
+             "machine: %s",
+             last_warn);
+  /* NCCL's own variable, read by the same settings reader as railnet-topo */
+  n = fake_nics(dgx, nics);
+  tap_result(
+      build(NULL, "NCCL_TOPO_FILE=tests/topo/fixtures/dgx-h100-like.xml", nics, n, v, &nv) == 0 &&
+          nv == 8 && has_vdev(v, nv, "mlx5_0") >= 0,
+      "%s", "NCCL_TOPO_FILE is read when RAILNET_TOPO_FILE is unset");
+  last_warn[0] = '\0';
+  tap_result(build(NULL, "NCCL_TOPO_FILE=/nonexistent/nccl.xml", nics, n, v, &nv) == 0 &&
+                 strstr(last_warn, "NCCL_TOPO_FILE") != NULL,
+             "an unreadable NCCL_TOPO_FILE's WARN names NCCL_TOPO_FILE: %s", last_warn);
+  unsetenv("NCCL_TOPO_FILE");
   static const char *const views[][2] = {
       {"dgx-h100-like.xml", NULL},
       {"dgx-h100-like.xml", "RAILNET_NICS=mlx5_0,mlx5_1"},
