@@ -6,7 +6,8 @@
  *                       device=port[,port...]; a port is
  *                       link(ib|eth|none):state(active|down)[:speed:width]
  *   FAKE_VERBS_GIDS     the GID table of every port: "v2:::ffff:198.18.0.1,-,v1:fe80::1"
- *                       (v1|v2|ib):address, or "-" for an empty slot
+ *                       (v1|v2|ib):address, or "-" for an empty slot;
+ *                       FAKE_VERBS_GIDS_<device> for one device's ports
  *   FAKE_VERBS_FAIL     what fails: list=ENODEV|empty, open=DEV, query_device=DEV,
  *                       query_port=DEV:PORT, pd=DEV, cq=DEV, gid=DEV,
  *                       dmabuf_probe=ERRNO (fd -1), dmabuf=ERRNO (a real fd)
@@ -178,9 +179,12 @@ int ibv_query_device(struct ibv_context *context, struct ibv_device_attr *attr) 
   return 0;
 }
 
-/* The GID table every port has: FAKE_VERBS_GIDS entry i. */
-static int gid_entry(int i, union ibv_gid *gid, int *type, int *len) {
-  const char *env = getenv("FAKE_VERBS_GIDS");
+/* Entry i of the GID table of the device's ports: FAKE_VERBS_GIDS_<name>
+ * when set, else FAKE_VERBS_GIDS. */
+static int gid_entry(const struct fake_dev *f, int i, union ibv_gid *gid, int *type, int *len) {
+  char var[96];
+  snprintf(var, sizeof(var), "FAKE_VERBS_GIDS_%s", f->dev.name);
+  const char *env = getenv(var) ? getenv(var) : getenv("FAKE_VERBS_GIDS");
   char *copy = strdup(env ? env : ""), *save = NULL;
   int n = 0, found = -1;
   for (char *e = strtok_r(copy, ",", &save); e; e = strtok_r(NULL, ",", &save), n++) {
@@ -213,7 +217,7 @@ int(ibv_query_port)(struct ibv_context *context, uint8_t port_num,
   const struct fake_port *p = &f->ports[port_num - 1];
   union ibv_gid g;
   int type, len = 0;
-  (void)gid_entry(0, &g, &type, &len);
+  (void)gid_entry(f, 0, &g, &type, &len);
   memset(attr, 0, offsetof(struct ibv_port_attr, flags));
   attr->state = p->state;
   attr->link_layer = p->link;
@@ -230,7 +234,7 @@ int ibv_query_gid(struct ibv_context *context, uint8_t port_num, int index, unio
   struct fake_dev *f = fake_of(context);
   int type;
   if (port_num < 1 || port_num > f->nports || fails("gid", f->dev.name)) return EINVAL;
-  if (gid_entry(index, gid, &type, NULL) != 0) memset(gid, 0, sizeof(*gid));
+  if (gid_entry(f, index, gid, &type, NULL) != 0) memset(gid, 0, sizeof(*gid));
   return 0;
 }
 
@@ -243,7 +247,7 @@ int _ibv_query_gid_ex(struct ibv_context *context, uint32_t port_num, uint32_t g
   if (entry_size < sizeof(*entry)) return EINVAL;
   if (port_num < 1 || (int)port_num > f->nports) return EINVAL;
   memset(entry, 0, sizeof(*entry));
-  if (gid_entry((int)gid_index, &entry->gid, &type, NULL) != 0) return ENODATA;
+  if (gid_entry(f, (int)gid_index, &entry->gid, &type, NULL) != 0) return ENODATA;
   entry->gid_index = gid_index;
   entry->port_num = port_num;
   entry->gid_type = (uint32_t)type;
