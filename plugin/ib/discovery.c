@@ -171,8 +171,10 @@ static void rn_ib_netdev(struct rn_ib_device *device, struct rn_ib_port *port, c
     rn_ib_strcpy(out, len, buf);
     return;
   }
+  /* Listed under RAILNET_FSROOT, as every sysfs read (rn_sysfs_read). */
   char path[PATH_MAX];
-  snprintf(path, sizeof(path), "/sys/class/infiniband/%s/device/net", device->name);
+  snprintf(path, sizeof(path), "%s/sys/class/infiniband/%s/device/net", rn_params()->fsroot,
+           device->name);
   DIR *d = opendir(path);
   if (!d) return;
   struct dirent *de;
@@ -326,13 +328,22 @@ ncclResult_t rn_ib_init(const struct rn_nic **nics, int *n, char *why, size_t wh
     snprintf(why, whylen, "no RDMA devices on this host: %s", strerror(errno ? errno : ENODEV));
     return ncclSuccess;
   }
-  int nactive = 0;
+  int nactive = 0, nskipped = 0;
   for (int i = 0; i < ndev && rn_ib_ndevices < RN_MAX_NICS && rn_ib_nports < RN_MAX_NICS; i++) {
-    if (rn_ib_add_device(list[i], &nactive) != ncclSuccess)
+    if (rn_ib_add_device(list[i], &nactive) != ncclSuccess) {
       RN_INFO(NCCL_INIT | NCCL_NET, "device %s skipped", rn_ibv_get_device_name(list[i]));
+      nskipped++;
+    }
   }
   rn_ibv_free_device_list(list);
-  if (rn_ib_nports == 0)
+  /* A device skipped on an error (its WARN says which) may well have had
+   * an ACTIVE port: the reason names both kinds. */
+  if (rn_ib_nports == 0 && nskipped == ndev)
+    snprintf(why, whylen, "%d verbs device(s), each skipped on an error", ndev);
+  else if (rn_ib_nports == 0 && nskipped > 0)
+    snprintf(why, whylen, "%d verbs device(s): %d skipped on an error, no ACTIVE port on the rest",
+             ndev, nskipped);
+  else if (rn_ib_nports == 0)
     snprintf(why, whylen, "%d verbs device(s), no ACTIVE port", ndev);
   else
     RN_INFO(NCCL_INIT | NCCL_NET, "%d NIC(s) on %d device(s)", rn_ib_nports, rn_ib_ndevices);

@@ -168,7 +168,7 @@ elif ldd "${RN_BUILD:-build}/libnccl-net-railnet.so" 2>/dev/null | grep -q libas
   echo "ok $n # SKIP sanitizer build: NCCL cannot dlopen an ASan plugin"
 else
   # a GPU is here: the shortest real run (nccl-sendrecv through the script)
-  if timeout 300 "$gc" --only nccl-sendrecv --quick >"$tmp/gpu.out" 2>&1; then
+  if timeout $((300 * ${RN_TIMEOUT_SCALE:-1})) "$gc" --only nccl-sendrecv --quick >"$tmp/gpu.out" 2>&1; then
     ok "scripts/gpu-check.sh --only nccl-sendrecv on this GPU"
   else
     notok "scripts/gpu-check.sh --only nccl-sendrecv on this GPU"

@@ -12,3 +12,6 @@ $(1): $(2) $(RN_TEST_COMMON_OBJS) | $(PLUGIN_SO)
 	@mkdir -p $$(dir $$@)
 	$$(CC) $$(LDFLAGS_COMMON) -o $$@ $$^ -ldl -lpthread
 endef
+
+# A test script whose program was not built fails, never skips.
+TEST_SCRIPTS += tests/common/not-built.sh

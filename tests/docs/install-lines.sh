@@ -3,7 +3,7 @@
 # installs (.ci/run) are the same list, installed the same way: the suite
 # is tested on what a newcomer gets.
 cd "$(dirname "$0")/../.." || exit 1
-echo 1..2
+echo 1..3
 T=$(mktemp -d) || exit 1
 trap 'rm -rf "$T"' EXIT
 # every "apt-get install" command, continuation lines joined
@@ -30,4 +30,14 @@ elif [ "$r" -gt 0 ] && [ "$c" -gt 0 ]; then
   echo "ok 2 - both leave recommended packages out"
 else
   echo "not ok 2 - README and .ci/run differ on --no-install-recommends ($r vs $c commands)"
+fi
+# The README says CI fails when a shared vendor topology is missing: CI
+# must export RAILNET_TOPOLOGIES_REQUIRED=1 before it runs the suite.
+req=$(grep -nE '^[[:space:]]*export[[:space:]]+RAILNET_TOPOLOGIES_REQUIRED=1[[:space:]]*$' .ci/run | head -1 | cut -d: -f1)
+chk=$(grep -nE '^[[:space:]]*make[[:space:]]+(check|test)' .ci/run | head -1 | cut -d: -f1)
+if grep -q 'RAILNET_TOPOLOGIES_REQUIRED=1. (CI)' README.md && [ -n "$req" ] && [ -n "$chk" ] &&
+  [ "$req" -lt "$chk" ]; then
+  echo "ok 3 - .ci/run exports RAILNET_TOPOLOGIES_REQUIRED=1 before the suite, as the README says"
+else
+  echo "not ok 3 - .ci/run exports RAILNET_TOPOLOGIES_REQUIRED=1 before the suite, as the README says"
 fi

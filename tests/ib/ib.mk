@@ -24,3 +24,29 @@ $(IB_ROGUE): $(BUILD)/tests/ib/rogue.o $(RN_TEST_COMMON_OBJS) $(PLUGIN_LIB) | $(
 	$(CC) $(LDFLAGS_COMMON) -o $@ $^ -ldl -lpthread
 VM_PROGS += $(IB_ROGUE)
 endif
+
+# Verbs discovery and the GPU-memory probes on any host
+# (tests/ib/test_discovery.c): the plugin loads stand-in libibverbs.so.1 and
+# libcuda.so.1 builds from $(BUILD)/tests/ib/fake/<variant>/, chosen per
+# case through LD_LIBRARY_PATH.  "-old" variants lack the optional entry
+# points (ibv_reg_dmabuf_mr and _ibv_query_gid_ex; cuMemGetHandleForAddressRange).
+ifeq ($(HAVE_VERBS),1)
+IB_FAKE_DIR := $(BUILD)/tests/ib/fake
+IB_FAKE_LIBS := $(IB_FAKE_DIR)/verbs/libibverbs.so.1 $(IB_FAKE_DIR)/verbs-old/libibverbs.so.1 \
+  $(IB_FAKE_DIR)/cuda/libcuda.so.1 $(IB_FAKE_DIR)/cuda-old/libcuda.so.1
+rn_fake_lib = @mkdir -p $(dir $@) && echo "  FAKE $@" && \
+  $(CC) $(CFLAGS_COMMON) $(VERBS_CFLAGS) $(2) -shared -Wl,-soname,$(notdir $@) -o $@ $(1) -lpthread
+$(IB_FAKE_DIR)/verbs/libibverbs.so.1: tests/ib/fake_verbs.c tests/ib/fake.h
+	$(call rn_fake_lib,$<,)
+$(IB_FAKE_DIR)/verbs-old/libibverbs.so.1: tests/ib/fake_verbs.c tests/ib/fake.h
+	$(call rn_fake_lib,$<,-DFAKE_VERBS_OLD)
+$(IB_FAKE_DIR)/cuda/libcuda.so.1: tests/ib/fake_cuda.c tests/ib/fake.h
+	$(call rn_fake_lib,$<,)
+$(IB_FAKE_DIR)/cuda-old/libcuda.so.1: tests/ib/fake_cuda.c tests/ib/fake.h
+	$(call rn_fake_lib,$<,-DFAKE_CUDA_OLD)
+
+IB_DISCOVERY_TEST := $(BUILD)/tests/ib/test_discovery
+$(eval $(call rn_harness_prog,$(IB_DISCOVERY_TEST),$(BUILD)/tests/ib/test_discovery.o))
+$(IB_DISCOVERY_TEST): | $(IB_FAKE_LIBS)
+TEST_PROGS += $(IB_DISCOVERY_TEST)
+endif

@@ -36,7 +36,7 @@ fi
 log=$(mktemp "${TMPDIR:-/tmp}/nccl-sendrecv.XXXXXX")
 case $plugin in /*) ;; *) plugin=$(pwd)/$plugin ;; esac
 NCCL_NET_PLUGIN=$plugin NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET \
-  timeout 600 "$bin" -n 2 -b 8 -e 64M -f 4 >"$log" 2>&1
+  timeout $((600 * ${RN_TIMEOUT_SCALE:-1})) "$bin" -n 2 -b 8 -e 64M -f 4 >"$log" 2>&1
 rc=$?
 grep -v ' NCCL INFO ' "$log" | sed 's/^/# /'
 if [ $rc -eq 0 ] && grep -q "Out of bounds values : 0 OK" "$log"; then

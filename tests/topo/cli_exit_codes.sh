@@ -6,7 +6,8 @@
 B=${RN_BUILD:-build}
 CLI=$B/railnet-topo
 F=tests/topo/fixtures
-if [ ! -x "$CLI" ]; then echo "1..0 # SKIP $CLI not built"; exit 0; fi
+# make test builds it: its absence is a broken build, never a skip
+if [ ! -x "$CLI" ]; then echo "1..1"; echo "not ok 1 - $CLI not built (run make first)"; exit 1; fi
 if ! command -v python3 >/dev/null 2>&1; then echo "1..0 # SKIP python3 absent (JSON checks)"; exit 0; fi
 T=$(mktemp -d) || { echo "1..0 # SKIP no temp dir"; exit 0; }
 trap 'rm -rf "$T"' EXIT
