@@ -249,10 +249,19 @@ out:
 }
 
 /* ---- latency --------------------------------------------------------- */
+/* A wait's TMO bound, started lazily: *end is 0 until the first call, so a
+ * post or test that succeeds within CLOCK_EVERY tries reads no clock
+ * (ib_write_lat reads none per message either). */
+static int past(double *end) {
+  double t = now_s();
+  if (*end == 0) *end = t + TMO;
+  return t > *end;
+}
+
 static ncclResult_t post_one(struct rn_peer *p, int send, void *comm, struct bufs *b, size_t off,
                              size_t n, void **req) {
   *req = NULL;
-  double end = now_s() + TMO;
+  double end = 0; /* read on the first slow pass: a clock read costs a message here */
   for (long spins = 1; !*req; spins++) {
     ncclResult_t r;
     if (send) {
@@ -265,18 +274,18 @@ static ncclResult_t post_one(struct rn_peer *p, int send, void *comm, struct buf
       r = rn_net_irecv(&p->net, comm, 1, d, s, t, mm, req);
     }
     if (r != ncclSuccess) return r;
-    if (!*req && spins % CLOCK_EVERY == 0 && now_s() > end) return ncclInternalError;
+    if (!*req && spins % CLOCK_EVERY == 0 && past(&end)) return ncclInternalError;
   }
   return ncclSuccess;
 }
 
 static ncclResult_t wait_one(struct rn_peer *p, void *req) {
   int done = 0, sz[8];
-  double end = now_s() + TMO;
+  double end = 0;
   for (long spins = 1; !done; spins++) {
     ncclResult_t r = rn_net_test(&p->net, req, &done, sz);
     if (r != ncclSuccess) return r;
-    if (!done && spins % CLOCK_EVERY == 0 && now_s() > end) return ncclInternalError;
+    if (!done && spins % CLOCK_EVERY == 0 && past(&end)) return ncclInternalError;
   }
   return ncclSuccess;
 }
