@@ -36,11 +36,11 @@
 #define RN_IB_SEND_DEPTH 512    /* per QP: <= 10 WRs per group x RN_IB_SLOTS, plus FIFO writes */
 #define RN_IB_UNSIGNALED_MAX 15 /* at most this many unsignaled WRs between signaled ones */
 #define RN_IB_CQ_DEPTH 4096
-#define RN_IB_SPLIT_MIN 65536      /* bytes per QP before a message is split over one more QP */
-#define RN_IB_CQ_BATCH 32          /* completions taken per ibv_poll_cq */
-#define RN_IB_ALIVE_CHECK_MS 100   /* how often a waiting comm looks at the peer's control socket */
-#define RN_IB_ALIVE_CHECK_CALLS 64 /* ... counted in calls between clock reads */
-#define RN_IB_INLINE_PROBE 512     /* largest inline size asked of a device (a full FIFO group) */
+#define RN_IB_SPLIT_MIN 65536    /* bytes per QP before a message is split over one more QP */
+#define RN_IB_CQ_BATCH 32        /* completions taken per ibv_poll_cq */
+#define RN_IB_ALIVE_CHECK_MS 100 /* how often a waiting comm looks at the peer's control socket */
+#define RN_IB_ALIVE_CHECK_CALLS 1024 /* ... counted in idle calls between clock reads */
+#define RN_IB_INLINE_PROBE 512       /* largest inline size asked of a device (a full FIFO group) */
 
 static_assert((RN_IB_SLOTS & (RN_IB_SLOTS - 1)) == 0 && RN_IB_SLOTS <= 32,
               "the slot index is 5 bits of the immediate");
