@@ -10,7 +10,9 @@
  * receiver's control block.  The receiver keeps RECVs posted on every QP
  * and counts immediates per slot.
  *
- * Per message: the FIFO write is one inline, mostly unsignaled WR; a small
+ * Per message: the FIFO write is one inline, mostly unsignaled WR, and
+ * while at least half of the receives in flight are announced the next
+ * ones wait to go out together in one chained post; a small
  * send is one inline WRITE_WITH_IMM (a zero-byte one carries only the
  * immediate); each QP's WRs of a group go in one chained post.  Every
  * field a peer writes (FIFO slots, sizes, immediates, the out-of-band
@@ -36,11 +38,12 @@
 #define RN_IB_SEND_DEPTH 512    /* per QP: <= 10 WRs per group x RN_IB_SLOTS, plus FIFO writes */
 #define RN_IB_UNSIGNALED_MAX 15 /* at most this many unsignaled WRs between signaled ones */
 #define RN_IB_CQ_DEPTH 4096
-#define RN_IB_SPLIT_MIN 65536      /* bytes per QP before a message is split over one more QP */
-#define RN_IB_CQ_BATCH 32          /* completions taken per ibv_poll_cq */
-#define RN_IB_ALIVE_CHECK_MS 100   /* how often a waiting comm looks at the peer's control socket */
-#define RN_IB_ALIVE_CHECK_CALLS 64 /* ... counted in calls between clock reads */
-#define RN_IB_INLINE_PROBE 512     /* largest inline size asked of a device (a full FIFO group) */
+#define RN_IB_SPLIT_MIN 65536    /* bytes per QP before a message is split over one more QP */
+#define RN_IB_CQ_BATCH 32        /* completions taken per ibv_poll_cq */
+#define RN_IB_FIFO_BATCH 8       /* FIFO elements held back at most before they are sent */
+#define RN_IB_ALIVE_CHECK_MS 100 /* how often a waiting comm looks at the peer's control socket */
+#define RN_IB_ALIVE_CHECK_CALLS 1024 /* ... counted in idle calls between clock reads */
+#define RN_IB_INLINE_PROBE 512       /* largest inline size asked of a device (a full FIFO group) */
 
 static_assert((RN_IB_SLOTS & (RN_IB_SLOTS - 1)) == 0 && RN_IB_SLOTS <= 32,
               "the slot index is 5 bits of the immediate");
@@ -249,8 +252,13 @@ struct rn_ib_comm {
   uint64_t rem_ctl; /* the peer's remotely writable part (its fifo or its sizes) */
   int ctrl_fd;      /* bootstrap socket, kept to notice a dead peer */
   char peer[64];
-  ncclResult_t error;    /* sticky: set by the first failure */
-  uint64_t seq;          /* next group */
+  ncclResult_t error; /* sticky: set by the first failure */
+  uint64_t seq;       /* next group */
+  /* receiver: FIFO elements of sequences [fifo_posted, seq) are written
+   * locally but not yet sent; fifo_live receives were announced and are
+   * not complete (see rn_ib_fifo_flush) */
+  uint64_t fifo_posted;
+  int fifo_live;
   int64_t next_alive_ms; /* rn_clock_ms() of the next liveness check */
   int alive_calls;       /* calls until the clock is read again */
   /* sender */

@@ -101,8 +101,9 @@ static void rn_ib_on_imm(struct rn_ib_comm *c, int qi, const struct ibv_wc *wc) 
   uint32_t imm = ntohl(wc->imm_data);
   unsigned slot = RN_IB_IMM_SLOT(imm);
   struct rn_ib_req *r = &c->recv_reqs[slot];
-  if (r->kind != RN_IB_REQ_RECV) {
-    RN_IB_PEER_FAIL(c, "immediate 0x%08x names slot %u, where no receive is posted", imm, slot);
+  if (r->kind != RN_IB_REQ_RECV || r->seq >= c->fifo_posted) {
+    RN_IB_PEER_FAIL(c, "immediate 0x%08x names slot %u, where no receive is %s", imm, slot,
+                    r->kind == RN_IB_REQ_RECV ? "announced yet" : "posted");
     return;
   }
   int nq = rn_ib_qp_count(c), rail;
@@ -144,6 +145,7 @@ static void rn_ib_on_imm(struct rn_ib_comm *c, int qi, const struct ibv_wc *wc) 
   r->imm_size = size;
   r->expected = nused;
   r->got++;
+  if (r->got == r->expected) c->fifo_live--;
   if (imm & RN_IB_IMM_ERROR) r->error = 1;
 }
 
@@ -504,6 +506,44 @@ ncclResult_t rn_ib_isend(void *scomm, void *data, size_t size, int tag, void *mh
 
 /* --- receive ------------------------------------------------------------ */
 
+/* Send the FIFO elements written since the last flush, one WR per slot,
+ * chained in one post on the QP of the first: when force is set, else
+ * once fewer than half of the receives in flight are announced (so the
+ * sender always holds at least half of them) or a batch is full.  With
+ * receives posted ahead this sends several slots per doorbell.  A full
+ * send queue leaves them for a later call; every call that waits on the
+ * comm flushes (rn_ib_test), so a posted receive is never starved. */
+static ncclResult_t rn_ib_fifo_flush(struct rn_ib_comm *c, int force) {
+  int pending = (int)(c->seq - c->fifo_posted);
+  if (pending == 0) return c->error;
+  if (!force && pending < RN_IB_FIFO_BATCH && 2 * c->fifo_live >= c->fifo_live + pending)
+    return ncclSuccess;
+  int qi = (int)(c->fifo_posted % (uint64_t)rn_ib_qp_count(c)), rail;
+  struct rn_ib_qp *q = rn_ib_qp(c, qi, &rail);
+  if (!rn_ib_sq_room(c, q, pending)) {
+    RN_CHECK(rn_ib_progress(c));
+    if (!rn_ib_sq_room(c, q, pending)) return ncclSuccess;
+  }
+  struct rn_ib_rail *rl = &c->rail[rail];
+  struct ibv_send_wr wr[RN_IB_SLOTS];
+  struct ibv_sge sge[RN_IB_SLOTS];
+  for (int k = 0; k < pending; k++) {
+    int slot = (int)((c->fifo_posted + (uint64_t)k) % RN_IB_SLOTS);
+    struct rn_ib_fifo_elem *e = c->ctl->fifo[slot];
+    rn_ib_wr_data(&wr[k], &sge[k], (uintptr_t)e, (uint32_t)(sizeof(*e) * e[0].n),
+                  rl->local_mr->lkey, c->rem_ctl + (uint64_t)slot * sizeof(c->ctl->fifo[0]),
+                  rl->rem_rkey, c->max_inline);
+  }
+  ncclResult_t res = rn_ib_post_chain(c, qi, wr, pending, RN_IB_WR_FIFO, 0, 0);
+  if (res != ncclSuccess) {
+    rn_ib_fail(c, res);
+    return res;
+  }
+  c->fifo_posted = c->seq;
+  c->fifo_live += pending;
+  return ncclSuccess;
+}
+
 ncclResult_t rn_ib_irecv(void *rcomm, int n, void **data, const size_t *sizes, const int *tags,
                          void **mhs, void **req) {
   struct rn_ib_comm *c = rcomm;
@@ -520,12 +560,6 @@ ncclResult_t rn_ib_irecv(void *rcomm, int n, void **data, const size_t *sizes, c
       return ncclInvalidArgument;
     }
   }
-  int qi = (int)(c->seq % (uint64_t)rn_ib_qp_count(c)), rail;
-  struct rn_ib_qp *q = rn_ib_qp(c, qi, &rail);
-  if (!rn_ib_sq_room(c, q, 1)) {
-    RN_CHECK(rn_ib_progress(c));
-    if (!rn_ib_sq_room(c, q, 1)) return ncclSuccess;
-  }
   struct rn_ib_fifo_elem *e = c->ctl->fifo[slot];
   for (int i = 0; i < n; i++) {
     memset(&e[i], 0, sizeof(e[i]));
@@ -535,16 +569,6 @@ ncclResult_t rn_ib_irecv(void *rcomm, int n, void **data, const size_t *sizes, c
     e[i].tag = tags[i];
     e[i].n = (uint16_t)n;
     e[i].idx = c->seq + 1;
-  }
-  struct ibv_send_wr wr;
-  struct ibv_sge sge;
-  rn_ib_wr_data(&wr, &sge, (uintptr_t)e, (uint32_t)(sizeof(*e) * (size_t)n),
-                c->rail[rail].local_mr->lkey, c->rem_ctl + (uint64_t)slot * sizeof(c->ctl->fifo[0]),
-                c->rail[rail].rem_rkey, c->max_inline);
-  ncclResult_t res = rn_ib_post_chain(c, qi, &wr, 1, RN_IB_WR_FIFO, (uint32_t)slot, 0);
-  if (res != ncclSuccess) {
-    rn_ib_fail(c, res);
-    return res;
   }
   rn_ib_req_start(r, c, RN_IB_REQ_RECV);
   r->slot = slot;
@@ -556,6 +580,11 @@ ncclResult_t rn_ib_irecv(void *rcomm, int n, void **data, const size_t *sizes, c
     r->tag[i] = tags[i];
   }
   c->seq++;
+  ncclResult_t res = rn_ib_fifo_flush(c, 0);
+  if (res != ncclSuccess) {
+    rn_ib_req_end(r);
+    return res;
+  }
   *req = r;
   return ncclSuccess;
 }
@@ -656,7 +685,11 @@ ncclResult_t rn_ib_test(void *req, int *done, size_t *sizes, int *nsizes) {
   *done = 0;
   ncclResult_t res = c->error;
   if (res == ncclSuccess && !rn_ib_req_done(r)) {
-    res = rn_ib_progress(c);
+    /* Waiting on a receive: unannounced ones go out now if this is one
+     * of them or too few are announced. */
+    if (r->kind == RN_IB_REQ_RECV && c->seq != c->fifo_posted)
+      res = rn_ib_fifo_flush(c, r->seq >= c->fifo_posted);
+    if (res == ncclSuccess) res = rn_ib_progress(c);
     if (res == ncclSuccess && !rn_ib_req_done(r) && rn_ib_peer_alive(c) != ncclSuccess) {
       /* The peer's socket closed: anything it sent before is already in
        * our CQ (its completion preceded the close), so look once more. */

@@ -81,5 +81,17 @@ for f in "$OUT"/r*-*.ctr; do
   case $n in ib_write*) side=perftest ;; base-*) side=base ;; *) side=plugin ;; esac
   awk -v s="$side" -v n="$n" '{ print s, n, $2, $3 }' "$f"
 done | awk '{ t[$1 " " $2 " " $3] += $4 } END { for (k in t) print "  " k, t[k] }' | sort
+# the same, side by side: every counter, perftest's runs against the plugin's
+for f in "$OUT"/r*-*.ctr; do
+  n=$(basename "$f" .ctr); n=${n#r*-}
+  case $n in ib_write*) side=perftest ;; base-*) side=base ;; *) side=plugin ;; esac
+  awk -v s="$side" '{ print s, $2, $3 }' "$f"
+done | awk -v base="$BASE" '
+  { t[$1, $2] += $3; c[$2] = 1 }
+  END {
+    printf "\n%-24s %9s %9s%s\n", "counter (all runs)", "perftest", "plugin", base != "" ? "      base" : ""
+    for (k in c) printf "%-24s %9d %9d%s\n", k, t["perftest", k], t["plugin", k],
+      base != "" ? sprintf(" %9d", t["base", k]) : ""
+  }' | { IFS= read -r blank; IFS= read -r head; echo "$head"; sort; }
 grep -l '^# .*: exit' "$OUT"/r*.log 2>/dev/null | sed 's/^/failed run: /'
 exit $rc

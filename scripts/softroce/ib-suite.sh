@@ -46,6 +46,12 @@ TWO_R="RAILNET_NICS==rxe0,rxe2"; TWO_S="RAILNET_NICS==rxe1,rxe3"
 check conformance-1qp "$ONE_R" "$ONE_S" "$B/tests/conformance-test" --api v11
 check conformance-4qp "$ONE_R,RAILNET_IB_QPS=4" "$ONE_S,RAILNET_IB_QPS=4" "$B/tests/conformance-test" --api v11 --only messages
 check conformance-v8-2qp "$ONE_R,RAILNET_IB_QPS=2" "$ONE_S,RAILNET_IB_QPS=2" "$B/tests/conformance-test" --api v8 --only "in flight"
+# Every byte checked: sizes 0 B..16 MiB, 32 small messages in flight (the
+# zero-byte immediate-only, inline and chained paths, FIFO slots announced
+# in batches) and 32 large ones; on one QP with and without inline, and
+# over a fused 2-rail device with 2 QPs each.
+check verify-1qp "$ONE_R" "$ONE_S" "$B/tests/bench/ib_bench" verify
+check verify-noinline "$ONE_R,RAILNET_IB_INLINE=0" "$ONE_S,RAILNET_IB_INLINE=0" "$B/tests/bench/ib_bench" verify
 RN_IB_VDEV=0,1 check verify-2rail-2qp "$TWO_R,RAILNET_IB_QPS=2" "$TWO_S,RAILNET_IB_QPS=2" "$B/tests/bench/ib_bench" verify
 check fault "$ONE_R" "$ONE_S" "$B/tests/fault-test" --api v11
 # Nothing inline (RAILNET_IB_INLINE=0): every FIFO write, size and small
