@@ -1,6 +1,6 @@
-/* TCP data streams: chunk queues, the chunk sender and receiver, and the
- * per-comm helper threads that drive them (or the calling thread, on
- * small hosts). */
+/* TCP data streams: chunk queues, the chunk sender and receiver, and
+ * their stepping, by the progress engine's threads (engine.c) or the
+ * calling thread on small hosts. */
 #include <errno.h>
 #include <limits.h>
 #include <poll.h>
@@ -312,9 +312,7 @@ static int rn_tcp_stream_recv(struct rn_tcp_comm *c, struct rn_tcp_stream *s) {
   }
 }
 
-/* Progress one stream after poll() said what it can do (or blindly, when
- * the caller drives the streams itself). */
-static void rn_tcp_stream_step(struct rn_tcp_comm *c, struct rn_tcp_stream *s, short re) {
+void rn_tcp_stream_step(struct rn_tcp_comm *c, struct rn_tcp_stream *s, short re) {
   int rc = 0;
   if (s->dead) return;
   if (c->is_recv && atomic_load(&s->retire)) {
@@ -326,10 +324,12 @@ static void rn_tcp_stream_step(struct rn_tcp_comm *c, struct rn_tcp_stream *s, s
   }
   if (c->is_recv) {
     if (re & (POLLIN | POLLHUP | POLLERR)) rc = rn_tcp_stream_recv(c, s);
-  } else if (re & (POLLOUT | POLLERR | POLLHUP)) {
-    rc = rn_tcp_stream_send(c, s);
-  } else if (re & POLLIN) {
-    /* The receiver never writes on data streams: readable means EOF. */
+    if (rc < 0) s->dead = 1;
+    return;
+  }
+  if ((re & POLLIN) && !(re & POLLOUT)) {
+    /* The receiver never writes on data streams: readable means EOF.
+     * (Edge-triggered, both may come at once: the write then sees it.) */
     char b;
     ssize_t k = recv(s->fd, &b, 1, MSG_DONTWAIT);
     if (k > 0) {
@@ -340,7 +340,7 @@ static void rn_tcp_stream_step(struct rn_tcp_comm *c, struct rn_tcp_stream *s, s
       rc = -1;
     }
   } else {
-    /* New work may have been queued since poll() was armed. */
+    /* Writable, or new work may have been queued since poll() was armed. */
     rc = rn_tcp_stream_send(c, s);
   }
   if (rc < 0) s->dead = 1;
@@ -349,47 +349,6 @@ static void rn_tcp_stream_step(struct rn_tcp_comm *c, struct rn_tcp_stream *s, s
 void rn_tcp_drive_streams(struct rn_tcp_comm *c) {
   for (int i = 0; i < c->nstreams; i++)
     rn_tcp_stream_step(c, &c->stream[i], c->is_recv ? POLLIN : POLLOUT);
-}
-
-void *rn_tcp_thread_main(void *arg) {
-  struct rn_tcp_thread *t = arg;
-  struct rn_tcp_comm *c = t->comm;
-  struct pollfd pfd[1 + RN_TCP_MAX_STREAMS];
-  int ids[RN_TCP_MAX_STREAMS];
-  int nmine = 0;
-  for (int i = t->first; i < c->nstreams; i += t->step) ids[nmine++] = i;
-  while (!atomic_load(&c->stop)) {
-    int np = 0;
-    pfd[np++] = (struct pollfd){.fd = t->wake_fd, .events = POLLIN};
-    for (int k = 0; k < nmine; k++) {
-      struct rn_tcp_stream *s = &c->stream[ids[k]];
-      short ev = POLLIN; /* data on a receive stream, EOF on a send stream */
-      if (!c->is_recv) {
-        pthread_mutex_lock(&s->queue_lock);
-        if (!rn_tcp_stream_queue_empty(s)) ev = POLLOUT;
-        pthread_mutex_unlock(&s->queue_lock);
-      }
-      pfd[np++] = (struct pollfd){.fd = s->dead ? -1 : s->fd, .events = ev};
-    }
-    if (poll(pfd, (nfds_t)np, -1) < 0 && errno != EINTR) {
-      rn_tcp_fail(c, ncclSystemError, "helper thread: poll failed: %s", strerror(errno));
-      break;
-    }
-    if (pfd[0].revents & POLLIN) {
-      uint64_t v;
-      ssize_t rd = read(t->wake_fd, &v, sizeof(v));
-      (void)rd;
-    }
-    for (int k = 0; k < nmine; k++) rn_tcp_stream_step(c, &c->stream[ids[k]], pfd[k + 1].revents);
-  }
-  return NULL;
-}
-
-void rn_tcp_wake(struct rn_tcp_comm *c, int stream) {
-  uint64_t one = 1;
-  if (c->nthreads == 0) return;
-  ssize_t wr = write(c->thread[stream % c->nthreads].wake_fd, &one, sizeof(one));
-  (void)wr;
 }
 
 uint32_t rn_tcp_chunk_grid(const struct rn_tcp_comm *c, size_t size) {
@@ -447,9 +406,10 @@ int rn_tcp_enqueue(struct rn_tcp_comm *c, struct rn_tcp_req *r, const char *data
     s->queue_tail = (s->queue_tail + 1) % RN_TCP_STREAM_QUEUE;
     atomic_fetch_add(&c->stream_work, 1);
     pthread_mutex_unlock(&s->queue_lock);
-    if (c->nthreads > 0) touched |= 1u << (sidx % c->nthreads);
+    touched |= 1u << sidx;
   }
-  for (int t = 0; t < c->nthreads; t++)
-    if (touched & (1u << t)) rn_tcp_wake(c, t);
+  if (c->nthreads > 0)
+    for (int i = 0; i < c->nstreams; i++)
+      if (touched & (1u << i)) rn_tcp_wake(c, i);
   return 1;
 }
