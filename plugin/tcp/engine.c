@@ -58,6 +58,7 @@ static struct {
   struct rn_tcp_engine_thread *t;
   atomic_uint next; /* round-robin over threads for new streams */
   int atfork;
+  int epoch; /* bumped in a forked child: streams of the parent's pool are not ours */
 } rn_tcp_eng = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static void rn_tcp_engine_child(void) {
@@ -72,6 +73,14 @@ static void rn_tcp_engine_child(void) {
   free(rn_tcp_eng.t);
   rn_tcp_eng.t = NULL;
   rn_tcp_eng.nthreads = 0;
+  rn_tcp_eng.epoch++;
+}
+
+/* The engine thread that drives s, or NULL (helpers off, or a comm the
+ * child of a fork inherited: its pool is gone, nothing drives it). */
+static struct rn_tcp_engine_thread *rn_tcp_engine_of(const struct rn_tcp_stream *s) {
+  if (s->eng_thread < 0 || s->eng_epoch != rn_tcp_eng.epoch) return NULL;
+  return &rn_tcp_eng.t[s->eng_thread];
 }
 
 int rn_tcp_engine_size(void) {
@@ -316,6 +325,7 @@ ncclResult_t rn_tcp_engine_attach(struct rn_tcp_comm *c) {
       return ncclSystemError;
     }
     s->eng_thread = ti;
+    s->eng_epoch = rn_tcp_eng.epoch;
   }
   c->nthreads = n < c->nstreams ? n : c->nstreams;
   return ncclSuccess;
@@ -324,24 +334,24 @@ ncclResult_t rn_tcp_engine_attach(struct rn_tcp_comm *c) {
 void rn_tcp_engine_detach(struct rn_tcp_comm *c) {
   for (int i = 0; i < c->nstreams; i++) {
     struct rn_tcp_stream *s = &c->stream[i];
-    if (s->eng_thread < 0) continue;
-    struct rn_tcp_engine_thread *t = &rn_tcp_eng.t[s->eng_thread];
+    struct rn_tcp_engine_thread *t = rn_tcp_engine_of(s);
+    s->eng_thread = -1;
+    if (t == NULL) continue;
     pthread_mutex_lock(&t->lock);
     rn_tcp_engine_remove_locked(t, s);
     t->waiters++;
     while (t->current == s) pthread_cond_wait(&t->idle, &t->lock);
     t->waiters--;
     pthread_mutex_unlock(&t->lock);
-    s->eng_thread = -1;
   }
 }
 
 void rn_tcp_engine_swap_fd(struct rn_tcp_stream *s, int fd) {
-  if (s->eng_thread < 0) {
+  struct rn_tcp_engine_thread *t = rn_tcp_engine_of(s);
+  if (t == NULL) {
     s->fd = fd;
     return;
   }
-  struct rn_tcp_engine_thread *t = &rn_tcp_eng.t[s->eng_thread];
   pthread_mutex_lock(&t->lock);
   rn_tcp_engine_remove_locked(t, s);
   t->waiters++;
@@ -361,9 +371,9 @@ void rn_tcp_engine_swap_fd(struct rn_tcp_stream *s, int fd) {
 }
 
 void rn_tcp_wake(struct rn_tcp_comm *c, int stream) {
+  struct rn_tcp_engine_thread *t = rn_tcp_engine_of(&c->stream[stream]);
   struct rn_tcp_stream *s = &c->stream[stream];
-  if (s->eng_thread < 0) return;
-  struct rn_tcp_engine_thread *t = &rn_tcp_eng.t[s->eng_thread];
+  if (t == NULL) return;
   pthread_mutex_lock(&t->lock);
   if (!s->on_ready && s->eng_slot >= 0) {
     s->on_ready = 1;

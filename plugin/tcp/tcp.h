@@ -210,6 +210,7 @@ struct rn_tcp_stream {
   /* the progress engine's (engine.c), under its thread's lock */
   struct rn_tcp_comm *comm;
   int eng_thread; /* -1: the caller drives it */
+  int eng_epoch;  /* the pool it was registered with (a fork starts another) */
   int eng_slot;   /* its slot in that thread's epoll registrations, or -1 */
   int on_ready;
   struct rn_tcp_stream *ready_next;
