@@ -55,7 +55,9 @@ void rn_tcp_comm_free(struct rn_tcp_comm *c) {
   for (int i = 0; i < c->nstreams; i++) {
     if (c->stream[i].fd >= 0) close(c->stream[i].fd);
     pthread_mutex_destroy(&c->stream[i].queue_lock);
+    free(c->stream[i].queue);
   }
+  free(c->stream);
   if (c->ctrl_fd >= 0) close(c->ctrl_fd);
   for (int i = 0; i < RN_TCP_NREQS; i++) rn_req_base_end(&c->reqs[i].base);
   pthread_mutex_destroy(&c->rx_lock);
@@ -80,8 +82,17 @@ ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv,
     rn_rdv_conn_close(conn);
     return ncclRemoteError;
   }
+  /* Streams are sized to the count; what only streaming needs (send
+   * queues, the receiver's chunk maps) comes with the first streamed
+   * message (streams.c), so a comm that moves only small ones stays lean. */
   struct rn_tcp_comm *c = calloc(1, sizeof(*c));
-  if (c == NULL) goto out_nomem;
+  struct rn_tcp_stream *streams = calloc((size_t)conn->nstreams, sizeof(*streams));
+  if (c == NULL || streams == NULL) {
+    free(c);
+    free(streams);
+    goto out_nomem;
+  }
+  c->stream = streams;
   pthread_mutex_init(&c->lock, NULL);
   pthread_mutex_init(&c->rx_lock, NULL);
   c->is_recv = is_recv;
@@ -98,11 +109,6 @@ ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv,
   c->chunk = (size_t)p->socket_chunk;
   c->in = malloc(RN_TCP_IN_BUF);
   c->discard = malloc(RN_TCP_EAGER_MAX);
-  if (is_recv) {
-    c->cover = calloc(RN_TCP_RING, sizeof(*c->cover));
-    c->inflight = calloc(RN_TCP_RING, sizeof(*c->inflight));
-    c->scratch = malloc(RN_TCP_SCRATCH);
-  }
   for (int i = 0; i < c->nstreams; i++) {
     c->stream[i].fd = conn->data_fd[i];
     c->stream[i].comm = c;
@@ -123,8 +129,7 @@ ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv,
     rn_tcp_comm_free(c);
     return ncclSystemError;
   }
-  if (c->in == NULL || c->discard == NULL ||
-      (is_recv && (c->cover == NULL || c->inflight == NULL || c->scratch == NULL))) {
+  if (c->in == NULL || c->discard == NULL) {
     RN_WARN("out of memory creating a comm");
     rn_tcp_comm_free(c); /* owns and closes the sockets by now */
     return ncclSystemError;

@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -114,6 +115,19 @@ ncclResult_t rn_tcp_buf_shape(struct rn_tcp_comm *c, struct rn_tcp_req *r, int i
                               grid, (unsigned long long)size, RN_TCP_MAX_GRID, RN_TCP_MAX_CHUNKS);
   }
   if (r->mode[idx] == RN_TCP_BUF_UNKNOWN) {
+    if (mode == RN_TCP_BUF_STREAMED && c->cover == NULL) {
+      c->cover = calloc(RN_TCP_RING, sizeof(*c->cover));
+      c->inflight = calloc(RN_TCP_RING, sizeof(*c->inflight));
+      if (c->cover == NULL || c->inflight == NULL) {
+        free(c->cover);
+        free(c->inflight);
+        c->cover = NULL;
+        c->inflight = NULL;
+        return rn_tcp_fail(c, ncclSystemError,
+                           "out of memory for the chunk maps of a streamed message from %s",
+                           c->peer);
+      }
+    }
     r->mode[idx] = mode;
     r->size_of[idx] = size;
     r->grid[idx] = grid;
@@ -130,6 +144,15 @@ ncclResult_t rn_tcp_buf_shape(struct rn_tcp_comm *c, struct rn_tcp_req *r, int i
                             names[mode], (unsigned long long)size, grid, (unsigned long long)r->seq,
                             idx, names[r->mode[idx]], (unsigned long long)r->size_of[idx],
                             r->grid[idx]);
+  return ncclSuccess;
+}
+
+/* The chunk on s is a copy that already landed: it is read into scratch
+ * and dropped.  rx_lock held. */
+static ncclResult_t rn_tcp_discard_to(struct rn_tcp_comm *c, struct rn_tcp_stream *s) {
+  if (c->scratch == NULL && (c->scratch = malloc(RN_TCP_SCRATCH)) == NULL)
+    return rn_tcp_fail(c, ncclSystemError, "out of memory for a re-sent chunk from %s", c->peer);
+  s->rx_discard = 1;
   return ncclSuccess;
 }
 
@@ -169,7 +192,7 @@ static ncclResult_t rn_tcp_chunk_begin(struct rn_tcp_comm *c, struct rn_tcp_stre
                              (unsigned long long)h->total, h->grid, h->index,
                              (unsigned long long)h->offset, h->p.plen, (unsigned long long)h->seq);
     else
-      s->rx_discard = 1;
+      res = rn_tcp_discard_to(c, s);
   } else if (r == NULL || r->seq != h->seq) {
     res = RN_TCP_VIOLATION(c, what, "seq", "%llu: no such group is posted",
                            (unsigned long long)h->seq);
@@ -203,7 +226,7 @@ static ncclResult_t rn_tcp_chunk_begin(struct rn_tcp_comm *c, struct rn_tcp_stre
       res = RN_TCP_VIOLATION(c, what, "index", "%u of group %llu buffer %u arrived twice", h->index,
                              (unsigned long long)h->seq, h->idx);
     } else if (*word & bit) {
-      s->rx_discard = 1;
+      res = rn_tcp_discard_to(c, s);
     } else {
       *busy |= bit;
       r->writers++;
@@ -364,6 +387,23 @@ uint32_t rn_tcp_chunk_grid(const struct rn_tcp_comm *c, size_t size) {
   return (uint32_t)chunk; /* size <= INT_MAX: at most RN_TCP_MAX_GRID */
 }
 
+/* The send queues, at the comm's first streamed message.  c->lock held;
+ * each queue is published under its lock before any chunk goes in. */
+static ncclResult_t rn_tcp_alloc_queues(struct rn_tcp_comm *c) {
+  for (int i = 0; i < c->nstreams; i++) {
+    struct rn_tcp_stream *s = &c->stream[i];
+    if (s->queue != NULL) continue;
+    struct rn_tcp_queued_chunk *q = malloc(RN_TCP_STREAM_QUEUE * sizeof(*q));
+    if (q == NULL)
+      return rn_tcp_fail(c, ncclSystemError, "out of memory for the send queues of a comm to %s",
+                         c->peer);
+    pthread_mutex_lock(&s->queue_lock);
+    s->queue = q;
+    pthread_mutex_unlock(&s->queue_lock);
+  }
+  return ncclSuccess;
+}
+
 /* Spread a message's chunks over the streams on its grid, each where
  * rn_tcp_rails_pick says it is delivered first.  Returns 0 when the queues
  * are full (nothing is queued then: a message goes whole or not at all). */
@@ -374,6 +414,7 @@ int rn_tcp_enqueue(struct rn_tcp_comm *c, struct rn_tcp_req *r, const char *data
   uint64_t load[RN_MAX_RAILS];
   uint8_t where[RN_TCP_MAX_CHUNKS];
   if (c->nbacklog > 0) return 0; /* chunks of a failed rail go first */
+  if (c->stream[0].queue == NULL && rn_tcp_alloc_queues(c) != ncclSuccess) return 0;
   rn_tcp_rails_load(c, used, load);
   for (size_t k = 0; k < nchunks; k++) {
     size_t off = k * grid, len = size - off < grid ? size - off : grid;

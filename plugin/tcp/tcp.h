@@ -197,7 +197,7 @@ struct rn_tcp_stream {
    * but their sends not yet acknowledged (sent again if the rail fails),
    * queue_head .. queue_tail - 1 wait to be written. */
   int keep_head, queue_head, queue_tail;
-  struct rn_tcp_queued_chunk queue[RN_TCP_STREAM_QUEUE];
+  struct rn_tcp_queued_chunk *queue; /* allocated at the comm's first chunk (streams.c) */
   /* progress of the chunk at the head (send) or being read (recv) */
   size_t off;
   struct rn_tcp_chunk rx_hdr;
@@ -249,8 +249,8 @@ struct rn_tcp_comm {
   int is_recv;
   int ctrl_fd;
   int nstreams, nthreads;
-  char peer[64]; /* for messages */
-  struct rn_tcp_stream stream[RN_TCP_MAX_STREAMS];
+  char peer[64];                /* for messages */
+  struct rn_tcp_stream *stream; /* [nstreams] */
   int nrails;
   struct rn_tcp_rail rail[RN_MAX_RAILS];
   uint64_t id;        /* names the comm in the telemetry */
@@ -265,9 +265,6 @@ struct rn_tcp_comm {
    * and not yet filled (recv). */
   atomic_int stream_work;
   size_t inline_max, chunk, eager_max;
-  /* control output: messages in order, payloads referenced, not copied */
-  int out_head, out_tail;
-  struct rn_tcp_ctl_out out[RN_TCP_OUT_QUEUE];
   uint32_t msg_out, msg_in; /* control message numbers, each direction */
   /* control input: headers are parsed from `in`; a payload is read
    * straight into its destination (rx_*) */
@@ -284,7 +281,9 @@ struct rn_tcp_comm {
   pthread_mutex_t rx_lock;
   uint64_t recv_seq, match_head;
   struct rn_tcp_req *ring[RN_TCP_RING];
-  uint64_t (*cover)[RN_MAX_RECVS][RN_TCP_CHUNK_WORDS]; /* [RN_TCP_RING]: chunks landed */
+  /* [RN_TCP_RING]: chunks landed; with inflight and scratch, allocated at
+   * the first streamed message (streams.c) */
+  uint64_t (*cover)[RN_MAX_RECVS][RN_TCP_CHUNK_WORDS];
   struct rn_tcp_unexpected *unexpected; /* RN_TCP_EAGER_WINDOW entries, allocated on first use */
   int held[RN_TCP_EAGER_WINDOW];        /* indices into unexpected, in arrival order */
   int nheld;
@@ -304,6 +303,11 @@ struct rn_tcp_comm {
   struct rn_tcp_group group[RN_TCP_RING];
   struct rn_tcp_eager eager[RN_TCP_EAGER_WINDOW]; /* unmatched, in send order */
   int neager;
+  /* control output: messages in order, payloads referenced, not copied */
+  int out_head, out_tail;
+  /* The large tables last, after the fields every comm touches: an idle
+   * comm's pages of them are never touched (the comm is calloc'ed). */
+  struct rn_tcp_ctl_out out[RN_TCP_OUT_QUEUE];
   struct rn_tcp_req reqs[RN_TCP_NREQS];
 };
 

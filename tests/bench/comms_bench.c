@@ -12,6 +12,7 @@
  *
  *   railnet-comms-bench [--max N] [--iters K] [--api vX] */
 #include <dirent.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,7 @@ struct result {
   int fds0, threads0; /* at the start, before any comm */
   int verified;       /* comms that moved verified data */
   double rtt_us_p50, gbps;
+  long rss0, rss_idle; /* resident bytes at the start and with every comm up and idle */
 };
 
 enum mode { MODE_ISEND = 0, MODE_HELPERS, MODE_PERF };
@@ -49,6 +51,18 @@ static int count_dir(const char *path) {
   for (struct dirent *e; (e = readdir(d)) != NULL;) n += e->d_name[0] != '.';
   closedir(d);
   return n;
+}
+
+/* Resident bytes, once freed heap memory (connection set-up's, say) is
+ * handed back: what live objects hold. */
+static long rss_bytes(void) {
+  long pages = 0, res = 0;
+  malloc_trim(0);
+  FILE *f = fopen("/proc/self/statm", "r");
+  if (f == NULL) return -1;
+  if (fscanf(f, "%ld %ld", &pages, &res) != 2) res = -1;
+  fclose(f);
+  return res < 0 ? -1 : res * sysconf(_SC_PAGESIZE);
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -123,10 +137,14 @@ static int side(struct rn_peer *p) {
   void *rlc = NULL, *rev = NULL, *mh_fwd = NULL, *mh_rev = NULL;
   static char buf_fwd[64], buf_rev[64];
   struct result res = {.fds0 = count_dir("/proc/self/fd"),
-                       .threads0 = count_dir("/proc/self/task")};
+                       .threads0 = count_dir("/proc/self/task"),
+                       .rss0 = rss_bytes()};
   double t_conn = now_s();
-  if (peer_connect(p, c->ncomms, comms, lcomms, 600) != 0) goto out;
+  /* With helpers on, listen comms close once accepted, as NCCL does. */
+  int keep_listen = c->mode != MODE_HELPERS;
+  if (peer_connect(p, c->ncomms, comms, keep_listen ? lcomms : NULL, 600) != 0) goto out;
   res.connect_us = (now_s() - t_conn) * 1e6 / c->ncomms;
+  res.rss_idle = rss_bytes();
   if (c->mode == MODE_HELPERS) {
     /* Every comm moves a verified streamed message (chunks on its data
      * stream, through the engine) and a small one, in turn. */
@@ -237,7 +255,8 @@ out:
       rn_net_close_send(&p->net, rev);
   }
   if (rlc) rn_net_close_listen(&p->net, rlc);
-  if (peer_close(p, c->ncomms, comms, p->role == RN_RECEIVER ? lcomms : NULL) != 0 && rc == 0)
+  if (peer_close(p, c->ncomms, comms, p->role == RN_RECEIVER && keep_listen ? lcomms : NULL) != 0 &&
+      rc == 0)
     rc = -1;
   free(comms);
   free(lcomms);
@@ -325,9 +344,10 @@ int main(int argc, char **argv) {
 
   printf(
       "# 2. helpers on (RAILNET_SOCKET_NTHREADS=4, one stream per comm): every comm moves a\n"
-      "# verified 70,000-byte streamed message and a 100-byte one; receiver's process\n");
-  printf("%8s %10s %14s %10s %10s %12s\n", "comms", "verified", "added threads", "2 x cores",
-         "fds/comm", "connect us");
+      "# verified 70,000-byte streamed message and a 100-byte one; listen comms closed once\n"
+      "# accepted, as NCCL does; receiver's process\n");
+  printf("%8s %10s %14s %10s %10s %12s %14s\n", "comms", "verified", "added threads", "2 x cores",
+         "fds/comm", "connect us", "idle kB/comm");
   int hsteps[] = {1, max < 4096 ? max : 4096};
   for (int k = 0; k < 2; k++) {
     if (k == 1 && hsteps[1] == 1) break;
@@ -337,10 +357,15 @@ int main(int argc, char **argv) {
       printf("%8d  failed: %s\n", hsteps[k], why);
       return 1;
     }
-    printf("%8d %10d %14d %10ld %10.2f %12.1f\n", hsteps[k], r.verified, r.threads - r.threads0,
-           2 * cpus, (double)(r.fds - r.fds0) / hsteps[k], r.connect_us);
+    printf("%8d %10d %14d %10ld %10.2f %12.1f %14.1f\n", hsteps[k], r.verified,
+           r.threads - r.threads0, 2 * cpus, (double)(r.fds - r.fds0) / hsteps[k], r.connect_us,
+           (double)(r.rss_idle - r.rss0) / 1024 / hsteps[k]);
   }
-  printf("# goal: added threads <= 2 x cores, fds/comm <= 3 (listener, control, stream)\n");
+  printf(
+      "# goal: added threads <= 2 x cores, fds/comm <= 3 (control, stream);\n"
+      "# idle kB/comm: the receiver's resident memory with every comm up, before any\n"
+      "# transfer, beyond the start, per comm, after malloc_trim (user space; kernel socket\n"
+      "# buffers not counted)\n");
 
   printf(
       "# 3. 8-byte round trip (p50, wall) and 4 MiB throughput (48 messages, 2 in flight\n"
