@@ -6,14 +6,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 #include "railnet/check.h"
 #include "railnet/param.h"
 #include "tcp.h"
 
-/* Comms not yet closed, so that finalize or unload can still stop their
- * threads before the code they run is unmapped. */
+/* Comms not yet closed, so that finalize or unload can close them (and
+ * then stop the engine's threads) before the code they run is unmapped. */
 static struct rn_shared_list rn_tcp_live = RN_SHARED_LIST_INIT(rn_tcp_live);
 
 /* Comms holding a deferred clear-to-send, each at most once, so a flush
@@ -51,20 +50,14 @@ void rn_tcp_comm_free(struct rn_tcp_comm *c) {
   if (c->nrails > 0) rn_tcp_rails_close(c);
   atomic_store(&c->stop, 1);
   rn_tcp_rails_free(c);
-  for (int i = 0; i < c->nthreads; i++) {
-    if (!c->thread[i].started) continue;
-    uint64_t one = 1;
-    ssize_t wr = write(c->thread[i].wake_fd, &one, sizeof(one));
-    (void)wr;
-  }
-  for (int i = 0; i < c->nthreads; i++) {
-    if (c->thread[i].started) pthread_join(c->thread[i].tid, NULL);
-    if (c->thread[i].wake_fd >= 0) close(c->thread[i].wake_fd);
-  }
+  /* No engine thread touches the comm after this, whatever it had queued. */
+  rn_tcp_engine_detach(c);
   for (int i = 0; i < c->nstreams; i++) {
     if (c->stream[i].fd >= 0) close(c->stream[i].fd);
     pthread_mutex_destroy(&c->stream[i].queue_lock);
+    free(c->stream[i].queue);
   }
+  free(c->stream);
   if (c->ctrl_fd >= 0) close(c->ctrl_fd);
   for (int i = 0; i < RN_TCP_NREQS; i++) rn_req_base_end(&c->reqs[i].base);
   pthread_mutex_destroy(&c->rx_lock);
@@ -79,19 +72,6 @@ void rn_tcp_comm_free(struct rn_tcp_comm *c) {
   free(c);
 }
 
-/* Helper threads per comm: RAILNET_SOCKET_NTHREADS, or by default none on
- * small hosts (a spinning NCCL proxy thread plus helpers oversubscribe a
- * 2-4 core machine; the caller then moves the bytes in test()), else up to
- * four. */
-static int rn_tcp_nthreads(int nstreams) {
-  int n = (int)rn_params()->socket_nthreads;
-  if (n < 0) {
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    n = cpus < 8 ? 0 : 4;
-  }
-  return n < nstreams ? n : nstreams;
-}
-
 /* Build a comm around an established connection; starts the helpers. */
 ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv,
                                 struct rn_tcp_comm **out) {
@@ -102,8 +82,17 @@ ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv,
     rn_rdv_conn_close(conn);
     return ncclRemoteError;
   }
+  /* Streams are sized to the count; what only streaming needs (send
+   * queues, the receiver's chunk maps) comes with the first streamed
+   * message (streams.c), so a comm that moves only small ones stays lean. */
   struct rn_tcp_comm *c = calloc(1, sizeof(*c));
-  if (c == NULL) goto out_nomem;
+  struct rn_tcp_stream *streams = calloc((size_t)conn->nstreams, sizeof(*streams));
+  if (c == NULL || streams == NULL) {
+    free(c);
+    free(streams);
+    goto out_nomem;
+  }
+  c->stream = streams;
   pthread_mutex_init(&c->lock, NULL);
   pthread_mutex_init(&c->rx_lock, NULL);
   c->is_recv = is_recv;
@@ -115,23 +104,18 @@ ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv,
   else
     snprintf(c->peer, sizeof(c->peer), "(unknown peer)");
   c->nstreams = conn->nstreams;
-  c->nthreads = rn_tcp_nthreads(c->nstreams);
   c->inline_max = (size_t)p->socket_inline;
   c->eager_max = c->inline_max < RN_TCP_EAGER_MAX ? c->inline_max : RN_TCP_EAGER_MAX;
   c->chunk = (size_t)p->socket_chunk;
   c->in = malloc(RN_TCP_IN_BUF);
   c->discard = malloc(RN_TCP_EAGER_MAX);
-  if (is_recv) {
-    c->cover = calloc(RN_TCP_RING, sizeof(*c->cover));
-    c->inflight = calloc(RN_TCP_RING, sizeof(*c->inflight));
-    c->scratch = malloc(RN_TCP_SCRATCH);
-  }
   for (int i = 0; i < c->nstreams; i++) {
     c->stream[i].fd = conn->data_fd[i];
+    c->stream[i].comm = c;
+    c->stream[i].eng_thread = c->stream[i].eng_slot = -1;
     pthread_mutex_init(&c->stream[i].queue_lock, NULL);
     rn_sock_tune(c->stream[i].fd, 0);
   }
-  for (int i = 0; i < c->nthreads; i++) c->thread[i].wake_fd = -1;
   rn_tcp_rails_init(c);
   rn_sock_tune(c->ctrl_fd, 0);
   /* A peer that vanishes without closing must not leave this comm
@@ -145,24 +129,14 @@ ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv,
     rn_tcp_comm_free(c);
     return ncclSystemError;
   }
-  if (c->in == NULL || c->discard == NULL ||
-      (is_recv && (c->cover == NULL || c->inflight == NULL || c->scratch == NULL))) {
+  if (c->in == NULL || c->discard == NULL) {
     RN_WARN("out of memory creating a comm");
     rn_tcp_comm_free(c); /* owns and closes the sockets by now */
     return ncclSystemError;
   }
-  for (int i = 0; i < c->nthreads; i++) {
-    struct rn_tcp_thread *t = &c->thread[i];
-    t->comm = c;
-    t->first = i;
-    t->step = c->nthreads;
-    t->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (t->wake_fd < 0 || pthread_create(&t->tid, NULL, rn_tcp_thread_main, t) != 0) {
-      RN_WARN("cannot start helper thread %d: %s", i, strerror(errno));
-      rn_tcp_comm_free(c);
-      return ncclSystemError;
-    }
-    t->started = 1;
+  if (rn_tcp_engine_attach(c) != ncclSuccess) { /* WARNed */
+    rn_tcp_comm_free(c);
+    return ncclSystemError;
   }
   rn_shared_list_add(&rn_tcp_live, &c->open);
   *out = c;

@@ -448,7 +448,7 @@ static ncclResult_t rn_tcp_on_down(struct rn_tcp_comm *c, const struct rn_tcp_do
   if (c->nthreads == 0) {
     rn_tcp_drive_streams(c);
   } else {
-    for (int t = 0; t < c->nthreads; t++) rn_tcp_wake(c, t);
+    rn_tcp_wake_all(c);
   }
   return ncclSuccess;
 }

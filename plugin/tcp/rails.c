@@ -345,11 +345,11 @@ static void rn_tcp_backlog_drain(struct rn_tcp_comm *c) {
     s->queue[s->queue_tail] = q;
     s->queue_tail = (s->queue_tail + 1) % RN_TCP_STREAM_QUEUE;
     pthread_mutex_unlock(&s->queue_lock);
-    if (c->nthreads > 0) touched |= 1u << (sidx % c->nthreads);
+    touched |= 1u << sidx;
   }
   c->nbacklog = kept;
-  for (int t = 0; t < c->nthreads; t++)
-    if (touched & (1u << t)) rn_tcp_wake(c, t);
+  for (int i = 0; i < c->nstreams && c->nthreads > 0; i++)
+    if (touched & (1u << i)) rn_tcp_wake(c, i);
 }
 
 /* Take rail ri out of the send comm: its connections are reset (nothing
@@ -467,8 +467,9 @@ static int rn_tcp_rail_of_streams(const struct rn_tcp_comm *c, uint32_t streams)
 
 /* A stream's new connection: the old one closed, the state as new. */
 static void rn_tcp_stream_reset(struct rn_tcp_stream *s, int fd) {
-  if (s->fd >= 0) close(s->fd);
-  s->fd = fd;
+  int old = s->fd;
+  rn_tcp_engine_swap_fd(s, fd);
+  if (old >= 0) close(old);
   rn_sock_tune(fd, 0);
   rn_sock_set_liveness(fd, (int)rn_params()->socket_timeout_ms);
   pthread_mutex_lock(&s->queue_lock);
@@ -542,7 +543,7 @@ void rn_tcp_rails_readmit(struct rn_tcp_comm *c) {
     r->rejoin_fd = -1;
     atomic_store(&r->state, RN_TCP_RAIL_UP);
     /* Helper threads poll the new sockets from their next pass on. */
-    for (int t = 0; t < c->nthreads; t++) rn_tcp_wake(c, t);
+    rn_tcp_wake_all(c);
     RN_INFO(NCCL_NET, "receive comm from %s (dev %d): rail %s re-admitted", c->peer, c->base.vdev,
             r->name);
   }
@@ -622,7 +623,7 @@ static void rn_tcp_rails_probe(struct rn_tcp_comm *c) {
     r->progress_ms = now;
     r->offered = 0;
     atomic_store(&r->state, RN_TCP_RAIL_UP);
-    for (int t = 0; t < c->nthreads; t++) rn_tcp_wake(c, t);
+    rn_tcp_wake_all(c);
     RN_INFO(NCCL_NET, "send comm to %s (dev %d): rail %s re-admitted (down since: %s)", c->peer,
             c->base.vdev, r->name, r->cause);
   }

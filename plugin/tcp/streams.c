@@ -1,11 +1,12 @@
-/* TCP data streams: chunk queues, the chunk sender and receiver, and the
- * per-comm helper threads that drive them (or the calling thread, on
- * small hosts). */
+/* TCP data streams: chunk queues, the chunk sender and receiver, and
+ * their stepping, by the progress engine's threads (engine.c) or the
+ * calling thread on small hosts. */
 #include <errno.h>
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -114,6 +115,19 @@ ncclResult_t rn_tcp_buf_shape(struct rn_tcp_comm *c, struct rn_tcp_req *r, int i
                               grid, (unsigned long long)size, RN_TCP_MAX_GRID, RN_TCP_MAX_CHUNKS);
   }
   if (r->mode[idx] == RN_TCP_BUF_UNKNOWN) {
+    if (mode == RN_TCP_BUF_STREAMED && c->cover == NULL) {
+      c->cover = calloc(RN_TCP_RING, sizeof(*c->cover));
+      c->inflight = calloc(RN_TCP_RING, sizeof(*c->inflight));
+      if (c->cover == NULL || c->inflight == NULL) {
+        free(c->cover);
+        free(c->inflight);
+        c->cover = NULL;
+        c->inflight = NULL;
+        return rn_tcp_fail(c, ncclSystemError,
+                           "out of memory for the chunk maps of a streamed message from %s",
+                           c->peer);
+      }
+    }
     r->mode[idx] = mode;
     r->size_of[idx] = size;
     r->grid[idx] = grid;
@@ -130,6 +144,15 @@ ncclResult_t rn_tcp_buf_shape(struct rn_tcp_comm *c, struct rn_tcp_req *r, int i
                             names[mode], (unsigned long long)size, grid, (unsigned long long)r->seq,
                             idx, names[r->mode[idx]], (unsigned long long)r->size_of[idx],
                             r->grid[idx]);
+  return ncclSuccess;
+}
+
+/* The chunk on s is a copy that already landed: it is read into scratch
+ * and dropped.  rx_lock held. */
+static ncclResult_t rn_tcp_discard_to(struct rn_tcp_comm *c, struct rn_tcp_stream *s) {
+  if (c->scratch == NULL && (c->scratch = malloc(RN_TCP_SCRATCH)) == NULL)
+    return rn_tcp_fail(c, ncclSystemError, "out of memory for a re-sent chunk from %s", c->peer);
+  s->rx_discard = 1;
   return ncclSuccess;
 }
 
@@ -169,7 +192,7 @@ static ncclResult_t rn_tcp_chunk_begin(struct rn_tcp_comm *c, struct rn_tcp_stre
                              (unsigned long long)h->total, h->grid, h->index,
                              (unsigned long long)h->offset, h->p.plen, (unsigned long long)h->seq);
     else
-      s->rx_discard = 1;
+      res = rn_tcp_discard_to(c, s);
   } else if (r == NULL || r->seq != h->seq) {
     res = RN_TCP_VIOLATION(c, what, "seq", "%llu: no such group is posted",
                            (unsigned long long)h->seq);
@@ -203,7 +226,7 @@ static ncclResult_t rn_tcp_chunk_begin(struct rn_tcp_comm *c, struct rn_tcp_stre
       res = RN_TCP_VIOLATION(c, what, "index", "%u of group %llu buffer %u arrived twice", h->index,
                              (unsigned long long)h->seq, h->idx);
     } else if (*word & bit) {
-      s->rx_discard = 1;
+      res = rn_tcp_discard_to(c, s);
     } else {
       *busy |= bit;
       r->writers++;
@@ -312,9 +335,7 @@ static int rn_tcp_stream_recv(struct rn_tcp_comm *c, struct rn_tcp_stream *s) {
   }
 }
 
-/* Progress one stream after poll() said what it can do (or blindly, when
- * the caller drives the streams itself). */
-static void rn_tcp_stream_step(struct rn_tcp_comm *c, struct rn_tcp_stream *s, short re) {
+void rn_tcp_stream_step(struct rn_tcp_comm *c, struct rn_tcp_stream *s, short re) {
   int rc = 0;
   if (s->dead) return;
   if (c->is_recv && atomic_load(&s->retire)) {
@@ -326,10 +347,12 @@ static void rn_tcp_stream_step(struct rn_tcp_comm *c, struct rn_tcp_stream *s, s
   }
   if (c->is_recv) {
     if (re & (POLLIN | POLLHUP | POLLERR)) rc = rn_tcp_stream_recv(c, s);
-  } else if (re & (POLLOUT | POLLERR | POLLHUP)) {
-    rc = rn_tcp_stream_send(c, s);
-  } else if (re & POLLIN) {
-    /* The receiver never writes on data streams: readable means EOF. */
+    if (rc < 0) s->dead = 1;
+    return;
+  }
+  if ((re & POLLIN) && !(re & POLLOUT)) {
+    /* The receiver never writes on data streams: readable means EOF.
+     * (Edge-triggered, both may come at once: the write then sees it.) */
     char b;
     ssize_t k = recv(s->fd, &b, 1, MSG_DONTWAIT);
     if (k > 0) {
@@ -340,7 +363,7 @@ static void rn_tcp_stream_step(struct rn_tcp_comm *c, struct rn_tcp_stream *s, s
       rc = -1;
     }
   } else {
-    /* New work may have been queued since poll() was armed. */
+    /* Writable, or new work may have been queued since poll() was armed. */
     rc = rn_tcp_stream_send(c, s);
   }
   if (rc < 0) s->dead = 1;
@@ -349,47 +372,6 @@ static void rn_tcp_stream_step(struct rn_tcp_comm *c, struct rn_tcp_stream *s, s
 void rn_tcp_drive_streams(struct rn_tcp_comm *c) {
   for (int i = 0; i < c->nstreams; i++)
     rn_tcp_stream_step(c, &c->stream[i], c->is_recv ? POLLIN : POLLOUT);
-}
-
-void *rn_tcp_thread_main(void *arg) {
-  struct rn_tcp_thread *t = arg;
-  struct rn_tcp_comm *c = t->comm;
-  struct pollfd pfd[1 + RN_TCP_MAX_STREAMS];
-  int ids[RN_TCP_MAX_STREAMS];
-  int nmine = 0;
-  for (int i = t->first; i < c->nstreams; i += t->step) ids[nmine++] = i;
-  while (!atomic_load(&c->stop)) {
-    int np = 0;
-    pfd[np++] = (struct pollfd){.fd = t->wake_fd, .events = POLLIN};
-    for (int k = 0; k < nmine; k++) {
-      struct rn_tcp_stream *s = &c->stream[ids[k]];
-      short ev = POLLIN; /* data on a receive stream, EOF on a send stream */
-      if (!c->is_recv) {
-        pthread_mutex_lock(&s->queue_lock);
-        if (!rn_tcp_stream_queue_empty(s)) ev = POLLOUT;
-        pthread_mutex_unlock(&s->queue_lock);
-      }
-      pfd[np++] = (struct pollfd){.fd = s->dead ? -1 : s->fd, .events = ev};
-    }
-    if (poll(pfd, (nfds_t)np, -1) < 0 && errno != EINTR) {
-      rn_tcp_fail(c, ncclSystemError, "helper thread: poll failed: %s", strerror(errno));
-      break;
-    }
-    if (pfd[0].revents & POLLIN) {
-      uint64_t v;
-      ssize_t rd = read(t->wake_fd, &v, sizeof(v));
-      (void)rd;
-    }
-    for (int k = 0; k < nmine; k++) rn_tcp_stream_step(c, &c->stream[ids[k]], pfd[k + 1].revents);
-  }
-  return NULL;
-}
-
-void rn_tcp_wake(struct rn_tcp_comm *c, int stream) {
-  uint64_t one = 1;
-  if (c->nthreads == 0) return;
-  ssize_t wr = write(c->thread[stream % c->nthreads].wake_fd, &one, sizeof(one));
-  (void)wr;
 }
 
 uint32_t rn_tcp_chunk_grid(const struct rn_tcp_comm *c, size_t size) {
@@ -405,6 +387,23 @@ uint32_t rn_tcp_chunk_grid(const struct rn_tcp_comm *c, size_t size) {
   return (uint32_t)chunk; /* size <= INT_MAX: at most RN_TCP_MAX_GRID */
 }
 
+/* The send queues, at the comm's first streamed message.  c->lock held;
+ * each queue is published under its lock before any chunk goes in. */
+static ncclResult_t rn_tcp_alloc_queues(struct rn_tcp_comm *c) {
+  for (int i = 0; i < c->nstreams; i++) {
+    struct rn_tcp_stream *s = &c->stream[i];
+    if (s->queue != NULL) continue;
+    struct rn_tcp_queued_chunk *q = malloc(RN_TCP_STREAM_QUEUE * sizeof(*q));
+    if (q == NULL)
+      return rn_tcp_fail(c, ncclSystemError, "out of memory for the send queues of a comm to %s",
+                         c->peer);
+    pthread_mutex_lock(&s->queue_lock);
+    s->queue = q;
+    pthread_mutex_unlock(&s->queue_lock);
+  }
+  return ncclSuccess;
+}
+
 /* Spread a message's chunks over the streams on its grid, each where
  * rn_tcp_rails_pick says it is delivered first.  Returns 0 when the queues
  * are full (nothing is queued then: a message goes whole or not at all). */
@@ -415,6 +414,7 @@ int rn_tcp_enqueue(struct rn_tcp_comm *c, struct rn_tcp_req *r, const char *data
   uint64_t load[RN_MAX_RAILS];
   uint8_t where[RN_TCP_MAX_CHUNKS];
   if (c->nbacklog > 0) return 0; /* chunks of a failed rail go first */
+  if (c->stream[0].queue == NULL && rn_tcp_alloc_queues(c) != ncclSuccess) return 0;
   rn_tcp_rails_load(c, used, load);
   for (size_t k = 0; k < nchunks; k++) {
     size_t off = k * grid, len = size - off < grid ? size - off : grid;
@@ -447,9 +447,10 @@ int rn_tcp_enqueue(struct rn_tcp_comm *c, struct rn_tcp_req *r, const char *data
     s->queue_tail = (s->queue_tail + 1) % RN_TCP_STREAM_QUEUE;
     atomic_fetch_add(&c->stream_work, 1);
     pthread_mutex_unlock(&s->queue_lock);
-    if (c->nthreads > 0) touched |= 1u << (sidx % c->nthreads);
+    touched |= 1u << sidx;
   }
-  for (int t = 0; t < c->nthreads; t++)
-    if (touched & (1u << t)) rn_tcp_wake(c, t);
+  if (c->nthreads > 0)
+    for (int i = 0; i < c->nstreams; i++)
+      if (touched & (1u << i)) rn_tcp_wake(c, i);
   return 1;
 }

@@ -10,7 +10,8 @@
  * no hand-off, so small-message latency is one TCP round trip.  Larger
  * messages are cut into chunks on a grid the header announces, spread over
  * the data streams, each chunk carrying its own header, and are moved by
- * per-comm helper threads (or the caller on small hosts) straight between
+ * the process's progress engine (engine.c: a pool of helper threads
+ * shared by every comm), or the caller on small hosts, straight between
  * the user buffers and the sockets.
  *
  * THE MATCHING RULE (NCCL's, as net_ib implements it).  Receives are
@@ -55,7 +56,7 @@
  * listen, connect, accept, close, registration), comm.c comms (create,
  * free, the list of open ones), control.c the control connection
  * (output queue, parsing and checking, matching), streams.c the data
- * streams and their helper threads, p2p.c requests and isend/irecv/test,
+ * streams, engine.c the helper threads that drive them, p2p.c requests and isend/irecv/test,
  * fail.c failing a comm, wire.c header checksums, iface.c interface
  * discovery. */
 #ifndef RN_TCP_H
@@ -184,8 +185,9 @@ struct rn_tcp_ctl_out {
   struct rn_tcp_req *req;
 };
 
-/* One data stream.  Owner: its helper thread (fd, progress); the queue is
- * shared with the caller thread under queue_lock. */
+/* One data stream.  Owner: its engine thread (fd, progress), or the caller
+ * when helpers are off; the queue is shared with the caller thread under
+ * queue_lock. */
 struct rn_tcp_stream {
   int fd;
   int rail;        /* index into the comm's rails */
@@ -195,7 +197,7 @@ struct rn_tcp_stream {
    * but their sends not yet acknowledged (sent again if the rail fails),
    * queue_head .. queue_tail - 1 wait to be written. */
   int keep_head, queue_head, queue_tail;
-  struct rn_tcp_queued_chunk queue[RN_TCP_STREAM_QUEUE];
+  struct rn_tcp_queued_chunk *queue; /* allocated at the comm's first chunk (streams.c) */
   /* progress of the chunk at the head (send) or being read (recv) */
   size_t off;
   struct rn_tcp_chunk rx_hdr;
@@ -205,14 +207,13 @@ struct rn_tcp_stream {
   int lost;          /* ended by an error or in the middle of a chunk (not a close) */
   atomic_int retire; /* receive: the sender took it out (DOWN): its driver ends it */
   char cause[96];    /* why it ended */
-};
-
-struct rn_tcp_thread {
+  /* the progress engine's (engine.c), under its thread's lock */
   struct rn_tcp_comm *comm;
-  pthread_t tid;
-  int wake_fd; /* eventfd: new work or stop */
-  int first, step;
-  int started;
+  int eng_thread; /* -1: the caller drives it */
+  int eng_epoch;  /* the pool it was registered with (a fork starts another) */
+  int eng_slot;   /* its slot in that thread's epoll registrations, or -1 */
+  int on_ready;
+  struct rn_tcp_stream *ready_next;
 };
 
 /* An eager message the sender has not matched to a buffer yet. */
@@ -248,9 +249,8 @@ struct rn_tcp_comm {
   int is_recv;
   int ctrl_fd;
   int nstreams, nthreads;
-  char peer[64]; /* for messages */
-  struct rn_tcp_stream stream[RN_TCP_MAX_STREAMS];
-  struct rn_tcp_thread thread[RN_TCP_MAX_STREAMS];
+  char peer[64];                /* for messages */
+  struct rn_tcp_stream *stream; /* [nstreams] */
   int nrails;
   struct rn_tcp_rail rail[RN_MAX_RAILS];
   uint64_t id;        /* names the comm in the telemetry */
@@ -265,9 +265,6 @@ struct rn_tcp_comm {
    * and not yet filled (recv). */
   atomic_int stream_work;
   size_t inline_max, chunk, eager_max;
-  /* control output: messages in order, payloads referenced, not copied */
-  int out_head, out_tail;
-  struct rn_tcp_ctl_out out[RN_TCP_OUT_QUEUE];
   uint32_t msg_out, msg_in; /* control message numbers, each direction */
   /* control input: headers are parsed from `in`; a payload is read
    * straight into its destination (rx_*) */
@@ -284,7 +281,9 @@ struct rn_tcp_comm {
   pthread_mutex_t rx_lock;
   uint64_t recv_seq, match_head;
   struct rn_tcp_req *ring[RN_TCP_RING];
-  uint64_t (*cover)[RN_MAX_RECVS][RN_TCP_CHUNK_WORDS]; /* [RN_TCP_RING]: chunks landed */
+  /* [RN_TCP_RING]: chunks landed; with inflight and scratch, allocated at
+   * the first streamed message (streams.c) */
+  uint64_t (*cover)[RN_MAX_RECVS][RN_TCP_CHUNK_WORDS];
   struct rn_tcp_unexpected *unexpected; /* RN_TCP_EAGER_WINDOW entries, allocated on first use */
   int held[RN_TCP_EAGER_WINDOW];        /* indices into unexpected, in arrival order */
   int nheld;
@@ -304,6 +303,11 @@ struct rn_tcp_comm {
   struct rn_tcp_group group[RN_TCP_RING];
   struct rn_tcp_eager eager[RN_TCP_EAGER_WINDOW]; /* unmatched, in send order */
   int neager;
+  /* control output: messages in order, payloads referenced, not copied */
+  int out_head, out_tail;
+  /* The large tables last, after the fields every comm touches: an idle
+   * comm's pages of them are never touched (the comm is calloc'ed). */
+  struct rn_tcp_ctl_out out[RN_TCP_OUT_QUEUE];
   struct rn_tcp_req reqs[RN_TCP_NREQS];
 };
 
@@ -410,7 +414,9 @@ ncclResult_t rn_tcp_drain_held(struct rn_tcp_comm *c);
 
 /* streams.c */
 void rn_tcp_drive_streams(struct rn_tcp_comm *c);
-void *rn_tcp_thread_main(void *arg);
+/* Progress one stream after poll() or epoll said what it can do (re: poll
+ * flags), or blindly (re = 0: a send stream writes what is queued). */
+void rn_tcp_stream_step(struct rn_tcp_comm *c, struct rn_tcp_stream *s, short re);
 /* The chunk grid for a streamed message of `size` bytes. */
 uint32_t rn_tcp_chunk_grid(const struct rn_tcp_comm *c, size_t size);
 int rn_tcp_enqueue(struct rn_tcp_comm *c, struct rn_tcp_req *r, const char *data, size_t size,
@@ -425,8 +431,26 @@ ncclResult_t rn_tcp_buf_shape(struct rn_tcp_comm *c, struct rn_tcp_req *r, int i
 int rn_tcp_chunk_stale(const struct rn_tcp_queued_chunk *q);
 /* queue_lock held: forget written chunks no re-send can need. */
 void rn_tcp_stream_retire(struct rn_tcp_stream *s);
-/* Wake the helper thread of a stream. */
+
+/* engine.c: the process's pool of helper threads. */
+/* Threads the pool runs: RAILNET_SOCKET_NTHREADS (auto: 0 below 8 CPUs,
+ * else 4), at most the CPU count; 0: callers move their own bytes. */
+int rn_tcp_engine_size(void);
+/* Hand the comm's streams to the pool (started on first use); sets
+ * c->nthreads to the threads serving it (0 with helpers off). */
+ncclResult_t rn_tcp_engine_attach(struct rn_tcp_comm *c);
+/* Take the comm's streams out of the pool; returns once no thread can
+ * touch them again.  Safe on a comm never attached. */
+void rn_tcp_engine_detach(struct rn_tcp_comm *c);
+/* A stream's socket is replaced (a rail re-admitted): the old one is
+ * unregistered (the caller closes it), fd registered. */
+void rn_tcp_engine_swap_fd(struct rn_tcp_stream *s, int fd);
+/* At fini, once no comm is open: stop and join the threads. */
+void rn_tcp_engine_stop(void);
+/* Work for a stream (queued chunks, a retirement, a new socket): its
+ * engine thread steps it soon.  No-op with helpers off. */
 void rn_tcp_wake(struct rn_tcp_comm *c, int stream);
+void rn_tcp_wake_all(struct rn_tcp_comm *c);
 
 /* control.c (continued) */
 /* Receiver: queue an ACK for every streamed buffer that filled. */

@@ -112,6 +112,7 @@ static void rn_tcp_fini(void) {
   for (struct rn_list *first; (first = rn_shared_list_first(&rn_tcp_live_listens)) != NULL; n++)
     rn_tcp_close_listen(RN_LIST_ENTRY(first, struct rn_tcp_listen, open));
   n += rn_tcp_comm_free_all();
+  rn_tcp_engine_stop();
   if (n > 0) RN_INFO(NCCL_INIT | NCCL_NET, "closed %d comm(s) left open at finalize", n);
   rn_tcp_nifs = 0;
 }

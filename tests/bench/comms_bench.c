@@ -12,6 +12,7 @@
  *
  *   railnet-comms-bench [--max N] [--iters K] [--api vX] */
 #include <dirent.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,10 +24,19 @@
 struct result {
   double isend_us_p50, isend_us_p90;
   int fds, threads;
+  double connect_us;  /* connect + accept of one more comm, all live (receiver, median) */
+  double all_us;      /* all comms set up at once: wall time per comm */
+  int fds0, threads0; /* at the start, before any comm */
+  int verified;       /* comms that moved verified data */
+  double rtt_us_p50, gbps;
+  long rss0, rss_idle; /* resident bytes at the start and with every comm up and idle */
 };
+
+enum mode { MODE_ISEND = 0, MODE_HELPERS, MODE_PERF };
 
 struct cfg {
   int ncomms, iters;
+  enum mode mode;
 };
 
 static double thread_cpu_us(void) {
@@ -42,6 +52,18 @@ static int count_dir(const char *path) {
   for (struct dirent *e; (e = readdir(d)) != NULL;) n += e->d_name[0] != '.';
   closedir(d);
   return n;
+}
+
+/* Resident bytes, once freed heap memory (connection set-up's, say) is
+ * handed back: what live objects hold. */
+static long rss_bytes(void) {
+  long pages = 0, res = 0;
+  malloc_trim(0);
+  FILE *f = fopen("/proc/self/statm", "r");
+  if (f == NULL) return -1;
+  if (fscanf(f, "%ld %ld", &pages, &res) != 2) res = -1;
+  fclose(f);
+  return res < 0 ? -1 : res * sysconf(_SC_PAGESIZE);
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -115,7 +137,52 @@ static int side(struct rn_peer *p) {
   int rc = -1;
   void *rlc = NULL, *rev = NULL, *mh_fwd = NULL, *mh_rev = NULL;
   static char buf_fwd[64], buf_rev[64];
-  if (peer_connect(p, c->ncomms, comms, lcomms, 120) != 0) goto out;
+  struct result res = {.fds0 = count_dir("/proc/self/fd"),
+                       .threads0 = count_dir("/proc/self/task"),
+                       .rss0 = rss_bytes()};
+  double t_conn = now_s();
+  /* With helpers on, listen comms close once accepted, as NCCL does. */
+  int keep_listen = c->mode != MODE_HELPERS;
+  if (peer_connect(p, c->ncomms, comms, keep_listen ? lcomms : NULL, 600) != 0) goto out;
+  res.all_us = (now_s() - t_conn) * 1e6 / c->ncomms;
+  /* One more comm at a time with all of them live: connect + accept of
+   * one (handle exchange included), the median of 9. */
+  double one[9];
+  for (int k = 0; k < 9; k++) {
+    void *extra = NULL;
+    double t1 = now_s();
+    if (peer_connect(p, 1, &extra, NULL, 60) != 0) goto out;
+    one[k] = (now_s() - t1) * 1e6;
+    if (peer_close(p, 1, &extra, NULL) != 0) goto out;
+  }
+  qsort(one, 9, sizeof(double), cmp_double);
+  res.connect_us = one[4];
+  res.rss_idle = rss_bytes();
+  if (c->mode == MODE_HELPERS) {
+    /* Every comm moves a verified streamed message (chunks on its data
+     * stream, through the engine) and a small one, in turn. */
+    static const size_t sizes[] = {70000, 100};
+    for (int i = 0; i < c->ncomms; i++) {
+      struct rn_stream st = {.p = p,
+                             .comm = comms[i],
+                             .is_send = p->role == RN_SENDER,
+                             .nmsg = 2,
+                             .sizes = sizes,
+                             .window = 2,
+                             .verify = 1,
+                             .seed = p->seed + (uint64_t)i};
+      if (rn_stream_run(&st, 60) != 0) goto out;
+      res.verified++;
+    }
+    if (p->role == RN_RECEIVER) {
+      res.fds = count_dir("/proc/self/fd");
+      res.threads = count_dir("/proc/self/task");
+      if (peer_to_parent(p, &res, sizeof res) != 0) goto out;
+    }
+    rc = 0;
+    if (peer_sync(p, 60) != 0) rc = peer_fail(p, "peer gone");
+    goto out;
+  }
   if (reverse_comm(p, &rlc, &rev) != 0) goto out;
   if (rn_net_regmr(&p->net, comms[0], buf_fwd, sizeof buf_fwd, NCCL_PTR_HOST, &mh_fwd) !=
           ncclSuccess ||
@@ -127,7 +194,13 @@ static int side(struct rn_peer *p) {
   int is_a = p->role == RN_SENDER;
   for (int i = 0; i < c->iters; i++) {
     void *rq = NULL, *sq = NULL;
-    if (is_a) {
+    double w0 = now_s();
+    if (is_a && c->mode == MODE_PERF) {
+      if (post(p, rev, 0, buf_rev, mh_rev, &rq) || post(p, comms[0], 1, buf_fwd, mh_fwd, &sq) ||
+          wait_req(p, sq, "isend") || wait_req(p, rq, "irecv"))
+        goto out;
+      t[i] = (now_s() - w0) * 1e6;
+    } else if (is_a) {
       if (post(p, rev, 0, buf_rev, mh_rev, &rq) || post(p, comms[0], 1, buf_fwd, mh_fwd, &sq) ||
           wait_req(p, sq, "isend") || wait_req(p, rq, "irecv"))
         goto out;
@@ -139,13 +212,49 @@ static int side(struct rn_peer *p) {
       if (wait_req(p, sq, "isend")) goto out;
     }
   }
-  if (!is_a) {
+  if (c->mode == MODE_PERF) {
+    /* Throughput: 4 MiB messages over every comm at once, 2 in flight on
+     * each, one thread driving them round-robin (as NCCL's proxy does). */
+    static size_t big[48];
+    for (int k = 0; k < 48; k++) big[k] = 4 << 20;
+    struct rn_stream st[4];
+    int nmsg = 48 / c->ncomms, ndone = 0, setup = 0, err = 0;
+    for (; setup < c->ncomms; setup++) {
+      st[setup] = (struct rn_stream){.p = p,
+                                     .comm = comms[setup],
+                                     .is_send = p->role == RN_SENDER,
+                                     .nmsg = nmsg,
+                                     .sizes = big,
+                                     .window = 2,
+                                     .single_buffer = 1,
+                                     .seed = p->seed};
+      if (rn_stream_setup(&st[setup]) != 0) break;
+    }
+    double b0 = now_s(), end = rn_deadline(120);
+    int done[4] = {0};
+    while (setup == c->ncomms && ndone < c->ncomms && !err && now_s() < end)
+      for (int k = 0; k < c->ncomms; k++) {
+        if (done[k]) continue;
+        int r = rn_stream_step(&st[k]);
+        if (r < 0) err = 1;
+        if (r == 1) done[k] = 1, ndone++;
+      }
+    double secs = now_s() - b0;
+    for (int k = 0; k < setup; k++) rn_stream_teardown(&st[k]);
+    if (setup < c->ncomms || err || ndone < c->ncomms) goto out;
+    if (is_a) {
+      qsort(t, (size_t)c->iters, sizeof(double), cmp_double);
+      struct result r = {.rtt_us_p50 = t[c->iters / 2],
+                         .gbps = (double)nmsg * c->ncomms * big[0] / secs / 1e9};
+      if (peer_to_parent(p, &r, sizeof r) != 0) goto out;
+    }
+  } else if (!is_a) {
     qsort(t, (size_t)c->iters, sizeof(double), cmp_double);
-    struct result r = {.isend_us_p50 = t[c->iters / 2],
-                       .isend_us_p90 = t[c->iters * 9 / 10],
-                       .fds = count_dir("/proc/self/fd"),
-                       .threads = count_dir("/proc/self/task")};
-    if (peer_to_parent(p, &r, sizeof r) != 0) goto out;
+    res.isend_us_p50 = t[c->iters / 2];
+    res.isend_us_p90 = t[c->iters * 9 / 10];
+    res.fds = count_dir("/proc/self/fd");
+    res.threads = count_dir("/proc/self/task");
+    if (peer_to_parent(p, &res, sizeof res) != 0) goto out;
   }
   rc = 0;
   if (peer_sync(p, 60) != 0) rc = peer_fail(p, "peer gone");
@@ -159,7 +268,8 @@ out:
       rn_net_close_send(&p->net, rev);
   }
   if (rlc) rn_net_close_listen(&p->net, rlc);
-  if (peer_close(p, c->ncomms, comms, p->role == RN_RECEIVER ? lcomms : NULL) != 0 && rc == 0)
+  if (peer_close(p, c->ncomms, comms, p->role == RN_RECEIVER && keep_listen ? lcomms : NULL) != 0 &&
+      rc == 0)
     rc = -1;
   free(comms);
   free(lcomms);
@@ -167,9 +277,31 @@ out:
   return rc;
 }
 
+/* One pair of processes with c; the receiver's (or, for MODE_PERF, the
+ * sender's) result in *r.  0 or -1 with why. */
+static int run_one(struct cfg *c, int version, const char *env, struct result *r, char *why,
+                   size_t whylen) {
+  int pfd = -1;
+  struct rn_pair_opts o = {.version = version,
+                           .timeout_s = 900,
+                           .init = 1,
+                           .seed = 1,
+                           .arg = c,
+                           .want_parent_pipe = 1,
+                           .parent_fd = &pfd,
+                           .env = env};
+  int rc = rn_run_pair(side, side, &o, why, whylen);
+  memset(r, 0, sizeof(*r));
+  int got = pfd >= 0 && read(pfd, r, sizeof(*r)) == (ssize_t)sizeof(*r);
+  if (pfd >= 0) close(pfd);
+  if (rc == 0 && !got) snprintf(why, whylen, "no result");
+  return rc == 0 && got ? 0 : -1;
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   int max = 4096, iters = 2000, version = 11;
+  const char *baseline = NULL;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--max") && i + 1 < argc)
       max = atoi(argv[++i]);
@@ -177,51 +309,96 @@ int main(int argc, char **argv) {
       iters = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--api") && i + 1 < argc)
       version = rn_parse_version(argv[++i]);
+    else if (!strcmp(argv[i], "--baseline") && i + 1 < argc)
+      baseline = argv[++i];
     else {
-      fprintf(stderr, "usage: %s [--max N] [--iters K] [--api vX]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--max N] [--iters K] [--api vX] [--baseline PLUGIN.so]\n",
+              argv[0]);
       return 2;
     }
   }
-  if (max < 1 || iters < 10 || version == 0) {
-    fprintf(stderr, "%s: --max >= 1, --iters >= 10, --api v8..v12\n", argv[0]);
+  if (max < 1 || iters < 10 || version == 0 || (baseline && strchr(baseline, ','))) {
+    fprintf(stderr, "%s: --max >= 1, --iters >= 10, --api v8..v12, a baseline path without ','\n",
+            argv[0]);
     return 2;
   }
   raise_fd_limit();
+  char load[128];
+  rn_loadavg(load, sizeof load);
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  printf("# %ld CPUs, load average at the start: %s\n", cpus, load);
   static const int steps[] = {1, 64, 1024, 4096, 16384};
-  double anchor = 0;
+  double anchor = 0, conn1 = 0;
+  char why[512];
+  struct result r;
   printf(
-      "# 8-byte isend CPU time (the reply of a ping-pong whose receive deferred its\n"
-      "# clear-to-send) against the number of live comms; 1 comm is the anchor\n");
-  printf("%8s %12s %12s %8s %10s %10s\n", "comms", "isend p50 us", "isend p90 us", "x 1 comm",
-         "fds/comm", "threads");
+      "# 1. 8-byte isend CPU time (the reply of a ping-pong whose receive deferred its\n"
+      "# clear-to-send) against the number of live comms, helpers off; 1 comm is the anchor\n");
+  printf("%8s %12s %12s %8s %10s %10s %12s %8s %12s\n", "comms", "isend p50 us", "isend p90 us",
+         "x 1 comm", "fds/comm", "threads", "connect us", "x 1 comm", "all-at-once");
   int fds1 = 0;
   for (size_t k = 0; k < sizeof(steps) / sizeof(steps[0]) && steps[k] <= max; k++) {
-    struct cfg c = {.ncomms = steps[k], .iters = iters};
-    int pfd = -1;
-    struct rn_pair_opts o = {.version = version,
-                             .timeout_s = 600,
-                             .init = 1,
-                             .seed = 1,
-                             .arg = &c,
-                             .want_parent_pipe = 1,
-                             .parent_fd = &pfd,
-                             .env = "RAILNET_SOCKET_NTHREADS=0,RAILNET_SOCKET_NSTREAMS=1"};
-    char why[512];
-    int rc = rn_run_pair(side, side, &o, why, sizeof why);
-    struct result r = {0};
-    int got = pfd >= 0 && read(pfd, &r, sizeof r) == (ssize_t)sizeof r;
-    if (pfd >= 0) close(pfd);
-    if (rc != 0 || !got) {
-      printf("%8d  failed: %s\n", steps[k], rc ? why : "no result");
+    struct cfg c = {.ncomms = steps[k], .iters = iters, .mode = MODE_ISEND};
+    if (run_one(&c, version, "RAILNET_SOCKET_NTHREADS=0,RAILNET_SOCKET_NSTREAMS=1", &r, why,
+                sizeof why) != 0) {
+      printf("%8d  failed: %s\n", steps[k], why);
       return 1;
     }
-    if (k == 0) anchor = r.isend_us_p50, fds1 = r.fds;
-    printf("%8d %12.2f %12.2f %8.2f %10.2f %10d\n", steps[k], r.isend_us_p50, r.isend_us_p90,
-           anchor > 0 ? r.isend_us_p50 / anchor : 0,
-           (double)(r.fds - fds1) / (steps[k] > 1 ? steps[k] - 1 : 1), r.threads);
+    if (k == 0) anchor = r.isend_us_p50, fds1 = r.fds, conn1 = r.connect_us;
+    printf("%8d %12.2f %12.2f %8.2f %10.2f %10d %12.1f %8.2f %12.1f\n", steps[k], r.isend_us_p50,
+           r.isend_us_p90, anchor > 0 ? r.isend_us_p50 / anchor : 0,
+           (double)(r.fds - fds1) / (steps[k] > 1 ? steps[k] - 1 : 1), r.threads, r.connect_us,
+           conn1 > 0 ? r.connect_us / conn1 : 0, r.all_us);
   }
   printf(
-      "# goal: at 4,096 comms <= 1.2 x the 1-comm figure (same run); fds/comm counts the\n"
-      "# receiver's descriptors beyond the 1-comm run (listen comms included)\n");
+      "# goal: isend at 4,096 comms <= 1.2 x the 1-comm figure (same run); fds/comm counts the\n"
+      "# receiver's descriptors beyond the 1-comm run (listen comms included); connect us:\n"
+      "# connect + accept of one more comm with all of them live, handle exchange between\n"
+      "# the processes included, median of 9 (goal: flat); all-at-once: the wall time per\n"
+      "# comm of setting all of them up at once (the test harness polls each in turn)\n");
+
+  printf(
+      "# 2. helpers on (RAILNET_SOCKET_NTHREADS=4, one stream per comm): every comm moves a\n"
+      "# verified 70,000-byte streamed message and a 100-byte one; listen comms closed once\n"
+      "# accepted, as NCCL does; receiver's process\n");
+  printf("%8s %10s %14s %10s %10s %12s %14s\n", "comms", "verified", "added threads", "2 x cores",
+         "fds/comm", "connect us", "idle kB/comm");
+  int hsteps[] = {1, max < 4096 ? max : 4096};
+  for (int k = 0; k < 2; k++) {
+    if (k == 1 && hsteps[1] == 1) break;
+    struct cfg c = {.ncomms = hsteps[k], .iters = iters, .mode = MODE_HELPERS};
+    if (run_one(&c, version, "RAILNET_SOCKET_NTHREADS=4,RAILNET_SOCKET_NSTREAMS=1", &r, why,
+                sizeof why) != 0) {
+      printf("%8d  failed: %s\n", hsteps[k], why);
+      return 1;
+    }
+    printf("%8d %10d %14d %10ld %10.2f %12.1f %14.1f\n", hsteps[k], r.verified,
+           r.threads - r.threads0, 2 * cpus, (double)(r.fds - r.fds0) / hsteps[k], r.connect_us,
+           (double)(r.rss_idle - r.rss0) / 1024 / hsteps[k]);
+  }
+  printf(
+      "# goal: added threads <= 2 x cores, fds/comm <= 3 (control, stream);\n"
+      "# idle kB/comm: the receiver's resident memory with every comm up, before any\n"
+      "# transfer, beyond the start, per comm, after malloc_trim (user space; kernel socket\n"
+      "# buffers not counted)\n");
+
+  printf(
+      "# 3. 8-byte round trip (p50, wall) and 4 MiB throughput (48 messages, 2 in flight\n"
+      "# per comm, one thread) at 1 and 4 comms, default streams and helpers%s\n",
+      baseline ? "; each row also with the baseline plugin, alternated" : "");
+  printf("%8s %-10s %12s %10s\n", "comms", "plugin", "8 B rtt us", "GB/s");
+  for (int n = 1; n <= 4; n += 3)
+    for (int b = 0; b < (baseline ? 2 : 1); b++) {
+      char env[1200];
+      snprintf(env, sizeof env, "%s%s", b ? "RN_PLUGIN=" : "", b ? baseline : "");
+      struct cfg c = {.ncomms = n, .iters = iters, .mode = MODE_PERF};
+      if (run_one(&c, version, env[0] ? env : NULL, &r, why, sizeof why) != 0) {
+        printf("%8d %-10s failed: %s\n", n, b ? "baseline" : "this", why);
+        return 1;
+      }
+      printf("%8d %-10s %12.2f %10.2f\n", n, b ? "baseline" : "this", r.rtt_us_p50, r.gbps);
+    }
+  rn_loadavg(load, sizeof load);
+  printf("# load average at the end: %s\n", load);
   return 0;
 }

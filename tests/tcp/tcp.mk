@@ -18,3 +18,11 @@ TEST_PROGS += $(TCP_CORRUPT_TEST)
 TCP_LINKDOWN_TEST := $(BUILD)/tests/tcp/test_linkdown
 $(eval $(call rn_harness_prog,$(TCP_LINKDOWN_TEST),$(BUILD)/tests/tcp/test_linkdown.o))
 test: $(TCP_LINKDOWN_TEST)
+
+# The progress engine with helper threads on: many comms, churn from
+# several threads, closes with work queued, a fork (tests/tcp/test_engine.c).
+TCP_ENGINE_TEST := $(BUILD)/tests/tcp/test_engine
+$(TCP_ENGINE_TEST): $(BUILD)/tests/tcp/test_engine.o $(RN_TEST_COMMON_OBJS) | $(PLUGIN_SO)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS_COMMON) -o $@ $^ -ldl -lpthread
+TEST_PROGS += $(TCP_ENGINE_TEST)
