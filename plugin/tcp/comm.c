@@ -51,6 +51,7 @@ void rn_tcp_comm_free(struct rn_tcp_comm *c) {
   if (c->nrails > 0) rn_tcp_rails_close(c);
   atomic_store(&c->stop, 1);
   rn_tcp_rails_free(c);
+  rn_tcp_move_free(c);
   for (int i = 0; i < c->nthreads; i++) {
     if (!c->thread[i].started) continue;
     uint64_t one = 1;
@@ -133,6 +134,7 @@ ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv,
   }
   for (int i = 0; i < c->nthreads; i++) c->thread[i].wake_fd = -1;
   rn_tcp_rails_init(c);
+  rn_tcp_move_init(c);
   rn_sock_tune(c->ctrl_fd, 0);
   /* A peer that vanishes without closing must not leave this comm
    * waiting forever: every socket gets keepalive and a user timeout. */

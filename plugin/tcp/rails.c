@@ -405,6 +405,8 @@ static ncclResult_t rn_tcp_rail_take_out(struct rn_tcp_comm *c, int ri, const ch
   }
   int left = 0;
   for (int i = 0; i < c->nrails; i++) left += atomic_load(&c->rail[i].state) == RN_TCP_RAIL_UP;
+  /* The control connection runs on it: it moves to a rail still up. */
+  if (left > 0 && ri == c->move.ctrl_rail) rn_tcp_move_lost(c, "its rail was taken out", 1);
   if (left == 0)
     return rn_tcp_fail(c, ncclRemoteError, "every rail is gone; the last, %s, failed: %s", r->name,
                        r->cause);
