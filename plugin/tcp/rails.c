@@ -384,7 +384,10 @@ static ncclResult_t rn_tcp_rail_take_out(struct rn_tcp_comm *c, int ri, const ch
       struct rn_tcp_queued_chunk q = s->queue[i];
       int unwritten = (s->queue_tail - i + RN_TCP_STREAM_QUEUE) % RN_TCP_STREAM_QUEUE <=
                       (s->queue_tail - s->queue_head + RN_TCP_STREAM_QUEUE) % RN_TCP_STREAM_QUEUE;
-      int started = !unwritten || (i == s->queue_head && s->off > 0);
+      /* The head chunk may be in the middle of its write on a helper
+       * thread (or just written): it goes again as a re-send, which the
+       * receiver accepts whether or not its first copy landed. */
+      int started = !unwritten || i == s->queue_head;
       if (unwritten) atomic_fetch_sub(&r->pending, q.hdr.p.plen);
       if (rn_tcp_chunk_stale(&q)) {
         if (unwritten) atomic_fetch_sub(&c->stream_work, 1);
