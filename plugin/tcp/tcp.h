@@ -150,15 +150,16 @@ struct rn_tcp_rail {
   _Atomic uint64_t failures; /* times this rail was taken out */
   _Atomic uint64_t pending;  /* send: bytes queued on its streams, not yet written */
   /* caller only */
-  double rate;         /* estimated delivery rate, bytes/s (EWMA) */
-  double ceiling;      /* the link's nominal rate, bytes/s */
-  uint64_t acked_prev; /* send: TCP bytes acknowledged at the last sample */
-  uint64_t bytes_prev; /* receive: bytes at the last sample */
-  uint64_t outq;       /* send: bytes in its sockets not yet acknowledged */
-  int64_t progress_ms; /* when its bytes last moved */
-  char cause[192];     /* why it failed */
-  int failing;         /* caller: found stalled, to be taken out */
-  uint32_t streams;    /* its streams, bit i: stream i */
+  double rate;           /* estimated delivery rate, bytes/s (EWMA) */
+  double ceiling;        /* the link's nominal rate, bytes/s */
+  uint64_t acked_prev;   /* send: TCP bytes acknowledged at the last sample */
+  uint64_t bytes_prev;   /* bytes at the last sample */
+  uint64_t pending_prev; /* send: pending at the last sample */
+  uint64_t outq;         /* send: bytes in its sockets not yet acknowledged */
+  int64_t progress_ms;   /* when its bytes last moved */
+  char cause[192];       /* why it failed */
+  int failing;           /* caller: found stalled, to be taken out */
+  uint32_t streams;      /* its streams, bit i: stream i */
   /* Re-admission (caller only).  Receive: a listener of its own offered
    * to the sender.  Send: the offer, and the dial that probes it. */
   int rejoin_fd;
