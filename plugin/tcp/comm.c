@@ -52,6 +52,7 @@ void rn_tcp_comm_free(struct rn_tcp_comm *c) {
   rn_tcp_rails_free(c);
   /* No engine thread touches the comm after this, whatever it had queued. */
   rn_tcp_engine_detach(c);
+  rn_tcp_move_free(c);
   for (int i = 0; i < c->nstreams; i++) {
     if (c->stream[i].fd >= 0) close(c->stream[i].fd);
     pthread_mutex_destroy(&c->stream[i].queue_lock);
@@ -117,6 +118,7 @@ ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv,
     rn_sock_tune(c->stream[i].fd, 0);
   }
   rn_tcp_rails_init(c);
+  rn_tcp_move_init(c);
   rn_sock_tune(c->ctrl_fd, 0);
   /* A peer that vanishes without closing must not leave this comm
    * waiting forever: every socket gets keepalive and a user timeout. */

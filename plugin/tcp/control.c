@@ -15,6 +15,8 @@
  * array, so a clear-to-send and the data behind it leave in one segment. */
 ncclResult_t rn_tcp_ctl_flush(struct rn_tcp_comm *c) {
   enum { RN_TCP_FLUSH_IOV = 64 };
+  ncclResult_t moved = ncclSuccess;
+  if (c->move.enabled && rn_tcp_move_before_write(c, &moved) < 0) return moved;
   while (c->out_head != c->out_tail) {
     struct iovec iov[RN_TCP_FLUSH_IOV];
     int niov = 0;
@@ -33,9 +35,11 @@ ncclResult_t rn_tcp_ctl_flush(struct rn_tcp_comm *c) {
     ssize_t k = sendmsg(c->ctrl_fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return ncclSuccess;
     if (k < 0 && errno == EINTR) continue;
+    if (k <= 0 && rn_tcp_move_lost(c, k < 0 ? strerror(errno) : "closed", 0)) return ncclSuccess;
     if (k <= 0)
       return rn_tcp_fail(c, ncclRemoteError, "control connection lost while sending: %s",
                          k < 0 ? strerror(errno) : "closed");
+    if (c->move.enabled) rn_tcp_move_wrote(c, iov, niov, (size_t)k);
     /* Retire what went out. */
     size_t left = (size_t)k;
     while (left > 0) {
@@ -471,22 +475,23 @@ static ncclResult_t rn_tcp_rx_done(struct rn_tcp_comm *c) {
 
 /* --------------------------------------------------------- input */
 
-/* Read without blocking: >0 bytes read, 0 nothing now, -1 orderly EOF, -2
- * error (errno set). */
+/* Read without blocking (move.c: from whichever connection carries the
+ * control bytes now): >0 bytes read, 0 nothing now, -1 orderly EOF, -2
+ * error (errno set), -3 the comm failed. */
 static ssize_t rn_tcp_ctl_read(struct rn_tcp_comm *c, void *buf, size_t len) {
-  for (;;) {
-    ssize_t k = recv(c->ctrl_fd, buf, len, MSG_DONTWAIT);
-    if (k > 0) return k;
-    if (k == 0) return -1;
-    if (errno == EINTR) continue;
-    return (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -2;
-  }
+  return rn_tcp_move_read(c, buf, len);
 }
 
 /* The connection ended: an orderly close between messages is the peer's
  * close (requests still incomplete fail in test()); anything else fails
  * the comm. */
 static ncclResult_t rn_tcp_ctl_ended(struct rn_tcp_comm *c, ssize_t k, int mid_message) {
+  if (k == -3) return (ncclResult_t)atomic_load(&c->error);
+  if (k == -2) {
+    int err = errno;
+    if (rn_tcp_move_lost(c, strerror(err), 0)) return ncclSuccess;
+    errno = err;
+  }
   if (k == -2)
     return rn_tcp_fail(c,
                        errno == ECONNRESET || errno == ETIMEDOUT || errno == EHOSTUNREACH ||
@@ -523,7 +528,10 @@ static ncclResult_t rn_tcp_parse(struct rn_tcp_comm *c, size_t *pos) {
       struct rn_tcp_offer o;
       memcpy(&o, c->in + *pos, sizeof(o));
       *pos += sizeof(o);
-      RN_CHECK(rn_tcp_rails_on_offer(c, &o));
+      if (o.p.flags == RN_TCP_OFFER_CONTROL)
+        RN_CHECK(rn_tcp_move_on_offer(c, &o));
+      else
+        RN_CHECK(rn_tcp_rails_on_offer(c, &o));
       continue;
     }
     if (!c->is_recv && p.type == RN_TCP_MSG_ACK) {
@@ -567,6 +575,7 @@ ncclResult_t rn_tcp_progress(struct rn_tcp_comm *c) {
   RN_CHECK(rn_tcp_failed(c, "progress"));
   rn_tcp_rails_tick(c);
   if (!c->is_recv) RN_CHECK(rn_tcp_rails_failover(c));
+  RN_CHECK(rn_tcp_move_progress(c));
   RN_CHECK(rn_tcp_ctl_flush(c));
   /* Once the peer is gone, drive the streams too so their EOF is seen. */
   if (c->nthreads == 0 && (atomic_load(&c->stream_work) != 0 || atomic_load(&c->peer_closed)))

@@ -9,9 +9,11 @@
  * RN_TCP_SAMPLE_MS and smoothed (EWMA), taken only while the rail was
  * busy at both ends of the interval (bytes waiting in its sockets or its
  * queues): an idle rail's acknowledgements say how much it was given, not
- * what it can carry.  A rail that ran dry while another was still busy was
- * given too little: its estimate grows by a quarter per interval until it
- * is busy too.  Chunks go where they would be delivered first: to the rail
+ * what it can carry.  A rail that ran dry while another was still busy,
+ * and was given no chunk in the interval while another was, was given too
+ * little: its estimate grows by a quarter per interval until it is busy
+ * too.  A rail that got chunks and still ran dry is waiting for a slower
+ * one (the messages in flight are held up there), not underestimated.  Chunks go where they would be delivered first: to the rail
  * whose bytes in flight plus the chunk, divided by its rate, are least;
  * so a message is split in proportion to the rates, and a message of one
  * chunk goes whole to the least loaded rail. */
@@ -135,12 +137,19 @@ static void rn_tcp_rails_sample(struct rn_tcp_comm *c, int64_t now) {
                   (long long)(now - c->landed_ms));
     return;
   }
-  int was_busy[RN_MAX_RAILS], busy[RN_MAX_RAILS], any_busy = 0;
+  int was_busy[RN_MAX_RAILS], busy[RN_MAX_RAILS], any_busy = 0, given_any = 0;
   uint64_t delta[RN_MAX_RAILS];
+  int64_t given[RN_MAX_RAILS];
   double top = 0;
   for (int i = 0; i < c->nrails; i++) {
     struct rn_tcp_rail *r = &c->rail[i];
     uint64_t acked, outq;
+    /* Bytes chunks gave it in the interval: queued now or written since. */
+    uint64_t b = atomic_load(&r->bytes), p = atomic_load(&r->pending);
+    given[i] = (int64_t)(b - r->bytes_prev) + (int64_t)(p - r->pending_prev);
+    r->bytes_prev = b;
+    r->pending_prev = p;
+    given_any |= given[i] > 0;
     was_busy[i] = rn_tcp_rail_busy(r);
     rn_tcp_rail_sockets(c, r, &acked, &outq);
     delta[i] = acked > r->acked_prev ? acked - r->acked_prev : 0;
@@ -184,10 +193,14 @@ static void rn_tcp_rails_sample(struct rn_tcp_comm *c, int64_t now) {
     rn_tcp_fail(c, ncclRemoteError,
                 "no rail progressed for %lld ms with bytes in flight (RAILNET_RAIL_TIMEOUT_MS)",
                 (long long)limit);
-  /* A rail that ran dry while another is still busy was given too little. */
-  for (int i = 0; i < c->nrails && any_busy; i++) {
+  /* A rail that ran dry while another is still busy, and got no chunk
+   * while another did, was given too little.  One that got chunks and
+   * still ran dry is not the limit (the messages in flight are: a slower
+   * rail holds them up), so its estimate stays. */
+  for (int i = 0; i < c->nrails && any_busy && given_any; i++) {
     struct rn_tcp_rail *r = &c->rail[i];
-    if (busy[i] || rn_tcp_rail_busy(r) || atomic_load(&r->state) != RN_TCP_RAIL_UP) continue;
+    if (busy[i] || rn_tcp_rail_busy(r) || given[i] > 0 || atomic_load(&r->state) != RN_TCP_RAIL_UP)
+      continue;
     r->rate *= 1.25;
     if (r->rate > RN_TCP_RATE_INIT) r->rate = RN_TCP_RATE_INIT;
     if (r->rate < top / 8) r->rate = top / 8;
@@ -384,7 +397,10 @@ static ncclResult_t rn_tcp_rail_take_out(struct rn_tcp_comm *c, int ri, const ch
       struct rn_tcp_queued_chunk q = s->queue[i];
       int unwritten = (s->queue_tail - i + RN_TCP_STREAM_QUEUE) % RN_TCP_STREAM_QUEUE <=
                       (s->queue_tail - s->queue_head + RN_TCP_STREAM_QUEUE) % RN_TCP_STREAM_QUEUE;
-      int started = !unwritten || (i == s->queue_head && s->off > 0);
+      /* The head chunk may be in the middle of its write on a helper
+       * thread (or just written): it goes again as a re-send, which the
+       * receiver accepts whether or not its first copy landed. */
+      int started = !unwritten || i == s->queue_head;
       if (unwritten) atomic_fetch_sub(&r->pending, q.hdr.p.plen);
       if (rn_tcp_chunk_stale(&q)) {
         if (unwritten) atomic_fetch_sub(&c->stream_work, 1);
@@ -405,6 +421,8 @@ static ncclResult_t rn_tcp_rail_take_out(struct rn_tcp_comm *c, int ri, const ch
   }
   int left = 0;
   for (int i = 0; i < c->nrails; i++) left += atomic_load(&c->rail[i].state) == RN_TCP_RAIL_UP;
+  /* The control connection runs on it: it moves to a rail still up. */
+  if (left > 0 && ri == c->move.ctrl_rail) rn_tcp_move_lost(c, "its rail was taken out", 1);
   if (left == 0)
     return rn_tcp_fail(c, ncclRemoteError, "every rail is gone; the last, %s, failed: %s", r->name,
                        r->cause);
@@ -616,6 +634,7 @@ static void rn_tcp_rails_probe(struct rn_tcp_comm *c) {
         low = c->rail[j].rate;
     r->rate = low > 0 ? low : RN_TCP_RATE_INIT;
     r->acked_prev = 0;
+    r->pending_prev = 0;
     r->outq = 0;
     atomic_store(&r->pending, 0);
     r->failing = 0;

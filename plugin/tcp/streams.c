@@ -87,17 +87,20 @@ static int rn_tcp_stream_send(struct rn_tcp_comm *c, struct rn_tcp_stream *s) {
       return rn_tcp_stream_broke(c, s, k < 0 ? strerror(errno) : "closed");
     }
     struct rn_tcp_rail *rail = &c->rail[s->rail];
+    pthread_mutex_lock(&s->queue_lock);
+    if (atomic_load(&s->dead)) {
+      /* Its rail was taken out meanwhile: the queue moved, and the caller
+       * counted this chunk as not written (it goes again), so nothing is
+       * counted here. */
+      pthread_mutex_unlock(&s->queue_lock);
+      return -1;
+    }
     atomic_fetch_add_explicit(&rail->bytes, w->hdr.p.plen, memory_order_relaxed);
     atomic_fetch_add_explicit(&rail->chunks, 1, memory_order_relaxed);
     if (w->hdr.attempt > 0) atomic_fetch_add_explicit(&rail->replays, 1, memory_order_relaxed);
     atomic_fetch_sub_explicit(&rail->pending, w->hdr.p.plen, memory_order_relaxed);
     if (!w->keep) atomic_fetch_sub(&w->req->unsent, (size_t)w->hdr.p.plen);
     atomic_fetch_sub(&c->stream_work, 1);
-    pthread_mutex_lock(&s->queue_lock);
-    if (atomic_load(&s->dead)) { /* its rail was taken out meanwhile: the queue moved */
-      pthread_mutex_unlock(&s->queue_lock);
-      return -1;
-    }
     s->off = 0;
     s->queue_head = (s->queue_head + 1) % RN_TCP_STREAM_QUEUE;
     pthread_mutex_unlock(&s->queue_lock);
@@ -341,32 +344,32 @@ void rn_tcp_stream_step(struct rn_tcp_comm *c, struct rn_tcp_stream *s, short re
   if (c->is_recv && atomic_load(&s->retire)) {
     /* The sender gave it up: a chunk it was reading is sent again
      * elsewhere, and nothing it still holds may land any more. */
-    rn_tcp_stream_recv_end(c, s, 1, "taken out by the sender");
     shutdown(s->fd, SHUT_RDWR);
+    rn_tcp_stream_recv_end(c, s, 1, "taken out by the sender");
     return;
   }
   if (c->is_recv) {
     if (re & (POLLIN | POLLHUP | POLLERR)) rc = rn_tcp_stream_recv(c, s);
-    if (rc < 0) s->dead = 1;
-    return;
-  }
-  if ((re & POLLIN) && !(re & POLLOUT)) {
+  } else if ((re & POLLIN) && !(re & POLLOUT)) {
     /* The receiver never writes on data streams: readable means EOF.
      * (Edge-triggered, both may come at once: the write then sees it.) */
     char b;
     ssize_t k = recv(s->fd, &b, 1, MSG_DONTWAIT);
     if (k > 0) {
       RN_TCP_VIOLATION(c, "data stream", "direction", "%s", "the receiver wrote on it");
-      rc = -1;
+      atomic_store(&s->dead, 1);
     } else if (k == 0 || (errno != EAGAIN && errno != EINTR)) {
       atomic_store(&c->peer_closed, 1);
-      rc = -1;
+      atomic_store(&s->dead, 1);
     }
   } else {
     /* Writable, or new work may have been queued since poll() was armed. */
     rc = rn_tcp_stream_send(c, s);
   }
-  if (rc < 0) s->dead = 1;
+  /* A stream that ended was marked dead where it ended, and from then on
+   * belongs to the caller, which may give it a new connection (rails.c):
+   * nothing here touches it after that. */
+  if (rc < 0 && atomic_load(&c->stop)) atomic_store(&s->dead, 1);
 }
 
 void rn_tcp_drive_streams(struct rn_tcp_comm *c) {

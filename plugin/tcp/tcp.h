@@ -66,6 +66,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/uio.h>
 #include "railnet/list.h"
 #include "railnet/log.h"
 #include "railnet/rendezvous.h"
@@ -150,15 +151,16 @@ struct rn_tcp_rail {
   _Atomic uint64_t failures; /* times this rail was taken out */
   _Atomic uint64_t pending;  /* send: bytes queued on its streams, not yet written */
   /* caller only */
-  double rate;         /* estimated delivery rate, bytes/s (EWMA) */
-  double ceiling;      /* the link's nominal rate, bytes/s */
-  uint64_t acked_prev; /* send: TCP bytes acknowledged at the last sample */
-  uint64_t bytes_prev; /* receive: bytes at the last sample */
-  uint64_t outq;       /* send: bytes in its sockets not yet acknowledged */
-  int64_t progress_ms; /* when its bytes last moved */
-  char cause[192];     /* why it failed */
-  int failing;         /* caller: found stalled, to be taken out */
-  uint32_t streams;    /* its streams, bit i: stream i */
+  double rate;           /* estimated delivery rate, bytes/s (EWMA) */
+  double ceiling;        /* the link's nominal rate, bytes/s */
+  uint64_t acked_prev;   /* send: TCP bytes acknowledged at the last sample */
+  uint64_t bytes_prev;   /* bytes at the last sample */
+  uint64_t pending_prev; /* send: pending at the last sample */
+  uint64_t outq;         /* send: bytes in its sockets not yet acknowledged */
+  int64_t progress_ms;   /* when its bytes last moved */
+  char cause[192];       /* why it failed */
+  int failing;           /* caller: found stalled, to be taken out */
+  uint32_t streams;      /* its streams, bit i: stream i */
   /* Re-admission (caller only).  Receive: a listener of its own offered
    * to the sender.  Send: the offer, and the dial that probes it. */
   int rejoin_fd;
@@ -240,6 +242,53 @@ struct rn_tcp_group {
   struct rn_tcp_req *sreq[RN_MAX_RECVS]; /* streamed sends awaiting their ACK */
 };
 
+/* The control connection's way to another rail (move.c).  Caller only,
+ * under c->lock.  On a multi-rail comm each side keeps the control bytes
+ * it wrote until TCP saw them acknowledged, so that when the control
+ * connection is lost the sender can dial a new one over a surviving rail
+ * (to a listener the receiver offered for it) and both sides continue the
+ * control byte stream where the other stopped reading. */
+enum rn_tcp_move_state {
+  RN_TCP_CTL_UP = 0, /* control bytes go over ctrl_fd */
+  RN_TCP_CTL_LOST,   /* no connection to write on: sender dialing, receiver awaiting it */
+  RN_TCP_CTL_SWITCH, /* a new one in ctrl_fd; the old (old_fd) read until the peer's RESUME */
+};
+struct rn_tcp_ctl_way { /* sender: a listener the receiver offered for the control connection */
+  uint32_t streams;     /* the receiver's rail it listens on, as its data streams */
+  union rn_sockaddr addr;
+  uint64_t nonce;
+};
+struct rn_tcp_move {
+  int enabled; /* this comm's control connection can move: its bytes are kept */
+  int state;   /* enum rn_tcp_move_state */
+  uint64_t tx; /* control bytes written since the comm began */
+  uint64_t rx; /* control bytes read (delivered to the parser) */
+  char *log;   /* bytes [log_base, tx) */
+  size_t log_cap;
+  uint64_t log_base;
+  uint64_t replay;          /* the next kept byte to write again on a new connection */
+  uint64_t fd_base, fd_pre; /* ctrl_fd: stream offset of its first kept byte; bytes before it */
+  uint64_t skip;            /* bytes the peer writes again that this side already read */
+  int old_fd;               /* SWITCH: the lost connection, still read */
+  int old_done;             /* it ended or was drained */
+  struct rn_tcp_resume in_resume;
+  size_t resume_got;
+  uint32_t epoch;  /* moves so far */
+  int64_t lost_ms; /* when the connection was lost */
+  char cause[160]; /* why */
+  int ctrl_rail;   /* the rail (index) the control connection runs on, -1 unknown */
+  int64_t poll_ms; /* receiver: its listeners were last polled */
+  /* receiver: one listener per rail for the control connection */
+  int lfd[RN_MAX_RAILS];
+  struct rn_rdv *rdv[RN_MAX_RAILS];
+  /* sender: the listeners offered, and the dial in progress */
+  int nways;
+  struct rn_tcp_ctl_way way[RN_MAX_RAILS];
+  struct rn_rdv_dial *dial;
+  int dial_way, dial_rail;
+  int64_t dial_ms, next_dial_ms;
+};
+
 /* A send or receive comm.  Owner: NCCL between connect/accept and close. */
 struct rn_tcp_comm {
   struct rn_comm_base base;
@@ -303,6 +352,7 @@ struct rn_tcp_comm {
   struct rn_tcp_group group[RN_TCP_RING];
   struct rn_tcp_eager eager[RN_TCP_EAGER_WINDOW]; /* unmatched, in send order */
   int neager;
+  struct rn_tcp_move move; /* the control connection's way to another rail */
   /* control output: messages in order, payloads referenced, not copied */
   int out_head, out_tail;
   /* The large tables last, after the fields every comm touches: an idle
@@ -411,6 +461,28 @@ void rn_tcp_send_claim(struct rn_tcp_comm *c, uint64_t seq, int idx);
 ncclResult_t rn_tcp_match_eager(struct rn_tcp_comm *c);
 /* Receiver: a group was posted: deliver held eager messages it matches. */
 ncclResult_t rn_tcp_drain_held(struct rn_tcp_comm *c);
+
+/* move.c: the control connection over another rail */
+/* At creation, after the rails are known: keep control bytes on a
+ * multi-rail comm; the receiver listens for a new control connection on
+ * each of its rails and offers them (OFFER, CONTROL). */
+void rn_tcp_move_init(struct rn_tcp_comm *c);
+void rn_tcp_move_free(struct rn_tcp_comm *c);
+/* Control output: write what the new connection owes the peer first;
+ * -1 when nothing may be written now (no connection), 0 to go on. */
+int rn_tcp_move_before_write(struct rn_tcp_comm *c, ncclResult_t *res);
+/* k control bytes from iov went out: keep them. */
+void rn_tcp_move_wrote(struct rn_tcp_comm *c, const struct iovec *iov, int niov, size_t k);
+/* Control input: read up to len bytes: > 0 read, 0 nothing now, -1 the
+ * peer's orderly close, -2 an error (errno set), -3 the comm failed. */
+ssize_t rn_tcp_move_read(struct rn_tcp_comm *c, void *buf, size_t len);
+/* The control connection failed (cause; quiet: INFO, the caller WARNed):
+ * 1 when it can move (the comm goes on), 0 when the comm has to fail. */
+int rn_tcp_move_lost(struct rn_tcp_comm *c, const char *cause, int quiet);
+/* Caller, every progress: dial, accept, time limits, trimming. */
+ncclResult_t rn_tcp_move_progress(struct rn_tcp_comm *c);
+/* Sender: an OFFER with the CONTROL flag. */
+ncclResult_t rn_tcp_move_on_offer(struct rn_tcp_comm *c, const struct rn_tcp_offer *o);
 
 /* streams.c */
 void rn_tcp_drive_streams(struct rn_tcp_comm *c);

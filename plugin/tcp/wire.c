@@ -67,6 +67,8 @@ size_t rn_tcp_wire_hlen(uint8_t type) {
       return sizeof(struct rn_tcp_down);
     case RN_TCP_MSG_OFFER:
       return sizeof(struct rn_tcp_offer);
+    case RN_TCP_MSG_RESUME:
+      return sizeof(struct rn_tcp_resume);
     default:
       return 0;
   }

@@ -20,12 +20,18 @@
 #include "railnet/sock.h"
 
 enum rn_tcp_msg_type {
-  RN_TCP_MSG_CTS = 1,   /* clear-to-send: receiver -> sender, control connection */
-  RN_TCP_MSG_DATA = 2,  /* a message's header (+ inline payload): sender -> receiver, control */
-  RN_TCP_MSG_CHUNK = 3, /* a piece of a streamed message: sender -> receiver, data stream */
-  RN_TCP_MSG_ACK = 4,   /* a streamed message landed whole: receiver -> sender, control */
-  RN_TCP_MSG_DOWN = 5,  /* data streams the sender gave up: sender -> receiver, control */
-  RN_TCP_MSG_OFFER = 6, /* where to reconnect them: receiver -> sender, control */
+  RN_TCP_MSG_CTS = 1,    /* clear-to-send: receiver -> sender, control connection */
+  RN_TCP_MSG_DATA = 2,   /* a message's header (+ inline payload): sender -> receiver, control */
+  RN_TCP_MSG_CHUNK = 3,  /* a piece of a streamed message: sender -> receiver, data stream */
+  RN_TCP_MSG_ACK = 4,    /* a streamed message landed whole: receiver -> sender, control */
+  RN_TCP_MSG_DOWN = 5,   /* data streams the sender gave up: sender -> receiver, control */
+  RN_TCP_MSG_OFFER = 6,  /* where to reconnect them: receiver -> sender, control */
+  RN_TCP_MSG_RESUME = 7, /* first on a moved control connection: both ways */
+};
+
+/* OFFER flags. */
+enum {
+  RN_TCP_OFFER_CONTROL = 1, /* a way for the control connection, not for data streams */
 };
 
 /* DATA flags: at most one is set. */
@@ -131,6 +137,18 @@ struct rn_tcp_offer {
   uint32_t crc;
 };
 
+/* Both ways, the first bytes of a control connection that replaces a lost
+ * one: the control bytes this side writes next start at stream offset
+ * `from` (bytes it wrote since the comm began; the reader drops those it
+ * already read on the old connection). */
+struct rn_tcp_resume {
+  struct rn_tcp_prefix p;
+  uint64_t from;     /* stream offset of the next byte written */
+  uint64_t received; /* control bytes this side has read so far */
+  uint32_t epoch;    /* 1 for the first move of the comm, 2 for the next, ... */
+  uint32_t crc;
+};
+
 /* The sizes are wire format; no compiler padding may hide in them. */
 _Static_assert(sizeof(struct rn_tcp_prefix) == 8, "prefix is 8 bytes");
 _Static_assert(sizeof(struct rn_tcp_cts) == 128, "CTS header is 128 bytes");
@@ -139,6 +157,8 @@ _Static_assert(sizeof(struct rn_tcp_chunk) == 56, "CHUNK header is 56 bytes");
 _Static_assert(sizeof(struct rn_tcp_ack) == 32, "ACK header is 32 bytes");
 _Static_assert(sizeof(struct rn_tcp_down) == 24, "DOWN header is 24 bytes");
 _Static_assert(sizeof(struct rn_tcp_offer) == 48, "OFFER header is 48 bytes");
+_Static_assert(sizeof(struct rn_tcp_resume) == 32, "RESUME header is 32 bytes");
+_Static_assert(offsetof(struct rn_tcp_resume, crc) == sizeof(struct rn_tcp_resume) - 4, "crc last");
 _Static_assert(offsetof(struct rn_tcp_offer, crc) == sizeof(struct rn_tcp_offer) - 4, "crc last");
 _Static_assert(offsetof(struct rn_tcp_down, crc) == sizeof(struct rn_tcp_down) - 4, "crc last");
 _Static_assert(offsetof(struct rn_tcp_ack, crc) == sizeof(struct rn_tcp_ack) - 4, "crc last");
