@@ -76,6 +76,8 @@ void rn_tcp_comm_free(struct rn_tcp_comm *c) {
   free(c->in);
   free(c->unexpected);
   free(c->discard);
+  for (int i = 0; c->unexpected != NULL && i < RN_TCP_EAGER_WINDOW; i++)
+    free(c->unexpected[i].data);
   free(c);
 }
 

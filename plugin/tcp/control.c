@@ -123,6 +123,7 @@ ncclResult_t rn_tcp_match_eager(struct rn_tcp_comm *c) {
       continue;
     }
     rn_tcp_send_claim(c, seq, idx);
+    c->eager_bytes -= e.size;
     uint64_t posted = c->group[seq % RN_TCP_RING].sizes[idx];
     if (e.size > posted)
       rn_tcp_fail(c, ncclInvalidUsage,
@@ -300,6 +301,14 @@ ncclResult_t rn_tcp_drain_held(struct rn_tcp_comm *c) {
     }
     pthread_mutex_unlock(&c->rx_lock);
     if (res != ncclSuccess) return res;
+    c->held_bytes -= e->size;
+    /* The first few slots keep their buffers (one message held at a time
+     * is the common case); the others give theirs back. */
+    if (e - c->unexpected >= RN_TCP_HELD_KEEP) {
+      free(e->data);
+      e->data = NULL;
+      e->cap = 0;
+    }
   }
   c->nheld = kept;
   return ncclSuccess;
@@ -314,12 +323,27 @@ static ncclResult_t rn_tcp_hold(struct rn_tcp_comm *c, const struct rn_tcp_data 
   if (c->nheld >= RN_TCP_EAGER_WINDOW - 1)
     return RN_TCP_VIOLATION(c, "eager data", "tag", "%d: a %dth unmatched eager message", d->tag,
                             RN_TCP_EAGER_WINDOW);
+  if (c->held_bytes + d->size > RN_TCP_EAGER_BYTES)
+    return RN_TCP_VIOLATION(c, "eager data", "size",
+                            "%llu with %llu bytes of unmatched eager messages held, expected at "
+                            "most %d in all",
+                            (unsigned long long)d->size, (unsigned long long)c->held_bytes,
+                            RN_TCP_EAGER_BYTES);
   /* A free slot: one no held entry uses. */
   uint64_t used = 0;
   for (int k = 0; k < c->nheld; k++) used |= 1ull << c->held[k];
   int slot = 0;
   while (used & (1ull << slot)) slot++;
   struct rn_tcp_unexpected *e = &c->unexpected[slot];
+  if (e->cap < d->size) {
+    free(e->data);
+    e->cap = 0;
+    if ((e->data = malloc(d->size)) == NULL)
+      return rn_tcp_fail(c, ncclSystemError, "out of memory for a held eager message of %llu bytes",
+                         (unsigned long long)d->size);
+    e->cap = d->size;
+  }
+  c->held_bytes += d->size;
   e->tag = d->tag;
   e->size = d->size;
   e->ready = 0;

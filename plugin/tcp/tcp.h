@@ -28,15 +28,16 @@
  *     a later group may bring it.  isend fails only when no group can ever
  *     come: the comm failed or the receiver closed it.
  *   - Eager sends are the one exception, and change no outcome: a message
- *     of at most min(RAILNET_SOCKET_INLINE, 1 KiB) bytes may leave before
+ *     of at most min(RAILNET_SOCKET_INLINE, 64 KiB) bytes may leave before
  *     its CTS has been read (saving the sender a read on the round trip).
  *     It carries only its tag; the receiver applies the same rule on
  *     arrival, or holds it (in arrival order) until a buffer with its tag
  *     is posted, and the sender applies it once the CTSs arrive, so both
  *     fill the same buffer.  At most RN_TCP_EAGER_WINDOW - 1 eager
- *     messages are unmatched at the sender, which bounds what the receiver
- *     holds.  A send of a tag with an unmatched eager message waits (NULL)
- *     for the CTS that matches it, so per-tag order holds for every size.
+ *     messages, and RN_TCP_EAGER_BYTES of payload, are unmatched at the
+ *     sender, which bounds what the receiver holds.  A send of a tag with
+ *     an unmatched eager message waits (NULL) for the CTS that matches it,
+ *     so per-tag order holds for every size.
  *   - A send larger than its buffer fails that send and that receive
  *     (ncclInvalidUsage, a WARN naming both sizes) whatever its size: a
  *     large one when it matches, an eager one when the receiver sees it and
@@ -82,6 +83,7 @@
 #define RN_TCP_OUT_QUEUE 512 /* control messages queued for output */
 #define RN_TCP_SCRATCH 65536 /* receive: bytes of a dropped chunk copy read at once */
 #define RN_TCP_SAMPLE_MS 100 /* per-rail rate estimates are refreshed this often */
+#define RN_TCP_HELD_KEEP 4   /* held eager slots that keep their buffer once drained */
 
 struct rn_tcp_comm;
 
@@ -226,7 +228,8 @@ struct rn_tcp_unexpected {
   int32_t tag;
   int ready; /* payload complete */
   uint64_t size;
-  char data[RN_TCP_EAGER_MAX];
+  char *data; /* cap bytes, kept for the slot's next message */
+  size_t cap;
 };
 
 /* The sender's copy of one posted group, from its CTS. */
@@ -288,7 +291,8 @@ struct rn_tcp_comm {
   struct rn_tcp_unexpected *unexpected; /* RN_TCP_EAGER_WINDOW entries, allocated on first use */
   int held[RN_TCP_EAGER_WINDOW];        /* indices into unexpected, in arrival order */
   int nheld;
-  char *discard; /* payload of an eager message too big for its buffer */
+  uint64_t held_bytes; /* their payload bytes: at most RN_TCP_EAGER_BYTES */
+  char *discard;       /* payload of an eager message too big for its buffer */
   uint64_t (*inflight)[RN_MAX_RECVS][RN_TCP_CHUNK_WORDS]; /* [RN_TCP_RING]: chunks being read */
   char *scratch;      /* where copies of chunks that already landed are read to */
   atomic_int ack_due; /* a streamed buffer filled: ACKs to queue */
@@ -304,6 +308,7 @@ struct rn_tcp_comm {
   struct rn_tcp_group group[RN_TCP_RING];
   struct rn_tcp_eager eager[RN_TCP_EAGER_WINDOW]; /* unmatched, in send order */
   int neager;
+  uint64_t eager_bytes; /* their payload bytes: at most RN_TCP_EAGER_BYTES */
   struct rn_tcp_req reqs[RN_TCP_NREQS];
 };
 
