@@ -376,6 +376,10 @@ void rn_tcp_if_name_of(const union rn_sockaddr *addr, char *name, size_t len);
 ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv,
                                 struct rn_tcp_comm **out);
 void rn_tcp_comm_free(struct rn_tcp_comm *c);
+/* Give every socket of the comm traffic class tc (0..255): the IP TOS
+ * byte (IPV6_TCLASS on IPv6) and SO_PRIORITY (RAILNET_SOCKET_PRIORITY, or
+ * tc >> 5); one INFO.  A socket that refuses WARNs and fails. */
+ncclResult_t rn_tcp_comm_set_class(struct rn_tcp_comm *c, int tc);
 /* At fini: frees every comm still open; returns how many. */
 int rn_tcp_comm_free_all(void);
 /* A receive deferred its clear-to-send: the next isend of any comm sends it. */

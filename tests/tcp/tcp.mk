@@ -18,3 +18,8 @@ TEST_PROGS += $(TCP_CORRUPT_TEST)
 TCP_LINKDOWN_TEST := $(BUILD)/tests/tcp/test_linkdown
 $(eval $(call rn_harness_prog,$(TCP_LINKDOWN_TEST),$(BUILD)/tests/tcp/test_linkdown.o))
 test: $(TCP_LINKDOWN_TEST)
+
+# Traffic classes on the sockets of a send comm (getsockopt), v10 and v11.
+TCP_TC_TEST := $(BUILD)/tests/tcp/test_traffic_class
+$(eval $(call rn_harness_prog,$(TCP_TC_TEST),$(BUILD)/tests/tcp/test_traffic_class.o))
+TEST_PROGS += $(TCP_TC_TEST)
