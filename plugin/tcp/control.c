@@ -302,9 +302,11 @@ ncclResult_t rn_tcp_drain_held(struct rn_tcp_comm *c) {
     pthread_mutex_unlock(&c->rx_lock);
     if (res != ncclSuccess) return res;
     c->held_bytes -= e->size;
-    /* The first few slots keep their buffers (one message held at a time
-     * is the common case); the others give theirs back. */
-    if (e - c->unexpected >= RN_TCP_HELD_KEEP) {
+    /* Slots keep their buffers for the next message (no allocation per
+     * message) while all of them together stay within twice the bound of
+     * what may be held at once. */
+    if (c->held_cap > 2 * RN_TCP_EAGER_BYTES) {
+      c->held_cap -= e->cap;
       free(e->data);
       e->data = NULL;
       e->cap = 0;
@@ -337,11 +339,13 @@ static ncclResult_t rn_tcp_hold(struct rn_tcp_comm *c, const struct rn_tcp_data 
   struct rn_tcp_unexpected *e = &c->unexpected[slot];
   if (e->cap < d->size) {
     free(e->data);
+    c->held_cap -= e->cap;
     e->cap = 0;
     if ((e->data = malloc(d->size)) == NULL)
       return rn_tcp_fail(c, ncclSystemError, "out of memory for a held eager message of %llu bytes",
                          (unsigned long long)d->size);
     e->cap = d->size;
+    c->held_cap += e->cap;
   }
   c->held_bytes += d->size;
   e->tag = d->tag;

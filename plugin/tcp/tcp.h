@@ -83,7 +83,6 @@
 #define RN_TCP_OUT_QUEUE 512 /* control messages queued for output */
 #define RN_TCP_SCRATCH 65536 /* receive: bytes of a dropped chunk copy read at once */
 #define RN_TCP_SAMPLE_MS 100 /* per-rail rate estimates are refreshed this often */
-#define RN_TCP_HELD_KEEP 4   /* held eager slots that keep their buffer once drained */
 
 struct rn_tcp_comm;
 
@@ -292,6 +291,7 @@ struct rn_tcp_comm {
   int held[RN_TCP_EAGER_WINDOW];        /* indices into unexpected, in arrival order */
   int nheld;
   uint64_t held_bytes; /* their payload bytes: at most RN_TCP_EAGER_BYTES */
+  uint64_t held_cap;   /* bytes of the slots' buffers */
   char *discard;       /* payload of an eager message too big for its buffer */
   uint64_t (*inflight)[RN_MAX_RECVS][RN_TCP_CHUNK_WORDS]; /* [RN_TCP_RING]: chunks being read */
   char *scratch;      /* where copies of chunks that already landed are read to */
