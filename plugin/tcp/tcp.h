@@ -28,7 +28,7 @@
  *     a later group may bring it.  isend fails only when no group can ever
  *     come: the comm failed or the receiver closed it.
  *   - Eager sends are the one exception, and change no outcome: a message
- *     of at most min(RAILNET_SOCKET_INLINE, 64 KiB) bytes may leave before
+ *     of at most min(RAILNET_SOCKET_INLINE, 8 KiB) bytes may leave before
  *     its CTS has been read (saving the sender a read on the round trip).
  *     It carries only its tag; the receiver applies the same rule on
  *     arrival, or holds it (in arrival order) until a buffer with its tag

@@ -39,7 +39,7 @@ enum {
 
 #define RN_TCP_RING 64         /* receive groups outstanding per comm (>= NCCL's 32) */
 #define RN_TCP_EAGER_WINDOW 64 /* eager messages not yet matched at the sender: < this */
-#define RN_TCP_EAGER_MAX 65536 /* largest eager payload */
+#define RN_TCP_EAGER_MAX 8192 /* largest eager payload */
 /* Eager payload bytes not yet matched at the sender: at most this, so a
  * receiver holds at most this much for buffers not yet posted. */
 #define RN_TCP_EAGER_BYTES 262144
