@@ -21,6 +21,7 @@
 /* v11 context: one per communicator.  Owner: NCCL, between init and finalize. */
 struct rn_ctx {
   uint32_t magic;
+  int traffic_class; /* NCCL's, for this communicator's connects */
 };
 
 struct rn_pending_connect {
@@ -100,9 +101,28 @@ ncclResult_t rn_core_init(ncclDebugLogger_t logger) {
   return rn_core_ensure(logger, &rn_core.legacy);
 }
 
-ncclResult_t rn_core_init_ctx(ncclDebugLogger_t logger, uint64_t comm_id, void **ctx) {
+/* NCCL's traffic class: undefined or a TOS byte. */
+static ncclResult_t rn_core_check_tc(int tc, const char *call) {
+  if (tc == RN_TRAFFIC_CLASS_UNDEF || (tc >= 0 && tc <= 255)) return ncclSuccess;
+  RN_WARN("%s: traffic class %d is neither %d (undefined) nor 0..255 (an IP TOS byte)", call, tc,
+          RN_TRAFFIC_CLASS_UNDEF);
+  return ncclInvalidArgument;
+}
+
+/* The class a new send comm gets: NCCL's when RAILNET_TRAFFIC_CLASS_NCCL
+ * allows and it gives one, else RAILNET_TRAFFIC_CLASS; -1 for none. */
+static int rn_core_traffic_class(int nccl_tc) {
+  const struct rn_params *p = rn_params();
+  if (p->traffic_class_nccl && nccl_tc != RN_TRAFFIC_CLASS_UNDEF) return nccl_tc;
+  return (int)p->traffic_class;
+}
+
+ncclResult_t rn_core_init_ctx(ncclDebugLogger_t logger, uint64_t comm_id, int traffic_class,
+                              void **ctx) {
   RN_CHECK_ARG(ctx != NULL, "init: NULL context pointer");
   *ctx = NULL;
+  rn_log_set(logger);
+  RN_CHECK(rn_core_check_tc(traffic_class, "init"));
   struct rn_ctx *c = calloc(1, sizeof(*c));
   if (c == NULL) {
     RN_WARN("init: out of memory");
@@ -114,6 +134,7 @@ ncclResult_t rn_core_init_ctx(ncclDebugLogger_t logger, uint64_t comm_id, void *
     return res;
   }
   c->magic = RN_CTX_MAGIC;
+  c->traffic_class = traffic_class;
   RN_INFO(NCCL_INIT | NCCL_NET, "context for comm %016llx created", (unsigned long long)comm_id);
   *ctx = c;
   return ncclSuccess;
@@ -254,10 +275,12 @@ static int rn_core_pending_find(const void *handle, uint64_t nonce) {
   return -1;
 }
 
-ncclResult_t rn_core_connect(void *ctx, int dev, void *handle, void **scomm,
+ncclResult_t rn_core_connect(void *ctx, int traffic_class, int dev, void *handle, void **scomm,
                              ncclNetDeviceHandle_t **dev_comm) {
   struct rn_vdev *v;
   RN_CHECK(rn_core_check_ctx(ctx, "connect"));
+  if (ctx != NULL) traffic_class = ((const struct rn_ctx *)ctx)->traffic_class;
+  RN_CHECK(rn_core_check_tc(traffic_class, "connect"));
   RN_CHECK_ARG(handle != NULL && scomm != NULL, "connect: NULL handle or comm pointer");
   *scomm = NULL;
   if (dev_comm != NULL) *dev_comm = NULL;
@@ -307,7 +330,8 @@ ncclResult_t rn_core_connect(void *ctx, int dev, void *handle, void **scomm,
   if (slot >= 0) rn_core.pending[slot] = rn_core.pending[--rn_core.npending];
   pthread_mutex_unlock(&rn_core.lock);
 
-  ncclResult_t res = rn_core.transport->connect(&v->rails, h, &state, scomm);
+  ncclResult_t res =
+      rn_core.transport->connect(&v->rails, h, rn_core_traffic_class(traffic_class), &state, scomm);
   if (res != ncclSuccess) return res;
   if (*scomm != NULL) {
     rn_core_stamp(*scomm, RN_COMM_SEND, dev);

@@ -31,10 +31,16 @@ struct rn_props {
   int rail_id, plane_id; /* v12; -1 undefined */
 };
 
+/* No traffic class (NCCL_NET_TRAFFIC_CLASS_UNDEF, which the adapters pass). */
+#define RN_TRAFFIC_CLASS_UNDEF (-1)
+
 /* Legacy (v8-v10) init: once per process, no finalize. */
 ncclResult_t rn_core_init(ncclDebugLogger_t logger);
-/* v11 and v12: one context per communicator, each holding a reference. */
-ncclResult_t rn_core_init_ctx(ncclDebugLogger_t logger, uint64_t comm_id, void **ctx);
+/* v11 and v12: one context per communicator, each holding a reference.
+ * traffic_class: the communicator's (RN_TRAFFIC_CLASS_UNDEF for none),
+ * used by its connects. */
+ncclResult_t rn_core_init_ctx(ncclDebugLogger_t logger, uint64_t comm_id, int traffic_class,
+                              void **ctx);
 ncclResult_t rn_core_finalize(void *ctx);
 ncclResult_t rn_core_devices(int *ndev);
 ncclResult_t rn_core_get_properties(int dev, struct rn_props *props);
@@ -42,7 +48,9 @@ ncclResult_t rn_core_get_properties(int dev, struct rn_props *props);
  * refuses more before it copies them. */
 ncclResult_t rn_core_make_vdevice(int *d, const struct rn_vprops *props);
 ncclResult_t rn_core_listen(void *ctx, int dev, void *handle, void **lcomm);
-ncclResult_t rn_core_connect(void *ctx, int dev, void *handle, void **scomm,
+/* traffic_class: what a v10 connect passes (RN_TRAFFIC_CLASS_UNDEF for
+ * none); with a context, the context's. */
+ncclResult_t rn_core_connect(void *ctx, int traffic_class, int dev, void *handle, void **scomm,
                              ncclNetDeviceHandle_t **dev_comm);
 ncclResult_t rn_core_accept(void *lcomm, void **rcomm, ncclNetDeviceHandle_t **dev_comm);
 ncclResult_t rn_core_reg_mr(void *comm, void *data, size_t size, int type, void **mh);

@@ -100,8 +100,11 @@ struct rn_transport {
   ncclResult_t (*listen)(const struct rn_rails *r, struct rn_handle *h, void **lcomm);
   /* Non-blocking.  *state is NULL on the first call for a handle; the
    * transport parks its progress there.  On completion it sets *scomm and
-   * clears *state; on error it frees *state itself. */
-  ncclResult_t (*connect)(const struct rn_rails *r, const struct rn_handle *h, void **state,
+   * clears *state; on error it frees *state itself.  tc: the comm's
+   * traffic class (0..255, the IP TOS byte), or -1 for none; the
+   * transport applies it to what carries the comm's data and says so in
+   * one INFO. */
+  ncclResult_t (*connect)(const struct rn_rails *r, const struct rn_handle *h, int tc, void **state,
                           void **scomm);
   void (*connect_abort)(void *state);
   ncclResult_t (*accept)(void *lcomm, void **rcomm);

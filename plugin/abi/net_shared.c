@@ -13,14 +13,14 @@ ncclResult_t rn_net_listen_v8(int dev, void *handle, void **lcomm) {
 
 ncclResult_t rn_net_connect_v8(int dev, void *handle, void **scomm,
                                ncclNetDeviceHandle_t **dev_comm) {
-  return rn_core_connect(NULL, dev, handle, scomm, dev_comm);
+  return rn_core_connect(NULL, RN_TRAFFIC_CLASS_UNDEF, dev, handle, scomm, dev_comm);
 }
 
 ncclResult_t rn_net_init_v11(void **ctx, uint64_t comm_id, ncclNetCommConfig_v11_t *config,
                              ncclDebugLogger_t logger, ncclProfilerCallback_t prof) {
   (void)prof;
-  (void)config; /* traffic class: no transport maps it yet */
-  return rn_core_init_ctx(logger, comm_id, ctx);
+  return rn_core_init_ctx(logger, comm_id,
+                          config != NULL ? config->trafficClass : RN_TRAFFIC_CLASS_UNDEF, ctx);
 }
 
 ncclResult_t rn_net_listen_v11(void *ctx, int dev, void *handle, void **lcomm) {
@@ -29,7 +29,7 @@ ncclResult_t rn_net_listen_v11(void *ctx, int dev, void *handle, void **lcomm) {
 
 ncclResult_t rn_net_connect_v11(void *ctx, int dev, void *handle, void **scomm,
                                 ncclNetDeviceHandle_t **dev_comm) {
-  return rn_core_connect(ctx, dev, handle, scomm, dev_comm);
+  return rn_core_connect(ctx, RN_TRAFFIC_CLASS_UNDEF, dev, handle, scomm, dev_comm);
 }
 
 ncclResult_t rn_net_set_net_attr_v11(void *ctx, ncclNetAttr_v11_t *attr) {

@@ -10,8 +10,8 @@ static ncclResult_t rn_v10_init(ncclDebugLogger_t logger, ncclProfilerCallback_t
 
 static ncclResult_t rn_v10_connect(int dev, ncclNetCommConfig_v10_t *config, void *handle,
                                    void **scomm, ncclNetDeviceHandle_t **dev_comm) {
-  (void)config; /* traffic class: no transport maps it yet */
-  return rn_core_connect(NULL, dev, handle, scomm, dev_comm);
+  return rn_core_connect(NULL, config != NULL ? config->trafficClass : RN_TRAFFIC_CLASS_UNDEF, dev,
+                         handle, scomm, dev_comm);
 }
 
 RN_EXPORT const ncclNet_v10_t ncclNetPlugin_v10 = {

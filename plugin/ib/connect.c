@@ -56,6 +56,7 @@ enum rn_ib_connect_stage {
 };
 struct rn_ib_connect_state {
   enum rn_ib_connect_stage stage;
+  int tc; /* the comm's traffic class, -1 for none */
   struct rn_rdv_dial *dial;
   int fd;
   size_t off;
@@ -155,9 +156,16 @@ static ncclResult_t rn_ib_qp_create(struct rn_ib_rail *rl, enum rn_ib_qp_role ro
   return res;
 }
 
+/* The service level of a comm with traffic class tc (>= 0). */
+static uint8_t rn_ib_sl(int tc) {
+  int sl = (int)rn_params()->ib_sl;
+  return (uint8_t)(sl >= 0 ? sl : tc >> 5);
+}
+
+/* tc: the comm's traffic class, -1 for none (the port's defaults). */
 static ncclResult_t rn_ib_qp_connect(struct ibv_qp *qp, enum rn_ib_qp_role role,
                                      const struct rn_ib_port *port,
-                                     const struct rn_ib_rail_info *rem, uint32_t rqpn) {
+                                     const struct rn_ib_rail_info *rem, uint32_t rqpn, int tc) {
   const struct rn_params *p = rn_params();
   /* Data QPs never issue or answer READs or atomics. */
   uint8_t rd_atomic = role == RN_IB_QP_FLUSH ? 1 : 0;
@@ -175,9 +183,11 @@ static ncclResult_t rn_ib_qp_connect(struct ibv_qp *qp, enum rn_ib_qp_role role,
     memcpy(a.ah_attr.grh.dgid.raw, rem->gid, 16);
     a.ah_attr.grh.sgid_index = (uint8_t)port->gid_index;
     a.ah_attr.grh.hop_limit = 255;
+    if (tc >= 0) a.ah_attr.grh.traffic_class = (uint8_t)tc;
   } else {
     a.ah_attr.dlid = rem->lid;
   }
+  if (tc >= 0) a.ah_attr.sl = rn_ib_sl(tc);
   RN_CHECK(rn_ibv_modify_qp(qp, &a,
                             IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
                                 IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER));
@@ -369,7 +379,8 @@ static ncclResult_t rn_ib_info_check(struct rn_ib_conn_info *i, int peer_is_send
 }
 
 /* Move every QP of the first c->nrails rails to RTS against the peer's. */
-static ncclResult_t rn_ib_comm_connect(struct rn_ib_comm *c, const struct rn_ib_conn_info *rem) {
+static ncclResult_t rn_ib_comm_connect(struct rn_ib_comm *c, const struct rn_ib_conn_info *rem,
+                                       int tc) {
   c->mtu_bytes = 1 << 30;
   for (int r = 0; r < c->nrails; r++) {
     const struct rn_ib_port *port = c->rail[r].port;
@@ -385,7 +396,7 @@ static ncclResult_t rn_ib_comm_connect(struct rn_ib_comm *c, const struct rn_ib_
     c->rail[r].rem_rkey = rem->rail[r].rkey;
     for (int k = 0; k < c->nqps; k++)
       RN_CHECK(rn_ib_qp_connect(c->rail[r].qp[k].qp, RN_IB_QP_DATA, port, &rem->rail[r],
-                                rem->qpn[r][k]));
+                                rem->qpn[r][k], tc));
   }
   c->rem_ctl = rem->ctl_addr;
   return ncclSuccess;
@@ -399,7 +410,8 @@ static ncclResult_t rn_ib_flush_setup(struct rn_ib_comm *c) {
     RN_CHECK(rn_ib_qp_create(rl, RN_IB_QP_FLUSH, 0, &rl->flush_qp, NULL));
     struct rn_ib_rail_info self;
     rn_ib_rail_info_fill(rl, &self);
-    RN_CHECK(rn_ib_qp_connect(rl->flush_qp, RN_IB_QP_FLUSH, rl->port, &self, rl->flush_qp->qp_num));
+    RN_CHECK(
+        rn_ib_qp_connect(rl->flush_qp, RN_IB_QP_FLUSH, rl->port, &self, rl->flush_qp->qp_num, -1));
   }
   return ncclSuccess;
 }
@@ -491,7 +503,7 @@ static ncclResult_t rn_ib_accept_step(struct rn_ib_listen_comm *l, void **rcomm)
         for (int r = 0; r < c->nrails; r++)
           for (int k = 0; k < c->nqps; k++)
             RN_CHECK(rn_ib_post_recvs(c, k * c->nrails + r, RN_IB_RECV_DEPTH));
-        RN_CHECK(rn_ib_comm_connect(c, &l->rinfo));
+        RN_CHECK(rn_ib_comm_connect(c, &l->rinfo, -1));
         RN_CHECK(rn_ib_flush_setup(c));
         rn_ib_info_fill(c, 0, &l->linfo);
         l->stage = RN_IB_ACC_SEND_INFO;
@@ -595,7 +607,10 @@ static ncclResult_t rn_ib_connect_step(struct rn_ib_connect_state *s, const stru
         size_t pl = strlen(c->peer);
         c->peer[pl++] = '@';
         rn_ib_strcpy(c->peer + pl, sizeof(c->peer) - pl, s->peer);
-        RN_CHECK(rn_ib_comm_connect(c, &s->rinfo));
+        RN_CHECK(rn_ib_comm_connect(c, &s->rinfo, s->tc));
+        if (s->tc >= 0)
+          RN_INFO(NCCL_NET, "send comm to %s: traffic class %d (DSCP %d), service level %u",
+                  c->peer, s->tc, s->tc >> 2, rn_ib_sl(s->tc));
         s->stage = RN_IB_CON_SEND_READY;
         break;
       }
@@ -612,8 +627,8 @@ static ncclResult_t rn_ib_connect_step(struct rn_ib_connect_state *s, const stru
   }
 }
 
-ncclResult_t rn_ib_connect(const struct rn_rails *r, const struct rn_handle *h, void **state,
-                           void **scomm) {
+ncclResult_t rn_ib_connect(const struct rn_rails *r, const struct rn_handle *h, int tc,
+                           void **state, void **scomm) {
   ncclResult_t res = ncclSuccess;
   struct rn_ib_connect_state *s = *state;
   *scomm = NULL;
@@ -631,6 +646,7 @@ ncclResult_t rn_ib_connect(const struct rn_rails *r, const struct rn_handle *h, 
       return ncclSystemError;
     }
     s->fd = -1;
+    s->tc = tc;
     rn_sockaddr_str(&sa, s->peer, sizeof(s->peer));
     RN_CHECK_GOTO(rn_rdv_dial_create(&sa, 1, h->nonce, 0, &s->dial), res, out_free);
     *state = s;

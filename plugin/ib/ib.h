@@ -291,8 +291,8 @@ struct rn_ib_port *rn_ib_port_of(const struct rn_nic *nic);
 int rn_ib_probe_ptr_support(struct rn_ib_device *device, char *why, size_t whylen);
 /* connect.c */
 ncclResult_t rn_ib_listen(const struct rn_rails *r, struct rn_handle *h, void **lcomm);
-ncclResult_t rn_ib_connect(const struct rn_rails *r, const struct rn_handle *h, void **state,
-                           void **scomm);
+ncclResult_t rn_ib_connect(const struct rn_rails *r, const struct rn_handle *h, int tc,
+                           void **state, void **scomm);
 void rn_ib_connect_abort(void *state);
 ncclResult_t rn_ib_accept(void *lcomm, void **rcomm);
 ncclResult_t rn_ib_close_send(void *scomm);

@@ -20,9 +20,9 @@ static ncclResult_t rn_ib_stub_listen(const struct rn_rails *r, struct rn_handle
   return ncclInternalError;
 }
 
-static ncclResult_t rn_ib_stub_connect(const struct rn_rails *r, const struct rn_handle *h,
+static ncclResult_t rn_ib_stub_connect(const struct rn_rails *r, const struct rn_handle *h, int tc,
                                        void **state, void **scomm) {
-  (void)r, (void)h, (void)state, (void)scomm;
+  (void)r, (void)h, (void)tc, (void)state, (void)scomm;
   RN_WARN("built without verbs headers");
   return ncclInternalError;
 }

@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 #include "railnet/check.h"
 #include "railnet/param.h"
@@ -68,6 +70,8 @@ void rn_tcp_comm_free(struct rn_tcp_comm *c) {
   free(c->scratch);
   free(c->backlog);
   free(c->in);
+  for (int i = 0; c->unexpected != NULL && i < RN_TCP_EAGER_WINDOW; i++)
+    free(c->unexpected[i].data);
   free(c->unexpected);
   free(c->discard);
   free(c);
@@ -154,6 +158,40 @@ int rn_tcp_comm_free_all(void) {
   for (struct rn_list *first; (first = rn_shared_list_first(&rn_tcp_live)) != NULL; n++)
     rn_tcp_comm_free(RN_LIST_ENTRY(first, struct rn_tcp_comm, open));
   return n;
+}
+
+/* One socket: its family decides between IP_TOS and IPV6_TCLASS. */
+static int rn_tcp_sock_set_class(int fd, int tc, int prio, const char **what) {
+  union rn_sockaddr a;
+  socklen_t len = sizeof(a);
+  if (getsockname(fd, &a.sa, &len) != 0) {
+    *what = "getsockname";
+    return -1;
+  }
+  int v6 = a.sa.sa_family == AF_INET6;
+  *what = v6 ? "IPV6_TCLASS" : "IP_TOS";
+  if (setsockopt(fd, v6 ? IPPROTO_IPV6 : IPPROTO_IP, v6 ? IPV6_TCLASS : IP_TOS, &tc, sizeof(tc)))
+    return -1;
+  *what = "SO_PRIORITY";
+  return setsockopt(fd, SOL_SOCKET, SO_PRIORITY, &prio, sizeof(prio));
+}
+
+ncclResult_t rn_tcp_comm_set_class(struct rn_tcp_comm *c, int tc) {
+  int prio = (int)rn_params()->socket_priority;
+  if (prio < 0) prio = tc >> 5;
+  const char *what = "";
+  for (int i = -1; i < c->nstreams; i++) {
+    int fd = i < 0 ? c->ctrl_fd : c->stream[i].fd;
+    if (rn_tcp_sock_set_class(fd, tc, prio, &what) != 0) {
+      RN_WARN("send comm to %s: cannot set %s for traffic class %d (SO_PRIORITY %d) on %s: %s",
+              c->peer, what, tc, prio, i < 0 ? "the control connection" : "a data stream",
+              strerror(errno));
+      return errno == EPERM || errno == EACCES ? ncclInvalidUsage : ncclSystemError;
+    }
+  }
+  RN_INFO(NCCL_NET, "send comm to %s: traffic class %d (DSCP %d), SO_PRIORITY %d on %d sockets",
+          c->peer, tc, tc >> 2, prio, c->nstreams + 1);
+  return ncclSuccess;
 }
 
 void rn_tcp_comm_defer_cts(struct rn_tcp_comm *c) {

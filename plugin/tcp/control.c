@@ -127,6 +127,7 @@ ncclResult_t rn_tcp_match_eager(struct rn_tcp_comm *c) {
       continue;
     }
     rn_tcp_send_claim(c, seq, idx);
+    c->eager_bytes -= e.size;
     uint64_t posted = c->group[seq % RN_TCP_RING].sizes[idx];
     if (e.size > posted)
       rn_tcp_fail(c, ncclInvalidUsage,
@@ -304,6 +305,16 @@ ncclResult_t rn_tcp_drain_held(struct rn_tcp_comm *c) {
     }
     pthread_mutex_unlock(&c->rx_lock);
     if (res != ncclSuccess) return res;
+    c->held_bytes -= e->size;
+    /* Slots keep their buffers for the next message (no allocation per
+     * message) while all of them together stay within twice the bound of
+     * what may be held at once. */
+    if (c->held_cap > 2 * RN_TCP_EAGER_BYTES) {
+      c->held_cap -= e->cap;
+      free(e->data);
+      e->data = NULL;
+      e->cap = 0;
+    }
   }
   c->nheld = kept;
   return ncclSuccess;
@@ -318,12 +329,29 @@ static ncclResult_t rn_tcp_hold(struct rn_tcp_comm *c, const struct rn_tcp_data 
   if (c->nheld >= RN_TCP_EAGER_WINDOW - 1)
     return RN_TCP_VIOLATION(c, "eager data", "tag", "%d: a %dth unmatched eager message", d->tag,
                             RN_TCP_EAGER_WINDOW);
+  if (c->held_bytes + d->size > RN_TCP_EAGER_BYTES)
+    return RN_TCP_VIOLATION(c, "eager data", "size",
+                            "%llu with %llu bytes of unmatched eager messages held, expected at "
+                            "most %d in all",
+                            (unsigned long long)d->size, (unsigned long long)c->held_bytes,
+                            RN_TCP_EAGER_BYTES);
   /* A free slot: one no held entry uses. */
   uint64_t used = 0;
   for (int k = 0; k < c->nheld; k++) used |= 1ull << c->held[k];
   int slot = 0;
   while (used & (1ull << slot)) slot++;
   struct rn_tcp_unexpected *e = &c->unexpected[slot];
+  if (e->cap < d->size) {
+    free(e->data);
+    c->held_cap -= e->cap;
+    e->cap = 0;
+    if ((e->data = malloc(d->size)) == NULL)
+      return rn_tcp_fail(c, ncclSystemError, "out of memory for a held eager message of %llu bytes",
+                         (unsigned long long)d->size);
+    e->cap = d->size;
+    c->held_cap += e->cap;
+  }
+  c->held_bytes += d->size;
   e->tag = d->tag;
   e->size = d->size;
   e->ready = 0;

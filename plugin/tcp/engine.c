@@ -27,6 +27,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,7 +93,7 @@ int rn_tcp_engine_size(void) {
 }
 
 static void rn_tcp_engine_step(struct rn_tcp_stream *s, short re) {
-  rn_tcp_stream_step(s->comm, s, re);
+  rn_tcp_stream_step(s->comm, s, re, SIZE_MAX);
 }
 
 /* Take the next ready stream as current; NULL when none. */

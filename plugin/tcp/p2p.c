@@ -91,6 +91,7 @@ static ncclResult_t rn_tcp_isend_eager(struct rn_tcp_comm *c, void *data, size_t
   rn_tcp_ctl_queue(c, &d, sizeof(d), data, size, r);
   c->msg_out++;
   c->eager[c->neager++] = (struct rn_tcp_eager){.tag = tag, .size = size};
+  c->eager_bytes += size;
   *req = r;
   RN_CHECK(rn_tcp_match_eager(c)); /* claims its buffer now if its CTS is here */
   return rn_tcp_ctl_flush(c);
@@ -111,6 +112,7 @@ static ncclResult_t rn_tcp_isend_try(struct rn_tcp_comm *c, void *data, size_t s
    * used.  One too big for a buffer already known waits for the head,
    * where it fails both sides at once. */
   int eager_ok = size <= c->eager_max && c->neager < RN_TCP_EAGER_WINDOW - 1 &&
+                 c->eager_bytes + size <= RN_TCP_EAGER_BYTES &&
                  !(known && size > c->group[seq % RN_TCP_RING].sizes[idx]);
   if (eager_ok && (progressed || known || c->neager < RN_TCP_EAGER_WINDOW / 2))
     return rn_tcp_isend_eager(c, data, size, tag, req);

@@ -39,11 +39,12 @@ static int rn_tcp_stream_broke(struct rn_tcp_comm *c, struct rn_tcp_stream *s, c
   return -1;
 }
 
-/* Write as much of the head chunk as the socket takes; chunks whose send
- * was acknowledged meanwhile (a copy landed over another rail) are
- * dropped unwritten.  Returns 1 when the stream has more to send, 0 when
- * idle, -1 on error. */
-static int rn_tcp_stream_send(struct rn_tcp_comm *c, struct rn_tcp_stream *s) {
+/* Write as much as the socket takes, up to about budget bytes; chunks
+ * whose send was acknowledged meanwhile (a copy landed over another rail)
+ * are dropped unwritten.  Returns 1 when the stream has more to send, 0
+ * when idle, -1 on error. */
+static int rn_tcp_stream_send(struct rn_tcp_comm *c, struct rn_tcp_stream *s, size_t budget) {
+  size_t moved = 0;
   for (;;) {
     pthread_mutex_lock(&s->queue_lock);
     if (atomic_load(&s->dead)) {
@@ -79,6 +80,7 @@ static int rn_tcp_stream_send(struct rn_tcp_comm *c, struct rn_tcp_stream *s) {
       ssize_t k = sendmsg(s->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (k > 0) {
         s->off += (size_t)k;
+        if ((moved += (size_t)k) >= budget && s->off < total) return 1;
         continue;
       }
       if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 1;
@@ -104,6 +106,7 @@ static int rn_tcp_stream_send(struct rn_tcp_comm *c, struct rn_tcp_stream *s) {
     s->off = 0;
     s->queue_head = (s->queue_head + 1) % RN_TCP_STREAM_QUEUE;
     pthread_mutex_unlock(&s->queue_lock);
+    if (moved >= budget) return 1;
   }
 }
 
@@ -298,9 +301,9 @@ static void rn_tcp_stream_recv_end(struct rn_tcp_comm *c, struct rn_tcp_stream *
 
 /* Read chunks into their receive buffers.  Returns 0 when the socket is
  * drained, -1 on error or EOF. */
-static int rn_tcp_stream_recv(struct rn_tcp_comm *c, struct rn_tcp_stream *s) {
+static int rn_tcp_stream_recv(struct rn_tcp_comm *c, struct rn_tcp_stream *s, size_t budget) {
   const size_t hl = sizeof(s->rx_hdr);
-  for (;;) {
+  for (size_t moved = 0; moved < budget;) {
     char *dst;
     size_t want;
     if (s->off < hl) {
@@ -329,6 +332,7 @@ static int rn_tcp_stream_recv(struct rn_tcp_comm *c, struct rn_tcp_stream *s) {
       return -1;
     }
     s->off += (size_t)k;
+    moved += (size_t)k;
     if (s->off == hl && rn_tcp_chunk_begin(c, s) != ncclSuccess) {
       s->rx_req = NULL;
       atomic_store(&s->dead, 1);
@@ -336,9 +340,10 @@ static int rn_tcp_stream_recv(struct rn_tcp_comm *c, struct rn_tcp_stream *s) {
     }
     if (s->off >= hl && s->off == hl + s->rx_hdr.p.plen) rn_tcp_chunk_end(c, s);
   }
+  return 0;
 }
 
-void rn_tcp_stream_step(struct rn_tcp_comm *c, struct rn_tcp_stream *s, short re) {
+void rn_tcp_stream_step(struct rn_tcp_comm *c, struct rn_tcp_stream *s, short re, size_t budget) {
   int rc = 0;
   if (s->dead) return;
   if (c->is_recv && atomic_load(&s->retire)) {
@@ -349,7 +354,7 @@ void rn_tcp_stream_step(struct rn_tcp_comm *c, struct rn_tcp_stream *s, short re
     return;
   }
   if (c->is_recv) {
-    if (re & (POLLIN | POLLHUP | POLLERR)) rc = rn_tcp_stream_recv(c, s);
+    if (re & (POLLIN | POLLHUP | POLLERR)) rc = rn_tcp_stream_recv(c, s, budget);
   } else if ((re & POLLIN) && !(re & POLLOUT)) {
     /* The receiver never writes on data streams: readable means EOF.
      * (Edge-triggered, both may come at once: the write then sees it.) */
@@ -364,7 +369,7 @@ void rn_tcp_stream_step(struct rn_tcp_comm *c, struct rn_tcp_stream *s, short re
     }
   } else {
     /* Writable, or new work may have been queued since poll() was armed. */
-    rc = rn_tcp_stream_send(c, s);
+    rc = rn_tcp_stream_send(c, s, budget);
   }
   /* A stream that ended was marked dead where it ended, and from then on
    * belongs to the caller, which may give it a new connection (rails.c):
@@ -372,9 +377,15 @@ void rn_tcp_stream_step(struct rn_tcp_comm *c, struct rn_tcp_stream *s, short re
   if (rc < 0 && atomic_load(&c->stop)) atomic_store(&s->dead, 1);
 }
 
+/* The caller moves at most this many bytes per stream per call, so a
+ * proxy thread that also serves latency-critical comms (a communicator
+ * split with shared resources) returns to them soon: their small messages
+ * do not wait behind a socket buffer's worth of bulk chunks. */
+#define RN_TCP_DRIVE_BUDGET ((size_t)131072)
+
 void rn_tcp_drive_streams(struct rn_tcp_comm *c) {
   for (int i = 0; i < c->nstreams; i++)
-    rn_tcp_stream_step(c, &c->stream[i], c->is_recv ? POLLIN : POLLOUT);
+    rn_tcp_stream_step(c, &c->stream[i], c->is_recv ? POLLIN : POLLOUT, RN_TCP_DRIVE_BUDGET);
 }
 
 uint32_t rn_tcp_chunk_grid(const struct rn_tcp_comm *c, size_t size) {

@@ -29,15 +29,16 @@
  *     a later group may bring it.  isend fails only when no group can ever
  *     come: the comm failed or the receiver closed it.
  *   - Eager sends are the one exception, and change no outcome: a message
- *     of at most min(RAILNET_SOCKET_INLINE, 1 KiB) bytes may leave before
+ *     of at most min(RAILNET_SOCKET_INLINE, 8 KiB) bytes may leave before
  *     its CTS has been read (saving the sender a read on the round trip).
  *     It carries only its tag; the receiver applies the same rule on
  *     arrival, or holds it (in arrival order) until a buffer with its tag
  *     is posted, and the sender applies it once the CTSs arrive, so both
  *     fill the same buffer.  At most RN_TCP_EAGER_WINDOW - 1 eager
- *     messages are unmatched at the sender, which bounds what the receiver
- *     holds.  A send of a tag with an unmatched eager message waits (NULL)
- *     for the CTS that matches it, so per-tag order holds for every size.
+ *     messages, and RN_TCP_EAGER_BYTES of payload, are unmatched at the
+ *     sender, which bounds what the receiver holds.  A send of a tag with
+ *     an unmatched eager message waits (NULL) for the CTS that matches it,
+ *     so per-tag order holds for every size.
  *   - A send larger than its buffer fails that send and that receive
  *     (ncclInvalidUsage, a WARN naming both sizes) whatever its size: a
  *     large one when it matches, an eager one when the receiver sees it and
@@ -229,7 +230,8 @@ struct rn_tcp_unexpected {
   int32_t tag;
   int ready; /* payload complete */
   uint64_t size;
-  char data[RN_TCP_EAGER_MAX];
+  char *data; /* cap bytes, kept for the slot's next message */
+  size_t cap;
 };
 
 /* The sender's copy of one posted group, from its CTS. */
@@ -336,7 +338,9 @@ struct rn_tcp_comm {
   struct rn_tcp_unexpected *unexpected; /* RN_TCP_EAGER_WINDOW entries, allocated on first use */
   int held[RN_TCP_EAGER_WINDOW];        /* indices into unexpected, in arrival order */
   int nheld;
-  char *discard; /* payload of an eager message too big for its buffer */
+  uint64_t held_bytes; /* their payload bytes: at most RN_TCP_EAGER_BYTES */
+  uint64_t held_cap;   /* bytes of the slots' buffers */
+  char *discard;       /* payload of an eager message too big for its buffer */
   uint64_t (*inflight)[RN_MAX_RECVS][RN_TCP_CHUNK_WORDS]; /* [RN_TCP_RING]: chunks being read */
   char *scratch;      /* where copies of chunks that already landed are read to */
   atomic_int ack_due; /* a streamed buffer filled: ACKs to queue */
@@ -352,6 +356,7 @@ struct rn_tcp_comm {
   struct rn_tcp_group group[RN_TCP_RING];
   struct rn_tcp_eager eager[RN_TCP_EAGER_WINDOW]; /* unmatched, in send order */
   int neager;
+  uint64_t eager_bytes;    /* their payload bytes: at most RN_TCP_EAGER_BYTES */
   struct rn_tcp_move move; /* the control connection's way to another rail */
   /* control output: messages in order, payloads referenced, not copied */
   int out_head, out_tail;
@@ -425,6 +430,10 @@ void rn_tcp_if_name_of(const union rn_sockaddr *addr, char *name, size_t len);
 ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv,
                                 struct rn_tcp_comm **out);
 void rn_tcp_comm_free(struct rn_tcp_comm *c);
+/* Give every socket of the comm traffic class tc (0..255): the IP TOS
+ * byte (IPV6_TCLASS on IPv6) and SO_PRIORITY (RAILNET_SOCKET_PRIORITY, or
+ * tc >> 5); one INFO.  A socket that refuses WARNs and fails. */
+ncclResult_t rn_tcp_comm_set_class(struct rn_tcp_comm *c, int tc);
 /* At fini: frees every comm still open; returns how many. */
 int rn_tcp_comm_free_all(void);
 /* A receive deferred its clear-to-send: the next isend of any comm sends it. */
@@ -487,8 +496,10 @@ ncclResult_t rn_tcp_move_on_offer(struct rn_tcp_comm *c, const struct rn_tcp_off
 /* streams.c */
 void rn_tcp_drive_streams(struct rn_tcp_comm *c);
 /* Progress one stream after poll() or epoll said what it can do (re: poll
- * flags), or blindly (re = 0: a send stream writes what is queued). */
-void rn_tcp_stream_step(struct rn_tcp_comm *c, struct rn_tcp_stream *s, short re);
+ * flags), or blindly (re = 0: a send stream writes what is queued),
+ * moving at most about `budget` bytes (SIZE_MAX: as much as the socket
+ * takes; the calling thread passes less, see rn_tcp_drive_streams). */
+void rn_tcp_stream_step(struct rn_tcp_comm *c, struct rn_tcp_stream *s, short re, size_t budget);
 /* The chunk grid for a streamed message of `size` bytes. */
 uint32_t rn_tcp_chunk_grid(const struct rn_tcp_comm *c, size_t size);
 int rn_tcp_enqueue(struct rn_tcp_comm *c, struct rn_tcp_req *r, const char *data, size_t size,

@@ -50,6 +50,7 @@ struct rn_tcp_connecting {
   int naddrs, nlocals, nstreams, attempts;
   uint64_t nonce;
   int64_t retry_at_ms; /* 0: not waiting */
+  int tc;              /* the comm's traffic class, -1 for none */
 };
 
 /* The listener reset this attempt after its sockets connected: dial again
@@ -157,7 +158,7 @@ static void rn_tcp_connect_abort(void *state) {
   free(k);
 }
 
-static ncclResult_t rn_tcp_connect(const struct rn_rails *r, const struct rn_handle *h,
+static ncclResult_t rn_tcp_connect(const struct rn_rails *r, const struct rn_handle *h, int tc,
                                    void **state, void **scomm) {
   struct rn_tcp_connecting *k = *state;
   ncclResult_t res = ncclSuccess;
@@ -177,6 +178,7 @@ static ncclResult_t rn_tcp_connect(const struct rn_rails *r, const struct rn_han
       return ncclSystemError;
     }
     k->start_ms = rn_clock_ms();
+    k->tc = tc;
     rn_sockaddr_str(&addrs[0], k->peer, sizeof(k->peer));
     memcpy(k->addrs, addrs, sizeof(addrs));
     k->naddrs = n;
@@ -248,6 +250,12 @@ static ncclResult_t rn_tcp_connect(const struct rn_rails *r, const struct rn_han
   RN_CHECK_GOTO(rn_tcp_comm_create(&k->conn, 0, &c), res, out_free);
   RN_INFO(NCCL_NET, "connected to %s with %d streams, %d helper threads, dead peer after %lld ms",
           k->peer, c->nstreams, c->nthreads, (long long)rn_params()->socket_timeout_ms);
+  if (k->tc >= 0 && (res = rn_tcp_comm_set_class(c, k->tc)) != ncclSuccess) {
+    rn_tcp_comm_free(c);
+    rn_tcp_connect_abort(k);
+    *state = NULL;
+    return res;
+  }
   rn_tcp_connect_abort(k);
   *state = NULL;
   *scomm = c;

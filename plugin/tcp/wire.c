@@ -3,7 +3,8 @@
 #include <string.h>
 #include "wire.h"
 
-/* CRC-32C, reflected polynomial 0x82f63b78, one byte per step.  It finds
+/* CRC-32C, reflected polynomial 0x82f63b78, one byte per step where the
+ * CPU has no crc32 instruction.  It finds
  * every error burst up to 32 bits and every odd number of flipped bits;
  * a header costs about 50 table steps. */
 static const uint32_t rn_tcp_crc_table[256] = {
@@ -46,8 +47,27 @@ static const uint32_t rn_tcp_crc_table[256] = {
     0xbe2da0a5u, 0x4c4623a6u, 0x5f16d052u, 0xad7d5351u,
 };
 
+#if defined(__x86_64__)
+/* The same CRC with SSE4.2's crc32 instruction, 8 bytes per step: every
+ * header is sealed and checked once per message. */
+__attribute__((target("sse4.2"))) static uint32_t rn_tcp_wire_crc_hw(const uint8_t *b, size_t len) {
+  uint64_t c = 0xffffffffu;
+  for (; len >= 8; b += 8, len -= 8) {
+    uint64_t v;
+    memcpy(&v, b, sizeof(v));
+    c = __builtin_ia32_crc32di(c, v);
+  }
+  uint32_t c32 = (uint32_t)c;
+  for (; len > 0; b++, len--) c32 = __builtin_ia32_crc32qi(c32, *b);
+  return c32 ^ 0xffffffffu;
+}
+#endif
+
 uint32_t rn_tcp_wire_crc(const void *buf, size_t len) {
   const uint8_t *b = buf;
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("sse4.2")) return rn_tcp_wire_crc_hw(b, len);
+#endif
   uint32_t c = 0xffffffffu;
   for (size_t i = 0; i < len; i++) c = rn_tcp_crc_table[(c ^ b[i]) & 0xff] ^ (c >> 8);
   return c ^ 0xffffffffu;

@@ -45,7 +45,10 @@ enum {
 
 #define RN_TCP_RING 64         /* receive groups outstanding per comm (>= NCCL's 32) */
 #define RN_TCP_EAGER_WINDOW 64 /* eager messages not yet matched at the sender: < this */
-#define RN_TCP_EAGER_MAX 1024  /* largest eager payload */
+#define RN_TCP_EAGER_MAX 8192  /* largest eager payload */
+/* Eager payload bytes not yet matched at the sender: at most this, so a
+ * receiver holds at most this much for buffers not yet posted. */
+#define RN_TCP_EAGER_BYTES 262144
 #define RN_TCP_MAX_CHUNKS 1024 /* chunks of one streamed message */
 #define RN_TCP_CHUNK_WORDS (RN_TCP_MAX_CHUNKS / 64)
 /* A CTS's size entries past n: no buffer ever has this size (posted sizes

@@ -42,8 +42,9 @@ static long g_orders = 40; /* per place of the lone tag; -1 = every order */
 static double tscale(void) { return rn_timeout_scale(); }
 
 /* Message size of (round, tag): small ones fit any eager path, large ones
- * are streamed (above every inline limit railnet uses by default), mixed
- * picks per message.  Zero-byte messages are part of small. */
+ * are eager up to 4 KiB and streamed above (main sets the TCP inline limit
+ * to 4 KiB unless the environment does), mixed picks per message.
+ * Zero-byte messages are part of small. */
 static size_t msg_size(enum size_class k, uint64_t seed, long round, int tag) {
   uint64_t s = seed ^ ((uint64_t)round * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)tag << 48);
   uint64_t r = rng_next(&s);
@@ -505,6 +506,7 @@ int main(int argc, char **argv) {
   }
   if (version == 0 || g_rounds < 1) return 2;
   rn_default_env();
+  setenv("RAILNET_SOCKET_INLINE", "4096", 0); /* large: both eager and streamed (msg_size) */
 
   static struct order_cfg oc[2][2];
   static struct chan_cfg cc[2][3];

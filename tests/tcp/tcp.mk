@@ -26,3 +26,7 @@ $(TCP_ENGINE_TEST): $(BUILD)/tests/tcp/test_engine.o $(RN_TEST_COMMON_OBJS) | $(
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_COMMON) -o $@ $^ -ldl -lpthread
 TEST_PROGS += $(TCP_ENGINE_TEST)
+# Traffic classes on the sockets of a send comm (getsockopt), v10 and v11.
+TCP_TC_TEST := $(BUILD)/tests/tcp/test_traffic_class
+$(eval $(call rn_harness_prog,$(TCP_TC_TEST),$(BUILD)/tests/tcp/test_traffic_class.o))
+TEST_PROGS += $(TCP_TC_TEST)

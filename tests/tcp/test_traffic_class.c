@@ -1,0 +1,188 @@
+/* Traffic classes on TCP comms: the class NCCL passes at connect (v11+
+ * in init's config, v10 in connect's) or RAILNET_TRAFFIC_CLASS becomes the
+ * IP TOS byte and SO_PRIORITY of every socket of the send comm, read back
+ * here with getsockopt; default off; one INFO per comm; a class outside
+ * 0..255 gets a WARN and ncclInvalidArgument.  Listen, connect and accept
+ * run in this process, so its own descriptors are the comm's sockets. */
+#include <dirent.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include "../common/rn_test.h"
+
+#define NSTREAMS 2
+
+static int infos;  /* INFO lines naming a traffic class */
+static int warned; /* WARNs naming a traffic class */
+static void logger(ncclDebugLogLevel l, unsigned long f, const char *file, int line,
+                   const char *fmt, ...) {
+  (void)f, (void)file, (void)line;
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  if (strstr(msg, "traffic class") == NULL && strstr(msg, "TRAFFIC_CLASS") == NULL) return;
+  if (l == NCCL_LOG_WARN) warned++;
+  if (l == NCCL_LOG_INFO && strstr(msg, "traffic class") != NULL) infos++;
+  note("%s %s", l == NCCL_LOG_WARN ? "WARN" : "INFO", msg);
+}
+
+/* TCP sockets of this process whose TOS byte is tos and whose
+ * SO_PRIORITY is prio. */
+static int count_sockets(int tos, int prio) {
+  int n = 0;
+  DIR *d = opendir("/proc/self/fd");
+  if (d == NULL) return -1;
+  for (struct dirent *e; (e = readdir(d)) != NULL;) {
+    int fd = atoi(e->d_name), type = 0, v = -1, p = -1;
+    socklen_t len = sizeof(type);
+    if (e->d_name[0] == '.' || fd == dirfd(d)) continue;
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_STREAM) continue;
+    struct sockaddr_storage a;
+    len = sizeof(a);
+    if (getsockname(fd, (struct sockaddr *)&a, &len) != 0) continue;
+    int v6 = a.ss_family == AF_INET6;
+    len = sizeof(v);
+    if (getsockopt(fd, v6 ? IPPROTO_IPV6 : IPPROTO_IP, v6 ? IPV6_TCLASS : IP_TOS, &v, &len) != 0)
+      continue;
+    len = sizeof(p);
+    if (getsockopt(fd, SOL_SOCKET, SO_PRIORITY, &p, &len) != 0) continue;
+    n += v == tos && p == prio;
+  }
+  closedir(d);
+  return n;
+}
+
+struct pair {
+  void *lc, *sc, *rc;
+};
+
+/* Listen, connect (v10: with traffic class tc) and accept on dev 0. */
+static ncclResult_t connect_pair(struct rn_net *n, int tc, struct pair *p) {
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  memset(p, 0, sizeof(*p));
+  ncclResult_t r = rn_net_listen(n, 0, handle, &p->lc);
+  double end = rn_deadline(20);
+  while (r == ncclSuccess && (p->sc == NULL || p->rc == NULL) && now_s() < end) {
+    if (p->sc == NULL) r = rn_net_connect_tc(n, 0, handle, &p->sc, tc);
+    if (r == ncclSuccess && p->rc == NULL) r = rn_net_accept(n, p->lc, &p->rc);
+  }
+  if (r == ncclSuccess && (p->sc == NULL || p->rc == NULL)) r = ncclInternalError;
+  return r;
+}
+
+static int close_pair(struct rn_net *n, struct pair *p) {
+  int ok = 1;
+  if (p->sc != NULL) ok &= rn_net_close_send(n, p->sc) == ncclSuccess;
+  if (p->rc != NULL) ok &= rn_net_close_recv(n, p->rc) == ncclSuccess;
+  if (p->lc != NULL) ok &= rn_net_close_listen(n, p->lc) == ncclSuccess;
+  return ok;
+}
+
+/* One v11 communicator with class tc: connect, count the sockets that
+ * carry tos/prio, close.  Returns the count, -1 when a call failed. */
+static int v11_case(struct rn_net *n, int tc, int tos, int prio) {
+  static uint64_t id = 0x7c00;
+  ncclNetCommConfig_v11_t cfg = {tc};
+  n->ctx = NULL;
+  ncclResult_t r = n->t.v11->init(&n->ctx, ++id, &cfg, logger, NULL);
+  if (r != ncclSuccess) {
+    note("init returned %d", (int)r);
+    return -1;
+  }
+  struct pair p;
+  r = connect_pair(n, tc, &p);
+  int count = r == ncclSuccess ? count_sockets(tos, prio) : -1;
+  if (r != ncclSuccess) note("connect returned %d", (int)r);
+  if (!close_pair(n, &p)) count = -1;
+  if (n->t.v11->finalize(n->ctx) != ncclSuccess) count = -1;
+  n->ctx = NULL;
+  return count;
+}
+
+int main(void) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  rn_default_env();
+  setenv("RAILNET_TRANSPORT", "socket", 1);
+  setenv("RAILNET_SOCKET_NSTREAMS", "2", 1);
+  unsetenv("RAILNET_TRAFFIC_CLASS");
+  unsetenv("RAILNET_TRAFFIC_CLASS_NCCL");
+  unsetenv("RAILNET_SOCKET_PRIORITY");
+  tap_plan(10);
+  char err[256];
+  struct rn_net n11 = {0}, n10 = {0};
+  if (rn_net_open(&n11, 11, err, sizeof err) != 0 || rn_net_open(&n10, 10, err, sizeof err) != 0) {
+    tap_result(0, "load the plugin: %s", err);
+    return 1;
+  }
+  const int tos = 0x88, prio = 0x88 >> 5; /* DSCP AF41 */
+
+  /* Default off: NCCL's class is ignored. */
+  infos = 0;
+  int k = v11_case(&n11, tos, tos, prio);
+  tap_result(k == 0 && infos == 0,
+             "default: NCCL's class %d sets nothing (%d sockets with it, %d INFO)", tos, k, infos);
+
+  setenv("RAILNET_TRAFFIC_CLASS_NCCL", "1", 1);
+  infos = 0;
+  k = v11_case(&n11, tos, tos, prio);
+  tap_result(k == NSTREAMS + 1,
+             "v11, RAILNET_TRAFFIC_CLASS_NCCL=1: the send comm's %d sockets "
+             "have IP_TOS 0x%x and SO_PRIORITY %d (%d)",
+             NSTREAMS + 1, tos, prio, k);
+  tap_result(infos == 1, "one INFO names the comm's class (%d)", infos);
+
+  setenv("RAILNET_SOCKET_PRIORITY", "2", 1);
+  k = v11_case(&n11, tos, tos, 2);
+  tap_result(k == NSTREAMS + 1, "RAILNET_SOCKET_PRIORITY=2 gives SO_PRIORITY 2 (%d sockets)", k);
+  unsetenv("RAILNET_SOCKET_PRIORITY");
+
+  /* RAILNET_TRAFFIC_CLASS for comms NCCL gives none. */
+  setenv("RAILNET_TRAFFIC_CLASS", "32", 1);
+  k = v11_case(&n11, NCCL_NET_TRAFFIC_CLASS_UNDEF, 32, 1);
+  tap_result(k == NSTREAMS + 1, "RAILNET_TRAFFIC_CLASS=32 with no class from NCCL: %d sockets", k);
+
+  /* A bad class from NCCL: WARN and ncclInvalidArgument, at init (v11). */
+  warned = 0;
+  ncclNetCommConfig_v11_t bad = {300};
+  void *ctx = NULL;
+  ncclResult_t r = n11.t.v11->init(&ctx, 0x7d00, &bad, logger, NULL);
+  tap_result(r == ncclInvalidArgument && warned == 1 && ctx == NULL,
+             "v11 init with class 300: ncclInvalidArgument (%d) and a WARN (%d)", (int)r, warned);
+  if (r == ncclSuccess) (void)n11.t.v11->finalize(ctx);
+
+  /* A bad RAILNET_TRAFFIC_CLASS: a WARN, and the default (off). */
+  setenv("RAILNET_TRAFFIC_CLASS", "999", 1);
+  setenv("RAILNET_TRAFFIC_CLASS_NCCL", "0", 1);
+  warned = 0;
+  k = v11_case(&n11, NCCL_NET_TRAFFIC_CLASS_UNDEF, 999 & 0xff, 999 >> 5);
+  int k0 = count_sockets(0, 0);
+  tap_result(warned >= 1 && k == 0 && k0 >= 0,
+             "RAILNET_TRAFFIC_CLASS=999: a WARN (%d) and no class set (%d)", warned, k);
+  unsetenv("RAILNET_TRAFFIC_CLASS");
+
+  /* v10: the class travels in connect's config. */
+  setenv("RAILNET_TRAFFIC_CLASS_NCCL", "1", 1);
+  r = n10.t.v10->init(logger, NULL);
+  struct pair p;
+  ncclResult_t rc = r == ncclSuccess ? connect_pair(&n10, 0x48, &p) : r;
+  k = rc == ncclSuccess ? count_sockets(0x48, 0x48 >> 5) : -1;
+  tap_result(rc == ncclSuccess && k == NSTREAMS + 1,
+             "v10 connect with class 0x48: %d sockets carry it (init %d, connect %d)", k, (int)r,
+             (int)rc);
+  tap_result(close_pair(&n10, &p), "v10 comms close");
+  warned = 0;
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  void *lc = NULL, *sc = NULL;
+  r = rn_net_listen(&n10, 0, handle, &lc);
+  rc = r == ncclSuccess ? rn_net_connect_tc(&n10, 0, handle, &sc, -5) : r;
+  tap_result(rc == ncclInvalidArgument && warned == 1 && sc == NULL,
+             "v10 connect with class -5: ncclInvalidArgument (%d) and a WARN (%d)", (int)rc,
+             warned);
+  if (lc != NULL && rn_net_close_listen(&n10, lc) != ncclSuccess) diag("close_listen failed");
+  return tap_failed() ? 1 : 0;
+}
