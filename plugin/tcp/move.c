@@ -20,12 +20,9 @@
  * twice and no parsing state changes.  Bytes TCP acknowledged are in the
  * peer's socket and are read in that drain; bytes it did not are kept. */
 #include <errno.h>
-#include <linux/sockios.h>
-#include <linux/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include "railnet/check.h"
@@ -40,25 +37,17 @@
 
 /* Bytes written on fd so far: acknowledged plus still queued. */
 static uint64_t rn_tcp_fd_written(int fd) {
-  struct tcp_info ti;
-  socklen_t len = sizeof(ti);
-  memset(&ti, 0, sizeof(ti));
-  uint64_t n = 0;
-  if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0) n = ti.tcpi_bytes_acked;
-  int q = 0;
-  if (ioctl(fd, SIOCOUTQ, &q) == 0 && q > 0) n += (uint64_t)q;
-  return n;
+  uint64_t acked, outq;
+  rn_tcp_fd_tx(fd, &acked, &outq);
+  return acked + outq;
 }
 
 /* Forget kept bytes TCP saw acknowledged on the current connection. */
 static void rn_tcp_move_trim(struct rn_tcp_comm *c) {
   struct rn_tcp_move *m = &c->move;
   if (m->tx == m->log_base || m->state == RN_TCP_CTL_SWITCH) return;
-  struct tcp_info ti;
-  socklen_t len = sizeof(ti);
-  memset(&ti, 0, sizeof(ti));
-  if (getsockopt(c->ctrl_fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0) return;
-  uint64_t acked = ti.tcpi_bytes_acked;
+  uint64_t acked;
+  if (rn_tcp_fd_tx(c->ctrl_fd, &acked, NULL) != 0) return;
   if (acked <= m->fd_pre) return;
   uint64_t upto = m->fd_base + (acked - m->fd_pre);
   if (upto > m->replay) upto = m->replay; /* never past what went out on it */

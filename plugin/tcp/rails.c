@@ -77,27 +77,41 @@ void rn_tcp_rails_init(struct rn_tcp_comm *c) {
   c->ack = !c->is_recv && (ack < 0 ? c->nrails > 1 : ack == 1);
 }
 
+int rn_tcp_fd_tx(int fd, uint64_t *acked, uint64_t *outq) {
+  int rc = 0;
+  if (acked != NULL) {
+    struct tcp_info ti;
+    socklen_t len = sizeof(ti);
+    memset(&ti, 0, sizeof(ti));
+    rc = getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 ? 0 : -1;
+    *acked = rc == 0 ? ti.tcpi_bytes_acked : 0;
+  }
+  if (outq != NULL) {
+    int q = 0;
+    *outq = ioctl(fd, SIOCOUTQ, &q) == 0 && q > 0 ? (uint64_t)q : 0;
+  }
+  return rc;
+}
+
 /* Bytes TCP acknowledged on the rail's sockets, and bytes still in them. */
 static void rn_tcp_rail_sockets(const struct rn_tcp_comm *c, const struct rn_tcp_rail *r,
                                 uint64_t *acked, uint64_t *outq) {
   *acked = 0;
   *outq = 0;
   for (int k = 0; k < r->nstreams; k++) {
-    int fd = c->stream[r->stream[k]].fd;
-    struct tcp_info ti;
-    socklen_t len = sizeof(ti);
-    memset(&ti, 0, sizeof(ti));
-    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0) *acked += ti.tcpi_bytes_acked;
-    int q = 0;
-    if (ioctl(fd, SIOCOUTQ, &q) == 0 && q > 0) *outq += (uint64_t)q;
+    uint64_t a, q;
+    rn_tcp_fd_tx(c->stream[r->stream[k]].fd, &a, &q);
+    *acked += a;
+    *outq += q;
   }
 }
 
 uint64_t rn_tcp_rail_outq(const struct rn_tcp_comm *c, const struct rn_tcp_rail *r) {
   uint64_t outq = 0;
   for (int k = 0; k < r->nstreams; k++) {
-    int q = 0;
-    if (ioctl(c->stream[r->stream[k]].fd, SIOCOUTQ, &q) == 0 && q > 0) outq += (uint64_t)q;
+    uint64_t q;
+    rn_tcp_fd_tx(c->stream[r->stream[k]].fd, NULL, &q);
+    outq += q;
   }
   return outq;
 }

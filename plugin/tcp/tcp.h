@@ -401,6 +401,11 @@ int rn_tcp_rails_pick(struct rn_tcp_comm *c, size_t len, const uint64_t *load, c
 void rn_tcp_rails_load(struct rn_tcp_comm *c, int *used, uint64_t *load);
 /* Bytes in the rail's sockets that TCP has not had acknowledged. */
 uint64_t rn_tcp_rail_outq(const struct rn_tcp_comm *c, const struct rn_tcp_rail *r);
+/* What TCP says of fd's sending side: *acked, the bytes the peer
+ * acknowledged (TCP_INFO), and *outq, the bytes still queued (SIOCOUTQ);
+ * either may be NULL to skip its system call.  -1 when TCP_INFO failed
+ * (*acked is then 0). */
+int rn_tcp_fd_tx(int fd, uint64_t *acked, uint64_t *outq);
 
 /* Sender, caller, c->lock held: take out rails whose streams failed or
  * stalled (their unacknowledged chunks go again over the others) and
