@@ -18,6 +18,7 @@
 #include <net/if.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <errno.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -451,14 +452,25 @@ out_free:
 /* Send (or receive) the rest of an out-of-band message over fd; *done once
  * all of it went through, with off reset for the next one. */
 static ncclResult_t rn_ib_oob_send(int fd, const void *buf, size_t len, size_t *off, int *done) {
-  RN_CHECK(rn_sock_send_some(fd, buf, len, off));
+  ncclResult_t res = rn_sock_send_some(fd, buf, len, off);
+  if (res != ncclSuccess) {
+    /* the socket layer leaves the WARN to its caller */
+    RN_WARN("connection set-up: sending to the peer failed: %s",
+            res == ncclRemoteError ? "the peer closed or reset the connection" : strerror(errno));
+    return res;
+  }
   *done = *off == len;
   if (*done) *off = 0;
   return ncclSuccess;
 }
 
 static ncclResult_t rn_ib_oob_recv(int fd, void *buf, size_t len, size_t *off, int *done) {
-  RN_CHECK(rn_sock_recv_some(fd, buf, len, off));
+  ncclResult_t res = rn_sock_recv_some(fd, buf, len, off);
+  if (res != ncclSuccess) {
+    RN_WARN("connection set-up: receiving from the peer failed: %s",
+            res == ncclRemoteError ? "the peer closed or reset the connection" : strerror(errno));
+    return res;
+  }
   *done = *off == len;
   if (*done) *off = 0;
   return ncclSuccess;
