@@ -10,7 +10,10 @@
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <time.h>
 #include <unistd.h>
+#include <linux/sockios.h>
 #include "railnet/check.h"
 #include "railnet/sock.h"
 
@@ -213,6 +216,41 @@ ncclResult_t rn_sock_recv_some(int fd, void *buf, size_t len, size_t *off) {
     return errno == ECONNRESET ? ncclRemoteError : ncclSystemError;
   }
   return ncclSuccess;
+}
+
+/* Read and drop what is readable now: 1 at the peer's FIN or an error. */
+static int rn_sock_drain(int fd) {
+  char sink[4096];
+  for (int i = 0; i < 256; i++) { /* a peer still streaming cannot keep us */
+    ssize_t n = recv(fd, sink, sizeof(sink), MSG_DONTWAIT);
+    if (n > 0 || (n < 0 && errno == EINTR)) continue;
+    return n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
+  }
+  return 0;
+}
+
+static int64_t rn_sock_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void rn_sock_close_gently(int fd, int wait_ms) {
+  if (fd < 0) return;
+  int ended = rn_sock_drain(fd);
+  shutdown(fd, SHUT_WR);
+  const int64_t start = rn_sock_now_ms(), stall_ms = wait_ms / 5 > 0 ? wait_ms / 5 : 1;
+  int64_t last_move = start;
+  int last = -1, outq = 0;
+  while (!ended && wait_ms > 0 && ioctl(fd, SIOCOUTQ, &outq) == 0 && outq > 0) {
+    const int64_t now = rn_sock_now_ms();
+    if (outq != last) last_move = now;
+    last = outq;
+    if (now - start >= wait_ms || now - last_move >= stall_ms) break;
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    if (poll(&p, 1, 5) > 0) ended = rn_sock_drain(fd);
+  }
+  close(fd);
 }
 
 int rn_sock_each_ifaddr(rn_sock_ifaddr_fn visit, void *arg) {

@@ -43,6 +43,17 @@ ncclResult_t rn_sock_connect_poll(int fd, int *ready);
  * ncclRemoteError. */
 ncclResult_t rn_sock_send_some(int fd, const void *buf, size_t len, size_t *off);
 ncclResult_t rn_sock_recv_some(int fd, void *buf, size_t len, size_t *off);
+/* Close a connected socket without a reset: read and drop what the peer
+ * sent that nobody will read (closing over unread bytes makes the kernel
+ * send RST, which throws away this side's bytes not yet delivered), then
+ * send FIN behind the queued bytes.  With wait_ms > 0 it then waits, still
+ * reading, until the peer has acknowledged every byte and the FIN: the
+ * peer may still send (it does not know yet that this side is done), and
+ * bytes arriving at a closed socket reset it, losing whatever was not yet
+ * delivered.  The wait ends early when no byte is acknowledged for a fifth
+ * of wait_ms (a peer that stopped reading, or is gone), or at the peer's
+ * own FIN. */
+void rn_sock_close_gently(int fd, int wait_ms);
 /* TCP_NODELAY, close-on-exec, non-blocking; buffers when bufsize > 0. */
 void rn_sock_tune(int fd, int bufsize);
 /* Make a peer that vanishes without closing (pulled cable, powered-off

@@ -56,12 +56,18 @@ void rn_tcp_comm_free(struct rn_tcp_comm *c) {
   rn_tcp_engine_detach(c);
   rn_tcp_move_free(c);
   for (int i = 0; i < c->nstreams; i++) {
-    if (c->stream[i].fd >= 0) close(c->stream[i].fd);
+    rn_sock_close_gently(c->stream[i].fd, 0);
     pthread_mutex_destroy(&c->stream[i].queue_lock);
     free(c->stream[i].queue);
   }
   free(c->stream);
-  if (c->ctrl_fd >= 0) close(c->ctrl_fd);
+  /* A sender's last messages may still be on their way while the
+   * receiver sends clear-to-sends: see rn_sock_close_gently.  Streamed
+   * bytes were acknowledged before their sends completed. */
+  rn_sock_close_gently(c->ctrl_fd, !c->is_recv && atomic_load(&c->error) == ncclSuccess &&
+                                           !atomic_load(&c->peer_closed)
+                                       ? RN_TCP_CLOSE_WAIT_MS
+                                       : 0);
   for (int i = 0; i < RN_TCP_NREQS; i++) rn_req_base_end(&c->reqs[i].base);
   pthread_mutex_destroy(&c->rx_lock);
   pthread_mutex_destroy(&c->lock);

@@ -17,6 +17,10 @@ ncclResult_t rn_tcp_ctl_flush(struct rn_tcp_comm *c) {
   enum { RN_TCP_FLUSH_IOV = 64 };
   ncclResult_t moved = ncclSuccess;
   if (c->move.enabled && rn_tcp_move_before_write(c, &moved) < 0) return moved;
+  /* Nobody reads what would go to a peer that has closed: retire it. */
+  for (; atomic_load(&c->peer_closed) && c->out_head != c->out_tail;
+       c->out_head = (c->out_head + 1) % RN_TCP_OUT_QUEUE)
+    if (c->out[c->out_head].req != NULL) c->out[c->out_head].req->ctl_pending = 0;
   while (c->out_head != c->out_tail) {
     struct iovec iov[RN_TCP_FLUSH_IOV];
     int niov = 0;
@@ -519,6 +523,18 @@ static ncclResult_t rn_tcp_ctl_ended(struct rn_tcp_comm *c, ssize_t k, int mid_m
     int err = errno;
     if (rn_tcp_move_lost(c, strerror(err), 0)) return ncclSuccess;
     errno = err;
+  }
+  /* A reset between messages is the peer's close too: a peer that closed
+   * over bytes it had not read (clear-to-sends of messages it sent
+   * eagerly) resets, and every byte it sent before is still read first.
+   * Requests left incomplete fail in test(), as after an orderly close. */
+  if (k == -2 && !mid_message && errno == ECONNRESET) {
+    RN_INFO(NCCL_NET,
+            "%s comm with %s: the peer reset the control connection between messages, "
+            "taken as its close",
+            c->is_recv ? "receive" : "send", c->peer);
+    atomic_store(&c->peer_closed, 1);
+    return ncclSuccess;
   }
   if (k == -2)
     return rn_tcp_fail(c,

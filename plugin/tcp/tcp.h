@@ -85,6 +85,9 @@
 #define RN_TCP_OUT_QUEUE 512 /* control messages queued for output */
 #define RN_TCP_SCRATCH 65536 /* receive: bytes of a dropped chunk copy read at once */
 #define RN_TCP_SAMPLE_MS 100 /* per-rail rate estimates are refreshed this often */
+/* A closing send comm waits at most this long for its control bytes to be
+ * acknowledged (rn_sock_close_gently), less when nothing moves. */
+#define RN_TCP_CLOSE_WAIT_MS 2000
 
 struct rn_tcp_comm;
 

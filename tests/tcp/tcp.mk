@@ -30,3 +30,7 @@ TEST_PROGS += $(TCP_ENGINE_TEST)
 TCP_TC_TEST := $(BUILD)/tests/tcp/test_traffic_class
 $(eval $(call rn_harness_prog,$(TCP_TC_TEST),$(BUILD)/tests/tcp/test_traffic_class.o))
 TEST_PROGS += $(TCP_TC_TEST)
+# A sender that closes right after its last send loses nothing.
+TCP_CLOSE_TEST := $(BUILD)/tests/tcp/test_close
+$(eval $(call rn_harness_prog,$(TCP_CLOSE_TEST),$(BUILD)/tests/tcp/test_close.o))
+TEST_PROGS += $(TCP_CLOSE_TEST)
