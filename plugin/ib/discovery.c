@@ -202,7 +202,11 @@ static void rn_ib_pci(const char *name, struct rn_nic *nic) {
 static void rn_ib_probe_inline(struct rn_ib_device *device) {
   struct ibv_cq *cq;
   device->max_inline = 0;
-  if (rn_ibv_create_cq(device->context, 1, &cq) != ncclSuccess) return;
+  if (rn_ibv_create_cq(device->context, 1, &cq) != ncclSuccess) {
+    RN_INFO(NCCL_INIT | NCCL_NET, "%s: sends nothing inline (no CQ to probe with, see the WARN)",
+            device->name);
+    return;
+  }
   for (uint32_t want = RN_IB_INLINE_PROBE; want >= 16; want /= 2) {
     struct ibv_qp_init_attr ia;
     memset(&ia, 0, sizeof(ia));
@@ -325,7 +329,11 @@ ncclResult_t rn_ib_init(const struct rn_nic **nics, int *n, char *why, size_t wh
   int ndev = 0;
   errno = 0;
   if (rn_ibv_get_device_list(&list, &ndev) != ncclSuccess) {
-    snprintf(why, whylen, "no RDMA devices on this host: %s", strerror(errno ? errno : ENODEV));
+    const int err = errno ? errno : ENODEV;
+    if (err == ENOSYS || err == ENODEV || err == ENOENT)
+      snprintf(why, whylen, "no RDMA devices on this host: %s", strerror(err));
+    else
+      snprintf(why, whylen, "the list of RDMA devices could not be read: %s", strerror(err));
     return ncclSuccess;
   }
   int nactive = 0, nskipped = 0;

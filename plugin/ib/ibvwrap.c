@@ -118,7 +118,10 @@ ncclResult_t rn_ibv_get_device_list(struct ibv_device ***list, int *n) {
      * expected condition, not an error; the caller says so once. */
     return ncclSystemError;
   }
-  return rn_ibv_made("ibv_get_device_list", *list);
+  const int err = errno;
+  ncclResult_t res = rn_ibv_made("ibv_get_device_list", *list);
+  errno = err; /* the caller names the cause too */
+  return res;
 }
 
 void rn_ibv_free_device_list(struct ibv_device **list) { syms.free_device_list(list); }

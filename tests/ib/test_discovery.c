@@ -506,7 +506,8 @@ static const struct disc_case cases[] = {
       "ibv_query_device failed: Input/output error", "device mlx5_1 skipped",
       "ibv_alloc_pd failed: Cannot allocate memory", "device mlx5_2 skipped",
       "ibv_query_port failed: Invalid argument", "ibv_query_gid failed: Invalid argument",
-      "device mlx5_5 skipped", "2 NIC(s) on 2 device(s)"},
+      "device mlx5_5 skipped", "2 NIC(s) on 2 device(s)",
+      "mlx5_3: sends nothing inline (no CQ to probe with"},
      {"device mlx5_3 skipped", "device mlx5_4 skipped", "mlx5_4:1 port"},
      0},
     {"no RDMA subsystem (ENODEV), transport auto -> TCP, and the INFO says why",
@@ -525,8 +526,8 @@ static const struct disc_case cases[] = {
      {NULL},
      {"init=0", "ndev=0", "verbs.opens=0", RELEASED},
      {"ibv_get_device_list failed: Input/output error",
-      "RAILNET_TRANSPORT=ib but no usable verbs device (no RDMA devices on this host: "
-      "Input/output error): railnet offers no devices"},
+      "RAILNET_TRANSPORT=ib but no usable verbs device (the list of RDMA devices could not be "
+      "read: Input/output error): railnet offers no devices"},
      {NULL},
      0},
     {"forced RAILNET_TRANSPORT=ib, devices without an ACTIVE port -> 0 devices, the WARN says so",
