@@ -511,8 +511,16 @@ static void test_live(void) {
   struct rn_topo *t;
   struct rn_plan *p;
   char err[256];
+  /* hwloc reads the machine from sysfs: without it there is nothing to
+   * discover (a skip, decided before the call); with it a failure is one. */
+  if (access("/sys/devices/system/cpu", R_OK) != 0) {
+    printf("ok %d - # SKIP live discovery: no sysfs (/sys/devices/system/cpu) on this host\n",
+           ++n_tests);
+    return;
+  }
   if (rn_topo_load_live(&t, err, sizeof(err))) {
-    printf("ok %d - # SKIP live discovery unavailable: %s\n", ++n_tests, err);
+    printf("# %s\n", err);
+    ok(0, "live machine loads through hwloc");
     return;
   }
   ok(strcmp(rn_topo_source(t), "live") == 0, "live machine loads through hwloc");
