@@ -14,7 +14,9 @@
 #   cut, blackhole: 2 rails, one taken down (link down / every packet
 #     silently dropped) 2 s into a fixed-size transfer: verified, an error
 #     (when), or a hang killed at the bound;
-#   single-down: a single-rail device whose link goes down 2 s in.
+#   single-down: a single-rail device whose link goes down 2 s in;
+#   standby: the same with a standby NIC (a second rail the topology puts
+#     behind another switch): the standby carries the rest.
 # Usage: scripts/railbed/bench.sh [--quick] [--seconds T] [--only LIST] [--bound S] [--out DIR]
 #   LIST: comma list of the cases above (default: all); --quick: 2 s per
 #   measurement; --bound: seconds after a cut before a hang is declared
@@ -29,7 +31,7 @@ B=${RN_BUILD:-build}
 RB=scripts/railbed/railbed.sh
 XFER=$B/tests/multirail-xfer
 T=5
-ONLY=equal2,equal4,ratio4,ratio2,degrade,cut,blackhole,single-down
+ONLY=equal2,equal4,ratio4,ratio2,degrade,cut,blackhole,single-down,standby
 BOUND=30
 OUT=''
 while [ $# -gt 0 ]; do
@@ -231,11 +233,12 @@ fi
 
 # ---- faults --------------------------------------------------------------
 fault_header=0
-fault() { # CASE NRAILS IFNAME RAILCMD DESCRIPTION
-  c=$1 n=$2 ifn=$3 cmd=$4 what=$5
+fault() { # CASE NRAILS IFNAME RAILCMD DESCRIPTION [STANDBY]   (STANDBY=1: one more NIC, the standby)
+  c=$1 n=$2 ifn=$3 cmd=$4 what=$5 sb=${6:-0}
   rates=300
-  [ "$n" -eq 2 ] && rates=300,300
-  bed_up "$rates" "$n"
+  [ $((n + sb)) -eq 2 ] && rates=300,300
+  bed_up "$rates" $((n + sb))
+  [ "$sb" = 1 ] && { "$RB" --name "$NAME" topo-xml "$OUT/topo.xml" --standby 1 || exit 1; }
   echo "== $c: $what"
   # what the device moves in the 2 s before the cut, plus T s of one rail
   bytes=$(((n * 2 + T) * 300 * 1000000 / 8))
@@ -267,12 +270,13 @@ fault() { # CASE NRAILS IFNAME RAILCMD DESCRIPTION
     fault_header=1
   fi
   expect="all verified, no error"
-  [ "$n" -eq 1 ] && expect="an error on both sides"
+  [ "$n" -eq 1 ] && [ "$sb" = 0 ] && expect="an error on both sides"
   echo "| $what | $n rail(s) of 300 Mbit/s | $(side "$rcv") | $(side "$snd") | $((done_b / 1048576)) of $((bytes / 1048576)) MiB | $expect |" >>"$SUMMARY"
 }
 want cut && fault cut 2 veth "down 1" "rail 1 link down (both ends)"
 want blackhole && fault blackhole 2 veth "blackhole 1" "rail 1 black-holed (links up, packets dropped)"
 want single-down && fault single-down 1 veth "down 0" "the only rail's link down"
+want standby && fault standby 1 veth "down 0" "the only rail's link down, a standby NIC" 1
 
 echo
 echo "Load average at the end: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) CPUs."
