@@ -483,7 +483,8 @@ static ncclResult_t rn_tcp_rail_take_out(struct rn_tcp_comm *c, int ri, const ch
   RN_WARN(
       "send comm to %s (dev %d): rail %s taken out: %s; %d chunk(s) queued or unacknowledged "
       "(%d to send again) go over the %d other rail(s)",
-      c->peer, c->base.vdev, r->name, r->cause, moved, again, left);
+      c->peer, c->base.vdev, r->name, r->cause, moved, again,
+      c->on_standby || r->standby ? left : rn_tcp_rails_primary_up(c));
   return ncclSuccess;
 }
 
