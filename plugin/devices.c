@@ -201,6 +201,12 @@ ncclResult_t rn_devices_build(const struct rn_nic *nics, int nnics, struct rn_vd
       int gdr = ngpus > 0 ? pv->gdr_any : 1;
       rn_devices_add(vdevs, nvdevs, nics, members, n, gdr, &ids, why);
       for (int k = 0; k < n; k++) used[members[k]] = 1;
+      /* The plan's standby, when the transport drives that NIC too (it
+       * stays out of every device's rails). */
+      int sb = pv->standby >= 0 ? rn_devices_find_nic(nnics, model_of, pv->standby) : -1;
+      for (int k = 0; k < n && sb >= 0; k++)
+        if (members[k] == sb) sb = -1;
+      if (sb >= 0) vdevs[*nvdevs - 1].rails.standby = &nics[sb];
     }
   }
   /* NICs the topology does not know (virtual interfaces), or every NIC
@@ -262,14 +268,14 @@ ncclResult_t rn_devices_merge(struct rn_vdev *vdevs, int *nvdevs, const struct r
 void rn_devices_log(const struct rn_vdev *vdevs, int nvdevs, const char *transport) {
   for (int d = 0; d < nvdevs; d++) {
     const struct rn_vdev *v = &vdevs[d];
-    RN_INFO(NCCL_INIT | NCCL_NET,
-            "dev %d: %s transport=%s rails=%d speed=%d Mbps ptrSupport=%s%s%s regIsGlobal=%d "
-            "pciPath=%s rail=%d plane=%d%s%s",
-            d, v->name, transport, v->rails.n, v->speed,
-            (v->ptr_support & NCCL_PTR_HOST) ? "HOST" : "",
-            (v->ptr_support & NCCL_PTR_CUDA) ? "|CUDA" : "",
-            (v->ptr_support & NCCL_PTR_DMABUF) ? "|DMABUF" : "", v->reg_is_global,
-            v->pci_path[0] ? v->pci_path : "(none)", v->rail_id, v->plane_id,
-            v->why[0] ? " : " : "", v->why);
+    RN_INFO(
+        NCCL_INIT | NCCL_NET,
+        "dev %d: %s transport=%s rails=%d speed=%d Mbps ptrSupport=%s%s%s regIsGlobal=%d "
+        "pciPath=%s rail=%d plane=%d standby=%s%s%s",
+        d, v->name, transport, v->rails.n, v->speed, (v->ptr_support & NCCL_PTR_HOST) ? "HOST" : "",
+        (v->ptr_support & NCCL_PTR_CUDA) ? "|CUDA" : "",
+        (v->ptr_support & NCCL_PTR_DMABUF) ? "|DMABUF" : "", v->reg_is_global,
+        v->pci_path[0] ? v->pci_path : "(none)", v->rail_id, v->plane_id,
+        v->rails.standby != NULL ? v->rails.standby->name : "none", v->why[0] ? " : " : "", v->why);
   }
 }

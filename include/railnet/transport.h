@@ -84,10 +84,13 @@ static inline void rn_req_base_start(struct rn_req_base *b, const struct rn_comm
 /* Take it back: the core refuses it from now on. */
 static inline void rn_req_base_end(struct rn_req_base *b) { b->magic = 0; }
 
-/* A virtual device's rails, handed to listen/connect. */
+/* A virtual device's rails, handed to listen/connect, and its standby:
+ * the NIC outside the rails the planner chose to carry the device's
+ * traffic only while every rail is down (NULL: none). */
 struct rn_rails {
   int n;
   const struct rn_nic *nic[RN_MAX_RAILS];
+  const struct rn_nic *standby;
 };
 
 struct rn_transport {

@@ -390,8 +390,8 @@ static ncclResult_t rn_tcp_move_dial(struct rn_tcp_comm *c, int64_t now) {
         if (!(m->way[w].streams & (1u << j))) continue;
         int sr = c->stream[j].rail;
         const struct rn_tcp_rail *r = &c->rail[sr];
-        if (atomic_load(&r->state) != RN_TCP_RAIL_UP || r->failing || !rn_tcp_if_running(&r->local))
-          continue;
+        /* the standby only while no other rail is up */
+        if (!rn_tcp_rail_usable(c, sr) || r->failing || !rn_tcp_if_running(&r->local)) continue;
         if (rail < 0 || rail == m->ctrl_rail) rail = sr;
       }
       if (rail < 0) continue;

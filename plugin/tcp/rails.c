@@ -52,6 +52,7 @@ void rn_tcp_rails_init(struct rn_tcp_comm *c) {
   c->id = atomic_fetch_add(&rn_tcp_comm_ids, 1) + 1;
   c->created_ms = c->sample_ms = c->stats_ms = c->landed_ms = now;
   c->nrails = 0;
+  c->standby = -1;
   for (int i = 0; i < c->nstreams; i++) {
     union rn_sockaddr a;
     socklen_t len = sizeof(a);
@@ -75,6 +76,34 @@ void rn_tcp_rails_init(struct rn_tcp_comm *c) {
   }
   int64_t ack = rn_params()->rail_ack;
   c->ack = !c->is_recv && (ack < 0 ? c->nrails > 1 : ack == 1);
+}
+
+void rn_tcp_rails_set_standby(struct rn_tcp_comm *c, const union rn_sockaddr *addr) {
+  for (int i = 0; i < c->nrails && c->nrails > 1; i++) {
+    struct rn_tcp_rail *r = &c->rail[i];
+    if (!rn_tcp_same_host(&r->local, addr)) continue;
+    r->standby = 1;
+    c->standby = i;
+    RN_INFO(NCCL_NET,
+            "%s comm with %s (dev %d): standby NIC %s (%d stream(s)) carries data only while "
+            "every rail of the device is down",
+            c->is_recv ? "receive" : "send", c->peer, c->base.vdev, r->name, r->nstreams);
+    return;
+  }
+}
+
+/* Send: rails other than the standby that are up. */
+static int rn_tcp_rails_primary_up(const struct rn_tcp_comm *c) {
+  int n = 0;
+  for (int i = 0; i < c->nrails; i++)
+    n += !c->rail[i].standby && atomic_load(&c->rail[i].state) == RN_TCP_RAIL_UP;
+  return n;
+}
+
+int rn_tcp_rail_usable(const struct rn_tcp_comm *c, int i) {
+  const struct rn_tcp_rail *r = &c->rail[i];
+  if (atomic_load(&r->state) != RN_TCP_RAIL_UP) return 0;
+  return !r->standby || rn_tcp_rails_primary_up(c) == 0;
 }
 
 int rn_tcp_fd_tx(int fd, uint64_t *acked, uint64_t *outq) {
@@ -199,9 +228,11 @@ static void rn_tcp_rails_sample(struct rn_tcp_comm *c, int64_t now) {
     memcpy(other, c->rail[healthy].name, sizeof(other));
     r->failing = 1;
     snprintf(r->cause, sizeof(r->cause),
-             "no progress for %lld ms with %llu bytes in flight while rail %s progressed",
+             "no progress for %lld ms with %llu bytes in flight while %s %s %s",
              (long long)(now - r->progress_ms),
-             (unsigned long long)(r->outq + atomic_load(&r->pending)), other);
+             (unsigned long long)(r->outq + atomic_load(&r->pending)),
+             c->rail[healthy].standby ? "the standby" : "rail", other,
+             rn_tcp_rail_usable(c, healthy) ? "progressed" : "is up");
   }
   if (waiting && !fresh)
     rn_tcp_fail(c, ncclRemoteError,
@@ -213,8 +244,7 @@ static void rn_tcp_rails_sample(struct rn_tcp_comm *c, int64_t now) {
    * rail holds them up), so its estimate stays. */
   for (int i = 0; i < c->nrails && any_busy && given_any; i++) {
     struct rn_tcp_rail *r = &c->rail[i];
-    if (busy[i] || rn_tcp_rail_busy(r) || given[i] > 0 || atomic_load(&r->state) != RN_TCP_RAIL_UP)
-      continue;
+    if (busy[i] || rn_tcp_rail_busy(r) || given[i] > 0 || !rn_tcp_rail_usable(c, i)) continue;
     r->rate *= 1.25;
     if (r->rate > RN_TCP_RATE_INIT) r->rate = RN_TCP_RATE_INIT;
     if (r->rate < top / 8) r->rate = top / 8;
@@ -226,7 +256,7 @@ int rn_tcp_rails_pick(struct rn_tcp_comm *c, size_t len, const uint64_t *load, c
   double best_t = 0;
   for (int i = 0; i < c->nrails; i++) {
     const struct rn_tcp_rail *r = &c->rail[i];
-    if (atomic_load(&r->state) != RN_TCP_RAIL_UP) continue;
+    if (!rn_tcp_rail_usable(c, i)) continue;
     int s = -1;
     for (int k = 0; k < r->nstreams; k++) {
       int j = r->stream[k];
@@ -267,11 +297,11 @@ static void rn_tcp_rails_write(struct rn_tcp_comm *c, const char *event, int64_t
         snprintf(line + n, sizeof(line) - (size_t)n,
                  "%s{\"rail\":%d,\"name\":\"%s\",\"state\":\"%s\",\"streams\":%d,\"bytes\":%" PRIu64
                  ",\"chunks\":%" PRIu64 ",\"replays\":%" PRIu64 ",\"failures\":%" PRIu64
-                 ",\"rate_mbps\":%.1f,\"share\":%.4f}",
+                 ",\"rate_mbps\":%.1f,\"share\":%.4f,\"role\":\"%s\"}",
                  i ? "," : "", i, r->name, rn_tcp_rail_state_name(r), r->nstreams, b,
                  (uint64_t)atomic_load(&r->chunks), (uint64_t)atomic_load(&r->replays),
                  (uint64_t)atomic_load(&r->failures), r->rate * 8 / 1e6,
-                 total ? (double)b / (double)total : 0.0);
+                 total ? (double)b / (double)total : 0.0, r->standby ? "standby" : "rail");
   }
   n += snprintf(line + n, sizeof(line) - (size_t)n, "]}\n");
   if (n >= (int)sizeof(line)) n = (int)sizeof(line) - 1;
@@ -307,9 +337,10 @@ void rn_tcp_rails_close(struct rn_tcp_comm *c) {
     uint64_t b = atomic_load(&r->bytes);
     n +=
         snprintf(line + n, sizeof(line) - (size_t)n,
-                 "%s%s %.1f%% (%" PRIu64 " bytes, %" PRIu64 " chunks, %" PRIu64
+                 "%s%s%s %.1f%% (%" PRIu64 " bytes, %" PRIu64 " chunks, %" PRIu64
                  " replayed, %" PRIu64 " failures, %s, %.0f Mbit/s)",
-                 i ? ", " : "", r->name, total ? 100.0 * (double)b / (double)total : 0.0, b,
+                 i ? ", " : "", r->standby ? "standby " : "", r->name,
+                 total ? 100.0 * (double)b / (double)total : 0.0, b,
                  (uint64_t)atomic_load(&r->chunks), (uint64_t)atomic_load(&r->replays),
                  (uint64_t)atomic_load(&r->failures), rn_tcp_rail_state_name(r), r->rate * 8 / 1e6);
   }
@@ -438,16 +469,40 @@ static ncclResult_t rn_tcp_rail_take_out(struct rn_tcp_comm *c, int ri, const ch
   /* The control connection runs on it: it moves to a rail still up. */
   if (left > 0 && ri == c->move.ctrl_rail) rn_tcp_move_lost(c, "its rail was taken out", 1);
   if (left == 0)
-    return rn_tcp_fail(c, ncclRemoteError, "every rail is gone; the last, %s, failed: %s", r->name,
-                       r->cause);
+    return rn_tcp_fail(c, ncclRemoteError, "every rail is gone%s; the last, %s, failed: %s",
+                       c->standby >= 0 ? ", the standby too" : "", r->name, r->cause);
+  if (!r->standby && rn_tcp_rails_primary_up(c) == 0 && c->standby >= 0 && !c->on_standby) {
+    c->on_standby = 1;
+    RN_WARN(
+        "send comm to %s (dev %d): rail %s taken out: %s; every rail of the device is down, so "
+        "its standby NIC %s takes over: %d chunk(s) queued or unacknowledged (%d to send "
+        "again) go over it",
+        c->peer, c->base.vdev, r->name, r->cause, c->rail[c->standby].name, moved, again);
+    return ncclSuccess;
+  }
   RN_WARN(
       "send comm to %s (dev %d): rail %s taken out: %s; %d chunk(s) queued or unacknowledged "
       "(%d to send again) go over the %d other rail(s)",
-      c->peer, c->base.vdev, r->name, r->cause, moved, again, left);
+      c->peer, c->base.vdev, r->name, r->cause, moved, again,
+      c->on_standby || r->standby ? left : rn_tcp_rails_primary_up(c));
   return ncclSuccess;
 }
 
 static void rn_tcp_rails_probe(struct rn_tcp_comm *c);
+
+/* Send: rail ri came back while the standby carried the data: new chunks
+ * go to the rails again (the standby finishes what it holds), and the
+ * control connection, if it runs on the standby, moves back to a rail. */
+static void rn_tcp_rails_give_back(struct rn_tcp_comm *c, int ri) {
+  struct rn_tcp_rail *sb = &c->rail[c->standby];
+  c->on_standby = 0;
+  RN_INFO(NCCL_NET,
+          "send comm to %s (dev %d): standby NIC %s given back: rail %s is up again (the standby "
+          "carried %" PRIu64 " bytes so far)",
+          c->peer, c->base.vdev, sb->name, c->rail[ri].name, (uint64_t)atomic_load(&sb->bytes));
+  if (c->move.ctrl_rail == c->standby && c->move.state == RN_TCP_CTL_UP)
+    rn_tcp_move_lost(c, "the standby NIC it ran on was given back", 1);
+}
 
 ncclResult_t rn_tcp_rails_failover(struct rn_tcp_comm *c) {
   for (int i = 0; i < c->nrails; i++) {
@@ -659,6 +714,7 @@ static void rn_tcp_rails_probe(struct rn_tcp_comm *c) {
     rn_tcp_wake_all(c);
     RN_INFO(NCCL_NET, "send comm to %s (dev %d): rail %s re-admitted (down since: %s)", c->peer,
             c->base.vdev, r->name, r->cause);
+    if (c->on_standby && !r->standby) rn_tcp_rails_give_back(c, i);
   }
 }
 

@@ -175,6 +175,7 @@ struct rn_tcp_rail {
   struct rn_rdv_dial *dial;
   int64_t dial_ms, next_probe_ms, backoff_ms;
   int busy_prev; /* caller: busy at the last sample */
+  int standby;   /* the device's standby NIC: carries data only while every other rail is down */
 };
 
 /* A queued control message.  The payload stays in the user's buffer until
@@ -306,7 +307,10 @@ struct rn_tcp_comm {
   char peer[64];                /* for messages */
   struct rn_tcp_stream *stream; /* [nstreams] */
   int nrails;
-  struct rn_tcp_rail rail[RN_MAX_RAILS];
+  struct rn_tcp_rail rail[RN_MAX_RAILS]; /* a standby's among them (a handle has room for
+                                          * one only beside at most 4 rails) */
+  int standby;                           /* the standby's rail (index), -1 none */
+  int on_standby;     /* send: every other rail is down, the standby carries the data */
   uint64_t id;        /* names the comm in the telemetry */
   int64_t created_ms; /* telemetry: when it was created */
   int64_t sample_ms;  /* the rails' estimates were last refreshed */
@@ -388,6 +392,13 @@ int rn_tcp_if_match(const char *spec, const char *name);
 /* Group the comm's streams into rails by their local address, name them,
  * and seed each estimate with the link speed. */
 void rn_tcp_rails_init(struct rn_tcp_comm *c);
+/* The rail that leaves from (send) or arrives at (receive) the device's
+ * standby NIC at addr is the standby: it carries data only while every
+ * other rail is down.  One INFO. */
+void rn_tcp_rails_set_standby(struct rn_tcp_comm *c, const union rn_sockaddr *addr);
+/* Send: rail i may be given chunks now (up; a standby only while no
+ * other rail is up). */
+int rn_tcp_rail_usable(const struct rn_tcp_comm *c, int i);
 /* Caller, c->lock held: refresh the estimates every RN_TCP_SAMPLE_MS and
  * write the telemetry line every RAILNET_STATS_MS. */
 void rn_tcp_rails_tick(struct rn_tcp_comm *c);

@@ -23,6 +23,8 @@ struct rn_tcp_listen {
   int nfds;
   int fd[RN_MAX_RAILS];
   struct rn_rdv *rdv;
+  int has_standby;           /* fd[nfds - 1] listens on the device's standby NIC */
+  union rn_sockaddr standby; /* ... at this address */
 };
 
 /* The byte the accepting side sends once it has taken the connection, so
@@ -48,6 +50,7 @@ struct rn_tcp_connecting {
    * after retry_at_ms, until the connect timeout. */
   union rn_sockaddr addrs[RN_MAX_RAILS], locals[RN_MAX_RAILS];
   int naddrs, nlocals, nstreams, attempts;
+  int standby; /* the last of addrs and locals are the two standbys (a rail of their own) */
   uint64_t nonce;
   int64_t retry_at_ms; /* 0: not waiting */
   int tc;              /* the comm's traffic class, -1 for none */
@@ -82,6 +85,15 @@ struct rn_tcp_mr {
   int type;
 };
 #define RN_TCP_MR_MAGIC 0x726e6d72u
+
+/* addr with port 0: where a listener or a dial binds on that interface. */
+static union rn_sockaddr rn_tcp_any_port(union rn_sockaddr a) {
+  if (a.sa.sa_family == AF_INET6)
+    a.in6.sin6_port = 0;
+  else
+    a.in.sin_port = 0;
+  return a;
+}
 
 /* ---------------------------------------------------------------- init */
 
@@ -140,6 +152,20 @@ static ncclResult_t rn_tcp_listen(const struct rn_rails *r, struct rn_handle *h,
     rn_sockaddr_to_wire(&bound, &w[i]);
   }
   h->nrails = (uint8_t)n;
+  /* The standby's address follows the rails' (the handle is zeroed: an
+   * entry of family 0 is none), under the same nonce and admission. */
+  if (r->standby != NULL && n == r->n && n < RN_TCP_MAX_ADDRS && n < RN_RDV_MAX_LFDS) {
+    union rn_sockaddr bound, a = rn_tcp_any_port(rn_tcp_ifs[r->standby->table_index].addr);
+    if (rn_sock_listen(&a, &l->fd[n], &bound) == ncclSuccess) {
+      l->nfds++;
+      l->has_standby = 1;
+      l->standby = bound;
+      rn_sockaddr_to_wire(&bound, &w[n]);
+    } else {
+      RN_INFO(NCCL_NET, "listen: no listener on standby NIC %s: comms of this device go without it",
+              r->standby->name);
+    }
+  }
   RN_CHECK_GOTO(rn_rdv_create(l->fd, l->nfds, h->nonce, &l->rdv), res, out_close);
   rn_shared_list_add(&rn_tcp_live_listens, &l->open);
   *lcomm = l;
@@ -172,6 +198,12 @@ static ncclResult_t rn_tcp_connect(const struct rn_rails *r, const struct rn_han
         return ncclInvalidArgument;
       }
     }
+    /* The peer's standby, after its rails. */
+    int peer_standby = n < RN_TCP_MAX_ADDRS && w[n].family != 0;
+    if (peer_standby && rn_sockaddr_from_wire(&w[n], &addrs[n]) != 0) {
+      RN_WARN("connect: handle carries an invalid standby address (family %u)", w[n].family);
+      return ncclInvalidArgument;
+    }
     k = calloc(1, sizeof(*k));
     if (k == NULL) {
       RN_WARN("out of memory in connect");
@@ -191,6 +223,23 @@ static ncclResult_t rn_tcp_connect(const struct rn_rails *r, const struct rn_han
     if (r->n > 1) nstreams = (nstreams + r->n - 1) / r->n * r->n;
     if (nstreams > RN_TCP_MAX_STREAMS) nstreams = RN_TCP_MAX_STREAMS / r->n * r->n;
     k->nstreams = nstreams;
+    /* Both standbys, as one more rail of as many streams as each rail
+     * (stream i goes from locals[i % n] to addrs[i % n]): only when both
+     * sides have one and as many rails, so the streams pair up alike. */
+    if (peer_standby && r->standby != NULL && r->n == n && n < RN_MAX_RAILS) {
+      int per = nstreams / n;
+      if (per * (n + 1) > RN_TCP_MAX_STREAMS) per = RN_TCP_MAX_STREAMS / (n + 1);
+      k->locals[n] = rn_tcp_ifs[r->standby->table_index].addr;
+      k->naddrs = k->nlocals = n + 1;
+      k->nstreams = per * (n + 1);
+      k->standby = 1;
+    } else if (peer_standby || r->standby != NULL) {
+      RN_INFO(NCCL_NET,
+              "connect to %s: no standby for this comm (this device's: %s; the peer's: %s; rails "
+              "here %d, there %d)",
+              k->peer, r->standby != NULL ? r->standby->name : "none",
+              peer_standby ? "yes" : "none", r->n, n);
+    }
   }
   if (k->dial == NULL && k->stage == RN_TCP_CONNECT_DIAL) {
     if (k->retry_at_ms != 0 && rn_clock_ms() < k->retry_at_ms) {
@@ -206,6 +255,20 @@ static ncclResult_t rn_tcp_connect(const struct rn_rails *r, const struct rn_han
   if (k->stage == RN_TCP_CONNECT_DIAL) {
     int dialed = 0;
     res = rn_rdv_dial_poll(k->dial, &k->conn, &dialed);
+    if (res != ncclSuccess && k->standby && !rn_rdv_dial_dropped(k->dial)) {
+      /* Perhaps the standby is what failed (its link down): the comm
+       * goes on without one rather than not at all. */
+      RN_INFO(NCCL_NET, "connect to %s: dialing with the standby failed; dialing without it",
+              k->peer);
+      rn_rdv_dial_destroy(k->dial);
+      k->dial = NULL;
+      k->naddrs--;
+      k->nlocals--;
+      k->nstreams = k->nstreams / (k->nlocals + 1) * k->nlocals;
+      k->standby = 0;
+      *state = k;
+      return ncclSuccess;
+    }
     if (res != ncclSuccess) {
       if (!rn_rdv_dial_dropped(k->dial)) goto out_free; /* refused or failed: warned */
       if (rn_tcp_connect_redial(k) != 0) goto out_free;
@@ -248,6 +311,7 @@ static ncclResult_t rn_tcp_connect(const struct rn_rails *r, const struct rn_han
   struct rn_tcp_comm *c;
   k->stage = RN_TCP_CONNECT_DONE;
   RN_CHECK_GOTO(rn_tcp_comm_create(&k->conn, 0, &c), res, out_free);
+  if (k->standby) rn_tcp_rails_set_standby(c, &k->locals[k->nlocals - 1]);
   RN_INFO(NCCL_NET, "connected to %s with %d streams, %d helper threads, dead peer after %lld ms",
           k->peer, c->nstreams, c->nthreads, (long long)rn_params()->socket_timeout_ms);
   if (k->tc >= 0 && (res = rn_tcp_comm_set_class(c, k->tc)) != ncclSuccess) {
@@ -282,6 +346,7 @@ static ncclResult_t rn_tcp_accept(void *lcomm, void **rcomm) {
   }
   struct rn_tcp_comm *c;
   RN_CHECK(rn_tcp_comm_create(&conn, 1, &c));
+  if (l->has_standby) rn_tcp_rails_set_standby(c, &l->standby);
   RN_INFO(NCCL_NET,
           "accepted a connection from %s with %d streams, %d helper threads, dead peer after %lld "
           "ms",

@@ -28,7 +28,10 @@
 #   exec a|b CMD [ARG...]      run CMD inside side a or b
 #   addr RAIL a|b              the rail's address on that side
 #   counters [a|b]             per-rail tx_bytes/rx_bytes of each side
-#   topo-xml FILE [--rails N]  NCCL topology XML for railnet's planner
+#   topo-xml FILE [--rails N] [--standby K]
+#                              NCCL topology XML for railnet's planner; the
+#                              last K rails' NICs sit behind another switch
+#                              (the planner's standby for the device)
 #   status                     links, addresses, qdiscs, counters
 #   list                       testbeds on this host (namespaces NAME-a)
 #   clean                      remove everything NAME made (idempotent)
@@ -351,19 +354,49 @@ do_counters() {
 # (plugin/devices.c: rn_topo_find_nic), and the veths have no PCI function,
 # so the <net name> is what counts; the bus ids are invented.  Each NIC's
 # speed is its rail's rate at creation, in Mbit/s (1000 without a testbed).
+# --standby K: the last K rails' NICs sit behind a second PCIe switch of
+# the same CPU (PHB from the GPU), so the planner fuses only the first
+# N-K and makes the nearest of the others the device's standby NIC.
+nic_xml() { # RAIL BUSID SPEED
+  printf '      <pci busid="0000:%02x:00.0" class="0x020000" vendor="0x1af4" device="0x1041" link_speed="32.0 GT/s PCIe" link_width="16">\n' "$2"
+  echo "        <nic>"
+  echo "          <net name=\"veth$1\" dev=\"$1\" speed=\"$3\" port=\"1\" latency=\"0\" guid=\"0x$(($1 + 1))\" maxconn=\"65536\" gdr=\"0\"/>"
+  echo "        </nic>"
+  echo '      </pci>'
+}
+rail_speed() { # RAIL: in $SP
+  SP=1000
+  if [ -n "$NAME" ] && [ -e "/run/netns/$NAME-a" ]; then
+    SP=$(alias_get "$1" a base)
+    SP=$((${SP:-1000000} / 1000))
+  fi
+}
 do_topo_xml() {
   [ $# -ge 1 ] || usage
   file=$1
   shift
-  n=''
-  [ "${1:-}" = --rails ] && n=${2:-}
+  n='' k=0
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --rails) n=${2:-} ;;
+      --standby) k=${2:-} ;;
+      *) die "topo-xml: unknown option '$1'" ;;
+    esac
+    [ $# -ge 2 ] || die "topo-xml: $1 needs a value"
+    shift 2
+  done
   if [ -z "$n" ]; then
     require_bed
     n=$(nrails)
   fi
   case $n in '' | *[!0-9]*) die "--rails N" ;; esac
+  case $k in '' | *[!0-9]*) die "--standby K" ;; esac
+  [ "$k" -lt "$n" ] || die "--standby $k leaves no rail of $n"
+  fused=$((n - k))
   {
-    echo "<!-- railbed: 1 GPU and $n rail NICs behind one PCIe switch (scripts/railbed/railbed.sh) -->"
+    more=''
+    [ "$k" -gt 0 ] && more=", $k more behind another"
+    echo "<!-- railbed: 1 GPU and $fused rail NICs behind one PCIe switch$more (scripts/railbed/railbed.sh) -->"
     echo '<system version="1">'
     echo '  <cpu numaid="0" arch="x86_64" vendor="GenuineIntel" familyid="6" modelid="143">'
     echo '    <pci busid="0000:40:00.0" class="0x060400" link_speed="32.0 GT/s PCIe" link_width="16">'
@@ -371,20 +404,21 @@ do_topo_xml() {
     echo '        <gpu dev="0" sm="90" rank="0" gdr="0"/>'
     echo '      </pci>'
     i=0
-    while [ $i -lt "$n" ]; do
-      sp=1000
-      if [ -n "$NAME" ] && [ -e "/run/netns/$NAME-a" ]; then
-        sp=$(alias_get "$i" a base)
-        sp=$((${sp:-1000000} / 1000))
-      fi
-      printf '      <pci busid="0000:%02x:00.0" class="0x020000" vendor="0x1af4" device="0x1041" link_speed="32.0 GT/s PCIe" link_width="16">\n' $((0x42 + i))
-      echo "        <nic>"
-      echo "          <net name=\"veth$i\" dev=\"$i\" speed=\"$sp\" port=\"1\" latency=\"0\" guid=\"0x$((i + 1))\" maxconn=\"65536\" gdr=\"0\"/>"
-      echo "        </nic>"
-      echo '      </pci>'
+    while [ $i -lt "$fused" ]; do
+      rail_speed $i
+      nic_xml $i $((0x42 + i)) "$SP"
       i=$((i + 1))
     done
     echo '    </pci>'
+    if [ "$k" -gt 0 ]; then
+      echo '    <pci busid="0000:80:00.0" class="0x060400" link_speed="32.0 GT/s PCIe" link_width="16">'
+      while [ $i -lt "$n" ]; do
+        rail_speed $i
+        nic_xml $i $((0x81 + i - fused)) "$SP"
+        i=$((i + 1))
+      done
+      echo '    </pci>'
+    fi
     echo '  </cpu>'
     echo '</system>'
   } >"$file" || die "cannot write $file"

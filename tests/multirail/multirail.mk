@@ -7,4 +7,4 @@ MULTIRAIL_XFER := $(BUILD)/tests/multirail-xfer
 $(eval $(call rn_harness_prog,$(MULTIRAIL_XFER),$(BUILD)/tests/multirail/xfer.o))
 
 BENCH_PROGS += $(MULTIRAIL_XFER)
-TEST_SCRIPTS += tests/multirail/two-rails.sh
+TEST_SCRIPTS += tests/multirail/two-rails.sh tests/multirail/standby.sh
