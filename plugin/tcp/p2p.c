@@ -166,8 +166,19 @@ ncclResult_t rn_tcp_irecv(void *rcomm, int n, void **data, const size_t *sizes, 
     m.sizes[i] = sizes[i];
     m.tags[i] = tags[i];
   }
+  /* A receive of small buffers only needs its clear-to-send for the
+   * sender's credit (small sends go eagerly), so it may wait: for a batch
+   * of them (rn_tcp_ctl_flush), and at least for this process's next
+   * isend, so that in a request/response exchange it follows the
+   * response instead of delaying it.  A larger receive sends it now,
+   * since a large send waits for it. */
+  int small = 1;
+  for (int i = 0; i < n; i++) small &= sizes[i] <= c->eager_max;
   rn_tcp_wire_seal(&m, RN_TCP_MSG_CTS, 0, 0);
-  rn_tcp_ctl_queue(c, &m, sizeof(m), NULL, 0, NULL);
+  if (small)
+    rn_tcp_ctl_queue_lazy(c, &m);
+  else
+    rn_tcp_ctl_queue(c, &m, sizeof(m), NULL, 0, NULL);
   c->msg_out++;
   pthread_mutex_lock(&c->rx_lock);
   c->ring[slot] = r;
@@ -175,14 +186,6 @@ ncclResult_t rn_tcp_irecv(void *rcomm, int n, void **data, const size_t *sizes, 
   c->recv_seq++;
   /* Held eager messages of this group's tags land before its CTS leaves. */
   RN_CHECK_GOTO(rn_tcp_drain_held(c), res, out_unlock);
-  /* A receive of small buffers only needs its clear-to-send for the
-   * sender's credit (small sends go eagerly), so it may wait for this
-   * process's next isend, or the test() of this receive: in a
-   * request/response exchange it then leaves after the response instead
-   * of delaying it.  A larger receive sends it now, since a large send
-   * waits for it. */
-  int small = 1;
-  for (int i = 0; i < n; i++) small &= sizes[i] <= c->eager_max;
   if (small) {
     rn_tcp_comm_defer_cts(c);
   } else {
@@ -249,6 +252,9 @@ ncclResult_t rn_tcp_test(void *request, int *done, size_t *sizes, int *nsizes) {
     complete = res == ncclSuccess && rn_tcp_req_complete(r);
   }
   if (!complete) {
+    /* Small receives' clear-to-sends waiting for a batch leave after this
+     * many tests of an incomplete receive (rn_tcp_ctl_flush). */
+    if (r->is_recv && c->out_lazy > 0) c->lazy_polls++;
     if (res == ncclSuccess && rn_tcp_peer_gone(c))
       res =
           rn_tcp_fail(c, ncclRemoteError, "the peer closed the connection with this %s incomplete",
