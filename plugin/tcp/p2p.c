@@ -90,7 +90,9 @@ static ncclResult_t rn_tcp_isend_eager(struct rn_tcp_comm *c, void *data, size_t
   rn_tcp_wire_seal(&d, RN_TCP_MSG_DATA, RN_TCP_DATA_EAGER, (uint32_t)size);
   rn_tcp_ctl_queue(c, &d, sizeof(d), data, size, r);
   c->msg_out++;
-  c->eager[c->neager++] = (struct rn_tcp_eager){.tag = tag, .size = size};
+  r->awaits_match = size > c->eager_max;
+  c->eager[c->neager++] =
+      (struct rn_tcp_eager){.tag = tag, .size = size, .req = r->awaits_match ? r : NULL};
   c->eager_bytes += size;
   *req = r;
   RN_CHECK(rn_tcp_match_eager(c)); /* claims its buffer now if its CTS is here */
@@ -111,7 +113,8 @@ static ncclResult_t rn_tcp_isend_try(struct rn_tcp_comm *c, void *data, size_t s
    * are collected in batches, at the latest when half the eager window is
    * used.  One too big for a buffer already known waits for the head,
    * where it fails both sides at once. */
-  int eager_ok = size <= c->eager_max && c->neager < RN_TCP_EAGER_WINDOW - 1 &&
+  int eager_ok = size <= c->inline_max && size <= RN_TCP_EAGER_WIRE_MAX &&
+                 c->neager < RN_TCP_EAGER_WINDOW - 1 &&
                  c->eager_bytes + size <= RN_TCP_EAGER_BYTES &&
                  !(known && size > c->group[seq % RN_TCP_RING].sizes[idx]);
   if (eager_ok && (progressed || known || c->neager < RN_TCP_EAGER_WINDOW / 2))
@@ -211,7 +214,7 @@ static int rn_tcp_req_complete(struct rn_tcp_req *r) {
   /* A streamed send completes when the receiver says every byte landed:
    * until then a failed rail's chunks can still be sent again. */
   if (!r->is_recv)
-    return !r->ctl_pending &&
+    return !r->ctl_pending && !r->awaits_match &&
            (r->awaits_ack ? atomic_load(&r->acked)
                           : atomic_load_explicit(&r->unsent, memory_order_acquire) == 0);
   /* Every buffer matched (its header seen) and all its bytes landed: with

@@ -114,6 +114,7 @@ struct rn_tcp_req {
   int ctl_pending;       /* control message (and inline payload) not yet written */
   _Atomic size_t unsent; /* bytes the data streams still have to write */
   int awaits_ack;        /* streamed with ACK: it completes with the receiver's ACK */
+  int awaits_match;      /* eager above RN_TCP_EAGER_MAX: it completes once matched */
   atomic_int acked;      /* the ACK arrived: no chunk of it is needed any more */
   /* recv: group `seq` */
   uint64_t seq;
@@ -230,6 +231,7 @@ struct rn_tcp_stream {
 struct rn_tcp_eager {
   int32_t tag;
   uint64_t size;
+  struct rn_tcp_req *req; /* larger than RN_TCP_EAGER_MAX: completes when matched; else NULL */
 };
 
 /* An eager message that arrived before a buffer with its tag was posted. */
