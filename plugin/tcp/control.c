@@ -16,6 +16,15 @@
 ncclResult_t rn_tcp_ctl_flush(struct rn_tcp_comm *c) {
   enum { RN_TCP_FLUSH_IOV = 64 };
   ncclResult_t moved = ncclSuccess;
+  /* Only small receives' clear-to-sends, and not yet a batch of them:
+   * they wait (the sender's small sends go eagerly meanwhile), so a
+   * request/response exchange pays one sendmsg per batch, not per
+   * receive.  A receive tested incomplete often enough sends them, so a
+   * sender that ran out of eager credit is never left waiting. */
+  const int queued = (c->out_tail - c->out_head + RN_TCP_OUT_QUEUE) % RN_TCP_OUT_QUEUE;
+  if (c->out_lazy > 0 && c->out_lazy == queued && c->out_lazy < RN_TCP_CTS_BATCH &&
+      c->lazy_polls < RN_TCP_CTS_POLLS && c->out[c->out_head].off == 0)
+    return ncclSuccess;
   if (c->move.enabled && rn_tcp_move_before_write(c, &moved) < 0) return moved;
   /* Nobody reads what would go to a peer that has closed: retire it. */
   for (; atomic_load(&c->peer_closed) && c->out_head != c->out_tail;
@@ -54,6 +63,7 @@ ncclResult_t rn_tcp_ctl_flush(struct rn_tcp_comm *c) {
       left -= sent;
       if (e->off < e->hlen + e->plen) break;
       if (e->req != NULL) e->req->ctl_pending = 0;
+      if (e->lazy && --c->out_lazy == 0) c->lazy_polls = 0;
       c->out_head = (c->out_head + 1) % RN_TCP_OUT_QUEUE;
     }
   }
@@ -75,9 +85,16 @@ int rn_tcp_ctl_queue(struct rn_tcp_comm *c, const void *hdr, size_t hl, const vo
   e->plen = pl;
   e->off = 0;
   e->req = req;
+  e->lazy = 0;
   if (req != NULL) req->ctl_pending = 1;
   c->out_tail = next;
   return 1;
+}
+
+void rn_tcp_ctl_queue_lazy(struct rn_tcp_comm *c, const struct rn_tcp_cts *m) {
+  if (!rn_tcp_ctl_queue(c, m, sizeof(*m), NULL, 0, NULL)) return;
+  c->out[(c->out_tail + RN_TCP_OUT_QUEUE - 1) % RN_TCP_OUT_QUEUE].lazy = 1;
+  c->out_lazy++;
 }
 
 /* ------------------------------------------------------- sender side */
@@ -133,7 +150,16 @@ ncclResult_t rn_tcp_match_eager(struct rn_tcp_comm *c) {
     rn_tcp_send_claim(c, seq, idx);
     c->eager_bytes -= e.size;
     uint64_t posted = c->group[seq % RN_TCP_RING].sizes[idx];
-    if (e.size > posted)
+    if (e.req != NULL) { /* its test() reports the outcome */
+      e.req->awaits_match = 0;
+      if (e.size > posted) {
+        RN_WARN(
+            "eager send of %llu bytes to %s exceeds the posted receive of %llu bytes (tag %d); "
+            "the receiver failed that receive",
+            (unsigned long long)e.size, c->peer, (unsigned long long)posted, e.tag);
+        e.req->error = ncclInvalidUsage;
+      }
+    } else if (e.size > posted)
       rn_tcp_fail(c, ncclInvalidUsage,
                   "an eager send of %llu bytes (tag %d) exceeds the posted receive of %llu bytes "
                   "(group %llu buffer %d); the receiver failed that receive",
@@ -276,6 +302,10 @@ static void rn_tcp_recv_filled(struct rn_tcp_req *r, int idx) { r->filled |= 1u 
  * that receive fails (not the comm: the connection is sound). */
 static int rn_tcp_eager_fits(struct rn_tcp_req *r, int idx, uint64_t size) {
   if (size <= r->posted[idx]) return 1;
+  /* The sender learns of it (an eager send above 8 KiB completes, failing)
+   * only from this receive's clear-to-send: it leaves with the next flush,
+   * lazy or not. */
+  r->comm->lazy_polls = RN_TCP_CTS_POLLS;
   RN_WARN("peer %s sent %llu bytes but the posted receive (tag %d) holds only %zu bytes",
           r->comm->peer, (unsigned long long)size, r->tag[idx], r->posted[idx]);
   r->error = ncclInvalidUsage;
@@ -384,9 +414,9 @@ static ncclResult_t rn_tcp_on_data(struct rn_tcp_comm *c, const struct rn_tcp_da
     if (d->seq != 0 || d->idx != 0 || d->grid != 0)
       return RN_TCP_VIOLATION(c, what, "seq/idx/grid", "%llu/%u/%u, expected 0 with EAGER",
                               (unsigned long long)d->seq, d->idx, d->grid);
-    if (d->size > RN_TCP_EAGER_MAX || d->p.plen != d->size)
+    if (d->size > RN_TCP_EAGER_WIRE_MAX || d->p.plen != d->size)
       return RN_TCP_VIOLATION(c, what, "size/plen", "%llu/%u, expected equal and <= %d",
-                              (unsigned long long)d->size, d->p.plen, RN_TCP_EAGER_MAX);
+                              (unsigned long long)d->size, d->p.plen, RN_TCP_EAGER_WIRE_MAX);
     c->msg_in++;
     int idx = 0;
     struct rn_tcp_req *r = rn_tcp_held_tag(c, d->tag) ? NULL : rn_tcp_recv_target(c, d->tag, &idx);
@@ -633,7 +663,8 @@ ncclResult_t rn_tcp_progress(struct rn_tcp_comm *c) {
       if (c->rx_left > 0) break;
       RN_CHECK(rn_tcp_rx_done(c));
     }
-    ssize_t k = rn_tcp_ctl_read(c, c->in + c->in_len, RN_TCP_IN_BUF - c->in_len);
+    const size_t room = RN_TCP_IN_BUF - c->in_len;
+    ssize_t k = rn_tcp_ctl_read(c, c->in + c->in_len, room);
     if (k > 0) c->in_len += (size_t)k;
     size_t pos = 0;
     RN_CHECK(rn_tcp_parse(c, &pos));
@@ -641,6 +672,10 @@ ncclResult_t rn_tcp_progress(struct rn_tcp_comm *c) {
     c->in_len -= pos;
     if (k < 0) RN_CHECK(rn_tcp_ctl_ended(c, k, c->in_len > 0 || c->rx_left > 0));
     if (k <= 0 && c->rx_left == 0) break;
+    /* A short read emptied the socket: asking again now would only return
+     * EAGAIN, one system call more per message (the next call reads what
+     * arrives meanwhile, a payload's rest included). */
+    if (k > 0 && (size_t)k < room) break;
   }
   RN_CHECK(rn_tcp_failed(c, "progress"));
   if (c->is_recv) {

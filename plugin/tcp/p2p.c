@@ -90,7 +90,9 @@ static ncclResult_t rn_tcp_isend_eager(struct rn_tcp_comm *c, void *data, size_t
   rn_tcp_wire_seal(&d, RN_TCP_MSG_DATA, RN_TCP_DATA_EAGER, (uint32_t)size);
   rn_tcp_ctl_queue(c, &d, sizeof(d), data, size, r);
   c->msg_out++;
-  c->eager[c->neager++] = (struct rn_tcp_eager){.tag = tag, .size = size};
+  r->awaits_match = size > c->eager_max;
+  c->eager[c->neager++] =
+      (struct rn_tcp_eager){.tag = tag, .size = size, .req = r->awaits_match ? r : NULL};
   c->eager_bytes += size;
   *req = r;
   RN_CHECK(rn_tcp_match_eager(c)); /* claims its buffer now if its CTS is here */
@@ -111,7 +113,8 @@ static ncclResult_t rn_tcp_isend_try(struct rn_tcp_comm *c, void *data, size_t s
    * are collected in batches, at the latest when half the eager window is
    * used.  One too big for a buffer already known waits for the head,
    * where it fails both sides at once. */
-  int eager_ok = size <= c->eager_max && c->neager < RN_TCP_EAGER_WINDOW - 1 &&
+  int eager_ok = size <= c->inline_max && size <= RN_TCP_EAGER_WIRE_MAX &&
+                 c->neager < RN_TCP_EAGER_WINDOW - 1 &&
                  c->eager_bytes + size <= RN_TCP_EAGER_BYTES &&
                  !(known && size > c->group[seq % RN_TCP_RING].sizes[idx]);
   if (eager_ok && (progressed || known || c->neager < RN_TCP_EAGER_WINDOW / 2))
@@ -166,8 +169,19 @@ ncclResult_t rn_tcp_irecv(void *rcomm, int n, void **data, const size_t *sizes, 
     m.sizes[i] = sizes[i];
     m.tags[i] = tags[i];
   }
+  /* A receive of small buffers only needs its clear-to-send for the
+   * sender's credit (small sends go eagerly), so it may wait: for a batch
+   * of them (rn_tcp_ctl_flush), and at least for this process's next
+   * isend, so that in a request/response exchange it follows the
+   * response instead of delaying it.  A larger receive sends it now,
+   * since a large send waits for it. */
+  int small = 1;
+  for (int i = 0; i < n; i++) small &= sizes[i] <= c->eager_max;
   rn_tcp_wire_seal(&m, RN_TCP_MSG_CTS, 0, 0);
-  rn_tcp_ctl_queue(c, &m, sizeof(m), NULL, 0, NULL);
+  if (small)
+    rn_tcp_ctl_queue_lazy(c, &m);
+  else
+    rn_tcp_ctl_queue(c, &m, sizeof(m), NULL, 0, NULL);
   c->msg_out++;
   pthread_mutex_lock(&c->rx_lock);
   c->ring[slot] = r;
@@ -175,14 +189,6 @@ ncclResult_t rn_tcp_irecv(void *rcomm, int n, void **data, const size_t *sizes, 
   c->recv_seq++;
   /* Held eager messages of this group's tags land before its CTS leaves. */
   RN_CHECK_GOTO(rn_tcp_drain_held(c), res, out_unlock);
-  /* A receive of small buffers only needs its clear-to-send for the
-   * sender's credit (small sends go eagerly), so it may wait for this
-   * process's next isend, or the test() of this receive: in a
-   * request/response exchange it then leaves after the response instead
-   * of delaying it.  A larger receive sends it now, since a large send
-   * waits for it. */
-  int small = 1;
-  for (int i = 0; i < n; i++) small &= sizes[i] <= c->eager_max;
   if (small) {
     rn_tcp_comm_defer_cts(c);
   } else {
@@ -208,7 +214,7 @@ static int rn_tcp_req_complete(struct rn_tcp_req *r) {
   /* A streamed send completes when the receiver says every byte landed:
    * until then a failed rail's chunks can still be sent again. */
   if (!r->is_recv)
-    return !r->ctl_pending &&
+    return !r->ctl_pending && !r->awaits_match &&
            (r->awaits_ack ? atomic_load(&r->acked)
                           : atomic_load_explicit(&r->unsent, memory_order_acquire) == 0);
   /* Every buffer matched (its header seen) and all its bytes landed: with
@@ -249,6 +255,9 @@ ncclResult_t rn_tcp_test(void *request, int *done, size_t *sizes, int *nsizes) {
     complete = res == ncclSuccess && rn_tcp_req_complete(r);
   }
   if (!complete) {
+    /* Small receives' clear-to-sends waiting for a batch leave after this
+     * many tests of an incomplete receive (rn_tcp_ctl_flush). */
+    if (r->is_recv && c->out_lazy > 0) c->lazy_polls++;
     if (res == ncclSuccess && rn_tcp_peer_gone(c))
       res =
           rn_tcp_fail(c, ncclRemoteError, "the peer closed the connection with this %s incomplete",

@@ -88,6 +88,12 @@
 /* A closing send comm waits at most this long for its control bytes to be
  * acknowledged (rn_sock_close_gently), less when nothing moves. */
 #define RN_TCP_CLOSE_WAIT_MS 2000
+/* Clear-to-sends of small receives wait in the output queue until this
+ * many are queued, anything else is queued behind them, or a receive of
+ * the comm was tested incomplete RN_TCP_CTS_POLLS times since the oldest
+ * of them was queued (PROTOCOL.md, CTS). */
+#define RN_TCP_CTS_BATCH 8
+#define RN_TCP_CTS_POLLS 64
 
 struct rn_tcp_comm;
 
@@ -111,6 +117,7 @@ struct rn_tcp_req {
   int ctl_pending;       /* control message (and inline payload) not yet written */
   _Atomic size_t unsent; /* bytes the data streams still have to write */
   int awaits_ack;        /* streamed with ACK: it completes with the receiver's ACK */
+  int awaits_match;      /* eager above RN_TCP_EAGER_MAX: it completes once matched */
   atomic_int acked;      /* the ACK arrived: no chunk of it is needed any more */
   /* recv: group `seq` */
   uint64_t seq;
@@ -190,6 +197,7 @@ struct rn_tcp_ctl_out {
   size_t plen;
   size_t off;
   struct rn_tcp_req *req;
+  int lazy; /* a small receive's clear-to-send: may wait for a batch (rn_tcp_ctl_flush) */
 };
 
 /* One data stream.  Owner: its engine thread (fd, progress), or the caller
@@ -227,6 +235,7 @@ struct rn_tcp_stream {
 struct rn_tcp_eager {
   int32_t tag;
   uint64_t size;
+  struct rn_tcp_req *req; /* larger than RN_TCP_EAGER_MAX: completes when matched; else NULL */
 };
 
 /* An eager message that arrived before a buffer with its tag was posted. */
@@ -367,6 +376,8 @@ struct rn_tcp_comm {
   struct rn_tcp_move move; /* the control connection's way to another rail */
   /* control output: messages in order, payloads referenced, not copied */
   int out_head, out_tail;
+  int out_lazy;   /* lazy entries in out (every one of them when out holds nothing else) */
+  int lazy_polls; /* tests of an incomplete receive since the oldest lazy entry was queued */
   /* The large tables last, after the fields every comm touches: an idle
    * comm's pages of them are never touched (the comm is calloc'ed). */
   struct rn_tcp_ctl_out out[RN_TCP_OUT_QUEUE];
@@ -479,6 +490,9 @@ int rn_tcp_ctl_room(const struct rn_tcp_comm *c);
 /* Queue a sealed control header and its payload; 0 when the queue is full. */
 int rn_tcp_ctl_queue(struct rn_tcp_comm *c, const void *hdr, size_t hl, const void *payload,
                      size_t pl, struct rn_tcp_req *req);
+/* Queue the clear-to-send of a receive of small buffers only: it may wait
+ * for a batch (RN_TCP_CTS_BATCH) before rn_tcp_ctl_flush writes it. */
+void rn_tcp_ctl_queue_lazy(struct rn_tcp_comm *c, const struct rn_tcp_cts *m);
 ncclResult_t rn_tcp_progress(struct rn_tcp_comm *c);
 /* Sender: the buffer a send with `tag` fills, among the groups whose CTS
  * arrived (*seq, *idx); 0 when none is known yet or an eager message of

@@ -45,7 +45,12 @@ enum {
 
 #define RN_TCP_RING 64         /* receive groups outstanding per comm (>= NCCL's 32) */
 #define RN_TCP_EAGER_WINDOW 64 /* eager messages not yet matched at the sender: < this */
-#define RN_TCP_EAGER_MAX 8192  /* largest eager payload */
+/* Eager sends of at most this many bytes complete once written; larger
+ * ones (up to RN_TCP_EAGER_WIRE_MAX) complete once the sender has matched
+ * them to their clear-to-send, so one too big for its buffer fails in its
+ * own test(). */
+#define RN_TCP_EAGER_MAX 8192
+#define RN_TCP_EAGER_WIRE_MAX 65536 /* largest eager payload */
 /* Eager payload bytes not yet matched at the sender: at most this, so a
  * receiver holds at most this much for buffers not yet posted. */
 #define RN_TCP_EAGER_BYTES 262144

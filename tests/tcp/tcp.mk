@@ -7,6 +7,18 @@ $(TCP_EAGER_TEST): $(BUILD)/tests/tcp/test_eager_oversize.o | $(PLUGIN_SO)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_COMMON) -o $@ $^ -ldl
 TEST_PROGS += $(TCP_EAGER_TEST)
+# Small receives' batched clear-to-sends reach a sender out of eager credit.
+TCP_CTS_BATCH_TEST := $(BUILD)/tests/tcp/test_cts_batch
+$(TCP_CTS_BATCH_TEST): $(BUILD)/tests/tcp/test_cts_batch.o | $(PLUGIN_SO)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS_COMMON) -o $@ $^ -ldl
+TEST_PROGS += $(TCP_CTS_BATCH_TEST)
+# An eager send above 8 KiB completes once matched; too big, in its own test().
+TCP_EAGER_LARGE_TEST := $(BUILD)/tests/tcp/test_eager_large
+$(TCP_EAGER_LARGE_TEST): $(BUILD)/tests/tcp/test_eager_large.o | $(PLUGIN_SO)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS_COMMON) -o $@ $^ -ldl
+TEST_PROGS += $(TCP_EAGER_LARGE_TEST)
 
 # The corruption harness: an in-process proxy rewrites live TCP headers
 # (tests/tcp/test_corrupt.c); it links the transport's wire helpers.
