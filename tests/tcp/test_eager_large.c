@@ -96,19 +96,25 @@ int main(void) {
   }
   if (write(q[1], "g", 1) != 1) return 1;
   while (!done) CHECK(2, n->test(rq, &done, NULL));
-  printf(
-      "%sok 2 - sender: a %d B eager send is not done before its receive is posted (%d "
-      "tests), done after\n",
-      early ? "not " : "", BIG, TESTS);
+  /* The sender's lines wait until the receiver has printed its own and
+   * exited: TAP wants them in order. */
+  char line2[200], line3[200];
+  snprintf(line2, sizeof(line2),
+           "%sok 2 - sender: a %d B eager send is not done before its receive is posted (%d "
+           "tests), done after\n",
+           early ? "not " : "", BIG, TESTS);
   rq = NULL, done = 0;
   while (rq == NULL) CHECK(2, n->isend(sc, buf, BIG, 3, mh, &rq));
   ncclResult_t r = ncclSuccess;
   while (!done && r == ncclSuccess) r = n->test(rq, &done, NULL);
-  printf("%sok 3 - sender: a %d B send into a %d B receive fails in its own test() (%d)\n",
-         r == ncclInvalidUsage ? "" : "not ", BIG, SMALLER, r);
+  snprintf(line3, sizeof(line3),
+           "%sok 3 - sender: a %d B send into a %d B receive fails in its own test() (%d)\n",
+           r == ncclInvalidUsage ? "" : "not ", BIG, SMALLER, r);
   if (write(q[1], "d", 1) != 1) return 1;
   int st = 0;
   waitpid(pid, &st, 0);
+  fputs(line2, stdout);
+  fputs(line3, stdout);
   n->closeSend(sc);
   return (!early && r == ncclInvalidUsage && WIFEXITED(st) && WEXITSTATUS(st) == 0) ? 0 : 1;
 }
