@@ -136,6 +136,14 @@ ncclResult_t rn_sock_connect_start(const union rn_sockaddr *addr, const union rn
       l.in6.sin6_port = 0;
     else
       l.in.sin_port = 0;
+    /* Bind the address only; connect() picks the port.  A bind to port 0
+     * reserves an ephemeral port for this socket alone, and the kernel's
+     * search for a free one grows with the sockets already bound: with
+     * some 9,000 of them (3,000 comms) a bind + connect took 1.2 ms
+     * instead of 15 us.  connect() may share a port between different
+     * destinations, and finds one through the connection hash. */
+    int one = 1;
+    (void)setsockopt(s, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
     if (bind(s, &l.sa, rn_sockaddr_len(&l)) != 0) {
       RN_WARN("bind to local rail %s failed: %s", rn_sockaddr_str(&l, str, sizeof(str)),
               strerror(errno));
