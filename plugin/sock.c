@@ -8,6 +8,7 @@
 #include <net/if.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -143,7 +144,14 @@ ncclResult_t rn_sock_connect_start(const union rn_sockaddr *addr, const union rn
      * instead of 15 us.  connect() may share a port between different
      * destinations, and finds one through the connection hash. */
     int one = 1;
-    (void)setsockopt(s, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
+    if (setsockopt(s, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one)) != 0) {
+      static atomic_int said;
+      if (!atomic_exchange(&said, 1))
+        RN_INFO(NCCL_NET,
+                "IP_BIND_ADDRESS_NO_PORT unavailable (%s): each connecting socket reserves an "
+                "ephemeral port of its own",
+                strerror(errno));
+    }
     if (bind(s, &l.sa, rn_sockaddr_len(&l)) != 0) {
       RN_WARN("bind to local rail %s failed: %s", rn_sockaddr_str(&l, str, sizeof(str)),
               strerror(errno));
