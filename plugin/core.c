@@ -2,8 +2,10 @@
  * checking, handles, connect progress, and dispatch to the transport the
  * registry chose.  Only the device table (built by devices.c) and the
  * pending-connect list are global, both under rn_core.lock. */
+#include <assert.h>
 #include <limits.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +19,7 @@
 
 #define RN_CTX_MAGIC 0x726e6378u /* "rncx" */
 #define RN_MAX_PENDING_CONNECTS 1024
+#define RN_PENDING_HASH 2048 /* slots of the index: a power of two, at most half full */
 
 /* v11 context: one per communicator.  Owner: NCCL, between init and finalize. */
 struct rn_ctx {
@@ -41,6 +44,10 @@ static struct {
   struct rn_vdev vdevs[RN_MAX_VDEVS];
   int npending;
   struct rn_pending_connect pending[RN_MAX_PENDING_CONNECTS];
+  /* pending[] by (handle, nonce): open addressing with linear probing,
+   * each slot 1 + an index into pending[], 0 when empty, so that a
+   * connect call finds its state in O(1) with 1,024 in progress. */
+  int16_t index[RN_PENDING_HASH];
 } rn_core = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 /* Pick the transport (RAILNET_TRANSPORT, see registry.h) and build the
@@ -75,6 +82,7 @@ static void rn_core_teardown(void) {
   for (int i = 0; i < rn_core.npending; i++)
     rn_core.transport->connect_abort(rn_core.pending[i].state);
   rn_core.npending = 0;
+  memset(rn_core.index, 0, sizeof(rn_core.index));
   if (rn_core.transport != NULL) rn_core.transport->fini();
   rn_core.transport = NULL;
   rn_core.nvdevs = 0;
@@ -269,10 +277,67 @@ ncclResult_t rn_core_listen(void *ctx, int dev, void *handle, void **lcomm) {
   return ncclSuccess;
 }
 
+/* The pending-connect table: rn_core.lock held for all of these. */
+static_assert(RN_PENDING_HASH >= 2 * RN_MAX_PENDING_CONNECTS, "the index stays half empty");
+static_assert((RN_PENDING_HASH & (RN_PENDING_HASH - 1)) == 0, "a power of two");
+static_assert(RN_MAX_PENDING_CONNECTS < INT16_MAX, "indices fit the slots");
+#define RN_PENDING_MASK (RN_PENDING_HASH - 1)
+
+static int rn_core_pending_home(const void *handle, uint64_t nonce) {
+  uint64_t k = ((uint64_t)(uintptr_t)handle ^ nonce) * 0x9e3779b97f4a7c15ull;
+  return (int)(k >> 53) & RN_PENDING_MASK;
+}
+
+/* The index slot of the entry (handle, nonce), or of the empty slot that
+ * ends its probe when it is not there. */
+static int rn_core_pending_slot(const void *handle, uint64_t nonce) {
+  int h = rn_core_pending_home(handle, nonce);
+  for (;; h = (h + 1) & RN_PENDING_MASK) {
+    int e = rn_core.index[h] - 1;
+    if (e < 0 || (rn_core.pending[e].handle == handle && rn_core.pending[e].nonce == nonce))
+      return h;
+  }
+}
+
 static int rn_core_pending_find(const void *handle, uint64_t nonce) {
-  for (int i = 0; i < rn_core.npending; i++)
-    if (rn_core.pending[i].handle == handle && rn_core.pending[i].nonce == nonce) return i;
-  return -1;
+  return rn_core.index[rn_core_pending_slot(handle, nonce)] - 1;
+}
+
+static void rn_core_pending_add(const void *handle, uint64_t nonce, void *state) {
+  int e = rn_core.npending++;
+  rn_core.pending[e] =
+      (struct rn_pending_connect){.handle = handle, .nonce = nonce, .state = state};
+  rn_core.index[rn_core_pending_slot(handle, nonce)] = (int16_t)(e + 1);
+}
+
+/* Remove pending[e]: empty its index slot, moving up the entries of its
+ * probe run that would no longer be found (backward-shift deletion), and
+ * move the last entry into its place. */
+static void rn_core_pending_take(int e) {
+  const struct rn_pending_connect *p = &rn_core.pending[e];
+  int i = rn_core_pending_slot(p->handle, p->nonce);
+  for (int j = i;;) {
+    rn_core.index[i] = 0;
+    int moved = 0;
+    while (!moved) {
+      j = (j + 1) & RN_PENDING_MASK;
+      int f = rn_core.index[j] - 1;
+      if (f < 0) break;
+      int k = rn_core_pending_home(rn_core.pending[f].handle, rn_core.pending[f].nonce);
+      /* It stays when its home lies cyclically in (i, j]. */
+      if (i <= j ? (i < k && k <= j) : (i < k || k <= j)) continue;
+      rn_core.index[i] = rn_core.index[j];
+      i = j;
+      moved = 1;
+    }
+    if (!moved) break;
+  }
+  int last = --rn_core.npending;
+  if (last != e) {
+    rn_core.pending[e] = rn_core.pending[last];
+    const struct rn_pending_connect *q = &rn_core.pending[e];
+    rn_core.index[rn_core_pending_slot(q->handle, q->nonce)] = (int16_t)(e + 1);
+  }
 }
 
 ncclResult_t rn_core_connect(void *ctx, int traffic_class, int dev, void *handle, void **scomm,
@@ -327,7 +392,7 @@ ncclResult_t rn_core_connect(void *ctx, int traffic_class, int dev, void *handle
     return ncclSuccess;
   }
   void *state = slot >= 0 ? rn_core.pending[slot].state : NULL;
-  if (slot >= 0) rn_core.pending[slot] = rn_core.pending[--rn_core.npending];
+  if (slot >= 0) rn_core_pending_take(slot);
   pthread_mutex_unlock(&rn_core.lock);
 
   ncclResult_t res =
@@ -346,8 +411,7 @@ ncclResult_t rn_core_connect(void *ctx, int traffic_class, int dev, void *handle
     rn_core.transport->connect_abort(state);
     return ncclSuccess;
   }
-  rn_core.pending[rn_core.npending++] =
-      (struct rn_pending_connect){.handle = handle, .nonce = h->nonce, .state = state};
+  rn_core_pending_add(handle, h->nonce, state);
   pthread_mutex_unlock(&rn_core.lock);
   return ncclSuccess;
 }

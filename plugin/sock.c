@@ -8,6 +8,7 @@
 #include <net/if.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -139,6 +140,21 @@ ncclResult_t rn_sock_connect_start(const union rn_sockaddr *addr, const union rn
       l.in6.sin6_port = 0;
     else
       l.in.sin_port = 0;
+    /* Bind the address only; connect() picks the port.  A bind to port 0
+     * reserves an ephemeral port for this socket alone, and the kernel's
+     * search for a free one grows with the sockets already bound: with
+     * some 9,000 of them (3,000 comms) a bind + connect took 1.2 ms
+     * instead of 15 us.  connect() may share a port between different
+     * destinations, and finds one through the connection hash. */
+    int one = 1;
+    if (setsockopt(s, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one)) != 0) {
+      static atomic_int said;
+      if (!atomic_exchange(&said, 1))
+        RN_INFO(NCCL_NET,
+                "IP_BIND_ADDRESS_NO_PORT unavailable (%s): each connecting socket reserves an "
+                "ephemeral port of its own",
+                strerror(errno));
+    }
     if (bind(s, &l.sa, rn_sockaddr_len(&l)) != 0) {
       RN_WARN("bind to local rail %s failed: %s", rn_sockaddr_str(&l, str, sizeof(str)),
               strerror(errno));

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <netinet/in.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include "railnet/check.h"
@@ -46,6 +47,41 @@ void rn_tcp_comm_flush_deferred(void) {
   pthread_mutex_unlock(&rn_tcp_deferred.lock);
 }
 
+/* A comm is some 290 kB of tables (requests, control output, control
+ * input), of which an idle one touches its first two pages.  It gets
+ * zero-filled pages of its own, so the rest never becomes resident:
+ * malloc would give it recycled heap memory once its dynamic mmap
+ * threshold has grown past a freed comm's size (after the first close),
+ * and calloc would then clear, and so make resident, all of it.  Under
+ * AddressSanitizer it comes from the heap, where overruns are caught. */
+#if defined(__SANITIZE_ADDRESS__)
+#define RN_TCP_COMM_HEAP 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define RN_TCP_COMM_HEAP 1
+#endif
+#endif
+
+#ifdef RN_TCP_COMM_HEAP
+static struct rn_tcp_comm *rn_tcp_comm_map(void) { return calloc(1, sizeof(struct rn_tcp_comm)); }
+
+static void rn_tcp_comm_unmap(struct rn_tcp_comm *c) { free(c); }
+#else
+static size_t rn_tcp_comm_map_size(void) {
+  long page = sysconf(_SC_PAGESIZE);
+  size_t pg = page > 0 ? (size_t)page : 4096;
+  return (sizeof(struct rn_tcp_comm) + pg - 1) / pg * pg;
+}
+
+static struct rn_tcp_comm *rn_tcp_comm_map(void) {
+  void *p = mmap(NULL, rn_tcp_comm_map_size(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                 -1, 0);
+  return p == MAP_FAILED ? NULL : p;
+}
+
+static void rn_tcp_comm_unmap(struct rn_tcp_comm *c) { munmap(c, rn_tcp_comm_map_size()); }
+#endif
+
 void rn_tcp_comm_free(struct rn_tcp_comm *c) {
   rn_shared_list_del(&rn_tcp_deferred, &c->deferred); /* waits out a flush visiting it */
   rn_shared_list_del(&rn_tcp_live, &c->open);
@@ -68,19 +104,21 @@ void rn_tcp_comm_free(struct rn_tcp_comm *c) {
                                            !atomic_load(&c->peer_closed)
                                        ? RN_TCP_CLOSE_WAIT_MS
                                        : 0);
-  for (int i = 0; i < RN_TCP_NREQS; i++) rn_req_base_end(&c->reqs[i].base);
+  /* The requests ever allocated are a prefix of the pool (p2p.c takes
+   * the lowest free one), ended by the first whose generation is still
+   * 0; writing past it would only fault in zero pages (28 of them). */
+  for (int i = 0; i < RN_TCP_NREQS && atomic_load(&c->reqs[i].gen) != 0; i++)
+    rn_req_base_end(&c->reqs[i].base);
   pthread_mutex_destroy(&c->rx_lock);
   pthread_mutex_destroy(&c->lock);
   free(c->cover);
   free(c->inflight);
   free(c->scratch);
   free(c->backlog);
-  free(c->in);
   for (int i = 0; c->unexpected != NULL && i < RN_TCP_EAGER_WINDOW; i++)
     free(c->unexpected[i].data);
   free(c->unexpected);
-  free(c->discard);
-  free(c);
+  rn_tcp_comm_unmap(c);
 }
 
 /* Build a comm around an established connection; starts the helpers. */
@@ -96,10 +134,10 @@ ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv,
   /* Streams are sized to the count; what only streaming needs (send
    * queues, the receiver's chunk maps) comes with the first streamed
    * message (streams.c), so a comm that moves only small ones stays lean. */
-  struct rn_tcp_comm *c = calloc(1, sizeof(*c));
+  struct rn_tcp_comm *c = rn_tcp_comm_map();
   struct rn_tcp_stream *streams = calloc((size_t)conn->nstreams, sizeof(*streams));
   if (c == NULL || streams == NULL) {
-    free(c);
+    if (c != NULL) rn_tcp_comm_unmap(c);
     free(streams);
     goto out_nomem;
   }
@@ -118,8 +156,8 @@ ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv,
   c->inline_max = (size_t)p->socket_inline;
   c->eager_max = c->inline_max < RN_TCP_EAGER_MAX ? c->inline_max : RN_TCP_EAGER_MAX;
   c->chunk = (size_t)p->socket_chunk;
-  c->in = malloc(RN_TCP_IN_BUF);
-  c->discard = malloc(RN_TCP_EAGER_WIRE_MAX);
+  c->in = c->in_space;
+  c->discard = c->discard_space;
   for (int i = 0; i < c->nstreams; i++) {
     c->stream[i].fd = conn->data_fd[i];
     c->stream[i].comm = c;
@@ -139,11 +177,6 @@ ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv,
     RN_WARN("cannot set keepalive/TCP_USER_TIMEOUT on a connection to %s: %s", c->peer,
             strerror(errno));
     rn_tcp_comm_free(c);
-    return ncclSystemError;
-  }
-  if (c->in == NULL || c->discard == NULL) {
-    RN_WARN("out of memory creating a comm");
-    rn_tcp_comm_free(c); /* owns and closes the sockets by now */
     return ncclSystemError;
   }
   if (rn_tcp_engine_attach(c) != ncclSuccess) { /* WARNed */

@@ -7,6 +7,8 @@
 #include "railnet/check.h"
 #include "tcp.h"
 
+/* The lowest free request: those ever used stay a prefix of the pool,
+ * which rn_tcp_comm_free relies on. */
 static struct rn_tcp_req *rn_tcp_req_alloc(struct rn_tcp_comm *c, int is_recv) {
   for (int i = 0; i < RN_TCP_NREQS; i++) {
     struct rn_tcp_req *r = &c->reqs[i];

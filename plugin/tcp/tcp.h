@@ -316,9 +316,7 @@ struct rn_tcp_comm {
   char peer[64];                /* for messages */
   struct rn_tcp_stream *stream; /* [nstreams] */
   int nrails;
-  struct rn_tcp_rail rail[RN_MAX_RAILS]; /* a standby's among them (a handle has room for
-                                          * one only beside at most 4 rails) */
-  int standby;                           /* the standby's rail (index), -1 none */
+  int standby;        /* the standby's rail (index), -1 none */
   int on_standby;     /* send: every other rail is down, the standby carries the data */
   uint64_t id;        /* names the comm in the telemetry */
   int64_t created_ms; /* telemetry: when it was created */
@@ -347,6 +345,13 @@ struct rn_tcp_comm {
    * ring; match_head is the oldest with a buffer no message has claimed */
   pthread_mutex_t rx_lock;
   uint64_t recv_seq, match_head;
+  /* What comm creation writes ends here, within the first two pages; an
+   * idle comm's pages of the fields after it are never touched (the comm
+   * is mapped zero-filled, see comm.c).  Rail 0 is the one every comm
+   * has. */
+  struct rn_tcp_move move;               /* the control connection's way to another rail */
+  struct rn_tcp_rail rail[RN_MAX_RAILS]; /* a standby's among them (a handle has room for
+                                          * one only beside at most 4 rails) */
   struct rn_tcp_req *ring[RN_TCP_RING];
   /* [RN_TCP_RING]: chunks landed; with inflight and scratch, allocated at
    * the first streamed message (streams.c) */
@@ -372,16 +377,16 @@ struct rn_tcp_comm {
   struct rn_tcp_group group[RN_TCP_RING];
   struct rn_tcp_eager eager[RN_TCP_EAGER_WINDOW]; /* unmatched, in send order */
   int neager;
-  uint64_t eager_bytes;    /* their payload bytes: at most RN_TCP_EAGER_BYTES */
-  struct rn_tcp_move move; /* the control connection's way to another rail */
+  uint64_t eager_bytes; /* their payload bytes: at most RN_TCP_EAGER_BYTES */
   /* control output: messages in order, payloads referenced, not copied */
   int out_head, out_tail;
   int out_lazy;   /* lazy entries in out (every one of them when out holds nothing else) */
   int lazy_polls; /* tests of an incomplete receive since the oldest lazy entry was queued */
-  /* The large tables last, after the fields every comm touches: an idle
-   * comm's pages of them are never touched (the comm is calloc'ed). */
+  /* The large tables last: an idle comm never touches their pages. */
   struct rn_tcp_ctl_out out[RN_TCP_OUT_QUEUE];
   struct rn_tcp_req reqs[RN_TCP_NREQS];
+  char in_space[RN_TCP_IN_BUF];              /* `in` points here */
+  char discard_space[RN_TCP_EAGER_WIRE_MAX]; /* `discard` points here */
 };
 
 /* iface.c */

@@ -25,6 +25,8 @@ struct result {
   double isend_us_p50, isend_us_p90;
   int fds, threads;
   double connect_us;  /* connect + accept of one more comm, all live (receiver, median) */
+  double self_us;     /* the same within the receiving process, no handle exchange (median) */
+  double self_cpu_us; /* ... its CPU time (median) */
   double all_us;      /* all comms set up at once: wall time per comm */
   int fds0, threads0; /* at the start, before any comm */
   int verified;       /* comms that moved verified data */
@@ -107,6 +109,39 @@ static int post(struct rn_peer *p, void *comm, int is_send, void *buf, void *mh,
   return 0;
 }
 
+/* Listen, connect and accept within this process, one thread driving
+ * both ends: the plugin's own connect + accept cost, without the handle
+ * exchange or the other process's scheduling.  Wall and CPU time, or -1. */
+static int self_connect(struct rn_peer *p, double *wall_us, double *cpu_us) {
+  char handle[NCCL_NET_HANDLE_MAXSIZE] = {0};
+  void *lc = NULL, *sc = NULL, *rc = NULL;
+  int ret = -1;
+  double w0 = now_s(), c0 = thread_cpu_us(), end = rn_deadline(60);
+  if (rn_net_listen(&p->net, p->dev, handle, &lc) != ncclSuccess) return peer_fail(p, "listen");
+  while (sc == NULL || rc == NULL) {
+    if (sc == NULL && rn_net_connect(&p->net, p->dev, handle, &sc) != ncclSuccess) {
+      peer_fail(p, "in-process connect");
+      goto out;
+    }
+    if (rc == NULL && rn_net_accept(&p->net, lc, &rc) != ncclSuccess) {
+      peer_fail(p, "in-process accept");
+      goto out;
+    }
+    if (now_s() > end) {
+      peer_fail(p, "in-process connect not up within %.0f s", rn_bound_s(60));
+      goto out;
+    }
+  }
+  *wall_us = (now_s() - w0) * 1e6;
+  *cpu_us = thread_cpu_us() - c0;
+  ret = 0;
+out:
+  if (sc != NULL && rn_net_close_send(&p->net, sc) != ncclSuccess) ret = peer_fail(p, "closeSend");
+  if (rc != NULL && rn_net_close_recv(&p->net, rc) != ncclSuccess) ret = peer_fail(p, "closeRecv");
+  if (rn_net_close_listen(&p->net, lc) != ncclSuccess) ret = peer_fail(p, "closeListen");
+  return ret;
+}
+
 /* The reverse comm, B to A: A listens, B connects. */
 static int reverse_comm(struct rn_peer *p, void **lc, void **comm) {
   char handle[NCCL_NET_HANDLE_MAXSIZE] = {0};
@@ -157,6 +192,15 @@ static int side(struct rn_peer *p) {
   }
   qsort(one, 9, sizeof(double), cmp_double);
   res.connect_us = one[4];
+  if (p->role == RN_RECEIVER) {
+    double cpu[9];
+    for (int k = 0; k < 9; k++)
+      if (self_connect(p, &one[k], &cpu[k]) != 0) goto out;
+    qsort(one, 9, sizeof(double), cmp_double);
+    qsort(cpu, 9, sizeof(double), cmp_double);
+    res.self_us = one[4];
+    res.self_cpu_us = cpu[4];
+  }
   res.rss_idle = rss_bytes();
   if (c->mode == MODE_HELPERS) {
     /* Every comm moves a verified streamed message (chunks on its data
@@ -328,14 +372,15 @@ int main(int argc, char **argv) {
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   printf("# %ld CPUs, load average at the start: %s\n", cpus, load);
   static const int steps[] = {1, 64, 1024, 4096, 16384};
-  double anchor = 0, conn1 = 0;
+  double anchor = 0, conn1 = 0, self1 = 0, selfcpu1 = 0;
   char why[512];
   struct result r;
   printf(
       "# 1. 8-byte isend CPU time (the reply of a ping-pong whose receive deferred its\n"
       "# clear-to-send) against the number of live comms, helpers off; 1 comm is the anchor\n");
-  printf("%8s %12s %12s %8s %10s %10s %12s %8s %12s\n", "comms", "isend p50 us", "isend p90 us",
-         "x 1 comm", "fds/comm", "threads", "connect us", "x 1 comm", "all-at-once");
+  printf("%8s %12s %12s %8s %10s %10s %12s %8s %12s %10s %8s %10s %8s\n", "comms", "isend p50 us",
+         "isend p90 us", "x 1 comm", "fds/comm", "threads", "connect us", "x 1 comm", "all-at-once",
+         "self us", "x 1 comm", "self cpu", "x 1 comm");
   int fds1 = 0;
   for (size_t k = 0; k < sizeof(steps) / sizeof(steps[0]) && steps[k] <= max; k++) {
     struct cfg c = {.ncomms = steps[k], .iters = iters, .mode = MODE_ISEND};
@@ -344,25 +389,31 @@ int main(int argc, char **argv) {
       printf("%8d  failed: %s\n", steps[k], why);
       return 1;
     }
-    if (k == 0) anchor = r.isend_us_p50, fds1 = r.fds, conn1 = r.connect_us;
-    printf("%8d %12.2f %12.2f %8.2f %10.2f %10d %12.1f %8.2f %12.1f\n", steps[k], r.isend_us_p50,
-           r.isend_us_p90, anchor > 0 ? r.isend_us_p50 / anchor : 0,
+    if (k == 0)
+      anchor = r.isend_us_p50, fds1 = r.fds, conn1 = r.connect_us, self1 = r.self_us,
+      selfcpu1 = r.self_cpu_us;
+    printf("%8d %12.2f %12.2f %8.2f %10.2f %10d %12.1f %8.2f %12.1f %10.1f %8.2f %10.1f %8.2f\n",
+           steps[k], r.isend_us_p50, r.isend_us_p90, anchor > 0 ? r.isend_us_p50 / anchor : 0,
            (double)(r.fds - fds1) / (steps[k] > 1 ? steps[k] - 1 : 1), r.threads, r.connect_us,
-           conn1 > 0 ? r.connect_us / conn1 : 0, r.all_us);
+           conn1 > 0 ? r.connect_us / conn1 : 0, r.all_us, r.self_us,
+           self1 > 0 ? r.self_us / self1 : 0, r.self_cpu_us,
+           selfcpu1 > 0 ? r.self_cpu_us / selfcpu1 : 0);
   }
   printf(
       "# goal: isend at 4,096 comms <= 1.2 x the 1-comm figure (same run); fds/comm counts the\n"
       "# receiver's descriptors beyond the 1-comm run (listen comms included); connect us:\n"
       "# connect + accept of one more comm with all of them live, handle exchange between\n"
       "# the processes included, median of 9 (goal: flat); all-at-once: the wall time per\n"
-      "# comm of setting all of them up at once (the test harness polls each in turn)\n");
+      "# comm of setting all of them up at once (the test harness polls each in turn);\n"
+      "# self us, self cpu: listen + connect + accept of one more comm within the receiving\n"
+      "# process, one thread driving both ends, all comms live: wall and CPU time, median of 9\n");
 
   printf(
       "# 2. helpers on (RAILNET_SOCKET_NTHREADS=4, one stream per comm): every comm moves a\n"
       "# verified 70,000-byte streamed message and a 100-byte one; listen comms closed once\n"
       "# accepted, as NCCL does; receiver's process\n");
-  printf("%8s %10s %14s %10s %10s %12s %14s\n", "comms", "verified", "added threads", "2 x cores",
-         "fds/comm", "connect us", "idle kB/comm");
+  printf("%8s %10s %14s %10s %10s %12s %10s %14s\n", "comms", "verified", "added threads",
+         "2 x cores", "fds/comm", "connect us", "self us", "idle kB/comm");
   int hsteps[] = {1, max < 4096 ? max : 4096};
   for (int k = 0; k < 2; k++) {
     if (k == 1 && hsteps[1] == 1) break;
@@ -372,9 +423,9 @@ int main(int argc, char **argv) {
       printf("%8d  failed: %s\n", hsteps[k], why);
       return 1;
     }
-    printf("%8d %10d %14d %10ld %10.2f %12.1f %14.1f\n", hsteps[k], r.verified,
+    printf("%8d %10d %14d %10ld %10.2f %12.1f %10.1f %14.1f\n", hsteps[k], r.verified,
            r.threads - r.threads0, 2 * cpus, (double)(r.fds - r.fds0) / hsteps[k], r.connect_us,
-           (double)(r.rss_idle - r.rss0) / 1024 / hsteps[k]);
+           r.self_us, (double)(r.rss_idle - r.rss0) / 1024 / hsteps[k]);
   }
   printf(
       "# goal: added threads <= 2 x cores, fds/comm <= 3 (control, stream);\n"
