@@ -245,6 +245,7 @@ static int bw_side(struct rn_peer *p) {
   int win = (int)rn_env_long("RN_BENCH_WINDOW", 8);
   if (win > 32) win = 32;
   if (win < 1) win = 1;
+  if (iters < 1) iters = 1;
   if (pick_dev(p)) return 1;
   void *comm;
   if (peer_connect(p, 1, &comm, NULL, TMO)) return 1;
