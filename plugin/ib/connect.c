@@ -301,7 +301,6 @@ static ncclResult_t rn_ib_comm_create(const struct rn_rails *rails, int nrails, 
     RN_CHECK_GOTO(rn_ibv_reg_mr(device->pd, remote, rlen,
                                 IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, &rl->remote_mr),
                   res, out_free);
-    if (device->software) c->idle_yield = RN_IB_IDLE_YIELD_POLLS;
     uint32_t inl = c->max_inline < device->max_inline ? c->max_inline : device->max_inline;
     for (int k = 0; k < nqps; k++) {
       struct ibv_qp_cap cap;
@@ -482,9 +481,8 @@ static ncclResult_t rn_ib_oob_recv(int fd, void *buf, size_t len, size_t *off, i
 static void rn_ib_comm_ready(struct rn_ib_comm *c, int *fd, const char *how) {
   c->ctrl_fd = *fd;
   *fd = -1;
-  RN_INFO(NCCL_NET, "%s %s: %d rail(s) x %d QP(s), first QP %u, inline up to %u bytes, %s", how,
-          c->peer, c->nrails, c->nqps, c->rail[0].qp[0].qp->qp_num, c->max_inline,
-          c->idle_yield ? "yields the CPU when idle (software device)" : "polls without yielding");
+  RN_INFO(NCCL_NET, "%s %s: %d rail(s) x %d QP(s), first QP %u, inline up to %u bytes", how,
+          c->peer, c->nrails, c->nqps, c->rail[0].qp[0].qp->qp_num, c->max_inline);
   rn_ib_live_add(&c->live, 0);
 }
 

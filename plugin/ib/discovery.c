@@ -301,13 +301,6 @@ static ncclResult_t rn_ib_add_device(struct ibv_device *verbs_device, int *nacti
                                    rn_ib_mr_reg_cb, rn_ib_mr_dereg_cb, device, &device->mr_cache),
                 res, out_unwind);
   rn_ib_probe_inline(device);
-  device->software =
-      device->attr.vendor_id == RN_IB_VENDOR_RXE || device->attr.vendor_id == RN_IB_VENDOR_SIW;
-  if (device->software)
-    RN_INFO(NCCL_INIT | NCCL_NET,
-            "%s: software RDMA device (vendor 0x%x): its packet processing runs on this host's "
-            "CPUs, so a comm that polls %d times in a row without a completion yields its CPU",
-            device->name, device->attr.vendor_id, RN_IB_IDLE_YIELD_POLLS);
   char why[256];
   int ptr = NCCL_PTR_HOST | rn_ib_probe_ptr_support(device, why, sizeof(why));
   for (int i = first; i < rn_ib_nports; i++) rn_ib_nics[i].ptr_support = ptr;

@@ -44,9 +44,6 @@
 #define RN_IB_ALIVE_CHECK_MS 100 /* how often a waiting comm looks at the peer's control socket */
 #define RN_IB_ALIVE_CHECK_CALLS 1024 /* ... counted in idle calls between clock reads */
 #define RN_IB_INLINE_PROBE 512       /* largest inline size asked of a device (a full FIFO group) */
-#define RN_IB_IDLE_YIELD_POLLS 64    /* software device: empty CQ polls before the poller yields */
-#define RN_IB_VENDOR_RXE 0xffffffu   /* Soft-RoCE (rxe) */
-#define RN_IB_VENDOR_SIW 0x626d74u   /* soft-iWARP (siw) */
 
 static_assert((RN_IB_SLOTS & (RN_IB_SLOTS - 1)) == 0 && RN_IB_SLOTS <= 32,
               "the slot index is 5 bits of the immediate");
@@ -138,7 +135,6 @@ struct rn_ib_device {
   struct rn_mr_cache *mr_cache;
   struct ibv_device_attr attr;
   uint32_t max_inline; /* largest IBV_SEND_INLINE payload a QP got (probed at init) */
-  int software;        /* rxe/siw: the "NIC" is kernel work on this host's CPUs */
 };
 
 /* One reported NIC (device, ACTIVE port).  Owner: discovery.c's table;
@@ -265,10 +261,6 @@ struct rn_ib_comm {
   int fifo_live;
   int64_t next_alive_ms; /* rn_clock_ms() of the next liveness check */
   int alive_calls;       /* calls until the clock is read again */
-  /* software device: after idle_yield empty polls in a row the poller
-   * yields its CPU (0: never); idle_polls counts them */
-  int idle_yield;
-  int idle_polls;
   /* sender */
   struct rn_ib_send_group group[RN_IB_SLOTS];
   struct rn_ib_req send_reqs[RN_IB_SLOTS * RN_IB_MAX_RECVS];

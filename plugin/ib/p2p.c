@@ -10,7 +10,6 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <limits.h>
-#include <sched.h>
 #include <stddef.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -193,32 +192,18 @@ static ncclResult_t rn_ib_recvs_refill(struct rn_ib_comm *c, int rail) {
   return ncclSuccess;
 }
 
-/* Poll every rail's CQ, a batch at a time.  On a software device (rxe,
- * siw) the packets this comm waits for are processed by kernel work
- * (softirqs, ksoftirqd) on the same few CPUs the pollers spin on; a
- * sender and a receiver that both spin starve it, and a message then
- * waits for a scheduler tick (milliseconds) at each hop.  So after
- * idle_yield empty polls in a row the poller yields its CPU once. */
 static ncclResult_t rn_ib_progress(struct rn_ib_comm *c) {
   struct ibv_wc wc[RN_IB_CQ_BATCH];
-  int any = 0;
   for (int r = 0; r < c->nrails; r++) {
     int got, recvs = 0;
     do {
       RN_CHECK(rn_ibv_poll_cq(c->rail[r].cq, RN_IB_CQ_BATCH, wc, &got));
-      any |= got;
       for (int i = 0; i < got; i++) {
         rn_ib_on_wc(c, r, &wc[i]);
         recvs |= RN_IB_WRID_KIND(wc[i].wr_id) == RN_IB_WR_RECV;
       }
     } while (got == RN_IB_CQ_BATCH);
     if (recvs && rn_ib_recvs_refill(c, r) != ncclSuccess) rn_ib_fail(c, ncclSystemError);
-  }
-  if (any) {
-    c->idle_polls = 0;
-  } else if (c->idle_yield && ++c->idle_polls >= c->idle_yield) {
-    c->idle_polls = 0;
-    (void)sched_yield();
   }
   return c->error;
 }
