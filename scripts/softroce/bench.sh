@@ -24,11 +24,14 @@ sh $S/setup.sh >/dev/null || { echo "bench: VM setup failed" >&2; exit 1; }
 OUT=$(mktemp -d /tmp/rn-bench.XXXXXX); trap 'rm -rf "$OUT"' EXIT
 PASSES=1; [ -n "$BASE" ] && PASSES=2
 t0=$(date +%s)
+load0=$(cut -d' ' -f1-3 /proc/loadavg)
 RXEVM_OUT="$OUT" RXEVM_TIMEOUT=${RXEVM_TIMEOUT:-$((300 + ROUNDS * 240 * PASSES))} \
   sh $S/run-vm.sh $S/rxe-test.sh 4 sh $S/ib-bench.sh "$B" "$OUT" "$ROUNDS" "$ITERS" "$BASE" \
   >"$OUT/console.log" 2>&1
 rc=$?
 echo "VM: $(( $(date +%s) - t0 )) s, exit $rc, $ROUNDS round(s), $ITERS x 1 MiB per bandwidth run"
+# the host's load shows in every number: say what it was
+echo "host load average (1, 5, 15 min): $load0 at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end"
 [ -n "$RN_BENCH_KEEP" ] && cp -r "$OUT" "$RN_BENCH_KEEP"
 [ -s "$OUT/results" ] || { echo "bench: no results"; tail -20 "$OUT/console.log"; exit 1; }
 awk -v rounds="$ROUNDS" -v base="$BASE" '
@@ -67,8 +70,8 @@ awk -v rounds="$ROUNDS" -v base="$BASE" '
       printf "\n"
     }
     printf "\nplugin (this build)\n"
-    split("new-bw1 new-bw2 new-lat1 new-lat2 new-rate new-bw1q4", k2, " ")
-    for (i = 1; i <= 6; i++) {
+    split("new-bw1 new-bw2 new-lat1 new-lat2 new-rate new-rate-send-us new-rate-recv-us new-bw1q4", k2, " ")
+    for (i = 1; i <= 8; i++) {
       printf "%-36s", k2[i]
       for (r = 1; r <= rounds; r++) printf " %9s", v[r, k2[i]] == "" ? "?" : v[r, k2[i]]
       printf "\n"

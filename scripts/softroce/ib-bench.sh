@@ -92,6 +92,9 @@ plugin_runs() {
     RN_BENCH_ITERS=$((ITERS * 16)) RN_BENCH_WINDOW=8 \
     run "r$r-$tag-rate" timeout $T "$B/tests/bench/ib_bench" bw
   result "$r" "$tag-rate" "$(pl "$O/r$r-$tag-rate.log" plugin_msg_rate)" msg/s
+  # where a 4 KiB message waits: median post-to-completion on each side
+  result "$r" "$tag-rate-send-us" "$(pl "$O/r$r-$tag-rate.log" plugin_send_lifetime_us)" us
+  result "$r" "$tag-rate-recv-us" "$(pl "$O/r$r-$tag-rate.log" plugin_recv_lifetime_us)" us
   RN_CONF_RECV_ENV="$ONE_R,RAILNET_IB_QPS=4" RN_CONF_SEND_ENV="$ONE_S,RAILNET_IB_QPS=4" \
     RN_BENCH_ITERS=$ITERS run "r$r-$tag-bw1q4" timeout $T "$B/tests/bench/ib_bench" bw
   result "$r" "$tag-bw1q4" "$(pl "$O/r$r-$tag-bw1q4.log" plugin_bw_MiBps)" MiB/s

@@ -6,7 +6,10 @@
  * verify: sizes 0 B..16 MiB one at a time, 32 small (0..60 B) and 32 of
  *     256 KiB in flight, every byte checked;
  * bw: RN_BENCH_SIZE (1 MiB) x RN_BENCH_ITERS, RN_BENCH_WINDOW (8) in flight:
- *     MiB/s (perftest's "MB/sec" unit) and messages/s;
+ *     MiB/s (perftest's "MB/sec" unit) and messages/s; each side also
+ *     reports its loop's calls per message and a request's median time
+ *     from post to completion (where a message waits: for its FIFO slot
+ *     on the sender, for the data on the receiver);
  * lat: 8-byte ping-pong, half the round trip (as ib_write_lat reports),
  *     with RN_BENCH_RECV_AHEAD receives posted ahead.
  * RN_IB_VDEV="0,1" fuses those devices with makeVDevice and runs on the
@@ -228,6 +231,11 @@ static uint64_t ticks(void) { return __rdtsc(); }
 static uint64_t ticks(void) { return (uint64_t)(now_s() * 1e9); }
 #endif
 
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
 /* ---- bandwidth and message rate --------------------------------------- */
 /* RN_BENCH_SIZE-byte messages, RN_BENCH_WINDOW in flight, RN_BENCH_ITERS of
  * them after a warm-up; the sender reports MB/s and messages/s. */
@@ -237,6 +245,7 @@ static int bw_side(struct rn_peer *p) {
   int win = (int)rn_env_long("RN_BENCH_WINDOW", 8);
   if (win > 32) win = 32;
   if (win < 1) win = 1;
+  if (iters < 1) iters = 1;
   if (pick_dev(p)) return 1;
   void *comm;
   if (peer_connect(p, 1, &comm, NULL, TMO)) return 1;
@@ -244,15 +253,23 @@ static int bw_side(struct rn_peer *p) {
   struct bufs b = {0};
   if (bufs_get(p, comm, size * (size_t)win + 1, &b)) goto out;
   void *reqs[32] = {0};
+  /* per message of the measured run: TSC at post and at completion */
+  uint64_t *t_post = calloc((size_t)iters, sizeof(uint64_t));
+  double *lifetime = calloc((size_t)iters, sizeof(double));
+  if (!t_post || !lifetime) {
+    peer_fail(p, "out of memory");
+    goto out_free;
+  }
   for (int rep = 0; rep < 2; rep++) { /* rep 0 warms up */
     int n = rep == 0 ? win * 2 : iters, posted = 0, done = 0;
-    if (peer_sync(p, TMO)) goto out;
+    if (peer_sync(p, TMO)) goto out_free;
     double t0 = now_s(), end = t0 + TMO * 4;
-    long spins = 0;
+    uint64_t c0 = ticks();
+    long spins = 0, tests = 0, post_tries = 0;
     while (done < n) {
       if (++spins % CLOCK_EVERY == 0 && now_s() > end) {
         peer_fail(p, "bandwidth run timed out (%d/%d)", done, n);
-        goto out;
+        goto out_free;
       }
       while (posted < n && posted - done < win) {
         void *req = NULL;
@@ -267,25 +284,40 @@ static int bw_side(struct rn_peer *p) {
           void *mm[1] = {b.mh};
           r = rn_net_irecv(&p->net, comm, 1, d, s, t, mm, &req);
         }
+        post_tries++;
         if (r != ncclSuccess) {
           peer_fail(p, "post: %s (last WARN: %s)", rn_result_str(r), rn_log_last_warn());
-          goto out;
+          goto out_free;
         }
         if (!req) break;
+        if (rep == 1) t_post[posted] = ticks();
         reqs[posted % win] = req;
         posted++;
       }
       if (done < posted) {
         int fin = 0, sz[8];
         ncclResult_t r = rn_net_test(&p->net, reqs[done % win], &fin, sz);
+        tests++;
         if (r != ncclSuccess) {
           peer_fail(p, "test: %s (last WARN: %s)", rn_result_str(r), rn_log_last_warn());
-          goto out;
+          goto out_free;
         }
+        if (fin && rep == 1) lifetime[done] = (double)(ticks() - t_post[done]);
         if (fin) done++;
       }
     }
     double dt = now_s() - t0;
+    if (rep == 1) {
+      double us_per_tick = dt * 1e6 / (double)(ticks() - c0);
+      qsort(lifetime, (size_t)n, sizeof(double), cmp_double);
+      const char *me = p->role == RN_SENDER ? "send" : "recv";
+      /* The loop's own work per message: how often it called into the
+       * plugin, and how long a request lived from post to completion. */
+      note("RESULT plugin_%s_tests_per_msg %.1f (post calls %.1f per message)", me,
+           (double)tests / n, (double)post_tries / n);
+      note("RESULT plugin_%s_lifetime_us %.1f (median post to completion; 90%% %.1f)", me,
+           lifetime[n / 2] * us_per_tick, lifetime[n * 9 / 10] * us_per_tick);
+    }
     if (rep == 1 && p->role == RN_SENDER) {
       note("RESULT plugin_bw_MiBps %.2f (size %zu, %d iters, window %d, %.3f s)",
            (double)size * n / dt / 1048576.0, size, n, win, dt);
@@ -293,6 +325,9 @@ static int bw_side(struct rn_peer *p) {
     }
   }
   rc = 0;
+out_free:
+  free(t_post);
+  free(lifetime);
 out:
   side_end(p, comm, &b);
   return rc;
@@ -342,11 +377,6 @@ static ncclResult_t wait_one(struct rn_peer *p, void *req) {
 
 #define SQ_RING 16
 #define RQ_AHEAD_MAX 16
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
 
 /* Reap finished sends without blocking. */
 static ncclResult_t reap_sends(struct rn_peer *p, void **ring, int *tail, int head) {
