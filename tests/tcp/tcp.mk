@@ -3,21 +3,15 @@
 TEST_SCRIPTS += tests/tcp/ipv6.sh tests/tcp/helpers.sh tests/tcp/small-flood.sh tests/tcp/small-chunks.sh \
   tests/tcp/corrupt-helpers.sh tests/tcp/linkdown.sh
 TCP_EAGER_TEST := $(BUILD)/tests/tcp/test_eager_oversize
-$(TCP_EAGER_TEST): $(BUILD)/tests/tcp/test_eager_oversize.o | $(PLUGIN_SO)
-	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS_COMMON) -o $@ $^ -ldl
+$(eval $(call rn_harness_prog,$(TCP_EAGER_TEST),$(BUILD)/tests/tcp/test_eager_oversize.o))
 TEST_PROGS += $(TCP_EAGER_TEST)
 # Small receives' batched clear-to-sends reach a sender out of eager credit.
 TCP_CTS_BATCH_TEST := $(BUILD)/tests/tcp/test_cts_batch
-$(TCP_CTS_BATCH_TEST): $(BUILD)/tests/tcp/test_cts_batch.o | $(PLUGIN_SO)
-	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS_COMMON) -o $@ $^ -ldl
+$(eval $(call rn_harness_prog,$(TCP_CTS_BATCH_TEST),$(BUILD)/tests/tcp/test_cts_batch.o))
 TEST_PROGS += $(TCP_CTS_BATCH_TEST)
 # An eager send above 8 KiB completes once matched; too big, in its own test().
 TCP_EAGER_LARGE_TEST := $(BUILD)/tests/tcp/test_eager_large
-$(TCP_EAGER_LARGE_TEST): $(BUILD)/tests/tcp/test_eager_large.o | $(PLUGIN_SO)
-	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS_COMMON) -o $@ $^ -ldl
+$(eval $(call rn_harness_prog,$(TCP_EAGER_LARGE_TEST),$(BUILD)/tests/tcp/test_eager_large.o))
 TEST_PROGS += $(TCP_EAGER_LARGE_TEST)
 
 # The corruption harness: an in-process proxy rewrites live TCP headers

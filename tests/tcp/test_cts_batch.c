@@ -13,7 +13,7 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include "nccl/net_v8.h"
+#include "../common/rn_test.h"
 
 #define MAXMSG 512 /* more than any eager window */
 
@@ -50,19 +50,14 @@ static int recv_one(const ncclNet_v8_t *n, void *rc, void *mh, int tag, unsigned
 
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
-  const char *b = getenv("RN_BUILD");
-  char so[512];
-  snprintf(so, sizeof(so), "%s/libnccl-net-railnet.so", b ? b : "build");
-  const char *sc_env = getenv("RN_TIMEOUT_SCALE");
-  long scale = sc_env ? strtol(sc_env, NULL, 10) : 1;
-  if (scale < 1) scale = 1;
+  const char *so = rn_plugin_path();
   setenv("RAILNET_TRANSPORT", "socket", 1);
   setenv("RAILNET_SOCKET_IFNAME", "lo", 1);
   int p[2], q[2];
   if (pipe(p) != 0 || pipe(q) != 0) return 1;
   printf("1..2\n");
   pid_t pid = fork();
-  alarm((unsigned)(30 * scale)); /* nothing here may hang */
+  alarm((unsigned)rn_bound_s(30)); /* nothing here may hang */
   int me = pid == 0 ? 1 : 2;
   void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
   const ncclNet_v8_t *n = h ? dlsym(h, "ncclNetPlugin_v8") : NULL;

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include "nccl/net_v8.h"
+#include "../common/rn_test.h"
 
 #define BIG 40000     /* eager (<= 64 KiB), above 8 KiB */
 #define SMALLER 20000 /* the receive the second send does not fit */
@@ -35,12 +35,7 @@ static int fail(int n, const char *what, int r) {
 
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
-  const char *b = getenv("RN_BUILD");
-  char so[512];
-  snprintf(so, sizeof(so), "%s/libnccl-net-railnet.so", b ? b : "build");
-  const char *sc_env = getenv("RN_TIMEOUT_SCALE");
-  long scale = sc_env ? strtol(sc_env, NULL, 10) : 1;
-  if (scale < 1) scale = 1;
+  const char *so = rn_plugin_path();
   setenv("RAILNET_TRANSPORT", "socket", 1);
   setenv("RAILNET_SOCKET_IFNAME", "lo", 1);
   /* p: handle, receiver -> sender; q: "sent, tested", sender -> receiver */
@@ -48,7 +43,7 @@ int main(void) {
   if (pipe(p) != 0 || pipe(q) != 0) return 1;
   printf("1..3\n");
   pid_t pid = fork();
-  alarm((unsigned)(30 * scale));
+  alarm((unsigned)rn_bound_s(30));
   int me = pid == 0 ? 1 : 2;
   void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
   const ncclNet_v8_t *n = h ? dlsym(h, "ncclNetPlugin_v8") : NULL;
