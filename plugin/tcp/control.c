@@ -27,9 +27,11 @@ ncclResult_t rn_tcp_ctl_flush(struct rn_tcp_comm *c) {
     return ncclSuccess;
   if (c->move.enabled && rn_tcp_move_before_write(c, &moved) < 0) return moved;
   /* Nobody reads what would go to a peer that has closed: retire it. */
-  for (; atomic_load(&c->peer_closed) && c->out_head != c->out_tail;
-       c->out_head = (c->out_head + 1) % RN_TCP_OUT_QUEUE)
-    if (c->out[c->out_head].req != NULL) c->out[c->out_head].req->ctl_pending = 0;
+  if (atomic_load(&c->peer_closed)) {
+    for (; c->out_head != c->out_tail; c->out_head = (c->out_head + 1) % RN_TCP_OUT_QUEUE)
+      if (c->out[c->out_head].req != NULL) c->out[c->out_head].req->ctl_pending = 0;
+    c->out_lazy = c->lazy_polls = 0;
+  }
   while (c->out_head != c->out_tail) {
     struct iovec iov[RN_TCP_FLUSH_IOV];
     int niov = 0;
