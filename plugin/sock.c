@@ -12,10 +12,10 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/ioctl.h>
-#include <time.h>
 #include <unistd.h>
 #include <linux/sockios.h>
 #include "railnet/check.h"
+#include "railnet/clock.h"
 #include "railnet/sock.h"
 
 void rn_sockaddr_to_wire(const union rn_sockaddr *sa, struct rn_wire_addr *w) {
@@ -245,21 +245,15 @@ static int rn_sock_drain(int fd) {
   return 0;
 }
 
-static int64_t rn_sock_now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 void rn_sock_close_gently(int fd, int wait_ms) {
   if (fd < 0) return;
   int ended = rn_sock_drain(fd);
   shutdown(fd, SHUT_WR);
-  const int64_t start = rn_sock_now_ms(), stall_ms = wait_ms / 5 > 0 ? wait_ms / 5 : 1;
+  const int64_t start = rn_clock_ms(), stall_ms = wait_ms / 5 > 0 ? wait_ms / 5 : 1;
   int64_t last_move = start;
   int last = -1, outq = 0;
   while (!ended && wait_ms > 0 && ioctl(fd, SIOCOUTQ, &outq) == 0 && outq > 0) {
-    const int64_t now = rn_sock_now_ms();
+    const int64_t now = rn_clock_ms();
     if (outq != last) last_move = now;
     last = outq;
     if (now - start >= wait_ms || now - last_move >= stall_ms) break;
