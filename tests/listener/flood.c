@@ -388,7 +388,6 @@ static int flood_r(struct rn_peer *p) {
   uint64_t nonce = 0;
   int naddr = handle_addrs(handle, addrs, &nonce);
   if (naddr == 0) return peer_fail(p, "the handle carries no TCP address");
-  int base_fds = count_fds(), max_fds = base_fds;
   int ctl[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ctl) != 0)
     return peer_fail(p, "socketpair: %s", strerror(errno));
@@ -402,6 +401,9 @@ static int flood_r(struct rn_peer *p) {
     close(ctl[0]);
     return peer_fail(p, "fork: %s", strerror(errno));
   }
+  /* At rest: counted once this side's end of the report channel is open,
+   * so only the listener's sockets count against its bound. */
+  int base_fds = count_fds(), max_fds = base_fds;
   /* Held: the hostile connections queue up in the kernel backlog while
    * nobody accepts.  Continuous: accept runs all along, as NCCL's proxy
    * thread would. */
