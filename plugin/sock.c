@@ -61,6 +61,12 @@ const char *rn_sockaddr_str(const union rn_sockaddr *sa, char *buf, size_t len) 
   return buf;
 }
 
+int rn_sockaddr_same_host(const union rn_sockaddr *a, const union rn_sockaddr *b) {
+  if (a->sa.sa_family != b->sa.sa_family) return 0;
+  if (a->sa.sa_family == AF_INET) return a->in.sin_addr.s_addr == b->in.sin_addr.s_addr;
+  return memcmp(&a->in6.sin6_addr, &b->in6.sin6_addr, sizeof(a->in6.sin6_addr)) == 0;
+}
+
 static socklen_t rn_sockaddr_len(const union rn_sockaddr *sa) {
   return sa->sa.sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
 }

@@ -27,6 +27,8 @@ struct rn_wire_addr {
 void rn_sockaddr_to_wire(const union rn_sockaddr *sa, struct rn_wire_addr *w);
 int rn_sockaddr_from_wire(const struct rn_wire_addr *w, union rn_sockaddr *sa); /* 0 ok, -1 bad */
 const char *rn_sockaddr_str(const union rn_sockaddr *sa, char *buf, size_t len);
+/* 1 when a and b are the same host address (ports aside). */
+int rn_sockaddr_same_host(const union rn_sockaddr *a, const union rn_sockaddr *b);
 
 /* Listening socket bound to addr (port 0 = any), non-blocking; *bound gets
  * the real address. */

@@ -85,7 +85,14 @@ static struct rn_tcp_engine_thread *rn_tcp_engine_of(const struct rn_tcp_stream 
 }
 
 int rn_tcp_engine_size(void) {
-  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  /* Asked once: every comm's creation wants it, and the C library reads
+   * it from sysfs each time. */
+  static atomic_long online;
+  long cpus = atomic_load(&online);
+  if (cpus == 0) {
+    cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    atomic_store(&online, cpus);
+  }
   int n = (int)rn_params()->socket_nthreads;
   if (n < 0) n = cpus < 8 ? 0 : 4;
   if (cpus > 0 && n > cpus) n = (int)cpus;

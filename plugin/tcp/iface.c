@@ -2,9 +2,11 @@
  * their address, PCI function and link speed. */
 #include <arpa/inet.h>
 #include <net/if.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "railnet/clock.h"
 #include "railnet/log.h"
 #include "railnet/param.h"
 #include "railnet/sysfs.h"
@@ -116,17 +118,11 @@ struct rn_tcp_if_find {
   int found;
 };
 
-static int rn_tcp_if_same_host(const union rn_sockaddr *a, const union rn_sockaddr *b) {
-  if (a->sa.sa_family != b->sa.sa_family) return 0;
-  if (a->sa.sa_family == AF_INET) return a->in.sin_addr.s_addr == b->in.sin_addr.s_addr;
-  return memcmp(&a->in6.sin6_addr, &b->in6.sin6_addr, sizeof(a->in6.sin6_addr)) == 0;
-}
-
 static int rn_tcp_if_find_visit(void *arg, const char *ifname, unsigned flags,
                                 const union rn_sockaddr *addr) {
   struct rn_tcp_if_find *f = arg;
   (void)flags;
-  if (!rn_tcp_if_same_host(f->want, addr)) return 0;
+  if (!rn_sockaddr_same_host(f->want, addr)) return 0;
   snprintf(f->name, f->len, "%s", ifname);
   f->found = 1;
   return 1;
@@ -136,7 +132,7 @@ static int rn_tcp_if_running_visit(void *arg, const char *ifname, unsigned flags
                                    const union rn_sockaddr *addr) {
   struct rn_tcp_if_find *f = arg;
   (void)ifname;
-  if (!rn_tcp_if_same_host(f->want, addr)) return 0;
+  if (!rn_sockaddr_same_host(f->want, addr)) return 0;
   f->found = (flags & IFF_RUNNING) != 0;
   return 1;
 }
@@ -146,12 +142,45 @@ int rn_tcp_if_running(const union rn_sockaddr *addr) {
   return rn_sock_each_ifaddr(rn_tcp_if_running_visit, &f) == 0 && f.found;
 }
 
+/* Names of recent lookups: every comm names its rails at creation, and
+ * asking the kernel for every address each time (getifaddrs) costs more
+ * than the rest of a comm's creation over a kept connection.  A name is
+ * for messages only; one a second old is asked for again. */
+#define RN_TCP_NAME_CACHE 8
+#define RN_TCP_NAME_TTL_MS 1000
+static pthread_mutex_t rn_tcp_names_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+  union rn_sockaddr addr;
+  char name[32];
+  int64_t when_ms;
+} rn_tcp_names[RN_TCP_NAME_CACHE];
+static int rn_tcp_names_next;
+
 void rn_tcp_if_name_of(const union rn_sockaddr *addr, char *name, size_t len) {
-  struct rn_tcp_if_find f = {.want = addr, .name = name, .len = len, .found = 0};
+  const int64_t now = rn_clock_ms();
+  pthread_mutex_lock(&rn_tcp_names_lock);
+  for (int i = 0; i < RN_TCP_NAME_CACHE; i++) {
+    if (rn_tcp_names[i].when_ms == 0 || now - rn_tcp_names[i].when_ms > RN_TCP_NAME_TTL_MS ||
+        !rn_sockaddr_same_host(&rn_tcp_names[i].addr, addr))
+      continue;
+    snprintf(name, len, "%s", rn_tcp_names[i].name);
+    pthread_mutex_unlock(&rn_tcp_names_lock);
+    return;
+  }
+  pthread_mutex_unlock(&rn_tcp_names_lock);
+  char found[32];
+  struct rn_tcp_if_find f = {.want = addr, .name = found, .len = sizeof(found), .found = 0};
   if (rn_sock_each_ifaddr(rn_tcp_if_find_visit, &f) != 0 || !f.found) {
     char a[64];
-    snprintf(name, len, "%s", rn_sockaddr_str(addr, a, sizeof(a)));
-    char *colon = strrchr(name, ':'); /* drop the port */
+    snprintf(found, sizeof(found), "%s", rn_sockaddr_str(addr, a, sizeof(a)));
+    char *colon = strrchr(found, ':'); /* drop the port */
     if (colon != NULL) *colon = '\0';
   }
+  snprintf(name, len, "%s", found);
+  pthread_mutex_lock(&rn_tcp_names_lock);
+  int i = rn_tcp_names_next++ % RN_TCP_NAME_CACHE;
+  rn_tcp_names[i].addr = *addr;
+  snprintf(rn_tcp_names[i].name, sizeof(rn_tcp_names[i].name), "%s", found);
+  rn_tcp_names[i].when_ms = now;
+  pthread_mutex_unlock(&rn_tcp_names_lock);
 }
