@@ -12,7 +12,9 @@
 
 /* The first bytes on every railnet connection. */
 #define RN_HELLO_MAGIC 0x726e686fu /* "rnho" */
-enum rn_hello_role { RN_ROLE_CTRL = 1, RN_ROLE_DATA = 2 };
+/* RN_ROLE_REUSE: on a pooled control connection only (plugin/tcp/pool.c),
+ * never to a listener: the connection serves the comm of this nonce. */
+enum rn_hello_role { RN_ROLE_CTRL = 1, RN_ROLE_DATA = 2, RN_ROLE_REUSE = 3 };
 struct rn_hello {
   uint32_t magic;
   uint16_t version; /* RN_WIRE_VERSION */

@@ -90,6 +90,8 @@ void rn_tcp_comm_free(struct rn_tcp_comm *c) {
   rn_tcp_rails_free(c);
   /* No engine thread touches the comm after this, whatever it had queued. */
   rn_tcp_engine_detach(c);
+  /* Quiescent: its sockets may serve the next comm with this peer. */
+  rn_tcp_pool_put(c);
   rn_tcp_move_free(c);
   for (int i = 0; i < c->nstreams; i++) {
     rn_sock_close_gently(c->stream[i].fd, 0);
@@ -122,7 +124,7 @@ void rn_tcp_comm_free(struct rn_tcp_comm *c) {
 }
 
 /* Build a comm around an established connection; starts the helpers. */
-ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv,
+ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv, int kept,
                                 struct rn_tcp_comm **out) {
   const struct rn_params *p = rn_params();
   /* The stream count came from the connecting peer's hello. */
@@ -145,6 +147,7 @@ ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv,
   pthread_mutex_init(&c->lock, NULL);
   pthread_mutex_init(&c->rx_lock, NULL);
   c->is_recv = is_recv;
+  c->tc = -1;
   c->ctrl_fd = conn->ctrl_fd;
   union rn_sockaddr peer;
   socklen_t plen = sizeof(peer);
@@ -163,15 +166,17 @@ ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv,
     c->stream[i].comm = c;
     c->stream[i].eng_thread = c->stream[i].eng_slot = -1;
     pthread_mutex_init(&c->stream[i].queue_lock, NULL);
-    rn_sock_tune(c->stream[i].fd, 0);
+    if (!kept) rn_sock_tune(c->stream[i].fd, 0);
   }
   rn_tcp_rails_init(c);
   rn_tcp_move_init(c);
-  rn_sock_tune(c->ctrl_fd, 0);
   /* A peer that vanishes without closing must not leave this comm
-   * waiting forever: every socket gets keepalive and a user timeout. */
-  int live = rn_sock_set_liveness(c->ctrl_fd, (int)p->socket_timeout_ms);
-  for (int i = 0; i < c->nstreams && live == 0; i++)
+   * waiting forever: every socket gets keepalive and a user timeout.  A
+   * kept connection's sockets have them, and their tuning, already. */
+  int live = 0;
+  if (!kept) rn_sock_tune(c->ctrl_fd, 0);
+  if (!kept) live = rn_sock_set_liveness(c->ctrl_fd, (int)p->socket_timeout_ms);
+  for (int i = 0; i < c->nstreams && live == 0 && !kept; i++)
     live = rn_sock_set_liveness(c->stream[i].fd, (int)p->socket_timeout_ms);
   if (live != 0) {
     RN_WARN("cannot set keepalive/TCP_USER_TIMEOUT on a connection to %s: %s", c->peer,
@@ -218,6 +223,7 @@ static int rn_tcp_sock_set_class(int fd, int tc, int prio, const char **what) {
 ncclResult_t rn_tcp_comm_set_class(struct rn_tcp_comm *c, int tc) {
   int prio = (int)rn_params()->socket_priority;
   if (prio < 0) prio = tc >> 5;
+  c->tc = tc; /* what its sockets carry, should they be kept for reuse (pool.c) */
   const char *what = "";
   for (int i = -1; i < c->nstreams; i++) {
     int fd = i < 0 ? c->ctrl_fd : c->stream[i].fd;

@@ -587,12 +587,13 @@ static ncclResult_t rn_tcp_parse(struct rn_tcp_comm *c, size_t *pos) {
   while (c->rx_left == 0 && c->in_len - *pos >= sizeof(struct rn_tcp_prefix)) {
     struct rn_tcp_prefix p;
     memcpy(&p, c->in + *pos, sizeof(p));
-    if (c->is_recv
-            ? p.type != RN_TCP_MSG_DATA && p.type != RN_TCP_MSG_DOWN
-            : p.type != RN_TCP_MSG_CTS && p.type != RN_TCP_MSG_ACK && p.type != RN_TCP_MSG_OFFER)
+    if (p.type != RN_TCP_MSG_BYE &&
+        (c->is_recv
+             ? p.type != RN_TCP_MSG_DATA && p.type != RN_TCP_MSG_DOWN
+             : p.type != RN_TCP_MSG_CTS && p.type != RN_TCP_MSG_ACK && p.type != RN_TCP_MSG_OFFER))
       return RN_TCP_VIOLATION(
           c, "control message", "type", "%u, expected %s", p.type,
-          c->is_recv ? "2 (DATA) or 5 (DOWN)" : "1 (CTS), 4 (ACK) or 6 (OFFER)");
+          c->is_recv ? "2 (DATA), 5 (DOWN) or 8 (BYE)" : "1 (CTS), 4 (ACK), 6 (OFFER) or 8 (BYE)");
     size_t hlen = rn_tcp_wire_hlen(p.type);
     if (p.hlen != hlen)
       return RN_TCP_VIOLATION(c, "control message", "hlen", "%u, expected %zu", p.hlen, hlen);
@@ -600,6 +601,19 @@ static ncclResult_t rn_tcp_parse(struct rn_tcp_comm *c, size_t *pos) {
     if (!rn_tcp_wire_crc_ok(c->in + *pos, hlen))
       return RN_TCP_VIOLATION(c, "control message", "crc", "mismatch (type %u, message %u)", p.type,
                               c->msg_in);
+    if (p.type == RN_TCP_MSG_BYE) {
+      /* The peer closed its comm quiescent: nothing follows (pool.c). */
+      struct rn_tcp_bye b;
+      memcpy(&b, c->in + *pos, sizeof(b));
+      *pos += sizeof(b);
+      if (b.msg != c->msg_in)
+        return RN_TCP_VIOLATION(c, "BYE", "msg", "%u, expected %u", b.msg, c->msg_in);
+      c->peer_bye = 1;
+      c->bye_msg = b.msg;
+      c->bye_received = b.received;
+      atomic_store(&c->peer_closed, 1);
+      return ncclSuccess;
+    }
     if (!c->is_recv && p.type == RN_TCP_MSG_OFFER) {
       struct rn_tcp_offer o;
       memcpy(&o, c->in + *pos, sizeof(o));

@@ -203,10 +203,18 @@ out_unlock:
 }
 
 /* Nothing more can arrive for an incomplete request: the peer closed the
- * control connection and, on the receive side, every data stream too. */
-static int rn_tcp_peer_gone(struct rn_tcp_comm *c) {
+ * control connection and, on the receive side, every data stream too, or
+ * sent its BYE (after which no message starts) before any message
+ * claimed one of r's buffers. */
+static int rn_tcp_peer_gone(struct rn_tcp_comm *c, struct rn_tcp_req *r) {
   if (!atomic_load(&c->peer_closed)) return 0;
   if (!c->is_recv) return 1;
+  if (c->peer_bye) {
+    pthread_mutex_lock(&c->rx_lock);
+    int unclaimed = r->claimed != (1u << r->n) - 1;
+    pthread_mutex_unlock(&c->rx_lock);
+    if (unclaimed) return 1;
+  }
   for (int i = 0; i < c->nstreams; i++)
     if (!atomic_load(&c->stream[i].dead)) return 0;
   return 1;
@@ -260,7 +268,7 @@ ncclResult_t rn_tcp_test(void *request, int *done, size_t *sizes, int *nsizes) {
     /* Small receives' clear-to-sends waiting for a batch leave after this
      * many tests of an incomplete receive (rn_tcp_ctl_flush). */
     if (r->is_recv && c->out_lazy > 0) c->lazy_polls++;
-    if (res == ncclSuccess && rn_tcp_peer_gone(c))
+    if (res == ncclSuccess && rn_tcp_peer_gone(c, r))
       res =
           rn_tcp_fail(c, ncclRemoteError, "the peer closed the connection with this %s incomplete",
                       r->is_recv ? "receive" : "send");

@@ -41,11 +41,8 @@ static _Atomic uint64_t rn_tcp_comm_ids;
 /* Lines of several comms (and threads) go to one file: one write each. */
 static pthread_mutex_t rn_tcp_stats_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static int rn_tcp_same_host(const union rn_sockaddr *a, const union rn_sockaddr *b) {
-  if (a->sa.sa_family != b->sa.sa_family) return 0;
-  if (a->sa.sa_family == AF_INET) return a->in.sin_addr.s_addr == b->in.sin_addr.s_addr;
-  return memcmp(&a->in6.sin6_addr, &b->in6.sin6_addr, sizeof(a->in6.sin6_addr)) == 0;
-}
+static void rn_tcp_rail_sockets(const struct rn_tcp_comm *c, const struct rn_tcp_rail *r,
+                                uint64_t *acked, uint64_t *outq);
 
 void rn_tcp_rails_init(struct rn_tcp_comm *c) {
   int64_t now = rn_clock_ms();
@@ -59,7 +56,7 @@ void rn_tcp_rails_init(struct rn_tcp_comm *c) {
     memset(&a, 0, sizeof(a));
     if (getsockname(c->stream[i].fd, &a.sa, &len) != 0) memset(&a, 0, sizeof(a));
     int r = 0;
-    while (r < c->nrails && !rn_tcp_same_host(&c->rail[r].local, &a)) r++;
+    while (r < c->nrails && !rn_sockaddr_same_host(&c->rail[r].local, &a)) r++;
     if (r == c->nrails && c->nrails == RN_MAX_RAILS) r = RN_MAX_RAILS - 1;
     struct rn_tcp_rail *rail = &c->rail[r];
     if (r == c->nrails) {
@@ -76,12 +73,18 @@ void rn_tcp_rails_init(struct rn_tcp_comm *c) {
   }
   int64_t ack = rn_params()->rail_ack;
   c->ack = !c->is_recv && (ack < 0 ? c->nrails > 1 : ack == 1);
+  /* A kept connection's sockets carried earlier comms' bytes (pool.c):
+   * this comm's rates count from here. */
+  for (int r = 0; r < c->nrails && !c->is_recv; r++) {
+    uint64_t outq;
+    rn_tcp_rail_sockets(c, &c->rail[r], &c->rail[r].acked_prev, &outq);
+  }
 }
 
 void rn_tcp_rails_set_standby(struct rn_tcp_comm *c, const union rn_sockaddr *addr) {
   for (int i = 0; i < c->nrails && c->nrails > 1; i++) {
     struct rn_tcp_rail *r = &c->rail[i];
-    if (!rn_tcp_same_host(&r->local, addr)) continue;
+    if (!rn_sockaddr_same_host(&r->local, addr)) continue;
     r->standby = 1;
     c->standby = i;
     RN_INFO(NCCL_NET,

@@ -324,7 +324,15 @@ struct rn_tcp_comm {
   int64_t stats_ms;   /* the telemetry line was last written */
   atomic_int stop;
   _Atomic int error;      /* first error (ncclResult_t): every later call returns it */
-  atomic_int peer_closed; /* orderly EOF seen on the control connection */
+  atomic_int peer_closed; /* orderly EOF (or the peer's BYE) seen on the control connection */
+  /* Connection reuse (pool.c).  peer_bye: the peer's BYE was read, its
+   * fields in bye_msg / bye_received.  pool_token: send comm: the
+   * receiving process's token from the handle (0: none, never pooled);
+   * tc: the traffic class set on its sockets (-1 none). */
+  int peer_bye;
+  uint32_t bye_msg, bye_received;
+  uint32_t pool_token;
+  int tc;
   /* Without helper threads the caller polls the data streams only while
    * they have work: chunks queued (send) or streamed messages announced
    * and not yet filled (recv). */
@@ -460,9 +468,41 @@ int rn_tcp_if_running(const union rn_sockaddr *addr);
 /* The name of the up interface that holds addr, else addr as text. */
 void rn_tcp_if_name_of(const union rn_sockaddr *addr, char *name, size_t len);
 
+/* pool.c: connections of closed comms kept for the next comm between the
+ * same two processes (PROTOCOL.md, Reuse).  Bounded by
+ * RAILNET_SOCKET_POOL entries and RAILNET_SOCKET_POOL_IDLE_MS; every call
+ * is thread-safe and never blocks. */
+/* Where the listener's token sits in the handle's payload, after the
+ * addresses (a handle from a build without one carries 0 there). */
+#define RN_TCP_TOKEN_OFF (RN_TCP_MAX_ADDRS * sizeof(struct rn_wire_addr))
+/* This process's token: random, nonzero, new in a forked child; 0 when
+ * pooling is off. */
+uint32_t rn_tcp_pool_token(void);
+/* At free, the comm detached from the engine: when the comm is quiescent
+ * (nothing in flight either way, never failed over), send BYE and keep its
+ * sockets (c->ctrl_fd and the streams' fds become -1); else 0 and the
+ * caller closes them.  One INFO either way for a comm that could pool. */
+int rn_tcp_pool_put(struct rn_tcp_comm *c);
+/* Connect: a kept connection to the process of `token` over the same
+ * addresses (the dial's addrs/locals/nstreams and traffic class tc),
+ * whose peer closed quiescent too.  1 with *conn filled, its reuse hello
+ * for `nonce` sent; the caller then awaits the accept byte and, if the
+ * connection fails first, closes it and dials. */
+int rn_tcp_pool_take_dial(uint32_t token, const union rn_sockaddr *addrs, int naddrs,
+                          const union rn_sockaddr *locals, int nlocals, int nstreams, int tc,
+                          uint64_t nonce, struct rn_rdv_conn *conn);
+/* Accept: a kept connection whose peer asked for it with `nonce` and whose
+ * sockets arrive at the listener's addresses (lis, nlis).  1 with *conn. */
+int rn_tcp_pool_take_accept(uint64_t nonce, const union rn_sockaddr *lis, int nlis,
+                            struct rn_rdv_conn *conn);
+/* At fini: close every kept connection; none is kept until the next init. */
+void rn_tcp_pool_fini(void);
+void rn_tcp_pool_start(void);
+
 /* comm.c */
-/* Build a comm around an established connection; starts the helpers. */
-ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv,
+/* Build a comm around an established connection (kept: one a closed comm
+ * left, pool.c, whose sockets are tuned already); starts the helpers. */
+ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv, int kept,
                                 struct rn_tcp_comm **out);
 void rn_tcp_comm_free(struct rn_tcp_comm *c);
 /* Give every socket of the comm traffic class tc (0..255): the IP TOS

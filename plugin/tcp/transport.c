@@ -23,8 +23,10 @@ struct rn_tcp_listen {
   int nfds;
   int fd[RN_MAX_RAILS];
   struct rn_rdv *rdv;
-  int has_standby;           /* fd[nfds - 1] listens on the device's standby NIC */
-  union rn_sockaddr standby; /* ... at this address */
+  int has_standby;                      /* fd[nfds - 1] listens on the device's standby NIC */
+  union rn_sockaddr standby;            /* ... at this address */
+  union rn_sockaddr addr[RN_MAX_RAILS]; /* where fd[i] listens */
+  uint64_t nonce;                       /* the handle's: a kept connection asked for it is ours */
 };
 
 /* The byte the accepting side sends once it has taken the connection, so
@@ -54,6 +56,8 @@ struct rn_tcp_connecting {
   uint64_t nonce;
   int64_t retry_at_ms; /* 0: not waiting */
   int tc;              /* the comm's traffic class, -1 for none */
+  uint32_t token;      /* the listening process's (pool.c), 0 none */
+  int pooled;          /* conn is a kept connection, asked for reuse: if it fails, dial */
 };
 
 /* The listener reset this attempt after its sockets connected: dial again
@@ -99,6 +103,7 @@ static union rn_sockaddr rn_tcp_any_port(union rn_sockaddr a) {
 
 static ncclResult_t rn_tcp_init(const struct rn_nic **nics, int *n, char *why, size_t whylen) {
   static struct rn_nic list[RN_TCP_MAX_IFS];
+  rn_tcp_pool_start();
   rn_tcp_nifs = rn_tcp_if_discover(rn_tcp_ifs, RN_TCP_MAX_IFS, why, whylen);
   for (int i = 0; i < rn_tcp_nifs; i++) {
     char a[64];
@@ -124,6 +129,7 @@ static void rn_tcp_fini(void) {
   int n = 0;
   for (struct rn_list *first; (first = rn_shared_list_first(&rn_tcp_live_listens)) != NULL; n++)
     rn_tcp_close_listen(RN_LIST_ENTRY(first, struct rn_tcp_listen, open));
+  rn_tcp_pool_fini(); /* and comms closed from now on are not kept */
   n += rn_tcp_comm_free_all();
   rn_tcp_engine_stop();
   if (n > 0) RN_INFO(NCCL_INIT | NCCL_NET, "closed %d comm(s) left open at finalize", n);
@@ -148,7 +154,7 @@ static ncclResult_t rn_tcp_listen(const struct rn_rails *r, struct rn_handle *h,
     else
       a.in.sin_port = 0;
     RN_CHECK_GOTO(rn_sock_listen(&a, &l->fd[i], &bound), res, out_close);
-    l->nfds++;
+    l->addr[l->nfds++] = bound;
     rn_sockaddr_to_wire(&bound, &w[i]);
   }
   h->nrails = (uint8_t)n;
@@ -157,7 +163,7 @@ static ncclResult_t rn_tcp_listen(const struct rn_rails *r, struct rn_handle *h,
   if (r->standby != NULL && n == r->n && n < RN_TCP_MAX_ADDRS && n < RN_RDV_MAX_LFDS) {
     union rn_sockaddr bound, a = rn_tcp_any_port(rn_tcp_ifs[r->standby->table_index].addr);
     if (rn_sock_listen(&a, &l->fd[n], &bound) == ncclSuccess) {
-      l->nfds++;
+      l->addr[l->nfds++] = bound;
       l->has_standby = 1;
       l->standby = bound;
       rn_sockaddr_to_wire(&bound, &w[n]);
@@ -167,6 +173,11 @@ static ncclResult_t rn_tcp_listen(const struct rn_rails *r, struct rn_handle *h,
     }
   }
   RN_CHECK_GOTO(rn_rdv_create(l->fd, l->nfds, h->nonce, &l->rdv), res, out_close);
+  l->nonce = h->nonce;
+  /* After the addresses: this process's token, so a connector can tell
+   * which of its kept connections lead here. */
+  uint32_t token = rn_tcp_pool_token();
+  memcpy(h->payload + RN_TCP_TOKEN_OFF, &token, sizeof(token));
   rn_shared_list_add(&rn_tcp_live_listens, &l->open);
   *lcomm = l;
   return ncclSuccess;
@@ -218,6 +229,7 @@ static ncclResult_t rn_tcp_connect(const struct rn_rails *r, const struct rn_han
     for (int i = 0; i < r->n; i++) k->locals[i] = rn_tcp_ifs[r->nic[i]->table_index].addr;
     k->nlocals = r->n;
     k->nonce = h->nonce;
+    memcpy(&k->token, h->payload + RN_TCP_TOKEN_OFF, sizeof(k->token));
     /* Every rail gets the same number of streams, at least one. */
     int nstreams = (int)rn_params()->socket_nstreams;
     if (r->n > 1) nstreams = (nstreams + r->n - 1) / r->n * r->n;
@@ -240,6 +252,12 @@ static ncclResult_t rn_tcp_connect(const struct rn_rails *r, const struct rn_han
               k->peer, r->standby != NULL ? r->standby->name : "none",
               peer_standby ? "yes" : "none", r->n, n);
     }
+  }
+  if (k->dial == NULL && k->stage == RN_TCP_CONNECT_DIAL && k->attempts == 0 && !k->pooled &&
+      rn_tcp_pool_take_dial(k->token, k->addrs, k->naddrs, k->locals, k->nlocals, k->nstreams,
+                            k->tc, k->nonce, &k->conn)) {
+    k->pooled = 1;
+    k->stage = RN_TCP_CONNECT_AWAIT_ACK;
   }
   if (k->dial == NULL && k->stage == RN_TCP_CONNECT_DIAL) {
     if (k->retry_at_ms != 0 && rn_clock_ms() < k->retry_at_ms) {
@@ -286,6 +304,16 @@ static ncclResult_t rn_tcp_connect(const struct rn_rails *r, const struct rn_han
       res = ncclRemoteError;
       goto out_free;
     }
+    if (res != ncclSuccess && k->pooled == 1) {
+      /* The peer closed the kept connection meanwhile: dial as usual. */
+      RN_INFO(NCCL_NET, "connect to %s: the kept connection was closed by the peer; dialing",
+              k->peer);
+      rn_rdv_conn_close(&k->conn);
+      k->pooled = 2;
+      k->stage = RN_TCP_CONNECT_DIAL;
+      *state = k;
+      return ncclSuccess;
+    }
     if (res != ncclSuccess) {
       /* Closed before accepting: a busy listener dropped us, or it died
        * (then the next dial is refused, with a WARN). */
@@ -310,11 +338,15 @@ static ncclResult_t rn_tcp_connect(const struct rn_rails *r, const struct rn_han
   }
   struct rn_tcp_comm *c;
   k->stage = RN_TCP_CONNECT_DONE;
-  RN_CHECK_GOTO(rn_tcp_comm_create(&k->conn, 0, &c), res, out_free);
+  RN_CHECK_GOTO(rn_tcp_comm_create(&k->conn, 0, k->pooled == 1, &c), res, out_free);
+  c->pool_token = k->token;
   if (k->standby) rn_tcp_rails_set_standby(c, &k->locals[k->nlocals - 1]);
-  RN_INFO(NCCL_NET, "connected to %s with %d streams, %d helper threads, dead peer after %lld ms",
-          k->peer, c->nstreams, c->nthreads, (long long)rn_params()->socket_timeout_ms);
+  RN_INFO(NCCL_NET,
+          "connected to %s with %d streams (%s), %d helper threads, dead peer after %lld ms",
+          k->peer, c->nstreams, k->pooled == 1 ? "a kept connection" : "dialed", c->nthreads,
+          (long long)rn_params()->socket_timeout_ms);
   if (k->tc >= 0 && (res = rn_tcp_comm_set_class(c, k->tc)) != ncclSuccess) {
+    atomic_store(&c->error, res); /* its sockets' class is unknown: never kept */
     rn_tcp_comm_free(c);
     rn_tcp_connect_abort(k);
     *state = NULL;
@@ -335,6 +367,8 @@ static ncclResult_t rn_tcp_accept(void *lcomm, void **rcomm) {
   struct rn_rdv_conn conn;
   int ready = 0;
   RN_CHECK(rn_rdv_poll(l->rdv, &conn, &ready));
+  int pooled = 0;
+  if (!ready) ready = pooled = rn_tcp_pool_take_accept(l->nonce, l->addr, l->nfds, &conn);
   if (!ready) return ncclSuccess;
   uint8_t ack = RN_TCP_ACCEPT_ACK;
   size_t sent = 0;
@@ -345,12 +379,13 @@ static ncclResult_t rn_tcp_accept(void *lcomm, void **rcomm) {
     return ncclSuccess;
   }
   struct rn_tcp_comm *c;
-  RN_CHECK(rn_tcp_comm_create(&conn, 1, &c));
+  RN_CHECK(rn_tcp_comm_create(&conn, 1, pooled, &c));
   if (l->has_standby) rn_tcp_rails_set_standby(c, &l->standby);
   RN_INFO(NCCL_NET,
-          "accepted a connection from %s with %d streams, %d helper threads, dead peer after %lld "
-          "ms",
-          c->peer, c->nstreams, c->nthreads, (long long)rn_params()->socket_timeout_ms);
+          "accepted a connection from %s with %d streams (%s), %d helper threads, dead peer after "
+          "%lld ms",
+          c->peer, c->nstreams, pooled ? "a kept connection" : "dialed", c->nthreads,
+          (long long)rn_params()->socket_timeout_ms);
   *rcomm = c;
   return ncclSuccess;
 }

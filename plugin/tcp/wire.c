@@ -89,6 +89,8 @@ size_t rn_tcp_wire_hlen(uint8_t type) {
       return sizeof(struct rn_tcp_offer);
     case RN_TCP_MSG_RESUME:
       return sizeof(struct rn_tcp_resume);
+    case RN_TCP_MSG_BYE:
+      return sizeof(struct rn_tcp_bye);
     default:
       return 0;
   }

@@ -27,6 +27,7 @@ enum rn_tcp_msg_type {
   RN_TCP_MSG_DOWN = 5,   /* data streams the sender gave up: sender -> receiver, control */
   RN_TCP_MSG_OFFER = 6,  /* where to reconnect them: receiver -> sender, control */
   RN_TCP_MSG_RESUME = 7, /* first on a moved control connection: both ways */
+  RN_TCP_MSG_BYE = 8,    /* the last message of a comm that closed quiescent: both ways */
 };
 
 /* OFFER flags. */
@@ -157,6 +158,18 @@ struct rn_tcp_resume {
   uint32_t crc;
 };
 
+/* Both ways, the last control message of a side that closed its comm with
+ * nothing in flight, so the connection may serve a later comm between the
+ * same two processes (pool.c).  A side that closes otherwise sends none
+ * and closes its sockets. */
+struct rn_tcp_bye {
+  struct rn_tcp_prefix p;
+  uint32_t msg;      /* control messages this side sent before it (its number) */
+  uint32_t received; /* control messages of the peer this side had read */
+  uint32_t reserved; /* 0 */
+  uint32_t crc;
+};
+
 /* The sizes are wire format; no compiler padding may hide in them. */
 _Static_assert(sizeof(struct rn_tcp_prefix) == 8, "prefix is 8 bytes");
 _Static_assert(sizeof(struct rn_tcp_cts) == 128, "CTS header is 128 bytes");
@@ -166,6 +179,8 @@ _Static_assert(sizeof(struct rn_tcp_ack) == 32, "ACK header is 32 bytes");
 _Static_assert(sizeof(struct rn_tcp_down) == 24, "DOWN header is 24 bytes");
 _Static_assert(sizeof(struct rn_tcp_offer) == 48, "OFFER header is 48 bytes");
 _Static_assert(sizeof(struct rn_tcp_resume) == 32, "RESUME header is 32 bytes");
+_Static_assert(sizeof(struct rn_tcp_bye) == 24, "BYE header is 24 bytes");
+_Static_assert(offsetof(struct rn_tcp_bye, crc) == sizeof(struct rn_tcp_bye) - 4, "crc last");
 _Static_assert(offsetof(struct rn_tcp_resume, crc) == sizeof(struct rn_tcp_resume) - 4, "crc last");
 _Static_assert(offsetof(struct rn_tcp_offer, crc) == sizeof(struct rn_tcp_offer) - 4, "crc last");
 _Static_assert(offsetof(struct rn_tcp_down, crc) == sizeof(struct rn_tcp_down) - 4, "crc last");

@@ -20,6 +20,9 @@ static int log_nwarn;
 static char log_warn[LOG_KEEP][512];
 static int log_head; /* next slot */
 static int log_kept; /* since reset */
+#define LOG_WATCH 8
+static char log_needle[LOG_WATCH][128];
+static int log_seen[LOG_WATCH], log_nwatch;
 
 void rn_logger(ncclDebugLogLevel level, unsigned long flags, const char *file, int line,
                const char *fmt, ...) {
@@ -30,6 +33,11 @@ void rn_logger(ncclDebugLogLevel level, unsigned long flags, const char *file, i
   va_end(ap);
   static int verbose = -1;
   if (verbose < 0) verbose = (int)rn_env_long("RN_CONF_VERBOSE", 0);
+  if (log_nwatch > 0) {
+    pthread_mutex_lock(&log_mu);
+    for (int i = 0; i < log_nwatch; i++) log_seen[i] += strstr(msg, log_needle[i]) != NULL;
+    pthread_mutex_unlock(&log_mu);
+  }
   if (level == NCCL_LOG_WARN) {
     pthread_mutex_lock(&log_mu);
     log_nwarn++;
@@ -104,6 +112,24 @@ const char *rn_log_last_warn(void) {
     snprintf(copy, sizeof copy, "%s", log_warn[(log_head - 1 + LOG_KEEP) % LOG_KEEP]);
   pthread_mutex_unlock(&log_mu);
   return copy;
+}
+
+int rn_log_watch(const char *needle) {
+  pthread_mutex_lock(&log_mu);
+  int i = 0;
+  while (i < log_nwatch && strcmp(log_needle[i], needle) != 0) i++;
+  if (i == log_nwatch && i < LOG_WATCH)
+    snprintf(log_needle[log_nwatch++], sizeof log_needle[0], "%s", needle);
+  if (i < LOG_WATCH) log_seen[i] = 0;
+  pthread_mutex_unlock(&log_mu);
+  return i < LOG_WATCH ? i : -1;
+}
+
+int rn_log_seen(int watch) {
+  pthread_mutex_lock(&log_mu);
+  int n = watch >= 0 && watch < log_nwatch ? log_seen[watch] : -1;
+  pthread_mutex_unlock(&log_mu);
+  return n;
 }
 
 void rn_log_reset(void) {

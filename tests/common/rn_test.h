@@ -92,6 +92,11 @@ const char *rn_log_last_warn(void);
  * WARN when NULL), copied into buf; 0 when none. */
 int rn_log_first_warn(const char *needle, char *buf, size_t len);
 void rn_log_reset(void);
+/* Count the lines of every level (INFO too) that contain needle, from now
+ * on (a needle watched again restarts from 0); at most 8 needles.  Returns
+ * the watch for rn_log_seen, -1 when none is left. */
+int rn_log_watch(const char *needle);
+int rn_log_seen(int watch);
 
 /* ---- version-neutral plugin view (netapi.c) --------------------------- */
 struct rn_props {

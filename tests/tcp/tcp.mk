@@ -40,3 +40,8 @@ TEST_PROGS += $(TCP_TC_TEST)
 TCP_CLOSE_TEST := $(BUILD)/tests/tcp/test_close
 $(eval $(call rn_harness_prog,$(TCP_CLOSE_TEST),$(BUILD)/tests/tcp/test_close.o))
 TEST_PROGS += $(TCP_CLOSE_TEST)
+# Connection reuse across comms: kept after a quiescent close, reused by
+# the next pair, never after anything was left in flight; fork, bounds.
+TCP_POOL_TEST := $(BUILD)/tests/tcp/test_pool
+$(eval $(call rn_harness_prog,$(TCP_POOL_TEST),$(BUILD)/tests/tcp/test_pool.o))
+TEST_PROGS += $(TCP_POOL_TEST)

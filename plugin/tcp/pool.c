@@ -1,0 +1,490 @@
+/* Connection reuse: the sockets of a comm that closed with nothing in
+ * flight are kept, and the next comm between the same two processes over
+ * the same addresses takes them instead of dialing (PROTOCOL.md, Reuse).
+ *
+ * A side that closes its comm quiescent sends BYE (its message count, and
+ * how many of the peer's messages it read) and keeps the connection.  Once
+ * a side holds both BYEs, the connection is reusable when the receiver had
+ * read every message the sender sent; both sides decide alike from the
+ * same two BYEs.  A connector takes a reusable connection to the handle's
+ * process (the token the listener put in the handle) over the same
+ * addresses and traffic class, sends a REUSE hello with the new handle's
+ * nonce and awaits the accept byte, as after a dial.  The accepting
+ * process reads that hello in whichever of its listeners accepts next,
+ * and the listener of that nonce takes the connection.  Anything else on a
+ * kept connection (EOF, an error, bytes out of turn, a header that fails
+ * its checks) closes it, and so its peer's copy.
+ *
+ * One lock; entries are few (RAILNET_SOCKET_POOL) and touched only at
+ * connect, accept and close, never on the data path.  A forked child
+ * forgets its parent's entries (closing only its own copies of the
+ * descriptors) and draws a token of its own. */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include "railnet/clock.h"
+#include "railnet/param.h"
+#include "tcp.h"
+
+#define RN_TCP_POOL_IN 256 /* the largest header a kept connection reads (CTS: 128) */
+
+enum rn_tcp_pool_state {
+  RN_TCP_POOL_WAIT_BYE = 0, /* the peer's BYE not read yet */
+  RN_TCP_POOL_READY,        /* both BYEs, and they agree: reusable */
+  RN_TCP_POOL_CLAIMED,      /* accepting side: a REUSE hello read, awaiting its listener */
+};
+
+struct rn_tcp_pooled {
+  struct rn_tcp_pooled *next;
+  int recv; /* the accepting side, whose comm received */
+  int state;
+  int tc;                       /* connecting side: the traffic class on its sockets, -1 none */
+  uint32_t token;               /* connecting side: the peer process */
+  int64_t since_ms;             /* kept since; CLAIMED: claimed since */
+  uint32_t my_msg, my_received; /* this side's BYE */
+  uint64_t nonce;               /* CLAIMED: the comm it is for */
+  struct rn_rdv_conn conn;
+  char name[64]; /* the peer, for messages */
+  union rn_sockaddr ctrl_local, ctrl_peer;
+  union rn_sockaddr local[RN_TCP_MAX_STREAMS], peer[RN_TCP_MAX_STREAMS];
+  uint8_t in[RN_TCP_POOL_IN]; /* a header or hello being read */
+  size_t in_len;
+};
+
+static pthread_mutex_t rn_tcp_pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+  pid_t pid;                  /* the process the entries belong to */
+  uint32_t token;             /* this process's, 0 until drawn */
+  int epfd;                   /* every entry's control socket, for readability; -1 none */
+  int n;                      /* entries */
+  int closed;                 /* between fini and the next init: nothing is kept */
+  struct rn_tcp_pooled *head; /* newest first */
+} rn_tcp_pool = {.epfd = -1};
+
+static void rn_tcp_pool_close_fds(struct rn_tcp_pooled *e) { rn_rdv_conn_close(&e->conn); }
+
+/* Lock held.  A forked child holds copies of its parent's descriptors:
+ * close those copies (the parent's sockets live on), never touch the
+ * shared epoll set, and start afresh with a token of its own. */
+static void rn_tcp_pool_check_fork(void) {
+  pid_t me = getpid();
+  if (rn_tcp_pool.pid == me) return;
+  if (rn_tcp_pool.pid != 0) {
+    for (struct rn_tcp_pooled *e = rn_tcp_pool.head, *next; e != NULL; e = next) {
+      next = e->next;
+      rn_tcp_pool_close_fds(e);
+      free(e);
+    }
+    if (rn_tcp_pool.epfd >= 0) close(rn_tcp_pool.epfd);
+    rn_tcp_pool.head = NULL;
+    rn_tcp_pool.n = 0;
+    rn_tcp_pool.epfd = -1;
+    rn_tcp_pool.token = 0;
+  }
+  rn_tcp_pool.pid = me;
+}
+
+/* Lock held: take e off the list and out of the epoll set (its sockets
+ * stay open). */
+static void rn_tcp_pool_unlink(struct rn_tcp_pooled *e) {
+  for (struct rn_tcp_pooled **pp = &rn_tcp_pool.head; *pp != NULL; pp = &(*pp)->next) {
+    if (*pp != e) continue;
+    *pp = e->next;
+    rn_tcp_pool.n--;
+    break;
+  }
+  if (rn_tcp_pool.epfd >= 0) epoll_ctl(rn_tcp_pool.epfd, EPOLL_CTL_DEL, e->conn.ctrl_fd, NULL);
+}
+
+/* Lock held: close a kept connection, saying why (its peer sees EOF and
+ * drops its own copy). */
+static void rn_tcp_pool_drop(struct rn_tcp_pooled *e, const char *why) {
+  RN_INFO(NCCL_NET, "kept connection %s %s closed: %s", e->recv ? "from" : "to", e->name, why);
+  rn_tcp_pool_unlink(e);
+  rn_tcp_pool_close_fds(e);
+  free(e);
+}
+
+uint32_t rn_tcp_pool_token(void) {
+  if (rn_params()->socket_pool == 0) return 0;
+  pthread_mutex_lock(&rn_tcp_pool_lock);
+  rn_tcp_pool_check_fork();
+  while (rn_tcp_pool.token == 0) rn_tcp_pool.token = (uint32_t)rn_rdv_random64();
+  uint32_t t = rn_tcp_pool.token;
+  pthread_mutex_unlock(&rn_tcp_pool_lock);
+  return t;
+}
+
+/* Read into e->in until it holds `want` bytes: 1 then, 0 when the socket
+ * has no more now, -1 at EOF or an error (why set). */
+static int rn_tcp_pool_fill(struct rn_tcp_pooled *e, size_t want, const char **why) {
+  while (e->in_len < want) {
+    ssize_t k = recv(e->conn.ctrl_fd, e->in + e->in_len, want - e->in_len, MSG_DONTWAIT);
+    if (k > 0) {
+      e->in_len += (size_t)k;
+      continue;
+    }
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+    *why = k == 0 ? "the peer closed it" : "a socket error";
+    return -1;
+  }
+  return 1;
+}
+
+/* The peer's BYE: reusable when the receiver read every message the
+ * sender sent (both sides compute this from the same two BYEs). */
+static int rn_tcp_pool_on_bye(struct rn_tcp_pooled *e, uint32_t peer_msg, uint32_t peer_received,
+                              const char **why) {
+  int agree = e->recv ? peer_msg == e->my_received : peer_received == e->my_msg;
+  if (!agree) {
+    *why = "messages were left unread when the comms closed";
+    return -1;
+  }
+  e->state = RN_TCP_POOL_READY;
+  e->since_ms = rn_clock_ms();
+  return 0;
+}
+
+/* Lock held: read what arrived on a kept connection.  0 keep it, -1 close
+ * it (why set). */
+static int rn_tcp_pool_step(struct rn_tcp_pooled *e, const char **why) {
+  for (;;) {
+    if (e->state == RN_TCP_POOL_CLAIMED || (e->state == RN_TCP_POOL_READY && !e->recv)) {
+      /* Nothing may arrive now: the peer awaits the accept byte, or (a
+       * connector's ready entry) has nothing to say until it is reused. */
+      char b;
+      ssize_t k = recv(e->conn.ctrl_fd, &b, 1, MSG_DONTWAIT | MSG_PEEK);
+      if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return 0;
+      *why = k == 0 ? "the peer closed it" : k > 0 ? "bytes arrived out of turn" : "a socket error";
+      return -1;
+    }
+    if (e->state == RN_TCP_POOL_READY) { /* accepting side: a REUSE hello */
+      int r = rn_tcp_pool_fill(e, sizeof(struct rn_hello), why);
+      if (r <= 0) return r;
+      struct rn_hello h;
+      memcpy(&h, e->in, sizeof(h));
+      e->in_len = 0;
+      if (h.magic != RN_HELLO_MAGIC || h.version != RN_WIRE_VERSION || h.role != RN_ROLE_REUSE ||
+          h.index != 0 || h.nstreams != (uint32_t)e->conn.nstreams || h.nlocals != 0) {
+        *why = "its reuse hello is malformed";
+        return -1;
+      }
+      e->state = RN_TCP_POOL_CLAIMED;
+      e->nonce = h.nonce;
+      e->since_ms = rn_clock_ms();
+      continue;
+    }
+    /* WAIT_BYE: the peer's last messages, then its BYE. */
+    int r = rn_tcp_pool_fill(e, sizeof(struct rn_tcp_prefix), why);
+    if (r <= 0) return r;
+    struct rn_tcp_prefix p;
+    memcpy(&p, e->in, sizeof(p));
+    size_t hlen = rn_tcp_wire_hlen(p.type);
+    /* Before its BYE a receiver may still send what answers the sends
+     * (clear-to-sends, acknowledgements, offers); a sender nothing. */
+    int allowed = p.type == RN_TCP_MSG_BYE ||
+                  (!e->recv && (p.type == RN_TCP_MSG_CTS || p.type == RN_TCP_MSG_ACK ||
+                                p.type == RN_TCP_MSG_OFFER));
+    if (!allowed || p.hlen != hlen || hlen > sizeof(e->in) || p.plen != 0) {
+      *why = "a message arrived after the comm closed";
+      return -1;
+    }
+    r = rn_tcp_pool_fill(e, hlen, why);
+    if (r <= 0) return r;
+    if (!rn_tcp_wire_crc_ok(e->in, hlen)) {
+      *why = "a header failed its checksum";
+      return -1;
+    }
+    e->in_len = 0;
+    if (p.type != RN_TCP_MSG_BYE) continue;
+    struct rn_tcp_bye b;
+    memcpy(&b, e->in, sizeof(b));
+    if (rn_tcp_pool_on_bye(e, b.msg, b.received, why) != 0) return -1;
+  }
+}
+
+/* Lock held: read every kept connection with something to read, and close
+ * those past their time: a connector's after RAILNET_SOCKET_POOL_IDLE_MS,
+ * an acceptor's after twice that (so a connector rarely reuses one its
+ * peer just closed), a claimed one not accepted within the connect
+ * timeout. */
+static void rn_tcp_pool_service(void) {
+  if (rn_tcp_pool.epfd < 0) return;
+  struct epoll_event ev[32];
+  int n;
+  do {
+    n = epoll_wait(rn_tcp_pool.epfd, ev, 32, 0);
+    for (int i = 0; i < n; i++) {
+      struct rn_tcp_pooled *e = ev[i].data.ptr;
+      const char *why = NULL;
+      if (rn_tcp_pool_step(e, &why) != 0) rn_tcp_pool_drop(e, why);
+    }
+  } while (n == 32);
+  const struct rn_params *p = rn_params();
+  const int64_t now = rn_clock_ms();
+  for (struct rn_tcp_pooled *e = rn_tcp_pool.head, *next; e != NULL; e = next) {
+    next = e->next;
+    int64_t age = now - e->since_ms;
+    if (e->state == RN_TCP_POOL_CLAIMED ? age > p->connect_timeout_ms
+                                        : age > p->socket_pool_idle_ms * (e->recv ? 2 : 1))
+      rn_tcp_pool_drop(e, e->state == RN_TCP_POOL_CLAIMED ? "no listener took it"
+                                                          : "idle for RAILNET_SOCKET_POOL_IDLE_MS");
+  }
+}
+
+/* Why the comm cannot be kept, or NULL when nothing is in flight either
+ * way and it never failed over. */
+static const char *rn_tcp_pool_busy(struct rn_tcp_comm *c) {
+  if (atomic_load(&c->error) != ncclSuccess) return "the comm failed";
+  if (atomic_load(&c->peer_closed) && !c->peer_bye) return "the peer closed its sockets";
+  if (c->move.epoch != 0 || c->move.state != RN_TCP_CTL_UP) return "its control connection moved";
+  for (int i = 0; i < c->nrails; i++)
+    if (atomic_load(&c->rail[i].failures) != 0 || atomic_load(&c->rail[i].state) != RN_TCP_RAIL_UP)
+      return "a rail failed";
+  if (c->nbacklog != 0 || c->down_pending != 0) return "chunks wait for a rail";
+  for (int i = 0; i < RN_TCP_NREQS && atomic_load(&c->reqs[i].gen) != 0; i++)
+    if (c->reqs[i].state == RN_TCP_REQ_ACTIVE) return "requests are still active";
+  if (c->rx_left != 0 || c->rx_unexpected != NULL) return "a message is half read";
+  if (c->nheld != 0) return "eager messages were never received";
+  if (c->in_len > RN_TCP_POOL_IN || (c->peer_bye && c->in_len != 0))
+    return "control input is unread";
+  if (c->is_recv && atomic_load(&c->stream_work) != 0) return "streamed messages are arriving";
+  for (int i = 0; i < c->nstreams; i++) {
+    struct rn_tcp_stream *s = &c->stream[i];
+    if (atomic_load(&s->dead) || s->lost || atomic_load(&s->retire)) return "a data stream ended";
+    if (s->off != 0 || s->rx_req != NULL || s->rx_discard) return "a chunk is half moved";
+    if (!c->is_recv && s->queue_head != s->queue_tail) return "chunks are still queued";
+    int unread = 0;
+    if (c->is_recv && (ioctl(s->fd, FIONREAD, &unread) != 0 || unread != 0))
+      return "a data stream holds unread bytes";
+  }
+  return NULL;
+}
+
+/* Lock held: keep e, evicting the oldest entry when full. */
+static void rn_tcp_pool_add(struct rn_tcp_pooled *e) {
+  if (rn_tcp_pool.epfd < 0) rn_tcp_pool.epfd = epoll_create1(EPOLL_CLOEXEC);
+  struct epoll_event ev = {.events = EPOLLIN, .data.ptr = e};
+  if (rn_tcp_pool.epfd < 0 || epoll_ctl(rn_tcp_pool.epfd, EPOLL_CTL_ADD, e->conn.ctrl_fd, &ev)) {
+    RN_INFO(NCCL_NET, "kept connection to %s closed: epoll: %s", e->name, strerror(errno));
+    rn_tcp_pool_close_fds(e);
+    free(e);
+    return;
+  }
+  while (rn_tcp_pool.n >= rn_params()->socket_pool && rn_tcp_pool.head != NULL) {
+    struct rn_tcp_pooled *old = rn_tcp_pool.head;
+    while (old->next != NULL) old = old->next;
+    rn_tcp_pool_drop(old, "the pool is full (RAILNET_SOCKET_POOL)");
+  }
+  e->next = rn_tcp_pool.head;
+  rn_tcp_pool.head = e;
+  rn_tcp_pool.n++;
+}
+
+int rn_tcp_pool_put(struct rn_tcp_comm *c) {
+  if (rn_params()->socket_pool == 0 || (!c->is_recv && c->pool_token == 0)) return 0;
+  const char *side = c->is_recv ? "receive" : "send";
+  const char *busy = rn_tcp_pool_busy(c);
+  if (busy == NULL) {
+    /* Whatever waits in the output queue (a batch of small receives'
+     * clear-to-sends, acknowledgements) leaves first. */
+    c->lazy_polls = RN_TCP_CTS_POLLS;
+    if (!atomic_load(&c->peer_closed) && rn_tcp_ctl_flush(c) != ncclSuccess)
+      busy = "the comm failed";
+    else if (!atomic_load(&c->peer_closed) && c->out_head != c->out_tail)
+      busy = "control output is still queued";
+  }
+  struct rn_tcp_pooled *e = busy == NULL ? calloc(1, sizeof(*e)) : NULL;
+  if (busy == NULL && e == NULL) busy = "out of memory";
+  /* BYE goes out whole or not at all (POLLOUT: room for far more than
+   * one header), so a peer never sees half of it. */
+  struct rn_tcp_bye b = {.msg = c->msg_out, .received = c->msg_in};
+  rn_tcp_wire_seal(&b, RN_TCP_MSG_BYE, 0, 0);
+  struct pollfd pf = {.fd = c->ctrl_fd, .events = POLLOUT};
+  if (busy == NULL &&
+      (poll(&pf, 1, 0) != 1 || !(pf.revents & POLLOUT) ||
+       send(c->ctrl_fd, &b, sizeof(b), MSG_DONTWAIT | MSG_NOSIGNAL) != (ssize_t)sizeof(b)))
+    busy = "the control connection takes no more bytes";
+  if (busy != NULL) {
+    RN_INFO(NCCL_NET, "%s comm with %s: connection not kept for reuse: %s", side, c->peer, busy);
+    free(e);
+    return 0;
+  }
+  e->recv = c->is_recv;
+  e->tc = c->tc;
+  e->token = c->pool_token;
+  e->since_ms = rn_clock_ms();
+  e->my_msg = b.msg;
+  e->my_received = b.received;
+  snprintf(e->name, sizeof(e->name), "%s", c->peer);
+  e->conn.ctrl_fd = c->ctrl_fd;
+  e->conn.nstreams = c->nstreams;
+  for (int i = 0; i < RN_RDV_MAX_STREAMS; i++) e->conn.data_fd[i] = -1;
+  socklen_t len = sizeof(e->ctrl_local);
+  getsockname(c->ctrl_fd, &e->ctrl_local.sa, &len);
+  len = sizeof(e->ctrl_peer);
+  getpeername(c->ctrl_fd, &e->ctrl_peer.sa, &len);
+  for (int i = 0; i < c->nstreams; i++) {
+    e->conn.data_fd[i] = c->stream[i].fd;
+    len = sizeof(e->local[i]);
+    getsockname(c->stream[i].fd, &e->local[i].sa, &len);
+    len = sizeof(e->peer[i]);
+    getpeername(c->stream[i].fd, &e->peer[i].sa, &len);
+    c->stream[i].fd = -1;
+  }
+  c->ctrl_fd = -1;
+  /* Bytes of a message the comm had begun to read (a sender's late
+   * clear-to-send) continue here. */
+  memcpy(e->in, c->in, c->in_len);
+  e->in_len = c->in_len;
+  const char *why = NULL;
+  if (c->peer_bye && rn_tcp_pool_on_bye(e, c->bye_msg, c->bye_received, &why) != 0) {
+    RN_INFO(NCCL_NET, "%s comm with %s: connection not kept for reuse: %s", side, c->peer, why);
+    rn_tcp_pool_close_fds(e);
+    free(e);
+    return 1; /* its sockets are closed: nothing left for the caller */
+  }
+  pthread_mutex_lock(&rn_tcp_pool_lock);
+  rn_tcp_pool_check_fork();
+  if (rn_tcp_pool.closed) {
+    pthread_mutex_unlock(&rn_tcp_pool_lock);
+    rn_tcp_pool_close_fds(e);
+    free(e);
+    return 1;
+  }
+  RN_INFO(NCCL_NET, "%s comm with %s: connection kept for reuse (%d streams)", side, c->peer,
+          e->conn.nstreams);
+  rn_tcp_pool_add(e);
+  rn_tcp_pool_service();
+  pthread_mutex_unlock(&rn_tcp_pool_lock);
+  return 1;
+}
+
+/* Nothing may be waiting on a kept connection's data streams: not a byte
+ * (the next comm would take it for its own), not an EOF.  1 when clean;
+ * else why. */
+static int rn_tcp_pool_streams_clean(const struct rn_tcp_pooled *e, const char **why) {
+  struct pollfd pf[RN_TCP_MAX_STREAMS];
+  for (int i = 0; i < e->conn.nstreams; i++) pf[i] = (struct pollfd){e->conn.data_fd[i], POLLIN, 0};
+  int n = poll(pf, (nfds_t)e->conn.nstreams, 0);
+  if (n == 0) return 1;
+  *why = n < 0 ? "poll failed" : "a data stream was written to or closed";
+  return 0;
+}
+
+/* A connector's entry serves a dial of these addresses: the control
+ * connection to addrs[0], stream i to addrs[i % naddrs] from
+ * locals[i % nlocals] (rn_rdv_dial_create_from). */
+static int rn_tcp_pool_matches(const struct rn_tcp_pooled *e, const union rn_sockaddr *addrs,
+                               int naddrs, const union rn_sockaddr *locals, int nlocals,
+                               int nstreams) {
+  if (e->conn.nstreams != nstreams || naddrs < 1 ||
+      !rn_sockaddr_same_host(&e->ctrl_peer, &addrs[0]))
+    return 0;
+  for (int i = 0; i < nstreams; i++) {
+    if (!rn_sockaddr_same_host(&e->peer[i], &addrs[i % naddrs])) return 0;
+    if (nlocals > 0 && !rn_sockaddr_same_host(&e->local[i], &locals[i % nlocals])) return 0;
+  }
+  return 1;
+}
+
+int rn_tcp_pool_take_dial(uint32_t token, const union rn_sockaddr *addrs, int naddrs,
+                          const union rn_sockaddr *locals, int nlocals, int nstreams, int tc,
+                          uint64_t nonce, struct rn_rdv_conn *conn) {
+  if (token == 0 || rn_params()->socket_pool == 0) return 0;
+  struct rn_tcp_pooled *e;
+  pthread_mutex_lock(&rn_tcp_pool_lock);
+  rn_tcp_pool_check_fork();
+  rn_tcp_pool_service();
+  const char *why = NULL;
+  for (e = rn_tcp_pool.head; e != NULL; e = e->next) {
+    if (e->recv || e->state != RN_TCP_POOL_READY || e->token != token || e->tc != tc ||
+        !rn_tcp_pool_matches(e, addrs, naddrs, locals, nlocals, nstreams))
+      continue;
+    if (rn_tcp_pool_streams_clean(e, &why)) break;
+    rn_tcp_pool_drop(e, why);
+    e = NULL;
+    break;
+  }
+  if (e != NULL) rn_tcp_pool_unlink(e);
+  pthread_mutex_unlock(&rn_tcp_pool_lock);
+  if (e == NULL) return 0;
+  struct rn_hello h = {.magic = RN_HELLO_MAGIC,
+                       .version = RN_WIRE_VERSION,
+                       .role = RN_ROLE_REUSE,
+                       .nonce = nonce,
+                       .conn_id = rn_rdv_random64(),
+                       .nstreams = (uint32_t)nstreams};
+  if (send(e->conn.ctrl_fd, &h, sizeof(h), MSG_DONTWAIT | MSG_NOSIGNAL) != (ssize_t)sizeof(h)) {
+    RN_INFO(NCCL_NET, "kept connection to %s closed: its reuse hello did not go out: %s", e->name,
+            strerror(errno));
+    rn_tcp_pool_close_fds(e);
+    free(e);
+    return 0;
+  }
+  *conn = e->conn;
+  free(e);
+  return 1;
+}
+
+int rn_tcp_pool_take_accept(uint64_t nonce, const union rn_sockaddr *lis, int nlis,
+                            struct rn_rdv_conn *conn) {
+  if (rn_params()->socket_pool == 0) return 0;
+  struct rn_tcp_pooled *e;
+  pthread_mutex_lock(&rn_tcp_pool_lock);
+  rn_tcp_pool_check_fork();
+  rn_tcp_pool_service();
+  for (e = rn_tcp_pool.head; e != NULL; e = e->next)
+    if (e->recv && e->state == RN_TCP_POOL_CLAIMED && e->nonce == nonce) break;
+  if (e != NULL) {
+    /* The nonce is this listener's: its sockets must be on its addresses. */
+    int ok = 0;
+    for (int j = 0; j < nlis; j++) ok |= rn_sockaddr_same_host(&e->ctrl_local, &lis[j]);
+    for (int i = 0; i < e->conn.nstreams && ok; i++) {
+      int found = 0;
+      for (int j = 0; j < nlis; j++) found |= rn_sockaddr_same_host(&e->local[i], &lis[j]);
+      ok = found;
+    }
+    const char *why = NULL;
+    if (!ok) {
+      RN_WARN("%s asked to reuse a connection on addresses this listener does not serve; closed",
+              e->name);
+      rn_tcp_pool_drop(e, "it is on other addresses than its listener's");
+      e = NULL;
+    } else if (!rn_tcp_pool_streams_clean(e, &why)) {
+      rn_tcp_pool_drop(e, why); /* the connector sees EOF and dials */
+      e = NULL;
+    } else {
+      rn_tcp_pool_unlink(e);
+    }
+  }
+  pthread_mutex_unlock(&rn_tcp_pool_lock);
+  if (e == NULL) return 0;
+  *conn = e->conn;
+  free(e);
+  return 1;
+}
+
+void rn_tcp_pool_fini(void) {
+  pthread_mutex_lock(&rn_tcp_pool_lock);
+  rn_tcp_pool_check_fork();
+  rn_tcp_pool.closed = 1;
+  while (rn_tcp_pool.head != NULL) rn_tcp_pool_drop(rn_tcp_pool.head, "finalize");
+  if (rn_tcp_pool.epfd >= 0) close(rn_tcp_pool.epfd);
+  rn_tcp_pool.epfd = -1;
+  pthread_mutex_unlock(&rn_tcp_pool_lock);
+}
+
+void rn_tcp_pool_start(void) {
+  pthread_mutex_lock(&rn_tcp_pool_lock);
+  rn_tcp_pool.closed = 0;
+  pthread_mutex_unlock(&rn_tcp_pool_lock);
+}

@@ -1,0 +1,464 @@
+/* Connection reuse across comms (plugin/tcp/pool.c): a comm pair that
+ * closed with nothing in flight leaves its connection to the next comm
+ * between the same processes, which then starts without a handshake; a
+ * pair that closed with anything in flight (a receive never satisfied, an
+ * eager message never received) leaves nothing, and the next comm dials.
+ * Every transfer is verified, whatever the path.  Both ends live in one
+ * process on loopback; a forked child and re-executed copies of this
+ * program (for settings read once per process) cover fork and the
+ * RAILNET_SOCKET_POOL bounds.  The log's INFO lines say which path each
+ * comm took. */
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "../common/rn_test.h"
+
+#define MAXLEN (1 << 20)
+
+struct pair {
+  void *lc, *sc, *rc, *smh, *rmh;
+  int port; /* the listener's (rail 0) */
+};
+
+static char *sbuf, *rbuf;
+static int w_kept, w_reused, w_dialed, w_not_kept;
+
+static void watch_all(void) {
+  w_kept = rn_log_watch("connection kept for reuse");
+  w_reused = rn_log_watch("(a kept connection)");
+  w_dialed = rn_log_watch("(dialed)");
+  w_not_kept = rn_log_watch("connection not kept for reuse");
+}
+
+static int open_fds(void) {
+  DIR *d = opendir("/proc/self/fd");
+  int n = 0;
+  if (d == NULL) return -1;
+  while (readdir(d) != NULL) n++;
+  closedir(d);
+  return n - 3; /* ".", ".." and the directory's own descriptor */
+}
+
+/* Connect and accept on a listen comm already open (p->lc, handle). */
+static ncclResult_t join(struct rn_net *n, struct pair *p, void *handle) {
+  ncclResult_t r = ncclSuccess;
+  double end = rn_deadline(20);
+  while (r == ncclSuccess && (p->sc == NULL || p->rc == NULL) && now_s() < end) {
+    if (p->sc == NULL) r = rn_net_connect(n, 0, handle, &p->sc);
+    if (r == ncclSuccess && p->rc == NULL) r = rn_net_accept(n, p->lc, &p->rc);
+  }
+  if (r == ncclSuccess && (p->sc == NULL || p->rc == NULL)) r = ncclInternalError;
+  if (r == ncclSuccess) r = rn_net_regmr(n, p->sc, sbuf, MAXLEN, NCCL_PTR_HOST, &p->smh);
+  if (r == ncclSuccess) r = rn_net_regmr(n, p->rc, rbuf, MAXLEN, NCCL_PTR_HOST, &p->rmh);
+  return r;
+}
+
+/* The handle: a 16-byte header, then the listeners' addresses (family,
+ * reserved, port in network order, address). */
+static int handle_port(const char *handle) {
+  uint16_t port;
+  memcpy(&port, handle + 16 + 2, sizeof(port));
+  return ntohs(port);
+}
+
+/* The sockets of connections dialed to listener port `port`: the accepting
+ * side's (local port == port) or the connecting side's (peer port ==
+ * port), in descriptor order. */
+static int sockets_of(int port, int accepting, int *fds, int max) {
+  DIR *d = opendir("/proc/self/fd");
+  int n = 0;
+  if (d == NULL) return 0;
+  for (struct dirent *de; (de = readdir(d)) != NULL && n < max;) {
+    int fd = atoi(de->d_name);
+    struct sockaddr_in a, b;
+    socklen_t la = sizeof(a), lb = sizeof(b);
+    if (de->d_name[0] == '.' || fd == dirfd(d) || getsockname(fd, (struct sockaddr *)&a, &la) != 0 ||
+        getpeername(fd, (struct sockaddr *)&b, &lb) != 0 || a.sin_family != AF_INET)
+      continue;
+    if (ntohs(accepting ? a.sin_port : b.sin_port) == port) fds[n++] = fd;
+  }
+  closedir(d);
+  for (int i = 1; i < n; i++) /* insertion sort */
+    for (int j = i; j > 0 && fds[j - 1] > fds[j]; j--) {
+      int t = fds[j];
+      fds[j] = fds[j - 1];
+      fds[j - 1] = t;
+    }
+  return n;
+}
+
+static ncclResult_t open_pair(struct rn_net *n, struct pair *p) {
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  memset(p, 0, sizeof(*p));
+  ncclResult_t r = rn_net_listen(n, 0, handle, &p->lc);
+  p->port = handle_port(handle);
+  return r == ncclSuccess ? join(n, p, handle) : r;
+}
+
+/* Close in the given order (send first or receive first), then the
+ * listener; every result checked. */
+static int close_pair(struct rn_net *n, struct pair *p, int send_first) {
+  ncclResult_t a = ncclSuccess, b = ncclSuccess, l = ncclSuccess;
+  if (p->smh != NULL) rn_net_deregmr(n, p->sc, p->smh);
+  if (p->rmh != NULL) rn_net_deregmr(n, p->rc, p->rmh);
+  if (send_first && p->sc != NULL) a = rn_net_close_send(n, p->sc);
+  if (p->rc != NULL) b = rn_net_close_recv(n, p->rc);
+  if (!send_first && p->sc != NULL) a = rn_net_close_send(n, p->sc);
+  if (p->lc != NULL) l = rn_net_close_listen(n, p->lc);
+  memset(p, 0, sizeof(*p));
+  return a == ncclSuccess && b == ncclSuccess && l == ncclSuccess;
+}
+
+/* One message of `size` bytes with `tag`, verified. */
+static int xfer(struct rn_net *n, struct pair *p, size_t size, int tag, uint64_t key, char *why,
+                size_t whylen) {
+  void *rreq = NULL, *sreq = NULL, *d = rbuf;
+  size_t sz = size;
+  ncclResult_t r = ncclSuccess;
+  pattern_fill(sbuf, size, key);
+  memset(rbuf, 0, size);
+  double end = rn_deadline(20);
+  while (r == ncclSuccess && rreq == NULL && now_s() < end)
+    r = rn_net_irecv(n, p->rc, 1, &d, &sz, &tag, &p->rmh, &rreq);
+  while (r == ncclSuccess && sreq == NULL && now_s() < end)
+    r = rn_net_isend(n, p->sc, sbuf, size, tag, p->smh, &sreq);
+  int sdone = 0, rdone = 0, got = -1;
+  while (r == ncclSuccess && (!sdone || !rdone) && now_s() < end) {
+    if (!sdone) r = rn_net_test(n, sreq, &sdone, NULL);
+    if (r == ncclSuccess && !rdone) r = rn_net_test(n, rreq, &rdone, &got);
+  }
+  if (r != ncclSuccess || !sdone || !rdone) {
+    snprintf(why, whylen, "%zu B: %s", size,
+             r != ncclSuccess ? rn_result_str(r) : "not done in time");
+    return 0;
+  }
+  size_t bad = pattern_check(rbuf, size, key);
+  if (got != (int)size || bad != (size_t)-1) {
+    snprintf(why, whylen, "%zu B: received %d B, first bad byte at %zd", size, got, (ssize_t)bad);
+    return 0;
+  }
+  return 1;
+}
+
+static const size_t sizes[] = {8, 65536, 300000, MAXLEN};
+#define NSIZES (sizeof(sizes) / sizeof(sizes[0]))
+
+static int xfer_all(struct rn_net *n, struct pair *p, uint64_t seed, char *why, size_t whylen) {
+  for (size_t i = 0; i < NSIZES; i++)
+    if (!xfer(n, p, sizes[i], (int)i + 1, pattern_key(seed, i, sizes[i]), why, whylen)) return 0;
+  return 1;
+}
+
+/* ---- re-executed copies: settings read once per process -------------- */
+
+/* RAILNET_SOCKET_POOL=0: two pairs in a row, both dialed, nothing kept. */
+static int child_nopool(struct rn_net *n) {
+  char why[256] = "";
+  struct pair p;
+  for (int k = 0; k < 2; k++) {
+    if (open_pair(n, &p) != ncclSuccess || !xfer_all(n, &p, 50 + (uint64_t)k, why, sizeof why))
+      return fprintf(stderr, "pair %d: %s\n", k, why), 1;
+    if (!close_pair(n, &p, 1)) return 1;
+  }
+  if (rn_log_seen(w_kept) != 0 || rn_log_seen(w_reused) != 0 || rn_log_seen(w_dialed) != 4)
+    return fprintf(stderr, "kept %d, reused %d, dialed %d\n", rn_log_seen(w_kept),
+                   rn_log_seen(w_reused), rn_log_seen(w_dialed)),
+           1;
+  return rn_log_warns() == 0 ? 0 : 1;
+}
+
+/* RAILNET_SOCKET_POOL=2: five pairs open at once, all closed quiescent:
+ * two connections kept per side, and the descriptors with them. */
+static int child_bound(struct rn_net *n) {
+  char why[256] = "";
+  struct pair p[5];
+  int base = open_fds();
+  for (int k = 0; k < 5; k++)
+    if (open_pair(n, &p[k]) != ncclSuccess || !xfer(n, &p[k], 8, 1, 9, why, sizeof why))
+      return fprintf(stderr, "pair %d: %s\n", k, why), 1;
+  for (int k = 0; k < 5; k++)
+    if (!close_pair(n, &p[k], 1)) return 1;
+  /* Each side of a kept connection holds 1 + nstreams sockets. */
+  int per = 1 + (int)rn_env_long("RAILNET_SOCKET_NSTREAMS", 4);
+  int held = open_fds() - base;
+  if (held > 2 * per + 1) return fprintf(stderr, "%d descriptors held\n", held), 1;
+  if (rn_log_seen(w_kept) != 10) return fprintf(stderr, "kept %d\n", rn_log_seen(w_kept)), 1;
+  /* The next pair still reuses one of those left. */
+  if (open_pair(n, &p[0]) != ncclSuccess || !xfer_all(n, &p[0], 60, why, sizeof why))
+    return fprintf(stderr, "after: %s\n", why), 1;
+  if (!close_pair(n, &p[0], 1)) return 1;
+  return rn_log_seen(w_reused) == 2 && rn_log_warns() == 0 ? 0 : 1;
+}
+
+static int run_child(const char *self, const char *mode, const char *env) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    rn_apply_env_list(env);
+    execl(self, self, mode, (char *)NULL);
+    _exit(127);
+  }
+  int st = 0;
+  double end = rn_deadline(60);
+  while (waitpid(pid, &st, WNOHANG) == 0) {
+    if (now_s() > end) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &st, 0);
+      return 0;
+    }
+    sleep_us(10000);
+  }
+  return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+static int open_net(struct rn_net *n) {
+  char err[256];
+  if (rn_net_open(n, 12, err, sizeof(err)) != 0 || rn_net_init(n) != ncclSuccess) {
+    fprintf(stderr, "load the plugin: %s\n", err);
+    return -1;
+  }
+  watch_all();
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  rn_default_env();
+  setenv("RAILNET_TRANSPORT", "socket", 1);
+  setenv("RAILNET_SOCKET_IFNAME", "lo", 1);
+  sbuf = malloc(MAXLEN);
+  rbuf = malloc(MAXLEN);
+  struct rn_net n;
+  if (argc == 2) { /* a re-executed copy */
+    if (sbuf == NULL || rbuf == NULL || open_net(&n) != 0) return 1;
+    int rc = strcmp(argv[1], "nopool") == 0 ? child_nopool(&n) : child_bound(&n);
+    rn_net_finalize(&n);
+    rn_net_close(&n);
+    return rc;
+  }
+  tap_plan(12);
+  if (sbuf == NULL || rbuf == NULL || open_net(&n) != 0) {
+    for (int i = 0; i < 12; i++) tap_result(0, "load the plugin");
+    return 1;
+  }
+  char why[256] = "";
+  struct pair p;
+  int ok;
+
+  /* 1-2: a quiescent close keeps the connection; the next pair reuses it. */
+  ok = open_pair(&n, &p) == ncclSuccess && xfer_all(&n, &p, 1, why, sizeof why);
+  ok = close_pair(&n, &p, 1) && ok;
+  tap_result(ok && rn_log_seen(w_dialed) == 2 && rn_log_seen(w_kept) == 2,
+             "a dialed pair moves 8 B .. 1 MiB verified and, closed quiescent (send first), keeps "
+             "its connection on both sides (%s; dialed %d, kept %d)",
+             why, rn_log_seen(w_dialed), rn_log_seen(w_kept));
+  int fds = open_fds();
+  ok = open_pair(&n, &p) == ncclSuccess && xfer_all(&n, &p, 2, why, sizeof why);
+  int fds_open = open_fds();
+  /* Only its listening socket is new. */
+  tap_result(ok && rn_log_seen(w_reused) == 2 && rn_log_seen(w_dialed) == 2 && fds_open == fds + 1,
+             "the next pair takes the kept connection on both sides, opens no socket but its "
+             "listener, and moves 8 B .. 1 MiB verified (%s; reused %d, descriptors %d then %d)",
+             why, rn_log_seen(w_reused), fds, fds_open);
+
+  /* 3: closed receive side first, kept again, and reused again. */
+  ok = close_pair(&n, &p, 0);
+  int kept = rn_log_seen(w_kept);
+  ok = ok && open_pair(&n, &p) == ncclSuccess && xfer_all(&n, &p, 3, why, sizeof why);
+  tap_result(ok && kept == 4 && rn_log_seen(w_reused) == 4 && rn_log_seen(w_dialed) == 2,
+             "closed receive side first, it is kept and reused the same way (%s; kept %d, "
+             "reused %d)",
+             why, kept, rn_log_seen(w_reused));
+  close_pair(&n, &p, 1);
+
+  /* 4: a receive never satisfied: nothing kept, the next pair dials. */
+  rn_log_watch("(dialed)");
+  w_not_kept = rn_log_watch("connection not kept for reuse");
+  ok = open_pair(&n, &p) == ncclSuccess; /* reuses the kept one */
+  {
+    void *rreq = NULL, *d = rbuf;
+    size_t sz = 64;
+    int tag = 7;
+    double end = rn_deadline(20);
+    while (ok && rreq == NULL && now_s() < end)
+      ok = rn_net_irecv(&n, p.rc, 1, &d, &sz, &tag, &p.rmh, &rreq) == ncclSuccess;
+    ok = ok && rreq != NULL;
+  }
+  close_pair(&n, &p, 0);
+  int not_kept = rn_log_seen(w_not_kept);
+  ok = ok && open_pair(&n, &p) == ncclSuccess && xfer_all(&n, &p, 4, why, sizeof why);
+  tap_result(ok && not_kept >= 1 && rn_log_seen(w_dialed) == 2,
+             "a receive left posted at close: the connection is not kept, the next pair dials "
+             "and moves its data verified (%s; not kept %d, dialed %d)",
+             why, not_kept, rn_log_seen(w_dialed));
+  close_pair(&n, &p, 1);
+
+  /* 5: an eager message never received: nothing kept either. */
+  rn_log_watch("(dialed)");
+  rn_log_watch("connection not kept for reuse");
+  ok = open_pair(&n, &p) == ncclSuccess;
+  {
+    /* Two eager messages of one tag; one receive takes the first, and
+     * the second, read with it, stays held. */
+    double end = rn_deadline(20);
+    pattern_fill(sbuf, 100, 5);
+    for (int k = 0; k < 2; k++) {
+      void *sreq = NULL;
+      int done = 0;
+      while (ok && sreq == NULL && now_s() < end)
+        ok = rn_net_isend(&n, p.sc, sbuf, 100, 3, p.smh, &sreq) == ncclSuccess;
+      while (ok && sreq != NULL && !done && now_s() < end)
+        ok = rn_net_test(&n, sreq, &done, NULL) == ncclSuccess;
+      ok = ok && done;
+    }
+    void *rreq = NULL, *d = rbuf;
+    size_t sz = 100;
+    int tag = 3, done = 0, got = 0;
+    while (ok && rreq == NULL && now_s() < end)
+      ok = rn_net_irecv(&n, p.rc, 1, &d, &sz, &tag, &p.rmh, &rreq) == ncclSuccess;
+    while (ok && !done && now_s() < end) ok = rn_net_test(&n, rreq, &done, &got) == ncclSuccess;
+    ok = ok && done && pattern_check(rbuf, 100, 5) == (size_t)-1;
+    /* Both sends were written before the receive was posted: the test()
+     * that completed it read the second one too, which stays held. */
+  }
+  close_pair(&n, &p, 1);
+  not_kept = rn_log_seen(w_not_kept);
+  ok = ok && open_pair(&n, &p) == ncclSuccess && xfer_all(&n, &p, 5, why, sizeof why);
+  tap_result(ok && not_kept >= 1 && rn_log_seen(w_dialed) == 2,
+             "an eager message never received: not kept, the next pair dials and moves its data "
+             "verified (%s; not kept %d, dialed %d)",
+             why, not_kept, rn_log_seen(w_dialed));
+  close_pair(&n, &p, 1);
+
+  /* 6: two listeners open: the kept connection goes to the one whose
+   * handle the connector used, never to the other. */
+  rn_log_watch("(a kept connection)");
+  {
+    char h1[NCCL_NET_HANDLE_MAXSIZE], h2[NCCL_NET_HANDLE_MAXSIZE];
+    struct pair q;
+    memset(&p, 0, sizeof p);
+    memset(&q, 0, sizeof q);
+    ok = rn_net_listen(&n, 0, h1, &p.lc) == ncclSuccess &&
+         rn_net_listen(&n, 0, h2, &q.lc) == ncclSuccess;
+    double end = rn_deadline(20);
+    void *other = NULL;
+    while (ok && (q.sc == NULL || q.rc == NULL) && now_s() < end) {
+      if (q.sc == NULL) ok = rn_net_connect(&n, 0, h2, &q.sc) == ncclSuccess;
+      if (ok && other == NULL) ok = rn_net_accept(&n, p.lc, &other) == ncclSuccess;
+      if (ok && q.rc == NULL) ok = rn_net_accept(&n, q.lc, &q.rc) == ncclSuccess;
+    }
+    ok = ok && other == NULL && q.sc != NULL && q.rc != NULL &&
+         rn_net_regmr(&n, q.sc, sbuf, MAXLEN, NCCL_PTR_HOST, &q.smh) == ncclSuccess &&
+         rn_net_regmr(&n, q.rc, rbuf, MAXLEN, NCCL_PTR_HOST, &q.rmh) == ncclSuccess &&
+         xfer_all(&n, &q, 6, why, sizeof why);
+    int reused = rn_log_seen(w_reused);
+    /* The first listener still works, with a dialed pair. */
+    ok = ok && join(&n, &p, h1) == ncclSuccess && xfer_all(&n, &p, 7, why, sizeof why);
+    tap_result(ok && reused == 2,
+               "with two listeners open, the kept connection goes to the listener whose handle "
+               "was used, and the other accepts nothing until its own peer dials (%s; reused %d)",
+               why, reused);
+    close_pair(&n, &q, 1);
+    close_pair(&n, &p, 1);
+  }
+
+  /* 7: a forked child neither uses nor disturbs its parent's kept
+   * connections; the parent reuses one afterwards. */
+  {
+    pid_t pid = fork();
+    if (pid == 0) {
+      struct pair c;
+      char cwhy[256] = "";
+      rn_log_watch("(a kept connection)");
+      int cok = open_pair(&n, &c) == ncclSuccess && xfer_all(&n, &c, 8, cwhy, sizeof cwhy) &&
+                rn_log_seen(w_reused) == 0;
+      cok = close_pair(&n, &c, 1) && cok;
+      if (!cok) fprintf(stderr, "child: %s\n", cwhy);
+      _exit(cok ? 0 : 1);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    rn_log_watch("(a kept connection)");
+    ok = open_pair(&n, &p) == ncclSuccess && xfer_all(&n, &p, 9, why, sizeof why);
+    tap_result(WIFEXITED(st) && WEXITSTATUS(st) == 0 && ok && rn_log_seen(w_reused) == 2,
+               "a forked child dials its own pairs (reusing nothing of its parent's), and the "
+               "parent then reuses its kept connection with data verified (%s)",
+               why);
+    close_pair(&n, &p, 1);
+  }
+
+  /* 8: churn: 40 pairs in a row, each verified; one connection serves all. */
+  {
+    rn_log_watch("(dialed)");
+    rn_log_watch("(a kept connection)");
+    int fds0 = open_fds(), good = 0;
+    for (int k = 0; k < 40; k++) {
+      int t = open_pair(&n, &p) == ncclSuccess &&
+              xfer(&n, &p, 4096, 1, 100 + (uint64_t)k, why, sizeof why);
+      good += close_pair(&n, &p, k % 2) && t;
+    }
+    tap_result(good == 40 && rn_log_seen(w_dialed) == 0 && rn_log_seen(w_reused) == 80 &&
+                   open_fds() == fds0,
+               "40 pairs opened and closed in a row each move 4 KiB verified over the same kept "
+               "connection (%d good, dialed %d, reused %d, descriptors %d then %d)",
+               good, rn_log_seen(w_dialed), rn_log_seen(w_reused), fds0, open_fds());
+  }
+
+  /* 9: a byte out of turn on either side of a kept connection, on its
+   * control connection or on any data stream: the connection is closed on
+   * both sides (at the next connect, accept or close), and the next pair
+   * dials, or falls back to dialing when its reuse is refused, and moves
+   * its data verified.  Starts from nothing kept (finalize closes all). */
+  {
+    rn_net_finalize(&n);
+    int good = rn_net_init(&n) == ncclSuccess, kept_port = -1, rounds = 0;
+    for (int r = 0; good && r <= 10; r++) {
+      rn_log_watch("(dialed)");
+      good = open_pair(&n, &p) == ncclSuccess && xfer(&n, &p, 300000, 1, 200 + (uint64_t)r, why,
+                                                      sizeof why);
+      int dialed = rn_log_seen(w_dialed);
+      if (dialed == 2) kept_port = p.port;
+      if (dialed != 2) {
+        good = 0;
+        snprintf(why, sizeof why, "round %d: %d comms dialed, expected 2", r, dialed);
+      }
+      good = close_pair(&n, &p, r % 2) && good;
+      if (!good || r == 10) break;
+      /* Rounds 0-4 poison the accepting side's socket r, 5-9 the
+       * connecting side's socket r - 5. */
+      int socks[64], nf = sockets_of(kept_port, r < 5, socks, 64);
+      int which = r % 5;
+      if (nf != 5 || send(socks[which], "x", 1, MSG_DONTWAIT | MSG_NOSIGNAL) != 1) {
+        good = 0;
+        snprintf(why, sizeof why, "round %d: %d kept sockets on port %d", r, nf, kept_port);
+      }
+      rounds++;
+    }
+    tap_result(good && rounds == 10,
+               "a byte out of turn on any of the five sockets of either side of a kept "
+               "connection: it is not reused, the next pair dials (or falls back to dialing) and "
+               "moves 300,000 B verified (%d of 10 rounds; %s)",
+               rounds, why);
+  }
+
+  tap_result(rn_log_warns() == 0, "no WARN in all of the above (last: %s)",
+             rn_log_last_warn() ? rn_log_last_warn() : "none");
+  rn_net_finalize(&n);
+  rn_net_close(&n);
+  char self[4096];
+  ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
+  self[k > 0 ? k : 0] = '\0';
+  tap_result(run_child(self, "nopool", "RAILNET_SOCKET_POOL=0"),
+             "with RAILNET_SOCKET_POOL=0 two pairs in a row both dial, nothing is kept, no WARN");
+  /* Helpers off: their descriptors would count with the kept ones. */
+  tap_result(run_child(self, "bound", "RAILNET_SOCKET_POOL=2,RAILNET_SOCKET_NTHREADS=0"),
+             "with RAILNET_SOCKET_POOL=2, five pairs closed at once keep two connections per side "
+             "(and their descriptors), and the next pair reuses one");
+  free(sbuf);
+  free(rbuf);
+  return tap_failed() ? 1 : 0;
+}
