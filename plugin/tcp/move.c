@@ -110,11 +110,7 @@ void rn_tcp_move_init(struct rn_tcp_comm *c) {
   memset(&a, 0, sizeof(a));
   if (getsockname(c->ctrl_fd, &a.sa, &len) == 0)
     for (int i = 0; i < c->nrails; i++)
-      if (a.sa.sa_family == c->rail[i].local.sa.sa_family &&
-          (a.sa.sa_family == AF_INET
-               ? a.in.sin_addr.s_addr == c->rail[i].local.in.sin_addr.s_addr
-               : memcmp(&a.in6.sin6_addr, &c->rail[i].local.in6.sin6_addr, 16) == 0))
-        m->ctrl_rail = i;
+      if (rn_sockaddr_same_host(&a, &c->rail[i].local)) m->ctrl_rail = i;
   if (c->is_recv) {
     /* Multi-rail: rails of its own, or streams from several of the
      * sender's addresses. */

@@ -10,7 +10,10 @@
  * common descriptor limit.  A benchmark: prints numbers, exits 0 unless a
  * transfer fails.
  *
- *   railnet-comms-bench [--max N] [--iters K] [--api vX] */
+ * Section 4 times a fresh comm to its first byte, dialed against one that
+ * takes a connection a closed comm kept (plugin/tcp/pool.c).
+ *
+ *   railnet-comms-bench [--max N] [--iters K] [--api vX] [--baseline SO] [--section 1-4] */
 #include <dirent.h>
 #include <malloc.h>
 #include <stdio.h>
@@ -31,10 +34,11 @@ struct result {
   int fds0, threads0; /* at the start, before any comm */
   int verified;       /* comms that moved verified data */
   double rtt_us_p50, gbps;
+  double first_us;     /* listen to the first 8 bytes landed, in one process (median) */
   long rss0, rss_idle; /* resident bytes at the start and with every comm up and idle */
 };
 
-enum mode { MODE_ISEND = 0, MODE_HELPERS, MODE_PERF };
+enum mode { MODE_ISEND = 0, MODE_HELPERS, MODE_PERF, MODE_FIRST };
 
 struct cfg {
   int ncomms, iters;
@@ -142,6 +146,42 @@ out:
   return ret;
 }
 
+/* A fresh comm to its first byte, within this process, one thread driving
+ * both ends: listen, connect, accept, then 8 bytes sent and received;
+ * wall time to the receive's completion.  The pair then closes with
+ * nothing in flight, so its connection may serve the next one. */
+static int first_byte(struct rn_peer *p, double *wall_us) {
+  char handle[NCCL_NET_HANDLE_MAXSIZE] = {0};
+  static char sbuf[8] = "railnet", rbuf[8];
+  void *lc = NULL, *sc = NULL, *rc = NULL, *smh = NULL, *rmh = NULL, *sreq = NULL, *rreq = NULL;
+  int ret = -1, sdone = 0, rdone = 0, size = 0;
+  double w0 = now_s(), end = rn_deadline(60);
+  if (rn_net_listen(&p->net, p->dev, handle, &lc) != ncclSuccess) return peer_fail(p, "listen");
+  while ((sc == NULL || rc == NULL) && now_s() < end) {
+    if (sc == NULL && rn_net_connect(&p->net, p->dev, handle, &sc) != ncclSuccess) goto out;
+    if (rc == NULL && rn_net_accept(&p->net, lc, &rc) != ncclSuccess) goto out;
+  }
+  if (sc == NULL || rc == NULL ||
+      rn_net_regmr(&p->net, sc, sbuf, sizeof sbuf, NCCL_PTR_HOST, &smh) != ncclSuccess ||
+      rn_net_regmr(&p->net, rc, rbuf, sizeof rbuf, NCCL_PTR_HOST, &rmh) != ncclSuccess)
+    goto out;
+  if (post(p, rc, 0, rbuf, rmh, &rreq) != 0 || post(p, sc, 1, sbuf, smh, &sreq) != 0) goto out;
+  while ((!sdone || !rdone) && now_s() < end) {
+    if (!rdone && rn_net_test(&p->net, rreq, &rdone, &size) != ncclSuccess) goto out;
+    if (!sdone && rn_net_test(&p->net, sreq, &sdone, NULL) != ncclSuccess) goto out;
+  }
+  *wall_us = (now_s() - w0) * 1e6;
+  ret = sdone && rdone && memcmp(sbuf, rbuf, sizeof sbuf) == 0 ? 0 : -1;
+out:
+  if (ret != 0) peer_fail(p, "first byte of an in-process comm");
+  if (smh != NULL) rn_net_deregmr(&p->net, sc, smh);
+  if (rmh != NULL) rn_net_deregmr(&p->net, rc, rmh);
+  if (sc != NULL && rn_net_close_send(&p->net, sc) != ncclSuccess) ret = peer_fail(p, "closeSend");
+  if (rc != NULL && rn_net_close_recv(&p->net, rc) != ncclSuccess) ret = peer_fail(p, "closeRecv");
+  if (rn_net_close_listen(&p->net, lc) != ncclSuccess) ret = peer_fail(p, "closeListen");
+  return ret;
+}
+
 /* The reverse comm, B to A: A listens, B connects. */
 static int reverse_comm(struct rn_peer *p, void **lc, void **comm) {
   char handle[NCCL_NET_HANDLE_MAXSIZE] = {0};
@@ -160,6 +200,17 @@ static int reverse_comm(struct rn_peer *p, void **lc, void **comm) {
     if (*comm == NULL && now_s() > end) return peer_fail(p, "reverse comm not up");
   }
   return 0;
+}
+
+/* The receiver's result to the runner, then both sides wait for each
+ * other before closing. */
+static int report(struct rn_peer *p, struct result *res) {
+  if (p->role == RN_RECEIVER) {
+    res->fds = count_dir("/proc/self/fd");
+    res->threads = count_dir("/proc/self/task");
+    if (peer_to_parent(p, res, sizeof *res) != 0) return -1;
+  }
+  return peer_sync(p, 60) != 0 ? peer_fail(p, "peer gone") : 0;
 }
 
 static int side(struct rn_peer *p) {
@@ -202,6 +253,16 @@ static int side(struct rn_peer *p) {
     res.self_cpu_us = cpu[4];
   }
   res.rss_idle = rss_bytes();
+  if (c->mode == MODE_FIRST) {
+    if (p->role == RN_RECEIVER) {
+      for (int k = 0; k < c->iters; k++)
+        if (first_byte(p, &t[k]) != 0) goto out;
+      qsort(t, (size_t)c->iters, sizeof(double), cmp_double);
+      res.first_us = t[c->iters / 2];
+    }
+    rc = report(p, &res);
+    goto out;
+  }
   if (c->mode == MODE_HELPERS) {
     /* Every comm moves a verified streamed message (chunks on its data
      * stream, through the engine) and a small one, in turn. */
@@ -218,13 +279,7 @@ static int side(struct rn_peer *p) {
       if (rn_stream_run(&st, 60) != 0) goto out;
       res.verified++;
     }
-    if (p->role == RN_RECEIVER) {
-      res.fds = count_dir("/proc/self/fd");
-      res.threads = count_dir("/proc/self/task");
-      if (peer_to_parent(p, &res, sizeof res) != 0) goto out;
-    }
-    rc = 0;
-    if (peer_sync(p, 60) != 0) rc = peer_fail(p, "peer gone");
+    rc = report(p, &res);
     goto out;
   }
   if (reverse_comm(p, &rlc, &rev) != 0) goto out;
@@ -346,6 +401,7 @@ int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   int max = 4096, iters = 2000, version = 11;
   const char *baseline = NULL;
+  int only = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--max") && i + 1 < argc)
       max = atoi(argv[++i]);
@@ -355,13 +411,17 @@ int main(int argc, char **argv) {
       version = rn_parse_version(argv[++i]);
     else if (!strcmp(argv[i], "--baseline") && i + 1 < argc)
       baseline = argv[++i];
+    else if (!strcmp(argv[i], "--section") && i + 1 < argc)
+      only = atoi(argv[++i]);
     else {
-      fprintf(stderr, "usage: %s [--max N] [--iters K] [--api vX] [--baseline PLUGIN.so]\n",
+      fprintf(stderr,
+              "usage: %s [--max N] [--iters K] [--api vX] [--baseline PLUGIN.so] [--section 1-4]\n",
               argv[0]);
       return 2;
     }
   }
-  if (max < 1 || iters < 10 || version == 0 || (baseline && strchr(baseline, ','))) {
+  if (max < 1 || iters < 10 || version == 0 || (baseline && strchr(baseline, ',')) || only < 0 ||
+      only > 4) {
     fprintf(stderr, "%s: --max >= 1, --iters >= 10, --api v8..v12, a baseline path without ','\n",
             argv[0]);
     return 2;
@@ -375,80 +435,108 @@ int main(int argc, char **argv) {
   double anchor = 0, conn1 = 0, self1 = 0, selfcpu1 = 0;
   char why[512];
   struct result r;
-  printf(
-      "# 1. 8-byte isend CPU time (the reply of a ping-pong whose receive deferred its\n"
-      "# clear-to-send) against the number of live comms, helpers off; 1 comm is the anchor\n");
-  printf("%8s %12s %12s %8s %10s %10s %12s %8s %12s %10s %8s %10s %8s\n", "comms", "isend p50 us",
-         "isend p90 us", "x 1 comm", "fds/comm", "threads", "connect us", "x 1 comm", "all-at-once",
-         "self us", "x 1 comm", "self cpu", "x 1 comm");
-  int fds1 = 0;
-  for (size_t k = 0; k < sizeof(steps) / sizeof(steps[0]) && steps[k] <= max; k++) {
-    struct cfg c = {.ncomms = steps[k], .iters = iters, .mode = MODE_ISEND};
-    if (run_one(&c, version, "RAILNET_SOCKET_NTHREADS=0,RAILNET_SOCKET_NSTREAMS=1", &r, why,
-                sizeof why) != 0) {
-      printf("%8d  failed: %s\n", steps[k], why);
-      return 1;
-    }
-    if (k == 0)
-      anchor = r.isend_us_p50, fds1 = r.fds, conn1 = r.connect_us, self1 = r.self_us,
-      selfcpu1 = r.self_cpu_us;
-    printf("%8d %12.2f %12.2f %8.2f %10.2f %10d %12.1f %8.2f %12.1f %10.1f %8.2f %10.1f %8.2f\n",
-           steps[k], r.isend_us_p50, r.isend_us_p90, anchor > 0 ? r.isend_us_p50 / anchor : 0,
-           (double)(r.fds - fds1) / (steps[k] > 1 ? steps[k] - 1 : 1), r.threads, r.connect_us,
-           conn1 > 0 ? r.connect_us / conn1 : 0, r.all_us, r.self_us,
-           self1 > 0 ? r.self_us / self1 : 0, r.self_cpu_us,
-           selfcpu1 > 0 ? r.self_cpu_us / selfcpu1 : 0);
-  }
-  printf(
-      "# goal: isend at 4,096 comms <= 1.2 x the 1-comm figure (same run); fds/comm counts the\n"
-      "# receiver's descriptors beyond the 1-comm run (listen comms included); connect us:\n"
-      "# connect + accept of one more comm with all of them live, handle exchange between\n"
-      "# the processes included, median of 9 (goal: flat); all-at-once: the wall time per\n"
-      "# comm of setting all of them up at once (the test harness polls each in turn);\n"
-      "# self us, self cpu: listen + connect + accept of one more comm within the receiving\n"
-      "# process, one thread driving both ends, all comms live: wall and CPU time, median of 9\n");
-
-  printf(
-      "# 2. helpers on (RAILNET_SOCKET_NTHREADS=4, one stream per comm): every comm moves a\n"
-      "# verified 70,000-byte streamed message and a 100-byte one; listen comms closed once\n"
-      "# accepted, as NCCL does; receiver's process\n");
-  printf("%8s %10s %14s %10s %10s %12s %10s %14s\n", "comms", "verified", "added threads",
-         "2 x cores", "fds/comm", "connect us", "self us", "idle kB/comm");
-  int hsteps[] = {1, max < 4096 ? max : 4096};
-  for (int k = 0; k < 2; k++) {
-    if (k == 1 && hsteps[1] == 1) break;
-    struct cfg c = {.ncomms = hsteps[k], .iters = iters, .mode = MODE_HELPERS};
-    if (run_one(&c, version, "RAILNET_SOCKET_NTHREADS=4,RAILNET_SOCKET_NSTREAMS=1", &r, why,
-                sizeof why) != 0) {
-      printf("%8d  failed: %s\n", hsteps[k], why);
-      return 1;
-    }
-    printf("%8d %10d %14d %10ld %10.2f %12.1f %10.1f %14.1f\n", hsteps[k], r.verified,
-           r.threads - r.threads0, 2 * cpus, (double)(r.fds - r.fds0) / hsteps[k], r.connect_us,
-           r.self_us, (double)(r.rss_idle - r.rss0) / 1024 / hsteps[k]);
-  }
-  printf(
-      "# goal: added threads <= 2 x cores, fds/comm <= 3 (control, stream);\n"
-      "# idle kB/comm: the receiver's resident memory with every comm up, before any\n"
-      "# transfer, beyond the start, per comm, after malloc_trim (user space; kernel socket\n"
-      "# buffers not counted)\n");
-
-  printf(
-      "# 3. 8-byte round trip (p50, wall) and 4 MiB throughput (48 messages, 2 in flight\n"
-      "# per comm, one thread) at 1 and 4 comms, default streams and helpers%s\n",
-      baseline ? "; each row also with the baseline plugin, alternated" : "");
-  printf("%8s %-10s %12s %10s\n", "comms", "plugin", "8 B rtt us", "GB/s");
-  for (int n = 1; n <= 4; n += 3)
-    for (int b = 0; b < (baseline ? 2 : 1); b++) {
-      char env[1200];
-      snprintf(env, sizeof env, "%s%s", b ? "RN_PLUGIN=" : "", b ? baseline : "");
-      struct cfg c = {.ncomms = n, .iters = iters, .mode = MODE_PERF};
-      if (run_one(&c, version, env[0] ? env : NULL, &r, why, sizeof why) != 0) {
-        printf("%8d %-10s failed: %s\n", n, b ? "baseline" : "this", why);
+  if (only == 0 || only == 1) {
+    printf(
+        "# 1. 8-byte isend CPU time (the reply of a ping-pong whose receive deferred its\n"
+        "# clear-to-send) against the number of live comms, helpers off; 1 comm is the anchor\n");
+    printf("%8s %12s %12s %8s %10s %10s %12s %8s %12s %10s %8s %10s %8s\n", "comms", "isend p50 us",
+           "isend p90 us", "x 1 comm", "fds/comm", "threads", "connect us", "x 1 comm",
+           "all-at-once", "self us", "x 1 comm", "self cpu", "x 1 comm");
+    int fds1 = 0;
+    for (size_t k = 0; k < sizeof(steps) / sizeof(steps[0]) && steps[k] <= max; k++) {
+      struct cfg c = {.ncomms = steps[k], .iters = iters, .mode = MODE_ISEND};
+      if (run_one(&c, version,
+                  "RAILNET_SOCKET_NTHREADS=0,RAILNET_SOCKET_NSTREAMS=1,RAILNET_SOCKET_POOL=0", &r,
+                  why, sizeof why) != 0) {
+        printf("%8d  failed: %s\n", steps[k], why);
         return 1;
       }
-      printf("%8d %-10s %12.2f %10.2f\n", n, b ? "baseline" : "this", r.rtt_us_p50, r.gbps);
+      if (k == 0)
+        anchor = r.isend_us_p50, fds1 = r.fds, conn1 = r.connect_us, self1 = r.self_us,
+        selfcpu1 = r.self_cpu_us;
+      printf("%8d %12.2f %12.2f %8.2f %10.2f %10d %12.1f %8.2f %12.1f %10.1f %8.2f %10.1f %8.2f\n",
+             steps[k], r.isend_us_p50, r.isend_us_p90, anchor > 0 ? r.isend_us_p50 / anchor : 0,
+             (double)(r.fds - fds1) / (steps[k] > 1 ? steps[k] - 1 : 1), r.threads, r.connect_us,
+             conn1 > 0 ? r.connect_us / conn1 : 0, r.all_us, r.self_us,
+             self1 > 0 ? r.self_us / self1 : 0, r.self_cpu_us,
+             selfcpu1 > 0 ? r.self_cpu_us / selfcpu1 : 0);
     }
+    printf(
+        "# goal: isend at 4,096 comms <= 1.2 x the 1-comm figure (same run); fds/comm counts the\n"
+        "# receiver's descriptors beyond the 1-comm run (listen comms included); connect us:\n"
+        "# connect + accept of one more comm with all of them live, handle exchange between\n"
+        "# the processes included, median of 9 (goal: flat); all-at-once: the wall time per\n"
+        "# comm of setting all of them up at once (the test harness polls each in turn);\n"
+        "# self us, self cpu: listen + connect + accept of one more comm within the receiving\n"
+        "# process, one thread driving both ends, all comms live: wall and CPU time, median of 9;\n"
+        "# sections 1 and 2 keep no connection for reuse (RAILNET_SOCKET_POOL=0): every connect\n"
+        "# dials\n");
+  }
+  if (only == 0 || only == 2) {
+    printf(
+        "# 2. helpers on (RAILNET_SOCKET_NTHREADS=4, one stream per comm): every comm moves a\n"
+        "# verified 70,000-byte streamed message and a 100-byte one; listen comms closed once\n"
+        "# accepted, as NCCL does; receiver's process\n");
+    printf("%8s %10s %14s %10s %10s %12s %10s %14s\n", "comms", "verified", "added threads",
+           "2 x cores", "fds/comm", "connect us", "self us", "idle kB/comm");
+    int hsteps[] = {1, max < 4096 ? max : 4096};
+    for (int k = 0; k < 2; k++) {
+      if (k == 1 && hsteps[1] == 1) break;
+      struct cfg c = {.ncomms = hsteps[k], .iters = iters, .mode = MODE_HELPERS};
+      if (run_one(&c, version,
+                  "RAILNET_SOCKET_NTHREADS=4,RAILNET_SOCKET_NSTREAMS=1,RAILNET_SOCKET_POOL=0", &r,
+                  why, sizeof why) != 0) {
+        printf("%8d  failed: %s\n", hsteps[k], why);
+        return 1;
+      }
+      printf("%8d %10d %14d %10ld %10.2f %12.1f %10.1f %14.1f\n", hsteps[k], r.verified,
+             r.threads - r.threads0, 2 * cpus, (double)(r.fds - r.fds0) / hsteps[k], r.connect_us,
+             r.self_us, (double)(r.rss_idle - r.rss0) / 1024 / hsteps[k]);
+    }
+    printf(
+        "# goal: added threads <= 2 x cores, fds/comm <= 3 (control, stream);\n"
+        "# idle kB/comm: the receiver's resident memory with every comm up, before any\n"
+        "# transfer, beyond the start, per comm, after malloc_trim (user space; kernel socket\n"
+        "# buffers not counted)\n");
+  }
+  if (only == 0 || only == 3) {
+    printf(
+        "# 3. 8-byte round trip (p50, wall) and 4 MiB throughput (48 messages, 2 in flight\n"
+        "# per comm, one thread) at 1 and 4 comms, default streams and helpers%s\n",
+        baseline ? "; each row also with the baseline plugin, alternated" : "");
+    printf("%8s %-10s %12s %10s\n", "comms", "plugin", "8 B rtt us", "GB/s");
+    for (int n = 1; n <= 4; n += 3)
+      for (int b = 0; b < (baseline ? 2 : 1); b++) {
+        char env[1200];
+        snprintf(env, sizeof env, "%s%s", b ? "RN_PLUGIN=" : "", b ? baseline : "");
+        struct cfg c = {.ncomms = n, .iters = iters, .mode = MODE_PERF};
+        if (run_one(&c, version, env[0] ? env : NULL, &r, why, sizeof why) != 0) {
+          printf("%8d %-10s failed: %s\n", n, b ? "baseline" : "this", why);
+          return 1;
+        }
+        printf("%8d %-10s %12.2f %10.2f\n", n, b ? "baseline" : "this", r.rtt_us_p50, r.gbps);
+      }
+  }
+  if (only == 0 || only == 4) {
+    printf(
+        "# 4. a fresh comm to its first byte (listen, connect, accept, 8 bytes landed; one\n"
+        "# process, one thread driving both ends, the pair then closed quiescent), median of\n"
+        "# %d, default streams and helpers; dialed (RAILNET_SOCKET_POOL=0) is the anchor\n",
+        iters < 200 ? iters : 200);
+    printf("%-26s %12s %10s\n", "connection", "first us", "x dialed");
+    double dialed = 0;
+    for (int pooled = 0; pooled < 2; pooled++) {
+      struct cfg c = {.ncomms = 1, .iters = iters < 200 ? iters : 200, .mode = MODE_FIRST};
+      if (run_one(&c, version, pooled ? NULL : "RAILNET_SOCKET_POOL=0", &r, why, sizeof why) != 0) {
+        printf("%-26s failed: %s\n", pooled ? "kept (pool)" : "dialed", why);
+        return 1;
+      }
+      if (!pooled) dialed = r.first_us;
+      printf("%-26s %12.1f %10.2f\n", pooled ? "kept from the last comm" : "dialed", r.first_us,
+             dialed > 0 ? r.first_us / dialed : 0);
+    }
+    printf("# goal: a kept connection's first byte <= 0.2 x a dialed one's (same run)\n");
+  }
   rn_loadavg(load, sizeof load);
   printf("# load average at the end: %s\n", load);
   return 0;
