@@ -17,8 +17,10 @@
  *
  * One lock; entries are few (RAILNET_SOCKET_POOL) and touched only at
  * connect, accept and close, never on the data path.  A forked child
- * forgets its parent's entries (closing only its own copies of the
- * descriptors) and draws a token of its own. */
+ * closes its copies of the kept sockets at once (pthread_atfork): a copy
+ * left open would keep a connection the parent closes alive for its peer,
+ * which could then ask an unread socket for reuse.  The child draws a
+ * token of its own. */
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -59,8 +61,8 @@ struct rn_tcp_pooled {
 };
 
 static pthread_mutex_t rn_tcp_pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t rn_tcp_pool_once = PTHREAD_ONCE_INIT;
 static struct {
-  pid_t pid;                  /* the process the entries belong to */
   uint32_t token;             /* this process's, 0 until drawn */
   int epfd;                   /* every entry's control socket, for readability; -1 none */
   int n;                      /* entries */
@@ -70,25 +72,32 @@ static struct {
 
 static void rn_tcp_pool_close_fds(struct rn_tcp_pooled *e) { rn_rdv_conn_close(&e->conn); }
 
-/* Lock held.  A forked child holds copies of its parent's descriptors:
- * close those copies (the parent's sockets live on), never touch the
- * shared epoll set, and start afresh with a token of its own. */
-static void rn_tcp_pool_check_fork(void) {
-  pid_t me = getpid();
-  if (rn_tcp_pool.pid == me) return;
-  if (rn_tcp_pool.pid != 0) {
-    for (struct rn_tcp_pooled *e = rn_tcp_pool.head, *next; e != NULL; e = next) {
-      next = e->next;
-      rn_tcp_pool_close_fds(e);
-      free(e);
-    }
-    if (rn_tcp_pool.epfd >= 0) close(rn_tcp_pool.epfd);
-    rn_tcp_pool.head = NULL;
-    rn_tcp_pool.n = 0;
-    rn_tcp_pool.epfd = -1;
-    rn_tcp_pool.token = 0;
+/* fork(): the lock is held across it, so the child finds the list whole.
+ * The child closes its copies of the kept sockets (the parent's live on)
+ * and of the epoll set, which it shares with the parent and so must not
+ * change, and starts afresh with a token of its own. */
+static void rn_tcp_pool_prepare(void) { pthread_mutex_lock(&rn_tcp_pool_lock); }
+
+static void rn_tcp_pool_parent(void) { pthread_mutex_unlock(&rn_tcp_pool_lock); }
+
+static void rn_tcp_pool_child(void) {
+  for (struct rn_tcp_pooled *e = rn_tcp_pool.head, *next; e != NULL; e = next) {
+    next = e->next;
+    rn_tcp_pool_close_fds(e);
+    free(e);
   }
-  rn_tcp_pool.pid = me;
+  if (rn_tcp_pool.epfd >= 0) close(rn_tcp_pool.epfd);
+  rn_tcp_pool.head = NULL;
+  rn_tcp_pool.n = 0;
+  rn_tcp_pool.epfd = -1;
+  rn_tcp_pool.token = 0;
+  pthread_mutex_unlock(&rn_tcp_pool_lock);
+}
+
+static void rn_tcp_pool_register(void) {
+  /* glibc drops a library's handlers when it is unloaded (dlclose). */
+  if (pthread_atfork(rn_tcp_pool_prepare, rn_tcp_pool_parent, rn_tcp_pool_child) != 0)
+    RN_WARN("connection reuse: pthread_atfork failed; a forked child keeps copies of kept sockets");
 }
 
 /* Lock held: take e off the list and out of the epoll set (its sockets
@@ -115,7 +124,6 @@ static void rn_tcp_pool_drop(struct rn_tcp_pooled *e, const char *why) {
 uint32_t rn_tcp_pool_token(void) {
   if (rn_params()->socket_pool == 0) return 0;
   pthread_mutex_lock(&rn_tcp_pool_lock);
-  rn_tcp_pool_check_fork();
   while (rn_tcp_pool.token == 0) rn_tcp_pool.token = (uint32_t)rn_rdv_random64();
   uint32_t t = rn_tcp_pool.token;
   pthread_mutex_unlock(&rn_tcp_pool_lock);
@@ -353,7 +361,6 @@ int rn_tcp_pool_put(struct rn_tcp_comm *c) {
     return 1; /* its sockets are closed: nothing left for the caller */
   }
   pthread_mutex_lock(&rn_tcp_pool_lock);
-  rn_tcp_pool_check_fork();
   if (rn_tcp_pool.closed) {
     pthread_mutex_unlock(&rn_tcp_pool_lock);
     rn_tcp_pool_close_fds(e);
@@ -402,7 +409,6 @@ int rn_tcp_pool_take_dial(uint32_t token, const union rn_sockaddr *addrs, int na
   if (token == 0 || rn_params()->socket_pool == 0) return 0;
   struct rn_tcp_pooled *e;
   pthread_mutex_lock(&rn_tcp_pool_lock);
-  rn_tcp_pool_check_fork();
   rn_tcp_pool_service();
   const char *why = NULL;
   for (e = rn_tcp_pool.head; e != NULL; e = e->next) {
@@ -440,7 +446,6 @@ int rn_tcp_pool_take_accept(uint64_t nonce, const union rn_sockaddr *lis, int nl
   if (rn_params()->socket_pool == 0) return 0;
   struct rn_tcp_pooled *e;
   pthread_mutex_lock(&rn_tcp_pool_lock);
-  rn_tcp_pool_check_fork();
   rn_tcp_pool_service();
   for (e = rn_tcp_pool.head; e != NULL; e = e->next)
     if (e->recv && e->state == RN_TCP_POOL_CLAIMED && e->nonce == nonce) break;
@@ -475,7 +480,6 @@ int rn_tcp_pool_take_accept(uint64_t nonce, const union rn_sockaddr *lis, int nl
 
 void rn_tcp_pool_fini(void) {
   pthread_mutex_lock(&rn_tcp_pool_lock);
-  rn_tcp_pool_check_fork();
   rn_tcp_pool.closed = 1;
   while (rn_tcp_pool.head != NULL) rn_tcp_pool_drop(rn_tcp_pool.head, "finalize");
   if (rn_tcp_pool.epfd >= 0) close(rn_tcp_pool.epfd);
@@ -484,6 +488,7 @@ void rn_tcp_pool_fini(void) {
 }
 
 void rn_tcp_pool_start(void) {
+  pthread_once(&rn_tcp_pool_once, rn_tcp_pool_register);
   pthread_mutex_lock(&rn_tcp_pool_lock);
   rn_tcp_pool.closed = 0;
   pthread_mutex_unlock(&rn_tcp_pool_lock);

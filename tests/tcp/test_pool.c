@@ -78,7 +78,8 @@ static int sockets_of(int port, int accepting, int *fds, int max) {
     int fd = atoi(de->d_name);
     struct sockaddr_in a, b;
     socklen_t la = sizeof(a), lb = sizeof(b);
-    if (de->d_name[0] == '.' || fd == dirfd(d) || getsockname(fd, (struct sockaddr *)&a, &la) != 0 ||
+    if (de->d_name[0] == '.' || fd == dirfd(d) ||
+        getsockname(fd, (struct sockaddr *)&a, &la) != 0 ||
         getpeername(fd, (struct sockaddr *)&b, &lb) != 0 || a.sin_family != AF_INET)
       continue;
     if (ntohs(accepting ? a.sin_port : b.sin_port) == port) fds[n++] = fd;
@@ -261,9 +262,9 @@ int main(int argc, char **argv) {
     rn_net_close(&n);
     return rc;
   }
-  tap_plan(13);
+  tap_plan(14);
   if (sbuf == NULL || rbuf == NULL || open_net(&n) != 0) {
-    for (int i = 0; i < 13; i++) tap_result(0, "load the plugin");
+    for (int i = 0; i < 14; i++) tap_result(0, "load the plugin");
     return 1;
   }
   char why[256] = "";
@@ -412,7 +413,53 @@ int main(int argc, char **argv) {
     close_pair(&n, &p, 1);
   }
 
-  /* 8: churn: 40 pairs in a row, each verified; one connection serves all. */
+  /* 8: a forked child that goes on running holds no copy of a kept
+   * socket: when the parent closes its side of a kept connection, the
+   * peer side (here in the parent too) sees the EOF and closes its copy. */
+  {
+    int go[2];
+    ok = pipe(go) == 0;
+    rn_net_finalize(&n);
+    ok = ok && rn_net_init(&n) == ncclSuccess && open_pair(&n, &p) == ncclSuccess &&
+         xfer(&n, &p, 4096, 1, 77, why, sizeof why);
+    int port = p.port;
+    ok = close_pair(&n, &p, 1) && ok;
+    pid_t pid = ok ? fork() : -1;
+    if (pid == 0) {
+      char b;
+      ssize_t k = read(go[0], &b, 1); /* until the parent is done */
+      _exit(k >= 0 ? 0 : 1);
+    }
+    /* A byte on every accepting-side socket: the connecting side drops
+     * its copy at the next connect, which must reach the accepting side as
+     * an EOF. */
+    int socks[64], nf = sockets_of(port, 1, socks, 64);
+    for (int i = 0; i < nf; i++)
+      ok = ok && send(socks[i], "x", 1, MSG_DONTWAIT | MSG_NOSIGNAL) == 1;
+    /* Its EOF, or the reset of a close over the unread byte. */
+    int eof = rn_log_watch("closed: the peer closed it"),
+        rst = rn_log_watch("closed: a socket error");
+    for (int k = 0; ok && k < 2; k++) {
+      ok = open_pair(&n, &p) == ncclSuccess &&
+           xfer(&n, &p, 4096, 1, 78 + (uint64_t)k, why, sizeof why);
+      ok = close_pair(&n, &p, 1) && ok;
+    }
+    int seen = rn_log_seen(eof) + rn_log_seen(rst);
+    if (pid > 0) {
+      ssize_t k = write(go[1], "x", 1);
+      (void)k;
+      waitpid(pid, NULL, 0);
+    }
+    close(go[0]);
+    close(go[1]);
+    tap_result(ok && nf == 5 && seen >= 1,
+               "while a forked child lives on, the parent's dropped side of a kept connection "
+               "reaches the peer side as an EOF (the child closed its copies at fork) (%s; %d "
+               "sockets, %d EOFs)",
+               why, nf, seen);
+  }
+
+  /* 9: churn: 40 pairs in a row, each verified; one connection serves all. */
   {
     rn_log_watch("(dialed)");
     rn_log_watch("(a kept connection)");
@@ -439,8 +486,8 @@ int main(int argc, char **argv) {
     int good = rn_net_init(&n) == ncclSuccess, kept_port = -1, rounds = 0;
     for (int r = 0; good && r <= 10; r++) {
       rn_log_watch("(dialed)");
-      good = open_pair(&n, &p) == ncclSuccess && xfer(&n, &p, 300000, 1, 200 + (uint64_t)r, why,
-                                                      sizeof why);
+      good = open_pair(&n, &p) == ncclSuccess &&
+             xfer(&n, &p, 300000, 1, 200 + (uint64_t)r, why, sizeof why);
       int dialed = rn_log_seen(w_dialed);
       if (dialed == 2) kept_port = p.port;
       if (dialed != 2) {
