@@ -417,8 +417,8 @@ int main(int argc, char **argv) {
    * socket: when the parent closes its side of a kept connection, the
    * peer side (here in the parent too) sees the EOF and closes its copy. */
   {
-    int go[2];
-    ok = pipe(go) == 0;
+    int go[2], up[2];
+    ok = pipe(go) == 0 && pipe(up) == 0;
     rn_net_finalize(&n);
     ok = ok && rn_net_init(&n) == ncclSuccess && open_pair(&n, &p) == ncclSuccess &&
          xfer(&n, &p, 4096, 1, 77, why, sizeof why);
@@ -426,10 +426,14 @@ int main(int argc, char **argv) {
     ok = close_pair(&n, &p, 1) && ok;
     pid_t pid = ok ? fork() : -1;
     if (pid == 0) {
-      char b;
-      ssize_t k = read(go[0], &b, 1); /* until the parent is done */
+      /* fork() returned here: the atfork handlers have run. */
+      char b = 'u';
+      ssize_t k = write(up[1], &b, 1);
+      k = k == 1 ? read(go[0], &b, 1) : -1; /* until the parent is done */
       _exit(k >= 0 ? 0 : 1);
     }
+    char started = 0;
+    ok = ok && rn_read_all(up[0], &started, 1, rn_deadline(20)) == 0;
     /* A byte on every accepting-side socket: the connecting side drops
      * its copy at the next connect, which must reach the accepting side as
      * an EOF. */
@@ -452,6 +456,8 @@ int main(int argc, char **argv) {
     }
     close(go[0]);
     close(go[1]);
+    close(up[0]);
+    close(up[1]);
     tap_result(ok && nf == 5 && seen >= 1,
                "while a forked child lives on, the parent's dropped side of a kept connection "
                "reaches the peer side as an EOF (the child closed its copies at fork) (%s; %d "
