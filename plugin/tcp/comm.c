@@ -39,8 +39,12 @@ void rn_tcp_comm_flush_deferred(void) {
     struct rn_tcp_comm *c = RN_LIST_ENTRY(node, struct rn_tcp_comm, deferred);
     if (pthread_mutex_trylock(&c->lock) != 0) continue;
     rn_list_del(node);
-    if (atomic_exchange(&c->cts_deferred, 0))
+    if (atomic_exchange(&c->cts_deferred, 0)) {
+      /* Not a batch: this process's sends may wait for them (one thread
+       * posting a receive and then a send that needs its clear-to-send). */
+      c->lazy_polls = RN_TCP_CTS_POLLS;
       rn_tcp_ctl_flush(c); /* errors surface through this comm's own calls */
+    }
     pthread_mutex_unlock(&c->lock);
   }
   if (!rn_list_empty(&rn_tcp_deferred.head)) atomic_store(&rn_tcp_any_deferred, 1);
@@ -148,6 +152,9 @@ ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv, int
   pthread_mutex_init(&c->rx_lock, NULL);
   c->is_recv = is_recv;
   c->tc = -1;
+  /* Clear-to-sends leave at once until a message of the sender shows it
+   * does without them (no CREDIT); from then on they may wait. */
+  c->peer_low = 1;
   c->ctrl_fd = conn->ctrl_fd;
   union rn_sockaddr peer;
   socklen_t plen = sizeof(peer);

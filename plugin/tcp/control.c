@@ -18,11 +18,12 @@ ncclResult_t rn_tcp_ctl_flush(struct rn_tcp_comm *c) {
   ncclResult_t moved = ncclSuccess;
   /* Only small receives' clear-to-sends, and not yet a batch of them:
    * they wait (the sender's small sends go eagerly meanwhile), so a
-   * request/response exchange pays one sendmsg per batch, not per
-   * receive.  A receive tested incomplete often enough sends them, so a
-   * sender that ran out of eager credit is never left waiting. */
+   * stream of small messages pays one sendmsg per batch, not per receive.
+   * They leave at once while the sender says its eager credit runs low,
+   * and, should it be left waiting anyway, once a receive was tested
+   * incomplete often enough. */
   const int queued = (c->out_tail - c->out_head + RN_TCP_OUT_QUEUE) % RN_TCP_OUT_QUEUE;
-  if (c->out_lazy > 0 && c->out_lazy == queued && c->out_lazy < RN_TCP_CTS_BATCH &&
+  if (c->out_lazy > 0 && c->out_lazy == queued && c->out_lazy < RN_TCP_CTS_BATCH && !c->peer_low &&
       c->lazy_polls < RN_TCP_CTS_POLLS && c->out[c->out_head].off == 0)
     return ncclSuccess;
   if (c->move.enabled && rn_tcp_move_before_write(c, &moved) < 0) return moved;
@@ -214,6 +215,7 @@ static ncclResult_t rn_tcp_on_cts(struct rn_tcp_comm *c, const struct rn_tcp_cts
   memcpy(g->tags, m->tags, sizeof(g->tags));
   c->cts_next++;
   c->msg_in++;
+  c->want_sent = 0;
   /* Eager sends waiting for this group claim their buffers now, before the
    * next CTS is read, so the window check above holds. */
   return rn_tcp_match_eager(c);
@@ -341,6 +343,8 @@ ncclResult_t rn_tcp_drain_held(struct rn_tcp_comm *c) {
     }
     pthread_mutex_unlock(&c->rx_lock);
     if (res != ncclSuccess) return res;
+    /* Its sender may need this group's clear-to-send to complete it. */
+    if (e->credit) c->lazy_polls = RN_TCP_CTS_POLLS;
     c->held_bytes -= e->size;
     /* Slots keep their buffers for the next message (no allocation per
      * message) while all of them together stay within twice the bound of
@@ -390,6 +394,7 @@ static ncclResult_t rn_tcp_hold(struct rn_tcp_comm *c, const struct rn_tcp_data 
   c->held_bytes += d->size;
   e->tag = d->tag;
   e->size = d->size;
+  e->credit = (d->p.flags & RN_TCP_DATA_CREDIT) != 0;
   e->ready = 0;
   c->held[c->nheld++] = slot;
   c->rx_unexpected = e;
@@ -403,12 +408,17 @@ static ncclResult_t rn_tcp_hold(struct rn_tcp_comm *c, const struct rn_tcp_data 
  * success the payload destination is set (rx_*). */
 static ncclResult_t rn_tcp_on_data(struct rn_tcp_comm *c, const struct rn_tcp_data *d) {
   static const char what[] = "data header";
-  const uint8_t f =
-      d->p.flags & ~(d->p.flags == (RN_TCP_DATA_STREAMED | RN_TCP_DATA_ACK) ? RN_TCP_DATA_ACK : 0);
+  const uint8_t g = d->p.flags & ~RN_TCP_DATA_CREDIT;
+  const uint8_t f = g & ~(g == (RN_TCP_DATA_STREAMED | RN_TCP_DATA_ACK) ? RN_TCP_DATA_ACK : 0);
   if ((f & ~RN_TCP_DATA_FLAGS) != 0 || (f & (f - 1)) != 0)
     return RN_TCP_VIOLATION(c, what, "flags",
-                            "0x%x, expected at most one of 0x%x (ACK 0x%x only with STREAMED)",
-                            d->p.flags, RN_TCP_DATA_FLAGS, RN_TCP_DATA_ACK);
+                            "0x%x, expected at most one of 0x%x (ACK 0x%x only with STREAMED), "
+                            "CREDIT 0x%x with any",
+                            d->p.flags, RN_TCP_DATA_FLAGS, RN_TCP_DATA_ACK, RN_TCP_DATA_CREDIT);
+  /* Whether clear-to-sends may wait: what the sender's last message says.
+   * CREDIT also sends those queued now, whatever comes after it. */
+  c->peer_low = (d->p.flags & RN_TCP_DATA_CREDIT) != 0;
+  if (c->peer_low) c->lazy_polls = RN_TCP_CTS_POLLS;
   if (d->reserved != 0) return RN_TCP_VIOLATION(c, what, "reserved", "%u, expected 0", d->reserved);
   if (d->msg != c->msg_in)
     return RN_TCP_VIOLATION(c, what, "msg", "%u, expected %u", d->msg, c->msg_in);
@@ -589,11 +599,11 @@ static ncclResult_t rn_tcp_parse(struct rn_tcp_comm *c, size_t *pos) {
     memcpy(&p, c->in + *pos, sizeof(p));
     if (p.type != RN_TCP_MSG_BYE &&
         (c->is_recv
-             ? p.type != RN_TCP_MSG_DATA && p.type != RN_TCP_MSG_DOWN
+             ? p.type != RN_TCP_MSG_DATA && p.type != RN_TCP_MSG_DOWN && p.type != RN_TCP_MSG_WANT
              : p.type != RN_TCP_MSG_CTS && p.type != RN_TCP_MSG_ACK && p.type != RN_TCP_MSG_OFFER))
-      return RN_TCP_VIOLATION(
-          c, "control message", "type", "%u, expected %s", p.type,
-          c->is_recv ? "2 (DATA), 5 (DOWN) or 8 (BYE)" : "1 (CTS), 4 (ACK), 6 (OFFER) or 8 (BYE)");
+      return RN_TCP_VIOLATION(c, "control message", "type", "%u, expected %s", p.type,
+                              c->is_recv ? "2 (DATA), 5 (DOWN), 8 (BYE) or 9 (WANT)"
+                                         : "1 (CTS), 4 (ACK), 6 (OFFER) or 8 (BYE)");
     size_t hlen = rn_tcp_wire_hlen(p.type);
     if (p.hlen != hlen)
       return RN_TCP_VIOLATION(c, "control message", "hlen", "%u, expected %zu", p.hlen, hlen);
@@ -636,6 +646,20 @@ static ncclResult_t rn_tcp_parse(struct rn_tcp_comm *c, size_t *pos) {
       memcpy(&m, c->in + *pos, sizeof(m));
       *pos += sizeof(m);
       RN_CHECK(rn_tcp_on_cts(c, &m));
+      continue;
+    }
+    if (p.type == RN_TCP_MSG_WANT) {
+      struct rn_tcp_want w;
+      memcpy(&w, c->in + *pos, sizeof(w));
+      *pos += sizeof(w);
+      if (w.p.flags != 0 || w.p.plen != 0 || w.reserved != 0)
+        return RN_TCP_VIOLATION(c, "WANT", "flags/plen/reserved", "%u/%u/%u, expected 0", w.p.flags,
+                                w.p.plen, w.reserved);
+      if (w.msg != c->msg_in)
+        return RN_TCP_VIOLATION(c, "WANT", "msg", "%u, expected %u", w.msg, c->msg_in);
+      c->msg_in++;
+      c->peer_low = 1; /* the clear-to-sends queued leave at the end of this progress */
+      c->lazy_polls = RN_TCP_CTS_POLLS;
       continue;
     }
     if (p.type == RN_TCP_MSG_DOWN) {

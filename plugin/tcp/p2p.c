@@ -53,11 +53,15 @@ static ncclResult_t rn_tcp_isend_matched(struct rn_tcp_comm *c, void *data, size
       .seq = seq, .size = size, .msg = c->msg_out, .tag = tag, .idx = (uint32_t)idx, .grid = grid};
   uint32_t plen = (inline_send && !too_big) ? (uint32_t)size : 0;
   r->awaits_ack = !inline_send && c->ack; /* complete once the receiver acknowledges it */
+  /* A message too large to go eagerly: the next like it needs its
+   * clear-to-send as soon as its receive is posted. */
+  const int credit = size > c->inline_max || size > RN_TCP_EAGER_WIRE_MAX ? RN_TCP_DATA_CREDIT : 0;
   rn_tcp_wire_seal(&d, RN_TCP_MSG_DATA,
-                   too_big         ? RN_TCP_DATA_TOO_BIG
-                   : inline_send   ? 0
-                   : r->awaits_ack ? RN_TCP_DATA_STREAMED | RN_TCP_DATA_ACK
-                                   : RN_TCP_DATA_STREAMED,
+                   (too_big         ? RN_TCP_DATA_TOO_BIG
+                    : inline_send   ? 0
+                    : r->awaits_ack ? RN_TCP_DATA_STREAMED | RN_TCP_DATA_ACK
+                                    : RN_TCP_DATA_STREAMED) |
+                       credit,
                    plen);
   /* The header always goes on the control connection: it carries inline
    * payloads, and announces streamed ones so the receiver knows to poll. */
@@ -79,6 +83,14 @@ static ncclResult_t rn_tcp_isend_matched(struct rn_tcp_comm *c, void *data, size
   return rn_tcp_ctl_flush(c);
 }
 
+/* Half the eager credit is used once this send goes: from then on each
+ * send reads the clear-to-sends that came before it goes eagerly, and
+ * asks the receiver (CREDIT) not to hold them back. */
+static int rn_tcp_eager_low(const struct rn_tcp_comm *c, size_t size) {
+  return c->neager + 1 >= RN_TCP_EAGER_WINDOW / 2 ||
+         c->eager_bytes + size >= RN_TCP_EAGER_BYTES / 2;
+}
+
 /* A small send that leaves before its match is known at the sender (or
  * known but not in the head group): only its tag travels; both sides
  * match it by the rule. */
@@ -88,11 +100,15 @@ static ncclResult_t rn_tcp_isend_eager(struct rn_tcp_comm *c, void *data, size_t
   struct rn_tcp_req *r = rn_tcp_req_alloc(c, 0);
   if (r == NULL) return ncclSuccess;
   r->size = size;
+  r->awaits_match = size > c->eager_max;
+  /* The receiver may batch clear-to-sends: ask for them now once half the
+   * credit is used, or when this send needs its own to complete. */
+  const int low = r->awaits_match || rn_tcp_eager_low(c, size);
   struct rn_tcp_data d = {.size = size, .msg = c->msg_out, .tag = tag};
-  rn_tcp_wire_seal(&d, RN_TCP_MSG_DATA, RN_TCP_DATA_EAGER, (uint32_t)size);
+  rn_tcp_wire_seal(&d, RN_TCP_MSG_DATA, RN_TCP_DATA_EAGER | (low ? RN_TCP_DATA_CREDIT : 0),
+                   (uint32_t)size);
   rn_tcp_ctl_queue(c, &d, sizeof(d), data, size, r);
   c->msg_out++;
-  r->awaits_match = size > c->eager_max;
   c->eager[c->neager++] =
       (struct rn_tcp_eager){.tag = tag, .size = size, .req = r->awaits_match ? r : NULL};
   c->eager_bytes += size;
@@ -112,14 +128,14 @@ static ncclResult_t rn_tcp_isend_try(struct rn_tcp_comm *c, void *data, size_t s
   if (known && seq == c->send_head) return rn_tcp_isend_matched(c, data, size, tag, seq, idx, req);
   /* A small send goes eagerly without first reading the control
    * connection (one system call less on the round trip); clear-to-sends
-   * are collected in batches, at the latest when half the eager window is
+   * are collected in batches, at the latest when half the eager credit is
    * used.  One too big for a buffer already known waits for the head,
    * where it fails both sides at once. */
   int eager_ok = size <= c->inline_max && size <= RN_TCP_EAGER_WIRE_MAX &&
                  c->neager < RN_TCP_EAGER_WINDOW - 1 &&
                  c->eager_bytes + size <= RN_TCP_EAGER_BYTES &&
                  !(known && size > c->group[seq % RN_TCP_RING].sizes[idx]);
-  if (eager_ok && (progressed || known || c->neager < RN_TCP_EAGER_WINDOW / 2))
+  if (eager_ok && (progressed || known || !rn_tcp_eager_low(c, size)))
     return rn_tcp_isend_eager(c, data, size, tag, req);
   *want_cts = !progressed;
   return ncclSuccess; /* *req stays NULL: NCCL retries */
@@ -142,6 +158,16 @@ ncclResult_t rn_tcp_isend(void *scomm, void *data, size_t size, int tag, void *m
   if (want_cts) {
     RN_CHECK_GOTO(rn_tcp_progress(c), res, out_unlock);
     RN_CHECK_GOTO(rn_tcp_isend_try(c, data, size, tag, 1, req, &want_cts), res, out_unlock);
+    /* Still waiting for a clear-to-send, which the receiver may hold back
+     * for a batch: ask for it, once until one comes. */
+    if (*req == NULL && !c->want_sent && rn_tcp_ctl_room(c)) {
+      struct rn_tcp_want w = {.msg = c->msg_out};
+      rn_tcp_wire_seal(&w, RN_TCP_MSG_WANT, 0, 0);
+      rn_tcp_ctl_queue(c, &w, sizeof(w), NULL, 0, NULL);
+      c->msg_out++;
+      c->want_sent = 1;
+      RN_CHECK_GOTO(rn_tcp_ctl_flush(c), res, out_unlock);
+    }
   }
 out_unlock:
   pthread_mutex_unlock(&c->lock);
@@ -171,14 +197,16 @@ ncclResult_t rn_tcp_irecv(void *rcomm, int n, void **data, const size_t *sizes, 
     m.sizes[i] = sizes[i];
     m.tags[i] = tags[i];
   }
-  /* A receive of small buffers only needs its clear-to-send for the
-   * sender's credit (small sends go eagerly), so it may wait: for a batch
-   * of them (rn_tcp_ctl_flush), and at least for this process's next
-   * isend, so that in a request/response exchange it follows the
-   * response instead of delaying it.  A larger receive sends it now,
-   * since a large send waits for it. */
+  /* A clear-to-send is needed at once only by a send that cannot go
+   * eagerly; while the sender's messages arrive eagerly with credit to
+   * spare (or the buffers are small enough for every message to), it may
+   * wait: for a batch (rn_tcp_ctl_flush), and at least for this process's
+   * next isend, so that in a request/response exchange it follows the
+   * response instead of delaying it.  A sender that needs one says so
+   * (CREDIT, WANT), and from then on they leave at once. */
   int small = 1;
   for (int i = 0; i < n; i++) small &= sizes[i] <= c->eager_max;
+  small |= !c->peer_low;
   rn_tcp_wire_seal(&m, RN_TCP_MSG_CTS, 0, 0);
   if (small)
     rn_tcp_ctl_queue_lazy(c, &m);
@@ -191,7 +219,7 @@ ncclResult_t rn_tcp_irecv(void *rcomm, int n, void **data, const size_t *sizes, 
   c->recv_seq++;
   /* Held eager messages of this group's tags land before its CTS leaves. */
   RN_CHECK_GOTO(rn_tcp_drain_held(c), res, out_unlock);
-  if (small) {
+  if (small && c->lazy_polls < RN_TCP_CTS_POLLS) {
     rn_tcp_comm_defer_cts(c);
   } else {
     RN_CHECK_GOTO(rn_tcp_ctl_flush(c), res, out_unlock);

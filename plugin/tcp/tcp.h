@@ -88,12 +88,15 @@
 /* A closing send comm waits at most this long for its control bytes to be
  * acknowledged (rn_sock_close_gently), less when nothing moves. */
 #define RN_TCP_CLOSE_WAIT_MS 2000
-/* Clear-to-sends of small receives wait in the output queue until this
- * many are queued, anything else is queued behind them, or a receive of
- * the comm was tested incomplete RN_TCP_CTS_POLLS times since the oldest
- * of them was queued (PROTOCOL.md, CTS). */
+/* Clear-to-sends wait in the output queue while the sender does well
+ * without them (its last eager message came without CREDIT, and no WANT
+ * since) until this many are queued, anything else is queued behind them,
+ * or a receive of the comm was tested incomplete RN_TCP_CTS_POLLS times
+ * since the oldest of them was queued (PROTOCOL.md, CTS).  The sender
+ * says CREDIT once half of its eager window or bytes is unmatched,
+ * and sends WANT when a send cannot leave without a clear-to-send. */
 #define RN_TCP_CTS_BATCH 8
-#define RN_TCP_CTS_POLLS 64
+#define RN_TCP_CTS_POLLS 1024
 
 struct rn_tcp_comm;
 
@@ -241,7 +244,8 @@ struct rn_tcp_eager {
 /* An eager message that arrived before a buffer with its tag was posted. */
 struct rn_tcp_unexpected {
   int32_t tag;
-  int ready; /* payload complete */
+  int ready;  /* payload complete */
+  int credit; /* it came with CREDIT: its group's clear-to-send may not wait */
   uint64_t size;
   char *data; /* cap bytes, kept for the slot's next message */
   size_t cap;
@@ -390,6 +394,8 @@ struct rn_tcp_comm {
   int out_head, out_tail;
   int out_lazy;   /* lazy entries in out (every one of them when out holds nothing else) */
   int lazy_polls; /* tests of an incomplete receive since the oldest lazy entry was queued */
+  int peer_low;   /* receive: clear-to-sends go now (CREDIT or WANT seen; at first) */
+  int want_sent;  /* send: a WANT went out and no clear-to-send came since */
   /* The large tables last: an idle comm never touches their pages. */
   struct rn_tcp_ctl_out out[RN_TCP_OUT_QUEUE];
   struct rn_tcp_req reqs[RN_TCP_NREQS];

@@ -91,6 +91,8 @@ size_t rn_tcp_wire_hlen(uint8_t type) {
       return sizeof(struct rn_tcp_resume);
     case RN_TCP_MSG_BYE:
       return sizeof(struct rn_tcp_bye);
+    case RN_TCP_MSG_WANT:
+      return sizeof(struct rn_tcp_want);
     default:
       return 0;
   }

@@ -28,6 +28,7 @@ enum rn_tcp_msg_type {
   RN_TCP_MSG_OFFER = 6,  /* where to reconnect them: receiver -> sender, control */
   RN_TCP_MSG_RESUME = 7, /* first on a moved control connection: both ways */
   RN_TCP_MSG_BYE = 8,    /* the last message of a comm that closed quiescent: both ways */
+  RN_TCP_MSG_WANT = 9,   /* a send waits for a clear-to-send: sender -> receiver, control */
 };
 
 /* OFFER flags. */
@@ -41,6 +42,11 @@ enum {
   RN_TCP_DATA_STREAMED = 2, /* the payload follows as chunks on the data streams */
   RN_TCP_DATA_TOO_BIG = 4,  /* larger than the posted buffer: the receive fails */
   RN_TCP_DATA_ACK = 8,      /* with STREAMED only: acknowledge it (ACK) once it landed whole */
+  /* With any of the above: the sender's eager credit runs low, this eager
+   * message completes only once matched, or this message was too large to
+   * go eagerly: clear-to-sends should not wait for a batch.  Its absence
+   * says the sender does well without them for now. */
+  RN_TCP_DATA_CREDIT = 16,
 };
 #define RN_TCP_DATA_FLAGS (RN_TCP_DATA_EAGER | RN_TCP_DATA_STREAMED | RN_TCP_DATA_TOO_BIG)
 
@@ -170,6 +176,17 @@ struct rn_tcp_bye {
   uint32_t crc;
 };
 
+/* Sender -> receiver: a send cannot leave without a clear-to-send the
+ * receiver may be holding back for a batch (PROTOCOL.md, CTS): send them
+ * as soon as they are posted, until an eager message without CREDIT says
+ * the sender is back to small messages with credit to spare. */
+struct rn_tcp_want {
+  struct rn_tcp_prefix p;
+  uint32_t msg; /* control messages in this direction count from 0 (shared with DATA, DOWN) */
+  uint32_t reserved;
+  uint32_t crc;
+};
+
 /* The sizes are wire format; no compiler padding may hide in them. */
 _Static_assert(sizeof(struct rn_tcp_prefix) == 8, "prefix is 8 bytes");
 _Static_assert(sizeof(struct rn_tcp_cts) == 128, "CTS header is 128 bytes");
@@ -180,6 +197,8 @@ _Static_assert(sizeof(struct rn_tcp_down) == 24, "DOWN header is 24 bytes");
 _Static_assert(sizeof(struct rn_tcp_offer) == 48, "OFFER header is 48 bytes");
 _Static_assert(sizeof(struct rn_tcp_resume) == 32, "RESUME header is 32 bytes");
 _Static_assert(sizeof(struct rn_tcp_bye) == 24, "BYE header is 24 bytes");
+_Static_assert(sizeof(struct rn_tcp_want) == 20, "WANT header is 20 bytes");
+_Static_assert(offsetof(struct rn_tcp_want, crc) == sizeof(struct rn_tcp_want) - 4, "crc last");
 _Static_assert(offsetof(struct rn_tcp_bye, crc) == sizeof(struct rn_tcp_bye) - 4, "crc last");
 _Static_assert(offsetof(struct rn_tcp_resume, crc) == sizeof(struct rn_tcp_resume) - 4, "crc last");
 _Static_assert(offsetof(struct rn_tcp_offer, crc) == sizeof(struct rn_tcp_offer) - 4, "crc last");

@@ -45,3 +45,7 @@ TEST_PROGS += $(TCP_CLOSE_TEST)
 TCP_POOL_TEST := $(BUILD)/tests/tcp/test_pool
 $(eval $(call rn_harness_prog,$(TCP_POOL_TEST),$(BUILD)/tests/tcp/test_pool.o))
 TEST_PROGS += $(TCP_POOL_TEST)
+# A send that needs a clear-to-send held back for a batch asks for it (WANT).
+TCP_WANT_TEST := $(BUILD)/tests/tcp/test_want
+$(eval $(call rn_harness_prog,$(TCP_WANT_TEST),$(BUILD)/tests/tcp/test_want.o))
+TEST_PROGS += $(TCP_WANT_TEST)
