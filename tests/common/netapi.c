@@ -139,6 +139,20 @@ void rn_log_reset(void) {
 }
 
 /* ---- loading ---------------------------------------------------------- */
+const ncclNet_v8_t *rn_load_v8(int tap) {
+  const char *so = rn_plugin_path();
+  void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+  const ncclNet_v8_t *n = h ? dlsym(h, "ncclNetPlugin_v8") : NULL;
+  if (n == NULL)
+    printf("not ok %d - load %s: %s\n", tap, so, h ? "no ncclNetPlugin_v8" : dlerror());
+  return n;
+}
+
+int rn_tap_call_failed(int tap, const char *what, int r) {
+  printf("not ok %d - %s (%d)\n", tap, what, r);
+  return 1;
+}
+
 int rn_parse_version(const char *s) {
   if (s == NULL) return 0;
   if (*s == 'v' || *s == 'V') s++;

@@ -127,6 +127,19 @@ struct rn_net {
   int inited;
 };
 
+/* For programs that drive the v8 table directly (a forked pair of raw
+ * calls): ncclNetPlugin_v8 of rn_plugin_path(), loaded as NCCL loads it;
+ * NULL after printing "not ok <tap> - load ...". */
+const ncclNet_v8_t *rn_load_v8(int tap);
+/* "not ok <tap> - <what> (<r>)"; returns 1, the exit status. */
+int rn_tap_call_failed(int tap, const char *what, int r);
+/* Return rn_tap_call_failed(tap, ...) from the caller unless call succeeds. */
+#define RN_TAP_CHECK(tap, call)                                       \
+  do {                                                                \
+    ncclResult_t r_ = (call);                                         \
+    if (r_ != ncclSuccess) return rn_tap_call_failed(tap, #call, r_); \
+  } while (0)
+
 int rn_parse_version(const char *s); /* "v8".."v12" or "8".."12"; 0 if bad */
 /* dlopen(RTLD_NOW|RTLD_LOCAL) + dlsym("ncclNetPlugin_vN").  0 ok; -1 with
  * a reason in err. */

@@ -5,7 +5,6 @@
  * that does not fit its receive fails in its own test(), and the
  * receiver's too.  The alarm (x RN_TIMEOUT_SCALE) only turns a hang into
  * a failure. */
-#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,25 +16,8 @@
 #define SMALLER 20000 /* the receive the second send does not fit */
 #define TESTS 1000
 
-static void logger(ncclDebugLogLevel l, unsigned long f, const char *file, int line,
-                   const char *fmt, ...) {
-  (void)l, (void)f, (void)file, (void)line, (void)fmt;
-}
-
-static int fail(int n, const char *what, int r) {
-  printf("not ok %d - %s (%d)\n", n, what, r);
-  return 1;
-}
-
-#define CHECK(n, call)                                \
-  do {                                                \
-    ncclResult_t r_ = (call);                         \
-    if (r_ != ncclSuccess) return fail(n, #call, r_); \
-  } while (0)
-
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
-  const char *so = rn_plugin_path();
   setenv("RAILNET_TRANSPORT", "socket", 1);
   setenv("RAILNET_SOCKET_IFNAME", "lo", 1);
   /* p: handle, receiver -> sender; q: "sent, tested", sender -> receiver */
@@ -45,31 +27,28 @@ int main(void) {
   pid_t pid = fork();
   alarm((unsigned)rn_bound_s(30));
   int me = pid == 0 ? 1 : 2;
-  void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
-  const ncclNet_v8_t *n = h ? dlsym(h, "ncclNetPlugin_v8") : NULL;
-  if (n == NULL) {
-    printf("not ok %d - load %s: %s\n", me, so, h ? "no ncclNetPlugin_v8" : dlerror());
-    return 1;
-  }
-  CHECK(me, n->init(logger));
+  const ncclNet_v8_t *n = rn_load_v8(me);
+  if (n == NULL) return 1;
+  RN_TAP_CHECK(me, n->init(rn_logger));
   static unsigned char buf[BIG];
   if (pid == 0) { /* receiver */
     char handle[NCCL_NET_HANDLE_MAXSIZE];
     void *lc = NULL, *rc = NULL, *mh = NULL, *rq = NULL, *d = buf;
-    CHECK(1, n->listen(0, handle, &lc));
+    RN_TAP_CHECK(1, n->listen(0, handle, &lc));
     if (write(p[1], handle, sizeof(handle)) != (ssize_t)sizeof(handle)) return 1;
-    while (rc == NULL) CHECK(1, n->accept(lc, &rc, NULL));
-    CHECK(1, n->regMr(rc, buf, sizeof(buf), NCCL_PTR_HOST, &mh));
+    while (rc == NULL) RN_TAP_CHECK(1, n->accept(lc, &rc, NULL));
+    RN_TAP_CHECK(1, n->regMr(rc, buf, sizeof(buf), NCCL_PTR_HOST, &mh));
     char go;
-    if (read(q[0], &go, 1) != 1 || go != 'g') return fail(1, "the sender's first send", go);
+    if (read(q[0], &go, 1) != 1 || go != 'g')
+      return rn_tap_call_failed(1, "the sender's first send", go);
     int sz = BIG, tag = 3, done = 0, got = -1;
-    while (rq == NULL) CHECK(1, n->irecv(rc, 1, &d, &sz, &tag, &mh, &rq));
-    while (!done) CHECK(1, n->test(rq, &done, &got));
+    while (rq == NULL) RN_TAP_CHECK(1, n->irecv(rc, 1, &d, &sz, &tag, &mh, &rq));
+    while (!done) RN_TAP_CHECK(1, n->test(rq, &done, &got));
     int bad = got != BIG;
     for (int i = 0; i < BIG && !bad; i++) bad = buf[i] != (unsigned char)(i * 7 + 1);
     printf("%sok 1 - receiver: %d bytes of %d, every byte as sent\n", bad ? "not " : "", got, BIG);
     sz = SMALLER, rq = NULL, done = 0;
-    while (rq == NULL) CHECK(1, n->irecv(rc, 1, &d, &sz, &tag, &mh, &rq));
+    while (rq == NULL) RN_TAP_CHECK(1, n->irecv(rc, 1, &d, &sz, &tag, &mh, &rq));
     ncclResult_t r = ncclSuccess;
     while (!done && r == ncclSuccess) r = n->test(rq, &done, &got);
     if (r != ncclInvalidUsage) bad = 1, printf("# receiver: the oversized send gave %d\n", r);
@@ -79,18 +58,18 @@ int main(void) {
   char handle[NCCL_NET_HANDLE_MAXSIZE];
   if (read(p[0], handle, sizeof(handle)) != (ssize_t)sizeof(handle)) return 1;
   void *sc = NULL, *mh = NULL, *rq = NULL;
-  while (sc == NULL) CHECK(2, n->connect(0, handle, &sc, NULL));
-  CHECK(2, n->regMr(sc, buf, sizeof(buf), NCCL_PTR_HOST, &mh));
+  while (sc == NULL) RN_TAP_CHECK(2, n->connect(0, handle, &sc, NULL));
+  RN_TAP_CHECK(2, n->regMr(sc, buf, sizeof(buf), NCCL_PTR_HOST, &mh));
   for (int i = 0; i < BIG; i++) buf[i] = (unsigned char)(i * 7 + 1);
-  while (rq == NULL) CHECK(2, n->isend(sc, buf, BIG, 3, mh, &rq));
+  while (rq == NULL) RN_TAP_CHECK(2, n->isend(sc, buf, BIG, 3, mh, &rq));
   int done = 0, early = 0;
   for (int i = 0; i < TESTS; i++) {
-    CHECK(2, n->test(rq, &done, NULL));
+    RN_TAP_CHECK(2, n->test(rq, &done, NULL));
     early |= done;
     if (done) break;
   }
   if (write(q[1], "g", 1) != 1) return 1;
-  while (!done) CHECK(2, n->test(rq, &done, NULL));
+  while (!done) RN_TAP_CHECK(2, n->test(rq, &done, NULL));
   /* The sender's lines wait until the receiver has printed its own and
    * exited: TAP wants them in order. */
   char line2[200], line3[200];
@@ -99,7 +78,7 @@ int main(void) {
            "tests), done after\n",
            early ? "not " : "", BIG, TESTS);
   rq = NULL, done = 0;
-  while (rq == NULL) CHECK(2, n->isend(sc, buf, BIG, 3, mh, &rq));
+  while (rq == NULL) RN_TAP_CHECK(2, n->isend(sc, buf, BIG, 3, mh, &rq));
   ncclResult_t r = ncclSuccess;
   while (!done && r == ncclSuccess) r = n->test(rq, &done, NULL);
   snprintf(line3, sizeof(line3),

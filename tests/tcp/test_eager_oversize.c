@@ -3,7 +3,6 @@
  * (NACK) and fails within a bounded number of later calls once the
  * receiver has refused.  Counting calls, not time, decides the result; the
  * alarm (x RN_TIMEOUT_SCALE) only turns a hang into a failure. */
-#include <dlfcn.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -44,7 +43,6 @@ static int setup_failed(int n, const char *what, ncclResult_t r) {
 
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0); /* TAP survives an exit without flushing */
-  const char *so = rn_plugin_path();
   setenv("RAILNET_TRANSPORT", "socket", 1);
   setenv("RAILNET_SOCKET_IFNAME", "lo", 1);
   /* p: handle, receiver -> sender; q: "eager send out" and "done", sender
@@ -56,12 +54,8 @@ int main(void) {
   pid_t pid = fork();
   alarm((unsigned)rn_bound_s(30)); /* nothing here may hang */
   int me = pid == 0 ? 1 : 2;
-  void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
-  const ncclNet_v8_t *n = h ? dlsym(h, "ncclNetPlugin_v8") : NULL;
-  if (n == NULL) {
-    printf("not ok %d - load %s: %s\n", me, so, h ? "no ncclNetPlugin_v8" : dlerror());
-    return 1;
-  }
+  const ncclNet_v8_t *n = rn_load_v8(me);
+  if (n == NULL) return 1;
   SETUP(me, n->init(logger));
   static char buf[256];
   if (pid == 0) { /* receiver */
