@@ -342,8 +342,7 @@ int rn_tcp_pool_put(struct rn_tcp_comm *c) {
   getpeername(c->ctrl_fd, &e->ctrl_peer.sa, &len);
   for (int i = 0; i < c->nstreams; i++) {
     e->conn.data_fd[i] = c->stream[i].fd;
-    len = sizeof(e->local[i]);
-    getsockname(c->stream[i].fd, &e->local[i].sa, &len);
+    e->local[i] = c->rail[c->stream[i].rail].local; /* its rail's address (rails.c) */
     len = sizeof(e->peer[i]);
     getpeername(c->stream[i].fd, &e->peer[i].sa, &len);
     c->stream[i].fd = -1;
