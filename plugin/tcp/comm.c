@@ -24,11 +24,12 @@ static struct rn_shared_list rn_tcp_live = RN_SHARED_LIST_INIT(rn_tcp_live);
 static struct rn_shared_list rn_tcp_deferred = RN_SHARED_LIST_INIT(rn_tcp_deferred);
 static atomic_int rn_tcp_any_deferred;
 
-/* Send the clear-to-sends that receives of small buffers deferred.  Called
- * at the end of every isend, without the caller's comm lock (a deferred
- * one also leaves with any progress on its own comm, e.g. the test() of
- * that receive); the comms are only try-locked, so no thread waits, and
- * one busy now stays on the list for the next flush. */
+/* Send the clear-to-sends that receives deferred.  Called every
+ * RN_TCP_CTS_POLLS incomplete tests of a thread, without the caller's comm
+ * lock (a deferred one also leaves with progress on its own comm: a batch,
+ * the sender's CREDIT or WANT, or enough tests of that receive); the comms
+ * are only try-locked, so no thread waits, and one busy now stays on the
+ * list for the next flush. */
 void rn_tcp_comm_flush_deferred(void) {
   if (!atomic_load(&rn_tcp_any_deferred)) return;
   pthread_mutex_lock(&rn_tcp_deferred.lock);
@@ -41,7 +42,8 @@ void rn_tcp_comm_flush_deferred(void) {
     rn_list_del(node);
     if (atomic_exchange(&c->cts_deferred, 0)) {
       /* Not a batch: this process's sends may wait for them (one thread
-       * posting a receive and then a send that needs its clear-to-send). */
+       * posting a receive and then a send that needs its clear-to-send,
+       * testing only the send). */
       c->lazy_polls = RN_TCP_CTS_POLLS;
       rn_tcp_ctl_flush(c); /* errors surface through this comm's own calls */
     }

@@ -38,6 +38,18 @@ static ncclResult_t rn_tcp_comm_lock(struct rn_tcp_comm *c, const char *what) {
   return ncclSuccess;
 }
 
+/* Calls of this thread that found nothing to do: an incomplete test, an
+ * isend or irecv that must be retried.  A thread that keeps making them
+ * may be waiting for its peer, and that peer for a clear-to-send one of
+ * this process's receives deferred (each side posted a receive, then a
+ * send it now retries or tests alone): every RN_TCP_CTS_POLLS of them
+ * sends the deferred ones.  Per thread, so no proxy thread slows another. */
+static _Thread_local unsigned rn_tcp_idle_calls;
+
+static void rn_tcp_idle_call(void) {
+  if (++rn_tcp_idle_calls % RN_TCP_CTS_POLLS == 0) rn_tcp_comm_flush_deferred();
+}
+
 /* A send matched to buffer idx of group seq, which is the head group:
  * inline on the control connection, or announced there and streamed. */
 static ncclResult_t rn_tcp_isend_matched(struct rn_tcp_comm *c, void *data, size_t size, int tag,
@@ -171,7 +183,7 @@ ncclResult_t rn_tcp_isend(void *scomm, void *data, size_t size, int tag, void *m
   }
 out_unlock:
   pthread_mutex_unlock(&c->lock);
-  rn_tcp_comm_flush_deferred();
+  if (res == ncclSuccess && *req == NULL) rn_tcp_idle_call();
   return res;
 }
 
@@ -200,10 +212,11 @@ ncclResult_t rn_tcp_irecv(void *rcomm, int n, void **data, const size_t *sizes, 
   /* A clear-to-send is needed at once only by a send that cannot go
    * eagerly; while the sender's messages arrive eagerly with credit to
    * spare (or the buffers are small enough for every message to), it may
-   * wait: for a batch (rn_tcp_ctl_flush), and at least for this process's
-   * next isend, so that in a request/response exchange it follows the
-   * response instead of delaying it.  A sender that needs one says so
-   * (CREDIT, WANT), and from then on they leave at once. */
+   * wait for a batch (rn_tcp_ctl_flush), and in a request/response
+   * exchange neither delays the response nor costs a sendmsg of its own.
+   * A sender that needs one says so (CREDIT, WANT), and from then on they
+   * leave at once; a thread whose calls keep finding nothing to do sends
+   * them too (rn_tcp_idle_call). */
   int small = 1;
   for (int i = 0; i < n; i++) small &= sizes[i] <= c->eager_max;
   small |= !c->peer_low;
@@ -227,6 +240,7 @@ ncclResult_t rn_tcp_irecv(void *rcomm, int n, void **data, const size_t *sizes, 
   *req = r;
 out_unlock:
   pthread_mutex_unlock(&c->lock);
+  if (res == ncclSuccess && *req == NULL) rn_tcp_idle_call();
   return res;
 }
 
@@ -304,6 +318,7 @@ ncclResult_t rn_tcp_test(void *request, int *done, size_t *sizes, int *nsizes) {
     /* NCCL polls test() in a tight loop; on small hosts the helper threads
      * need that core to move the data. */
     if (res == ncclSuccess && c->nthreads > 0) sched_yield();
+    if (res == ncclSuccess) rn_tcp_idle_call();
     return res;
   }
   res = r->error;

@@ -517,7 +517,7 @@ void rn_tcp_comm_free(struct rn_tcp_comm *c);
 ncclResult_t rn_tcp_comm_set_class(struct rn_tcp_comm *c, int tc);
 /* At fini: frees every comm still open; returns how many. */
 int rn_tcp_comm_free_all(void);
-/* A receive deferred its clear-to-send: the next isend of any comm sends it. */
+/* A receive deferred its clear-to-send: a thread's many incomplete tests send it. */
 void rn_tcp_comm_defer_cts(struct rn_tcp_comm *c);
 void rn_tcp_comm_flush_deferred(void);
 /* fail.c */

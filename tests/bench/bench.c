@@ -350,8 +350,12 @@ static int spin_read(int fd, void *buf, size_t len) {
 }
 
 /* 8-byte ping-pong between two processes, TCP_NODELAY; blocking reads, or
- * (spin) non-blocking reads polled in a loop as NCCL's proxy polls test(). */
-static struct lat_res plain_tcp_pingpong_mode(int iters, int spin) {
+ * (spin) non-blocking reads polled in a loop as NCCL's proxy polls test().
+ * With two connections (conns 2) the requests go over one and the replies
+ * over the other, as over a send comm and a receive comm: the kernel then
+ * acknowledges each request in a segment of its own instead of in the
+ * reply's. */
+static struct lat_res plain_tcp_pingpong_mode(int iters, int spin, int conns) {
   struct lat_res res = {0, 0, 0, iters};
   int port;
   int lfd = tcp_listen_any(&port);
@@ -359,38 +363,44 @@ static struct lat_res plain_tcp_pingpong_mode(int iters, int spin) {
   int one = 1, warm = 200;
   pid_t pid = fork();
   if (pid == 0) {
-    int fd = accept(lfd, NULL, NULL);
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    int in = accept(lfd, NULL, NULL), out = conns == 2 ? accept(lfd, NULL, NULL) : in;
+    setsockopt(in, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    setsockopt(out, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     char b[8];
     for (int i = 0; i < iters + warm; i++) {
-      if ((spin ? spin_read(fd, b, 8) : rn_read_all(fd, b, 8, -1)) != 0) _exit(1);
-      if (send(fd, b, 8, MSG_NOSIGNAL) != 8) _exit(1);
+      if ((spin ? spin_read(in, b, 8) : rn_read_all(in, b, 8, -1)) != 0) _exit(1);
+      if (send(out, b, 8, MSG_NOSIGNAL) != 8) _exit(1);
     }
     _exit(0);
   }
   close(lfd);
-  int fd = tcp_connect_port(port);
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  int out = tcp_connect_port(port), in = conns == 2 ? tcp_connect_port(port) : out;
+  setsockopt(out, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  setsockopt(in, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   double *rtt = malloc(sizeof(double) * (size_t)iters), sum = 0;
   char b[8] = "pingpong";
+  int done = 0;
   for (int i = 0; i < iters + warm; i++) {
     double t0 = now_s();
-    if (send(fd, b, 8, MSG_NOSIGNAL) != 8 ||
-        (spin ? spin_read(fd, b, 8) : rn_read_all(fd, b, 8, -1)) != 0)
+    if (send(out, b, 8, MSG_NOSIGNAL) != 8 ||
+        (spin ? spin_read(in, b, 8) : rn_read_all(in, b, 8, -1)) != 0)
       break;
-    if (i >= warm) rtt[i - warm] = (now_s() - t0) * 1e6, sum += rtt[i - warm];
+    if (i >= warm) rtt[i - warm] = (now_s() - t0) * 1e6, sum += rtt[i - warm], done++;
   }
-  close(fd);
+  close(out);
+  if (in != out) close(in);
   waitpid(pid, NULL, 0);
-  qsort(rtt, (size_t)iters, sizeof(double), cmp_double);
-  res.p50_us = rtt[iters / 2];
-  res.mean_us = sum / iters;
-  res.min_us = rtt[0];
+  if (done == iters) {
+    qsort(rtt, (size_t)iters, sizeof(double), cmp_double);
+    res.p50_us = rtt[iters / 2];
+    res.mean_us = sum / iters;
+    res.min_us = rtt[0];
+  }
   free(rtt);
   return res;
 }
 
-static struct lat_res plain_tcp_pingpong(int iters) { return plain_tcp_pingpong_mode(iters, 0); }
+static struct lat_res plain_tcp_pingpong(int iters) { return plain_tcp_pingpong_mode(iters, 0, 1); }
 
 /* iperf3 -P n over loopback, client and server as separate processes. */
 static double iperf3_gbps(int n, int secs) {
@@ -490,7 +500,7 @@ int main(int argc, char **argv) {
 
   /* ceilings first, so the plugin run does not warm anything for them */
   double ip1 = 0, ip4 = 0, tc1 = 0, tc4 = 0;
-  struct lat_res tcl = {0, 0, 0, 0}, tcs = {0, 0, 0, 0};
+  struct lat_res tcl = {0, 0, 0, 0}, tcs = {0, 0, 0, 0}, tc2 = {0, 0, 0, 0};
   if (ceiling) {
     int secs = quick ? 1 : 3;
     ip1 = iperf3_gbps(1, secs);
@@ -498,7 +508,8 @@ int main(int argc, char **argv) {
     tc1 = plain_tcp_gbps(1, secs);
     tc4 = plain_tcp_gbps(4, secs);
     tcl = plain_tcp_pingpong(quick ? 2000 : LAT_ITERS);
-    tcs = plain_tcp_pingpong_mode(quick ? 2000 : LAT_ITERS, 1);
+    tcs = plain_tcp_pingpong_mode(quick ? 2000 : LAT_ITERS, 1, 1);
+    tc2 = plain_tcp_pingpong_mode(quick ? 2000 : LAT_ITERS, 1, 2);
   }
 
   /* railnet bandwidth */
@@ -599,6 +610,11 @@ int main(int argc, char **argv) {
         "# (plain TCP polling with MSG_DONTWAIT, as a proxy thread polls: p50 %.1f us, mean "
         "%.1f)\n",
         tcs.p50_us, tcs.mean_us);
+  if (tc2.p50_us > 0)
+    printf(
+        "# (the same over two connections, requests on one and replies on the other as over a "
+        "send and a receive comm: p50 %.1f us, mean %.1f; railnet / it %.2fx)\n",
+        tc2.p50_us, tc2.mean_us, rnl.p50_us / tc2.p50_us);
   char hb[32];
   if (any4 && ipbest > 0)
     printf("# target throughput >= 4 MiB at >= 80%% of iperf3's best: %s (worst %.0f%% at %s)\n",
@@ -606,9 +622,9 @@ int main(int argc, char **argv) {
   else if (ceiling)
     printf("# target throughput >= 4 MiB: no verdict (%s)\n",
            any4 ? "no iperf3 figure in this run" : "--max below 4 MiB");
-  if (tcl.p50_us > 0 && rnl.p50_us > 0)
-    printf("# target 8 B round trip <= 1.5x plain TCP: %s (%.2fx)\n",
-           rnl.p50_us <= 1.5 * tcl.p50_us ? "MET" : "NOT MET", rnl.p50_us / tcl.p50_us);
+  if (tcs.p50_us > 0 && rnl.p50_us > 0)
+    printf("# target 8 B round trip <= 1.15x a polling plain-TCP ping-pong: %s (%.2fx)\n",
+           rnl.p50_us <= 1.15 * tcs.p50_us ? "MET" : "NOT MET", rnl.p50_us / tcs.p50_us);
   if (failed_runs) printf("# %d railnet run(s) failed (above)\n", failed_runs);
   return failed_runs ? 1 : 0;
   return 0;

@@ -49,3 +49,8 @@ TEST_PROGS += $(TCP_POOL_TEST)
 TCP_WANT_TEST := $(BUILD)/tests/tcp/test_want
 $(eval $(call rn_harness_prog,$(TCP_WANT_TEST),$(BUILD)/tests/tcp/test_want.o))
 TEST_PROGS += $(TCP_WANT_TEST)
+# Each side posts a receive, then a send it waits on alone: the clear-to-sends
+# each holds back for a batch still reach the other.
+TCP_MUTUAL_TEST := $(BUILD)/tests/tcp/test_mutual_wait
+$(eval $(call rn_harness_prog,$(TCP_MUTUAL_TEST),$(BUILD)/tests/tcp/test_mutual_wait.o))
+TEST_PROGS += $(TCP_MUTUAL_TEST)
