@@ -3,6 +3,7 @@
  * a deferred clear-to-send, which any isend flushes. */
 #include <errno.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,13 +54,20 @@ void rn_tcp_comm_flush_deferred(void) {
   pthread_mutex_unlock(&rn_tcp_deferred.lock);
 }
 
-/* A comm is some 290 kB of tables (requests, control output, control
- * input), of which an idle one touches its first two pages.  It gets
+/* A comm is some 360 kB of tables (requests, control output, control
+ * input), of which an idle one touches its first three pages.  It gets
  * zero-filled pages of its own, so the rest never becomes resident:
  * malloc would give it recycled heap memory once its dynamic mmap
  * threshold has grown past a freed comm's size (after the first close),
  * and calloc would then clear, and so make resident, all of it.  Under
- * AddressSanitizer it comes from the heap, where overruns are caught. */
+ * AddressSanitizer it comes from the heap, where overruns are caught.
+ *
+ * A freed comm's mapping is kept for the next (up to RN_TCP_COMM_CACHE):
+ * its fields (up to RN_TCP_COMM_HOT) cleared, its tables handed back to
+ * the kernel (MADV_DONTNEED: zero-filled again when next touched), so it
+ * is what a new mapping would be, without the page faults of the fields,
+ * which cost a new comm more than all its system calls on some hosts
+ * (a churning workload opens a comm per request). */
 #if defined(__SANITIZE_ADDRESS__)
 #define RN_TCP_COMM_HEAP 1
 #elif defined(__has_feature)
@@ -72,6 +80,8 @@ void rn_tcp_comm_flush_deferred(void) {
 static struct rn_tcp_comm *rn_tcp_comm_map(void) { return calloc(1, sizeof(struct rn_tcp_comm)); }
 
 static void rn_tcp_comm_unmap(struct rn_tcp_comm *c) { free(c); }
+
+static void rn_tcp_comm_cache_drain(void) {}
 #else
 static size_t rn_tcp_comm_map_size(void) {
   long page = sysconf(_SC_PAGESIZE);
@@ -79,13 +89,48 @@ static size_t rn_tcp_comm_map_size(void) {
   return (sizeof(struct rn_tcp_comm) + pg - 1) / pg * pg;
 }
 
+#define RN_TCP_COMM_CACHE 8
+#define RN_TCP_COMM_HOT offsetof(struct rn_tcp_comm, in_space)
+
+static pthread_mutex_t rn_tcp_comm_cache_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct rn_tcp_comm *rn_tcp_comm_cache[RN_TCP_COMM_CACHE];
+static int rn_tcp_comm_cached;
+
 static struct rn_tcp_comm *rn_tcp_comm_map(void) {
+  struct rn_tcp_comm *c = NULL;
+  pthread_mutex_lock(&rn_tcp_comm_cache_lock);
+  if (rn_tcp_comm_cached > 0) c = rn_tcp_comm_cache[--rn_tcp_comm_cached];
+  pthread_mutex_unlock(&rn_tcp_comm_cache_lock);
+  if (c != NULL) return c;
   void *p = mmap(NULL, rn_tcp_comm_map_size(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
                  -1, 0);
   return p == MAP_FAILED ? NULL : p;
 }
 
-static void rn_tcp_comm_unmap(struct rn_tcp_comm *c) { munmap(c, rn_tcp_comm_map_size()); }
+static void rn_tcp_comm_unmap(struct rn_tcp_comm *c) {
+  const size_t size = rn_tcp_comm_map_size();
+  long page = sysconf(_SC_PAGESIZE);
+  const size_t pg = page > 0 ? (size_t)page : 4096, hot = (RN_TCP_COMM_HOT + pg - 1) / pg * pg;
+  pthread_mutex_lock(&rn_tcp_comm_cache_lock);
+  int keep = rn_tcp_comm_cached < RN_TCP_COMM_CACHE;
+  pthread_mutex_unlock(&rn_tcp_comm_cache_lock);
+  if (keep && madvise((char *)c + hot, size - hot, MADV_DONTNEED) == 0) {
+    memset(c, 0, hot);
+    pthread_mutex_lock(&rn_tcp_comm_cache_lock);
+    keep = rn_tcp_comm_cached < RN_TCP_COMM_CACHE;
+    if (keep) rn_tcp_comm_cache[rn_tcp_comm_cached++] = c;
+    pthread_mutex_unlock(&rn_tcp_comm_cache_lock);
+    if (keep) return;
+  }
+  munmap(c, size);
+}
+
+static void rn_tcp_comm_cache_drain(void) {
+  pthread_mutex_lock(&rn_tcp_comm_cache_lock);
+  while (rn_tcp_comm_cached > 0)
+    munmap(rn_tcp_comm_cache[--rn_tcp_comm_cached], rn_tcp_comm_map_size());
+  pthread_mutex_unlock(&rn_tcp_comm_cache_lock);
+}
 #endif
 
 void rn_tcp_comm_free(struct rn_tcp_comm *c) {
@@ -129,8 +174,25 @@ void rn_tcp_comm_free(struct rn_tcp_comm *c) {
   rn_tcp_comm_unmap(c);
 }
 
+/* A new connection's addresses, from the kernel (a failed call leaves a
+ * zero address: family 0). */
+void rn_tcp_addrs_read(int ctrl_fd, const int *data_fd, int nstreams, struct rn_tcp_addrs *a) {
+  memset(a, 0, sizeof(*a));
+  socklen_t len = sizeof(a->ctrl_local);
+  if (getsockname(ctrl_fd, &a->ctrl_local.sa, &len) != 0) memset(&a->ctrl_local, 0, sizeof(a->ctrl_local));
+  len = sizeof(a->ctrl_peer);
+  if (getpeername(ctrl_fd, &a->ctrl_peer.sa, &len) != 0) memset(&a->ctrl_peer, 0, sizeof(a->ctrl_peer));
+  for (int i = 0; i < nstreams; i++) {
+    len = sizeof(a->local[i]);
+    if (getsockname(data_fd[i], &a->local[i].sa, &len) != 0) memset(&a->local[i], 0, sizeof(a->local[i]));
+    len = sizeof(a->peer[i]);
+    if (getpeername(data_fd[i], &a->peer[i].sa, &len) != 0) memset(&a->peer[i], 0, sizeof(a->peer[i]));
+  }
+}
+
 /* Build a comm around an established connection; starts the helpers. */
-ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv, int kept,
+ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv,
+                                const struct rn_tcp_addrs *kept,
                                 struct rn_tcp_comm **out) {
   const struct rn_params *p = rn_params();
   /* The stream count came from the connecting peer's hello. */
@@ -158,13 +220,23 @@ ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv, int
    * does without them (no CREDIT); from then on they may wait. */
   c->peer_low = 1;
   c->ctrl_fd = conn->ctrl_fd;
-  union rn_sockaddr peer;
-  socklen_t plen = sizeof(peer);
-  if (getpeername(c->ctrl_fd, &peer.sa, &plen) == 0)
-    rn_sockaddr_str(&peer, c->peer, sizeof(c->peer));
+  c->nstreams = conn->nstreams;
+  struct rn_tcp_addrs fresh;
+  const struct rn_tcp_addrs *a = kept;
+  if (a == NULL) {
+    rn_tcp_addrs_read(c->ctrl_fd, conn->data_fd, c->nstreams, &fresh);
+    a = &fresh;
+  }
+  c->ctrl_local = a->ctrl_local;
+  c->ctrl_peer = a->ctrl_peer;
+  for (int i = 0; i < c->nstreams; i++) {
+    c->stream[i].local = a->local[i];
+    c->stream[i].peer = a->peer[i];
+  }
+  if (c->ctrl_peer.sa.sa_family != 0)
+    rn_sockaddr_str(&c->ctrl_peer, c->peer, sizeof(c->peer));
   else
     snprintf(c->peer, sizeof(c->peer), "(unknown peer)");
-  c->nstreams = conn->nstreams;
   c->inline_max = (size_t)p->socket_inline;
   c->eager_max = c->inline_max < RN_TCP_EAGER_MAX ? c->inline_max : RN_TCP_EAGER_MAX;
   c->chunk = (size_t)p->socket_chunk;
@@ -175,7 +247,7 @@ ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv, int
     c->stream[i].comm = c;
     c->stream[i].eng_thread = c->stream[i].eng_slot = -1;
     pthread_mutex_init(&c->stream[i].queue_lock, NULL);
-    if (!kept) rn_sock_tune(c->stream[i].fd, 0);
+    if (kept == NULL) rn_sock_tune(c->stream[i].fd, 0);
   }
   rn_tcp_rails_init(c);
   rn_tcp_move_init(c);
@@ -183,10 +255,12 @@ ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv, int
    * waiting forever: every socket gets keepalive and a user timeout.  A
    * kept connection's sockets have them, and their tuning, already. */
   int live = 0;
-  if (!kept) rn_sock_tune(c->ctrl_fd, 0);
-  if (!kept) live = rn_sock_set_liveness(c->ctrl_fd, (int)p->socket_timeout_ms);
-  for (int i = 0; i < c->nstreams && live == 0 && !kept; i++)
-    live = rn_sock_set_liveness(c->stream[i].fd, (int)p->socket_timeout_ms);
+  if (kept == NULL) {
+    rn_sock_tune(c->ctrl_fd, 0);
+    live = rn_sock_set_liveness(c->ctrl_fd, (int)p->socket_timeout_ms);
+    for (int i = 0; i < c->nstreams && live == 0; i++)
+      live = rn_sock_set_liveness(c->stream[i].fd, (int)p->socket_timeout_ms);
+  }
   if (live != 0) {
     RN_WARN("cannot set keepalive/TCP_USER_TIMEOUT on a connection to %s: %s", c->peer,
             strerror(errno));
@@ -210,14 +284,16 @@ int rn_tcp_comm_free_all(void) {
   int n = 0;
   for (struct rn_list *first; (first = rn_shared_list_first(&rn_tcp_live)) != NULL; n++)
     rn_tcp_comm_free(RN_LIST_ENTRY(first, struct rn_tcp_comm, open));
+  rn_tcp_comm_cache_drain();
   return n;
 }
 
 /* One socket: its family decides between IP_TOS and IPV6_TCLASS. */
-static int rn_tcp_sock_set_class(int fd, int tc, int prio, const char **what) {
-  union rn_sockaddr a;
+static int rn_tcp_sock_set_class(int fd, const union rn_sockaddr *local, int tc, int prio,
+                                 const char **what) {
+  union rn_sockaddr a = *local;
   socklen_t len = sizeof(a);
-  if (getsockname(fd, &a.sa, &len) != 0) {
+  if (a.sa.sa_family == 0 && getsockname(fd, &a.sa, &len) != 0) {
     *what = "getsockname";
     return -1;
   }
@@ -236,7 +312,8 @@ ncclResult_t rn_tcp_comm_set_class(struct rn_tcp_comm *c, int tc) {
   const char *what = "";
   for (int i = -1; i < c->nstreams; i++) {
     int fd = i < 0 ? c->ctrl_fd : c->stream[i].fd;
-    if (rn_tcp_sock_set_class(fd, tc, prio, &what) != 0) {
+    if (rn_tcp_sock_set_class(fd, i < 0 ? &c->ctrl_local : &c->stream[i].local, tc, prio,
+                              &what) != 0) {
       RN_WARN("send comm to %s: cannot set %s for traffic class %d (SO_PRIORITY %d) on %s: %s",
               c->peer, what, tc, prio, i < 0 ? "the control connection" : "a data stream",
               strerror(errno));

@@ -105,12 +105,9 @@ static void rn_tcp_move_unlisten(struct rn_tcp_comm *c, int r) {
 void rn_tcp_move_init(struct rn_tcp_comm *c) {
   struct rn_tcp_move *m = &c->move;
   m->ctrl_rail = -1;
-  union rn_sockaddr a;
-  socklen_t len = sizeof(a);
-  memset(&a, 0, sizeof(a));
-  if (getsockname(c->ctrl_fd, &a.sa, &len) == 0)
+  if (c->ctrl_local.sa.sa_family != 0)
     for (int i = 0; i < c->nrails; i++)
-      if (rn_sockaddr_same_host(&a, &c->rail[i].local)) m->ctrl_rail = i;
+      if (rn_sockaddr_same_host(&c->ctrl_local, &c->rail[i].local)) m->ctrl_rail = i;
   if (c->is_recv) {
     /* Multi-rail: rails of its own, or streams from several of the
      * sender's addresses. */
@@ -118,10 +115,8 @@ void rn_tcp_move_init(struct rn_tcp_comm *c) {
     union rn_sockaddr first;
     memset(&first, 0, sizeof(first));
     for (int i = 0; i < c->nstreams && !multi; i++) {
-      union rn_sockaddr p;
-      socklen_t plen = sizeof(p);
-      memset(&p, 0, sizeof(p));
-      if (getpeername(c->stream[i].fd, &p.sa, &plen) != 0) continue;
+      union rn_sockaddr p = c->stream[i].peer;
+      if (p.sa.sa_family == 0) continue;
       if (p.sa.sa_family == AF_INET) p.in.sin_port = 0;
       if (p.sa.sa_family == AF_INET6) p.in6.sin6_port = 0;
       if (first.sa.sa_family == 0)

@@ -53,9 +53,8 @@ struct rn_tcp_pooled {
   uint32_t my_msg, my_received; /* this side's BYE */
   uint64_t nonce;               /* CLAIMED: the comm it is for */
   struct rn_rdv_conn conn;
-  char name[64]; /* the peer, for messages */
-  union rn_sockaddr ctrl_local, ctrl_peer;
-  union rn_sockaddr local[RN_TCP_MAX_STREAMS], peer[RN_TCP_MAX_STREAMS];
+  char name[64];             /* the peer, for messages */
+  struct rn_tcp_addrs addr; /* the comm's, for matching and for the next comm */
   uint8_t in[RN_TCP_POOL_IN]; /* a header or hello being read */
   size_t in_len;
 };
@@ -270,9 +269,11 @@ static const char *rn_tcp_pool_busy(struct rn_tcp_comm *c) {
     if (atomic_load(&s->dead) || s->lost || atomic_load(&s->retire)) return "a data stream ended";
     if (s->off != 0 || s->rx_req != NULL || s->rx_discard) return "a chunk is half moved";
     if (!c->is_recv && s->queue_head != s->queue_tail) return "chunks are still queued";
-    int unread = 0;
-    if (c->is_recv && (ioctl(s->fd, FIONREAD, &unread) != 0 || unread != 0))
-      return "a data stream holds unread bytes";
+  }
+  if (c->is_recv) {
+    struct pollfd pf[RN_TCP_MAX_STREAMS];
+    for (int i = 0; i < c->nstreams; i++) pf[i] = (struct pollfd){c->stream[i].fd, POLLIN, 0};
+    if (poll(pf, (nfds_t)c->nstreams, 0) != 0) return "a data stream holds unread bytes or ended";
   }
   return NULL;
 }
@@ -336,15 +337,14 @@ int rn_tcp_pool_put(struct rn_tcp_comm *c) {
   e->conn.ctrl_fd = c->ctrl_fd;
   e->conn.nstreams = c->nstreams;
   for (int i = 0; i < RN_RDV_MAX_STREAMS; i++) e->conn.data_fd[i] = -1;
-  socklen_t len = sizeof(e->ctrl_local);
-  getsockname(c->ctrl_fd, &e->ctrl_local.sa, &len);
-  len = sizeof(e->ctrl_peer);
-  getpeername(c->ctrl_fd, &e->ctrl_peer.sa, &len);
+  /* As connected: a comm whose control connection moved or whose rail
+   * failed over is never kept (rn_tcp_pool_busy). */
+  e->addr.ctrl_local = c->ctrl_local;
+  e->addr.ctrl_peer = c->ctrl_peer;
   for (int i = 0; i < c->nstreams; i++) {
+    e->addr.local[i] = c->stream[i].local;
+    e->addr.peer[i] = c->stream[i].peer;
     e->conn.data_fd[i] = c->stream[i].fd;
-    e->local[i] = c->rail[c->stream[i].rail].local; /* its rail's address (rails.c) */
-    len = sizeof(e->peer[i]);
-    getpeername(c->stream[i].fd, &e->peer[i].sa, &len);
     c->stream[i].fd = -1;
   }
   c->ctrl_fd = -1;
@@ -393,18 +393,18 @@ static int rn_tcp_pool_matches(const struct rn_tcp_pooled *e, const union rn_soc
                                int naddrs, const union rn_sockaddr *locals, int nlocals,
                                int nstreams) {
   if (e->conn.nstreams != nstreams || naddrs < 1 ||
-      !rn_sockaddr_same_host(&e->ctrl_peer, &addrs[0]))
+      !rn_sockaddr_same_host(&e->addr.ctrl_peer, &addrs[0]))
     return 0;
   for (int i = 0; i < nstreams; i++) {
-    if (!rn_sockaddr_same_host(&e->peer[i], &addrs[i % naddrs])) return 0;
-    if (nlocals > 0 && !rn_sockaddr_same_host(&e->local[i], &locals[i % nlocals])) return 0;
+    if (!rn_sockaddr_same_host(&e->addr.peer[i], &addrs[i % naddrs])) return 0;
+    if (nlocals > 0 && !rn_sockaddr_same_host(&e->addr.local[i], &locals[i % nlocals])) return 0;
   }
   return 1;
 }
 
 int rn_tcp_pool_take_dial(uint32_t token, const union rn_sockaddr *addrs, int naddrs,
                           const union rn_sockaddr *locals, int nlocals, int nstreams, int tc,
-                          uint64_t nonce, struct rn_rdv_conn *conn) {
+                          uint64_t nonce, struct rn_rdv_conn *conn, struct rn_tcp_addrs *addr) {
   if (token == 0 || rn_params()->socket_pool == 0) return 0;
   struct rn_tcp_pooled *e;
   pthread_mutex_lock(&rn_tcp_pool_lock);
@@ -436,12 +436,13 @@ int rn_tcp_pool_take_dial(uint32_t token, const union rn_sockaddr *addrs, int na
     return 0;
   }
   *conn = e->conn;
+  *addr = e->addr;
   free(e);
   return 1;
 }
 
 int rn_tcp_pool_take_accept(uint64_t nonce, const union rn_sockaddr *lis, int nlis,
-                            struct rn_rdv_conn *conn) {
+                            struct rn_rdv_conn *conn, struct rn_tcp_addrs *addr) {
   if (rn_params()->socket_pool == 0) return 0;
   struct rn_tcp_pooled *e;
   pthread_mutex_lock(&rn_tcp_pool_lock);
@@ -451,10 +452,10 @@ int rn_tcp_pool_take_accept(uint64_t nonce, const union rn_sockaddr *lis, int nl
   if (e != NULL) {
     /* The nonce is this listener's: its sockets must be on its addresses. */
     int ok = 0;
-    for (int j = 0; j < nlis; j++) ok |= rn_sockaddr_same_host(&e->ctrl_local, &lis[j]);
+    for (int j = 0; j < nlis; j++) ok |= rn_sockaddr_same_host(&e->addr.ctrl_local, &lis[j]);
     for (int i = 0; i < e->conn.nstreams && ok; i++) {
       int found = 0;
-      for (int j = 0; j < nlis; j++) found |= rn_sockaddr_same_host(&e->local[i], &lis[j]);
+      for (int j = 0; j < nlis; j++) found |= rn_sockaddr_same_host(&e->addr.local[i], &lis[j]);
       ok = found;
     }
     const char *why = NULL;
@@ -473,6 +474,7 @@ int rn_tcp_pool_take_accept(uint64_t nonce, const union rn_sockaddr *lis, int nl
   pthread_mutex_unlock(&rn_tcp_pool_lock);
   if (e == NULL) return 0;
   *conn = e->conn;
+  *addr = e->addr;
   free(e);
   return 1;
 }

@@ -51,10 +51,7 @@ void rn_tcp_rails_init(struct rn_tcp_comm *c) {
   c->nrails = 0;
   c->standby = -1;
   for (int i = 0; i < c->nstreams; i++) {
-    union rn_sockaddr a;
-    socklen_t len = sizeof(a);
-    memset(&a, 0, sizeof(a));
-    if (getsockname(c->stream[i].fd, &a.sa, &len) != 0) memset(&a, 0, sizeof(a));
+    const union rn_sockaddr a = c->stream[i].local;
     int r = 0;
     while (r < c->nrails && !rn_sockaddr_same_host(&c->rail[r].local, &a)) r++;
     if (r == c->nrails && c->nrails == RN_MAX_RAILS) r = RN_MAX_RAILS - 1;
@@ -73,8 +70,12 @@ void rn_tcp_rails_init(struct rn_tcp_comm *c) {
   }
   int64_t ack = rn_params()->rail_ack;
   c->ack = !c->is_recv && (ack < 0 ? c->nrails > 1 : ack == 1);
-  /* A kept connection's sockets carried earlier comms' bytes (pool.c):
-   * this comm's rates count from here. */
+}
+
+void rn_tcp_rails_baseline(struct rn_tcp_comm *c) {
+  /* A kept connection's sockets carried earlier comms' bytes (pool.c),
+   * and every stream its hello: this comm's rates count from its first
+   * streamed message, before which its streams carried nothing. */
   for (int r = 0; r < c->nrails && !c->is_recv; r++) {
     uint64_t outq;
     rn_tcp_rail_sockets(c, &c->rail[r], &c->rail[r].acked_prev, &outq);
@@ -197,7 +198,12 @@ static void rn_tcp_rails_sample(struct rn_tcp_comm *c, int64_t now) {
     r->pending_prev = p;
     given_any |= given[i] > 0;
     was_busy[i] = rn_tcp_rail_busy(r);
-    rn_tcp_rail_sockets(c, r, &acked, &outq);
+    /* Before the first streamed message (rn_tcp_rails_baseline) the
+     * streams carried nothing of this comm's. */
+    if (c->stream[0].queue != NULL)
+      rn_tcp_rail_sockets(c, r, &acked, &outq);
+    else
+      acked = r->acked_prev, outq = 0;
     delta[i] = acked > r->acked_prev ? acked - r->acked_prev : 0;
     r->acked_prev = acked;
     r->outq = outq;

@@ -404,6 +404,7 @@ uint32_t rn_tcp_chunk_grid(const struct rn_tcp_comm *c, size_t size) {
 /* The send queues, at the comm's first streamed message.  c->lock held;
  * each queue is published under its lock before any chunk goes in. */
 static ncclResult_t rn_tcp_alloc_queues(struct rn_tcp_comm *c) {
+  rn_tcp_rails_baseline(c);
   for (int i = 0; i < c->nstreams; i++) {
     struct rn_tcp_stream *s = &c->stream[i];
     if (s->queue != NULL) continue;

@@ -208,6 +208,7 @@ struct rn_tcp_ctl_out {
  * queue_lock. */
 struct rn_tcp_stream {
   int fd;
+  union rn_sockaddr local, peer; /* of its first socket, as connected (struct rn_tcp_addrs) */
   int rail;        /* index into the comm's rails */
   atomic_int dead; /* EOF or error seen: no more I/O */
   pthread_mutex_t queue_lock;
@@ -309,6 +310,14 @@ struct rn_tcp_move {
 };
 
 /* A send or receive comm.  Owner: NCCL between connect/accept and close. */
+/* Where a comm's sockets are: read once when its connection is made and
+ * carried with it when it is kept for reuse (pool.c), so neither the
+ * comm nor the pool asks the kernel again. */
+struct rn_tcp_addrs {
+  union rn_sockaddr ctrl_local, ctrl_peer;
+  union rn_sockaddr local[RN_TCP_MAX_STREAMS], peer[RN_TCP_MAX_STREAMS];
+};
+
 struct rn_tcp_comm {
   struct rn_comm_base base;
   struct rn_list open;     /* in comm.c's list of open comms, under its lock */
@@ -319,6 +328,7 @@ struct rn_tcp_comm {
   int nstreams, nthreads;
   char peer[64];                /* for messages */
   struct rn_tcp_stream *stream; /* [nstreams] */
+  union rn_sockaddr ctrl_local, ctrl_peer; /* as connected (struct rn_tcp_addrs) */
   int nrails;
   int standby;        /* the standby's rail (index), -1 none */
   int on_standby;     /* send: every other rail is down, the standby carries the data */
@@ -386,8 +396,6 @@ struct rn_tcp_comm {
   /* send side: CTSs of groups send_head .. cts_next - 1, by seq % RN_TCP_RING;
    * send_head is the oldest with a buffer no send has claimed */
   uint64_t send_head, cts_next;
-  struct rn_tcp_group group[RN_TCP_RING];
-  struct rn_tcp_eager eager[RN_TCP_EAGER_WINDOW]; /* unmatched, in send order */
   int neager;
   uint64_t eager_bytes; /* their payload bytes: at most RN_TCP_EAGER_BYTES */
   /* control output: messages in order, payloads referenced, not copied */
@@ -396,10 +404,14 @@ struct rn_tcp_comm {
   int lazy_polls; /* tests of an incomplete receive since the oldest lazy entry was queued */
   int peer_low;   /* receive: clear-to-sends go now (CREDIT or WANT seen; at first) */
   int want_sent;  /* send: a WANT went out and no clear-to-send came since */
-  /* The large tables last: an idle comm never touches their pages. */
+  /* The tables last: a comm touches the entries it uses, an idle one none
+   * of their pages.  The control input first, whose start shares the
+   * fields' last page (RN_TCP_COMM_HOT): small messages land there. */
+  _Alignas(64) char in_space[RN_TCP_IN_BUF]; /* `in` points here */
+  struct rn_tcp_group group[RN_TCP_RING];
+  struct rn_tcp_eager eager[RN_TCP_EAGER_WINDOW]; /* unmatched, in send order */
   struct rn_tcp_ctl_out out[RN_TCP_OUT_QUEUE];
   struct rn_tcp_req reqs[RN_TCP_NREQS];
-  char in_space[RN_TCP_IN_BUF];              /* `in` points here */
   char discard_space[RN_TCP_EAGER_WIRE_MAX]; /* `discard` points here */
 };
 
@@ -422,6 +434,9 @@ int rn_tcp_if_match(const char *spec, const char *name);
 /* Group the comm's streams into rails by their local address, name them,
  * and seed each estimate with the link speed. */
 void rn_tcp_rails_init(struct rn_tcp_comm *c);
+/* Send: TCP's acknowledged-byte counts the rates are measured from, read
+ * at the first streamed message (c->lock held). */
+void rn_tcp_rails_baseline(struct rn_tcp_comm *c);
 /* The rail that leaves from (send) or arrives at (receive) the device's
  * standby NIC at addr is the standby: it carries data only while every
  * other rail is down.  One INFO. */
@@ -496,26 +511,30 @@ int rn_tcp_pool_put(struct rn_tcp_comm *c);
  * connection fails first, closes it and dials. */
 int rn_tcp_pool_take_dial(uint32_t token, const union rn_sockaddr *addrs, int naddrs,
                           const union rn_sockaddr *locals, int nlocals, int nstreams, int tc,
-                          uint64_t nonce, struct rn_rdv_conn *conn);
+                          uint64_t nonce, struct rn_rdv_conn *conn, struct rn_tcp_addrs *addr);
 /* Accept: a kept connection whose peer asked for it with `nonce` and whose
- * sockets arrive at the listener's addresses (lis, nlis).  1 with *conn. */
+ * sockets arrive at the listener's addresses (lis, nlis).  1 with *conn
+ * and *addr. */
 int rn_tcp_pool_take_accept(uint64_t nonce, const union rn_sockaddr *lis, int nlis,
-                            struct rn_rdv_conn *conn);
+                            struct rn_rdv_conn *conn, struct rn_tcp_addrs *addr);
 /* At fini: close every kept connection; none is kept until the next init. */
 void rn_tcp_pool_fini(void);
 void rn_tcp_pool_start(void);
 
 /* comm.c */
-/* Build a comm around an established connection (kept: one a closed comm
- * left, pool.c, whose sockets are tuned already); starts the helpers. */
-ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv, int kept,
-                                struct rn_tcp_comm **out);
+void rn_tcp_addrs_read(int ctrl_fd, const int *data_fd, int nstreams, struct rn_tcp_addrs *a);
+/* Build a comm around an established connection; starts the helpers.
+ * kept: the addresses of one a closed comm left (pool.c), whose sockets
+ * are tuned already; NULL for a new connection. */
+ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv,
+                                const struct rn_tcp_addrs *kept, struct rn_tcp_comm **out);
 void rn_tcp_comm_free(struct rn_tcp_comm *c);
 /* Give every socket of the comm traffic class tc (0..255): the IP TOS
  * byte (IPV6_TCLASS on IPv6) and SO_PRIORITY (RAILNET_SOCKET_PRIORITY, or
  * tc >> 5); one INFO.  A socket that refuses WARNs and fails. */
 ncclResult_t rn_tcp_comm_set_class(struct rn_tcp_comm *c, int tc);
-/* At fini: frees every comm still open; returns how many. */
+/* At fini: frees every comm still open, and the mappings kept for new
+ * ones; returns how many comms. */
 int rn_tcp_comm_free_all(void);
 /* A receive deferred its clear-to-send: a thread's many incomplete tests send it. */
 void rn_tcp_comm_defer_cts(struct rn_tcp_comm *c);

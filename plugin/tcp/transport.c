@@ -58,6 +58,7 @@ struct rn_tcp_connecting {
   int tc;              /* the comm's traffic class, -1 for none */
   uint32_t token;      /* the listening process's (pool.c), 0 none */
   int pooled;          /* conn is a kept connection, asked for reuse: if it fails, dial */
+  struct rn_tcp_addrs kept; /* pooled: its addresses */
 };
 
 /* The listener reset this attempt after its sockets connected: dial again
@@ -255,7 +256,7 @@ static ncclResult_t rn_tcp_connect(const struct rn_rails *r, const struct rn_han
   }
   if (k->dial == NULL && k->stage == RN_TCP_CONNECT_DIAL && k->attempts == 0 && !k->pooled &&
       rn_tcp_pool_take_dial(k->token, k->addrs, k->naddrs, k->locals, k->nlocals, k->nstreams,
-                            k->tc, k->nonce, &k->conn)) {
+                            k->tc, k->nonce, &k->conn, &k->kept)) {
     k->pooled = 1;
     k->stage = RN_TCP_CONNECT_AWAIT_ACK;
   }
@@ -338,7 +339,8 @@ static ncclResult_t rn_tcp_connect(const struct rn_rails *r, const struct rn_han
   }
   struct rn_tcp_comm *c;
   k->stage = RN_TCP_CONNECT_DONE;
-  RN_CHECK_GOTO(rn_tcp_comm_create(&k->conn, 0, k->pooled == 1, &c), res, out_free);
+  RN_CHECK_GOTO(rn_tcp_comm_create(&k->conn, 0, k->pooled == 1 ? &k->kept : NULL, &c), res,
+                out_free);
   c->pool_token = k->token;
   if (k->standby) rn_tcp_rails_set_standby(c, &k->locals[k->nlocals - 1]);
   RN_INFO(NCCL_NET,
@@ -368,7 +370,8 @@ static ncclResult_t rn_tcp_accept(void *lcomm, void **rcomm) {
   int ready = 0;
   RN_CHECK(rn_rdv_poll(l->rdv, &conn, &ready));
   int pooled = 0;
-  if (!ready) ready = pooled = rn_tcp_pool_take_accept(l->nonce, l->addr, l->nfds, &conn);
+  struct rn_tcp_addrs kept;
+  if (!ready) ready = pooled = rn_tcp_pool_take_accept(l->nonce, l->addr, l->nfds, &conn, &kept);
   if (!ready) return ncclSuccess;
   uint8_t ack = RN_TCP_ACCEPT_ACK;
   size_t sent = 0;
@@ -379,7 +382,7 @@ static ncclResult_t rn_tcp_accept(void *lcomm, void **rcomm) {
     return ncclSuccess;
   }
   struct rn_tcp_comm *c;
-  RN_CHECK(rn_tcp_comm_create(&conn, 1, pooled, &c));
+  RN_CHECK(rn_tcp_comm_create(&conn, 1, pooled ? &kept : NULL, &c));
   if (l->has_standby) rn_tcp_rails_set_standby(c, &l->standby);
   RN_INFO(NCCL_NET,
           "accepted a connection from %s with %d streams (%s), %d helper threads, dead peer after "
