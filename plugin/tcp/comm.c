@@ -93,11 +93,23 @@ static size_t rn_tcp_comm_map_size(void) {
 #define RN_TCP_COMM_HOT offsetof(struct rn_tcp_comm, in_space)
 
 static pthread_mutex_t rn_tcp_comm_cache_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t rn_tcp_comm_cache_once = PTHREAD_ONCE_INIT;
 static struct rn_tcp_comm *rn_tcp_comm_cache[RN_TCP_COMM_CACHE];
 static int rn_tcp_comm_cached;
 
+/* fork(): held across it, so a child never finds the lock taken by a
+ * thread it does not have.  The child keeps the (copied) mappings. */
+static void rn_tcp_comm_cache_prepare(void) { pthread_mutex_lock(&rn_tcp_comm_cache_lock); }
+static void rn_tcp_comm_cache_release(void) { pthread_mutex_unlock(&rn_tcp_comm_cache_lock); }
+static void rn_tcp_comm_cache_register(void) {
+  if (pthread_atfork(rn_tcp_comm_cache_prepare, rn_tcp_comm_cache_release,
+                     rn_tcp_comm_cache_release) != 0)
+    RN_WARN("pthread_atfork failed: a child forked while a comm is freed may not open comms");
+}
+
 static struct rn_tcp_comm *rn_tcp_comm_map(void) {
   struct rn_tcp_comm *c = NULL;
+  pthread_once(&rn_tcp_comm_cache_once, rn_tcp_comm_cache_register);
   pthread_mutex_lock(&rn_tcp_comm_cache_lock);
   if (rn_tcp_comm_cached > 0) c = rn_tcp_comm_cache[--rn_tcp_comm_cached];
   pthread_mutex_unlock(&rn_tcp_comm_cache_lock);
