@@ -191,21 +191,24 @@ void rn_tcp_comm_free(struct rn_tcp_comm *c) {
 void rn_tcp_addrs_read(int ctrl_fd, const int *data_fd, int nstreams, struct rn_tcp_addrs *a) {
   memset(a, 0, sizeof(*a));
   socklen_t len = sizeof(a->ctrl_local);
-  if (getsockname(ctrl_fd, &a->ctrl_local.sa, &len) != 0) memset(&a->ctrl_local, 0, sizeof(a->ctrl_local));
+  if (getsockname(ctrl_fd, &a->ctrl_local.sa, &len) != 0)
+    memset(&a->ctrl_local, 0, sizeof(a->ctrl_local));
   len = sizeof(a->ctrl_peer);
-  if (getpeername(ctrl_fd, &a->ctrl_peer.sa, &len) != 0) memset(&a->ctrl_peer, 0, sizeof(a->ctrl_peer));
+  if (getpeername(ctrl_fd, &a->ctrl_peer.sa, &len) != 0)
+    memset(&a->ctrl_peer, 0, sizeof(a->ctrl_peer));
   for (int i = 0; i < nstreams; i++) {
     len = sizeof(a->local[i]);
-    if (getsockname(data_fd[i], &a->local[i].sa, &len) != 0) memset(&a->local[i], 0, sizeof(a->local[i]));
+    if (getsockname(data_fd[i], &a->local[i].sa, &len) != 0)
+      memset(&a->local[i], 0, sizeof(a->local[i]));
     len = sizeof(a->peer[i]);
-    if (getpeername(data_fd[i], &a->peer[i].sa, &len) != 0) memset(&a->peer[i], 0, sizeof(a->peer[i]));
+    if (getpeername(data_fd[i], &a->peer[i].sa, &len) != 0)
+      memset(&a->peer[i], 0, sizeof(a->peer[i]));
   }
 }
 
 /* Build a comm around an established connection; starts the helpers. */
 ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv,
-                                const struct rn_tcp_addrs *kept,
-                                struct rn_tcp_comm **out) {
+                                const struct rn_tcp_addrs *kept, struct rn_tcp_comm **out) {
   const struct rn_params *p = rn_params();
   /* The stream count came from the connecting peer's hello. */
   if (conn->nstreams < 1 || conn->nstreams > RN_TCP_MAX_STREAMS) {
@@ -324,8 +327,8 @@ ncclResult_t rn_tcp_comm_set_class(struct rn_tcp_comm *c, int tc) {
   const char *what = "";
   for (int i = -1; i < c->nstreams; i++) {
     int fd = i < 0 ? c->ctrl_fd : c->stream[i].fd;
-    if (rn_tcp_sock_set_class(fd, i < 0 ? &c->ctrl_local : &c->stream[i].local, tc, prio,
-                              &what) != 0) {
+    if (rn_tcp_sock_set_class(fd, i < 0 ? &c->ctrl_local : &c->stream[i].local, tc, prio, &what) !=
+        0) {
       RN_WARN("send comm to %s: cannot set %s for traffic class %d (SO_PRIORITY %d) on %s: %s",
               c->peer, what, tc, prio, i < 0 ? "the control connection" : "a data stream",
               strerror(errno));

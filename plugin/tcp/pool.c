@@ -53,8 +53,8 @@ struct rn_tcp_pooled {
   uint32_t my_msg, my_received; /* this side's BYE */
   uint64_t nonce;               /* CLAIMED: the comm it is for */
   struct rn_rdv_conn conn;
-  char name[64];             /* the peer, for messages */
-  struct rn_tcp_addrs addr; /* the comm's, for matching and for the next comm */
+  char name[64];              /* the peer, for messages */
+  struct rn_tcp_addrs addr;   /* the comm's, for matching and for the next comm */
   uint8_t in[RN_TCP_POOL_IN]; /* a header or hello being read */
   size_t in_len;
 };

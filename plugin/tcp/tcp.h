@@ -209,8 +209,8 @@ struct rn_tcp_ctl_out {
 struct rn_tcp_stream {
   int fd;
   union rn_sockaddr local, peer; /* of its first socket, as connected (struct rn_tcp_addrs) */
-  int rail;        /* index into the comm's rails */
-  atomic_int dead; /* EOF or error seen: no more I/O */
+  int rail;                      /* index into the comm's rails */
+  atomic_int dead;               /* EOF or error seen: no more I/O */
   pthread_mutex_t queue_lock;
   /* Ring of RN_TCP_STREAM_QUEUE: keep_head .. queue_head - 1 are written
    * but their sends not yet acknowledged (sent again if the rail fails),
@@ -326,8 +326,8 @@ struct rn_tcp_comm {
   int is_recv;
   int ctrl_fd;
   int nstreams, nthreads;
-  char peer[64];                /* for messages */
-  struct rn_tcp_stream *stream; /* [nstreams] */
+  char peer[64];                           /* for messages */
+  struct rn_tcp_stream *stream;            /* [nstreams] */
   union rn_sockaddr ctrl_local, ctrl_peer; /* as connected (struct rn_tcp_addrs) */
   int nrails;
   int standby;        /* the standby's rail (index), -1 none */

@@ -54,10 +54,10 @@ struct rn_tcp_connecting {
   int naddrs, nlocals, nstreams, attempts;
   int standby; /* the last of addrs and locals are the two standbys (a rail of their own) */
   uint64_t nonce;
-  int64_t retry_at_ms; /* 0: not waiting */
-  int tc;              /* the comm's traffic class, -1 for none */
-  uint32_t token;      /* the listening process's (pool.c), 0 none */
-  int pooled;          /* conn is a kept connection, asked for reuse: if it fails, dial */
+  int64_t retry_at_ms;      /* 0: not waiting */
+  int tc;                   /* the comm's traffic class, -1 for none */
+  uint32_t token;           /* the listening process's (pool.c), 0 none */
+  int pooled;               /* conn is a kept connection, asked for reuse: if it fails, dial */
   struct rn_tcp_addrs kept; /* pooled: its addresses */
 };
 

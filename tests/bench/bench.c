@@ -173,20 +173,8 @@ static int spin_wait(struct rn_peer *p, void *req) {
 }
 
 static int lat_role(struct rn_peer *p) {
-  char mine[NCCL_NET_HANDLE_MAXSIZE] = {0}, theirs[NCCL_NET_HANDLE_MAXSIZE];
   void *lc = NULL, *sc = NULL, *rcm = NULL;
-  ncclResult_t r = rn_net_listen(&p->net, p->dev, mine, &lc);
-  if (r != ncclSuccess) return peer_fail(p, "listen: %s", rn_result_str(r));
-  if (peer_write(p, mine, sizeof mine) != 0 || peer_read(p, theirs, sizeof theirs, 30) != 0)
-    return peer_fail(p, "handle exchange");
-  double end = now_s() + 30;
-  while (sc == NULL || rcm == NULL) {
-    if (sc == NULL && rn_net_connect(&p->net, p->dev, theirs, &sc) != ncclSuccess)
-      return peer_fail(p, "connect");
-    if (rcm == NULL && rn_net_accept(&p->net, lc, &rcm) != ncclSuccess)
-      return peer_fail(p, "accept");
-    if (now_s() > end) return peer_fail(p, "setup timeout");
-  }
+  if (peer_both_ways(p, &lc, &sc, &rcm, 30) != 0) return -1;
   char sbuf[64], rbuf[64];
   void *smh = NULL, *rmh = NULL;
   if (rn_net_regmr(&p->net, sc, sbuf, sizeof sbuf, NCCL_PTR_HOST, &smh) != ncclSuccess ||

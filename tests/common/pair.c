@@ -399,21 +399,52 @@ int rn_run_single(rn_peer_fn fn, struct rn_pair_opts *o, char *why, size_t whyle
   return wait_children(&pid, 1, o, why, whylen);
 }
 
+/* Connect to `handle` while accepting on lc, on this one thread, until
+ * both comms are up (bounded). */
+static int connect_and_accept(struct rn_peer *p, char *handle, void *lc, void **sc, void **rcomm,
+                              double timeout_s, const char *what) {
+  ncclResult_t r;
+  double end = rn_deadline(timeout_s);
+  while (*sc == NULL || *rcomm == NULL) {
+    if (*sc == NULL && (r = rn_net_connect(&p->net, p->dev, handle, sc)) != ncclSuccess)
+      return peer_fail(p, "connect: %s", rn_result_str(r));
+    if (*rcomm == NULL && (r = rn_net_accept(&p->net, lc, rcomm)) != ncclSuccess)
+      return peer_fail(p, "accept: %s", rn_result_str(r));
+    if (now_s() > end)
+      return peer_fail(p, "%s: not up after %.0f s (send %p recv %p)", what, rn_bound_s(timeout_s),
+                       *sc, *rcomm);
+  }
+  return 0;
+}
+
+int peer_both_ways(struct rn_peer *p, void **lc, void **sc, void **rcomm, double timeout_s) {
+  char mine[NCCL_NET_HANDLE_MAXSIZE], theirs[NCCL_NET_HANDLE_MAXSIZE];
+  memset(mine, 0, sizeof mine);
+  *lc = *sc = *rcomm = NULL;
+  ncclResult_t r = rn_net_listen(&p->net, p->dev, mine, lc);
+  if (r != ncclSuccess || *lc == NULL) return peer_fail(p, "listen: %s", rn_result_str(r));
+  if (peer_write(p, mine, sizeof mine) != 0 || peer_read(p, theirs, sizeof theirs, timeout_s) != 0)
+    return peer_fail(p, "handle exchange");
+  return connect_and_accept(p, theirs, *lc, sc, rcomm, timeout_s, "comms both ways");
+}
+
+int rn_tap_socket_pair(rn_peer_fn side, uint64_t seed, const char *what) {
+  rn_default_env();
+  setenv("RAILNET_TRANSPORT", "socket", 1);
+  tap_plan(1);
+  struct rn_pair_opts o = {
+      .version = 12, .timeout_s = 120, .init = 1, .seed = seed, .env = "RAILNET_SOCKET_NTHREADS=0"};
+  char why[256] = "";
+  int rc = rn_run_pair(side, side, &o, why, sizeof why);
+  tap_result(rc == 0, "%s (%s)", what, why);
+  return tap_failed() ? 1 : 0;
+}
+
 int peer_loopback(struct rn_peer *p, void **lc, void **sc, void **rcomm, double timeout_s) {
   char handle[NCCL_NET_HANDLE_MAXSIZE];
   memset(handle, 0, sizeof handle);
   *lc = *sc = *rcomm = NULL;
   ncclResult_t r = rn_net_listen(&p->net, p->dev, handle, lc);
   if (r != ncclSuccess || *lc == NULL) return peer_fail(p, "listen: %s", rn_result_str(r));
-  double end = rn_deadline(timeout_s);
-  while (*sc == NULL || *rcomm == NULL) {
-    if (*sc == NULL && (r = rn_net_connect(&p->net, p->dev, handle, sc)) != ncclSuccess)
-      return peer_fail(p, "connect: %s", rn_result_str(r));
-    if (*rcomm == NULL && (r = rn_net_accept(&p->net, *lc, rcomm)) != ncclSuccess)
-      return peer_fail(p, "accept: %s", rn_result_str(r));
-    if (now_s() > end)
-      return peer_fail(p, "connect/accept on one thread: not up after %.0f s (send %p recv %p)",
-                       rn_bound_s(timeout_s), *sc, *rcomm);
-  }
-  return 0;
+  return connect_and_accept(p, handle, *lc, sc, rcomm, timeout_s, "connect/accept on one thread");
 }

@@ -251,6 +251,14 @@ int peer_close(struct rn_peer *p, int n, void **comms, void **lcomms);
 /* listen, then connect and accept interleaved on this one thread: both
  * ends of a comm in this process. */
 int peer_loopback(struct rn_peer *p, void **lc, void **sc, void **rcomm, double timeout_s);
+/* Comms both ways, as two ranks of a ring of two have: each side listens,
+ * the handles cross, and each connects to the other while accepting. */
+int peer_both_ways(struct rn_peer *p, void **lc, void **sc, void **rcomm, double timeout_s);
+/* A whole test program of one case: `side` in both processes of a pair
+ * over the TCP transport (v12, helper threads off, so each process's calls
+ * are all its progress); prints the plan and the result (what, and why on
+ * failure).  Returns the exit status. */
+int rn_tap_socket_pair(rn_peer_fn side, uint64_t seed, const char *what);
 
 int peer_fail(struct rn_peer *p, const char *fmt, ...) RN_ATTR_PRINTF(2, 3);
 /* 0 when r is ncclSuccess; else -1 with "what: <result>" in why (unless a

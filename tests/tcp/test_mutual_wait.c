@@ -18,21 +18,6 @@
 #define SMALL 4096
 #define BIG (1 << 20)
 
-/* Both directions: listen, swap handles, connect and accept interleaved. */
-static int both_ways(struct rn_peer *p, void **lc, void **sc, void **rc) {
-  char mine[NCCL_NET_HANDLE_MAXSIZE] = {0}, theirs[NCCL_NET_HANDLE_MAXSIZE];
-  if (peer_check(p, rn_net_listen(&p->net, p->dev, mine, lc), "listen")) return -1;
-  if (peer_write(p, mine, sizeof mine) != 0 || peer_read(p, theirs, sizeof theirs, 30) != 0)
-    return peer_fail(p, "handle exchange");
-  double end = rn_deadline(20);
-  while ((*sc == NULL || *rc == NULL) && now_s() < end) {
-    if (*sc == NULL && peer_check(p, rn_net_connect(&p->net, p->dev, theirs, sc), "connect"))
-      return -1;
-    if (*rc == NULL && peer_check(p, rn_net_accept(&p->net, *lc, rc), "accept")) return -1;
-  }
-  return *sc != NULL && *rc != NULL ? 0 : peer_fail(p, "comms not up in time");
-}
-
 static int side(struct rn_peer *p) {
   void *lc = NULL, *sc = NULL, *rc = NULL, *smh = NULL, *rmh = NULL;
   char *sbuf = malloc(BIG), *rbuf = malloc(BIG);
@@ -41,7 +26,7 @@ static int side(struct rn_peer *p) {
     peer_fail(p, "out of memory");
     goto out;
   }
-  if (both_ways(p, &lc, &sc, &rc) != 0) goto out;
+  if (peer_both_ways(p, &lc, &sc, &rc, 30) != 0) goto out;
   if (peer_check(p, rn_net_regmr(&p->net, sc, sbuf, BIG, NCCL_PTR_HOST, &smh), "regMr") ||
       peer_check(p, rn_net_regmr(&p->net, rc, rbuf, BIG, NCCL_PTR_HOST, &rmh), "regMr"))
     goto out;
@@ -112,16 +97,8 @@ out:
 }
 
 int main(void) {
-  rn_default_env();
-  setenv("RAILNET_TRANSPORT", "socket", 1);
-  tap_plan(1);
-  struct rn_pair_opts o = {
-      .version = 12, .timeout_s = 120, .init = 1, .seed = 9, .env = "RAILNET_SOCKET_NTHREADS=0"};
-  char why[256] = "";
-  int rc = rn_run_pair(side, side, &o, why, sizeof why);
-  tap_result(rc == 0,
-             "two processes each post a 1 MiB receive, then a 1 MiB send they wait on alone: "
-             "each sends the clear-to-send the other needs, and both land intact (%s)",
-             why);
-  return tap_failed() ? 1 : 0;
+  return rn_tap_socket_pair(side, 9,
+                            "two processes each post a 1 MiB receive, then a 1 MiB send they wait "
+                            "on alone: each sends the clear-to-send the other needs, and both "
+                            "land intact");
 }

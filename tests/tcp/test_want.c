@@ -111,17 +111,8 @@ out:
 }
 
 int main(void) {
-  rn_default_env();
-  setenv("RAILNET_TRANSPORT", "socket", 1);
-  tap_plan(1);
-  /* Helpers off: the calls of each process are all its progress. */
-  struct rn_pair_opts o = {
-      .version = 12, .timeout_s = 120, .init = 1, .seed = 5, .env = "RAILNET_SOCKET_NTHREADS=0"};
-  char why[256] = "";
-  int rc = rn_run_pair(side, side, &o, why, sizeof why);
-  tap_result(rc == 0,
-             "after small eager messages, a 1 MiB send whose clear-to-send the receiver holds "
-             "back for a batch asks for it, gets it from three test() calls, and lands intact (%s)",
-             why);
-  return tap_failed() ? 1 : 0;
+  return rn_tap_socket_pair(
+      side, 5,
+      "after small eager messages, a 1 MiB send whose clear-to-send the receiver holds back for "
+      "a batch asks for it, gets it from three test() calls, and lands intact");
 }
