@@ -63,11 +63,12 @@ void rn_tcp_comm_flush_deferred(void) {
  * AddressSanitizer it comes from the heap, where overruns are caught.
  *
  * A freed comm's mapping is kept for the next (up to RN_TCP_COMM_CACHE):
- * its fields (up to RN_TCP_COMM_HOT) cleared, its tables handed back to
- * the kernel (MADV_DONTNEED: zero-filled again when next touched), so it
- * is what a new mapping would be, without the page faults of the fields,
- * which cost a new comm more than all its system calls on some hosts
- * (a churning workload opens a comm per request). */
+ * its fields (up to RN_TCP_COMM_HOT) and the first page of its requests
+ * cleared, the rest of its tables handed back to the kernel
+ * (MADV_DONTNEED: zero-filled again when next touched), so it is what a
+ * new mapping would be, without the page faults of what every comm
+ * writes, which cost a new comm more than all its system calls on some
+ * hosts (a churning workload opens a comm per request). */
 #if defined(__SANITIZE_ADDRESS__)
 #define RN_TCP_COMM_HEAP 1
 #elif defined(__has_feature)
@@ -123,10 +124,17 @@ static void rn_tcp_comm_unmap(struct rn_tcp_comm *c) {
   const size_t size = rn_tcp_comm_map_size();
   long page = sysconf(_SC_PAGESIZE);
   const size_t pg = page > 0 ? (size_t)page : 4096, hot = (RN_TCP_COMM_HOT + pg - 1) / pg * pg;
+  /* The page of the first requests, which every comm that moves a byte
+   * writes: kept too, so the mapping holds at most 3 pages. */
+  const size_t req0 = offsetof(struct rn_tcp_comm, reqs) / pg * pg;
+  char *base = (char *)c;
   pthread_mutex_lock(&rn_tcp_comm_cache_lock);
   int keep = rn_tcp_comm_cached < RN_TCP_COMM_CACHE;
   pthread_mutex_unlock(&rn_tcp_comm_cache_lock);
-  if (keep && madvise((char *)c + hot, size - hot, MADV_DONTNEED) == 0) {
+  if (keep && req0 >= hot && req0 + pg <= size &&
+      (req0 == hot || madvise(base + hot, req0 - hot, MADV_DONTNEED) == 0) &&
+      (req0 + pg == size || madvise(base + req0 + pg, size - req0 - pg, MADV_DONTNEED) == 0)) {
+    memset(base + req0, 0, pg);
     memset(c, 0, hot);
     pthread_mutex_lock(&rn_tcp_comm_cache_lock);
     keep = rn_tcp_comm_cached < RN_TCP_COMM_CACHE;

@@ -406,12 +406,13 @@ struct rn_tcp_comm {
   int want_sent;  /* send: a WANT went out and no clear-to-send came since */
   /* The tables last: a comm touches the entries it uses, an idle one none
    * of their pages.  The control input first, whose start shares the
-   * fields' last page (RN_TCP_COMM_HOT): small messages land there. */
+   * fields' last page (RN_TCP_COMM_HOT): small messages land there; then
+   * the requests, whose first page a recycled mapping keeps (comm.c). */
   _Alignas(64) char in_space[RN_TCP_IN_BUF]; /* `in` points here */
+  struct rn_tcp_req reqs[RN_TCP_NREQS];
   struct rn_tcp_group group[RN_TCP_RING];
   struct rn_tcp_eager eager[RN_TCP_EAGER_WINDOW]; /* unmatched, in send order */
   struct rn_tcp_ctl_out out[RN_TCP_OUT_QUEUE];
-  struct rn_tcp_req reqs[RN_TCP_NREQS];
   char discard_space[RN_TCP_EAGER_WIRE_MAX]; /* `discard` points here */
 };
 

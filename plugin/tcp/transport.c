@@ -24,7 +24,6 @@ struct rn_tcp_listen {
   int fd[RN_MAX_RAILS];
   struct rn_rdv *rdv;
   int has_standby;                      /* fd[nfds - 1] listens on the device's standby NIC */
-  union rn_sockaddr standby;            /* ... at this address */
   union rn_sockaddr addr[RN_MAX_RAILS]; /* where fd[i] listens */
   uint64_t nonce;                       /* the handle's: a kept connection asked for it is ours */
 };
@@ -149,11 +148,7 @@ static ncclResult_t rn_tcp_listen(const struct rn_rails *r, struct rn_handle *h,
   int n = r->n < RN_TCP_MAX_ADDRS ? r->n : RN_TCP_MAX_ADDRS;
   struct rn_wire_addr *w = (struct rn_wire_addr *)h->payload;
   for (int i = 0; i < n; i++) {
-    union rn_sockaddr a = rn_tcp_ifs[r->nic[i]->table_index].addr, bound;
-    if (a.sa.sa_family == AF_INET6)
-      a.in6.sin6_port = 0;
-    else
-      a.in.sin_port = 0;
+    union rn_sockaddr a = rn_tcp_any_port(rn_tcp_ifs[r->nic[i]->table_index].addr), bound;
     RN_CHECK_GOTO(rn_sock_listen(&a, &l->fd[i], &bound), res, out_close);
     l->addr[l->nfds++] = bound;
     rn_sockaddr_to_wire(&bound, &w[i]);
@@ -166,7 +161,6 @@ static ncclResult_t rn_tcp_listen(const struct rn_rails *r, struct rn_handle *h,
     if (rn_sock_listen(&a, &l->fd[n], &bound) == ncclSuccess) {
       l->addr[l->nfds++] = bound;
       l->has_standby = 1;
-      l->standby = bound;
       rn_sockaddr_to_wire(&bound, &w[n]);
     } else {
       RN_INFO(NCCL_NET, "listen: no listener on standby NIC %s: comms of this device go without it",
@@ -383,7 +377,7 @@ static ncclResult_t rn_tcp_accept(void *lcomm, void **rcomm) {
   }
   struct rn_tcp_comm *c;
   RN_CHECK(rn_tcp_comm_create(&conn, 1, pooled ? &kept : NULL, &c));
-  if (l->has_standby) rn_tcp_rails_set_standby(c, &l->standby);
+  if (l->has_standby) rn_tcp_rails_set_standby(c, &l->addr[l->nfds - 1]);
   RN_INFO(NCCL_NET,
           "accepted a connection from %s with %d streams (%s), %d helper threads, dead peer after "
           "%lld ms",
