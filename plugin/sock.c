@@ -61,6 +61,14 @@ const char *rn_sockaddr_str(const union rn_sockaddr *sa, char *buf, size_t len) 
   return buf;
 }
 
+union rn_sockaddr rn_sockaddr_no_port(union rn_sockaddr a) {
+  if (a.sa.sa_family == AF_INET6)
+    a.in6.sin6_port = 0;
+  else if (a.sa.sa_family == AF_INET)
+    a.in.sin_port = 0;
+  return a;
+}
+
 int rn_sockaddr_same_host(const union rn_sockaddr *a, const union rn_sockaddr *b) {
   if (a->sa.sa_family != b->sa.sa_family) return 0;
   if (a->sa.sa_family == AF_INET) return a->in.sin_addr.s_addr == b->in.sin_addr.s_addr;
@@ -141,11 +149,7 @@ ncclResult_t rn_sock_connect_start(const union rn_sockaddr *addr, const union rn
   if (res != ncclSuccess) return res;
   rn_sock_tune(s, 0);
   if (local != NULL && local->sa.sa_family == addr->sa.sa_family) {
-    union rn_sockaddr l = *local;
-    if (l.sa.sa_family == AF_INET6)
-      l.in6.sin6_port = 0;
-    else
-      l.in.sin_port = 0;
+    union rn_sockaddr l = rn_sockaddr_no_port(*local);
     /* Bind the address only; connect() picks the port.  A bind to port 0
      * reserves an ephemeral port for this socket alone, and the kernel's
      * search for a free one grows with the sockets already bound: with

@@ -73,11 +73,7 @@ static int rn_tcp_move_keep(struct rn_tcp_move *m, size_t more) {
  * to the sender. */
 static void rn_tcp_move_listen(struct rn_tcp_comm *c, int r) {
   struct rn_tcp_move *m = &c->move;
-  union rn_sockaddr a = c->rail[r].local, bound;
-  if (a.sa.sa_family == AF_INET6)
-    a.in6.sin6_port = 0;
-  else
-    a.in.sin_port = 0;
+  union rn_sockaddr a = rn_sockaddr_no_port(c->rail[r].local), bound;
   uint64_t nonce = rn_rdv_random64();
   int fd = -1;
   if (!rn_tcp_ctl_room(c) || rn_sock_listen(&a, &fd, &bound) != ncclSuccess) return;
@@ -115,10 +111,8 @@ void rn_tcp_move_init(struct rn_tcp_comm *c) {
     union rn_sockaddr first;
     memset(&first, 0, sizeof(first));
     for (int i = 0; i < c->nstreams && !multi; i++) {
-      union rn_sockaddr p = c->stream[i].peer;
+      union rn_sockaddr p = rn_sockaddr_no_port(c->stream[i].peer);
       if (p.sa.sa_family == 0) continue;
-      if (p.sa.sa_family == AF_INET) p.in.sin_port = 0;
-      if (p.sa.sa_family == AF_INET6) p.in6.sin6_port = 0;
       if (first.sa.sa_family == 0)
         first = p;
       else
@@ -386,11 +380,7 @@ static ncclResult_t rn_tcp_move_dial(struct rn_tcp_comm *c, int64_t now) {
         if (rail < 0 || rail == m->ctrl_rail) rail = sr;
       }
       if (rail < 0) continue;
-      union rn_sockaddr local = c->rail[rail].local;
-      if (local.sa.sa_family == AF_INET6)
-        local.in6.sin6_port = 0;
-      else
-        local.in.sin_port = 0;
+      union rn_sockaddr local = rn_sockaddr_no_port(c->rail[rail].local);
       if (rn_rdv_dial_create_from(&m->way[w].addr, 1, &local, 1, m->way[w].nonce, 0, &m->dial) !=
           ncclSuccess) {
         m->dial = NULL;

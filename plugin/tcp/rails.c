@@ -585,11 +585,7 @@ void rn_tcp_rails_offer(struct rn_tcp_comm *c, uint32_t streams) {
     struct rn_tcp_rail *r = &c->rail[i];
     if ((r->streams & streams) == 0) continue;
     if (r->rejoin_rdv == NULL) {
-      union rn_sockaddr a = r->local, bound;
-      if (a.sa.sa_family == AF_INET6)
-        a.in6.sin6_port = 0;
-      else
-        a.in.sin_port = 0;
+      union rn_sockaddr a = rn_sockaddr_no_port(r->local), bound;
       uint64_t nonce = rn_rdv_random64();
       if (rn_sock_listen(&a, &r->rejoin_fd, &bound) != ncclSuccess) {
         r->rejoin_fd = -1;
@@ -679,11 +675,7 @@ static void rn_tcp_rails_probe(struct rn_tcp_comm *c) {
       r->next_probe_ms = now + r->backoff_ms;
       if (r->backoff_ms < RN_TCP_PROBE_MAX_MS) r->backoff_ms *= 2;
       if (!rn_tcp_if_running(&r->local)) continue; /* its link is still down */
-      union rn_sockaddr local = r->local;
-      if (local.sa.sa_family == AF_INET6)
-        local.in6.sin6_port = 0;
-      else
-        local.in.sin_port = 0;
+      union rn_sockaddr local = rn_sockaddr_no_port(r->local);
       if (rn_rdv_dial_create_from(&r->offer_addr, 1, &local, 1, r->offer_nonce, r->nstreams,
                                   &r->dial) != ncclSuccess) {
         r->dial = NULL;

@@ -90,15 +90,6 @@ struct rn_tcp_mr {
 };
 #define RN_TCP_MR_MAGIC 0x726e6d72u
 
-/* addr with port 0: where a listener or a dial binds on that interface. */
-static union rn_sockaddr rn_tcp_any_port(union rn_sockaddr a) {
-  if (a.sa.sa_family == AF_INET6)
-    a.in6.sin6_port = 0;
-  else
-    a.in.sin_port = 0;
-  return a;
-}
-
 /* ---------------------------------------------------------------- init */
 
 static ncclResult_t rn_tcp_init(const struct rn_nic **nics, int *n, char *why, size_t whylen) {
@@ -148,7 +139,7 @@ static ncclResult_t rn_tcp_listen(const struct rn_rails *r, struct rn_handle *h,
   int n = r->n < RN_TCP_MAX_ADDRS ? r->n : RN_TCP_MAX_ADDRS;
   struct rn_wire_addr *w = (struct rn_wire_addr *)h->payload;
   for (int i = 0; i < n; i++) {
-    union rn_sockaddr a = rn_tcp_any_port(rn_tcp_ifs[r->nic[i]->table_index].addr), bound;
+    union rn_sockaddr a = rn_sockaddr_no_port(rn_tcp_ifs[r->nic[i]->table_index].addr), bound;
     RN_CHECK_GOTO(rn_sock_listen(&a, &l->fd[i], &bound), res, out_close);
     l->addr[l->nfds++] = bound;
     rn_sockaddr_to_wire(&bound, &w[i]);
@@ -157,7 +148,7 @@ static ncclResult_t rn_tcp_listen(const struct rn_rails *r, struct rn_handle *h,
   /* The standby's address follows the rails' (the handle is zeroed: an
    * entry of family 0 is none), under the same nonce and admission. */
   if (r->standby != NULL && n == r->n && n < RN_TCP_MAX_ADDRS && n < RN_RDV_MAX_LFDS) {
-    union rn_sockaddr bound, a = rn_tcp_any_port(rn_tcp_ifs[r->standby->table_index].addr);
+    union rn_sockaddr bound, a = rn_sockaddr_no_port(rn_tcp_ifs[r->standby->table_index].addr);
     if (rn_sock_listen(&a, &l->fd[n], &bound) == ncclSuccess) {
       l->addr[l->nfds++] = bound;
       l->has_standby = 1;
