@@ -63,8 +63,8 @@ void rn_tcp_comm_flush_deferred(void) {
  * AddressSanitizer it comes from the heap, where overruns are caught.
  *
  * A freed comm's mapping is kept for the next (up to RN_TCP_COMM_CACHE):
- * its fields (up to RN_TCP_COMM_HOT) and the first page of its requests
- * cleared, the rest of its tables handed back to the kernel
+ * its fields (up to RN_TCP_COMM_HOT) and the first pages of its requests
+ * and control output cleared, the rest of its tables handed back to the kernel
  * (MADV_DONTNEED: zero-filled again when next touched), so it is what a
  * new mapping would be, without the page faults of what every comm
  * writes, which cost a new comm more than all its system calls on some
@@ -120,22 +120,37 @@ static struct rn_tcp_comm *rn_tcp_comm_map(void) {
   return p == MAP_FAILED ? NULL : p;
 }
 
+/* Clear what a recycled mapping keeps and hand the rest back: 0, or -1
+ * (then it is unmapped).  Kept: the fields' pages and the first page of
+ * the requests and of the control output, which every comm that moves a
+ * byte writes (at most 3 pages while the fields fit in one). */
+static int rn_tcp_comm_clear(char *base, size_t size, size_t pg) {
+  const size_t keep[3][2] = {
+      {0, (RN_TCP_COMM_HOT + pg - 1) / pg * pg},
+      {offsetof(struct rn_tcp_comm, reqs) / pg * pg, 0},
+      {offsetof(struct rn_tcp_comm, out) / pg * pg, 0},
+  };
+  size_t from = 0;
+  for (int i = 0; i < 3; i++) {
+    size_t start = keep[i][0], end = i == 0 ? keep[i][1] : start + pg;
+    if (start < from) start = from; /* overlaps the last: kept already */
+    if (end <= start) continue;
+    if (end > size || (start > from && madvise(base + from, start - from, MADV_DONTNEED) != 0))
+      return -1;
+    memset(base + start, 0, end - start);
+    from = end;
+  }
+  return from == size || madvise(base + from, size - from, MADV_DONTNEED) == 0 ? 0 : -1;
+}
+
 static void rn_tcp_comm_unmap(struct rn_tcp_comm *c) {
   const size_t size = rn_tcp_comm_map_size();
   long page = sysconf(_SC_PAGESIZE);
-  const size_t pg = page > 0 ? (size_t)page : 4096, hot = (RN_TCP_COMM_HOT + pg - 1) / pg * pg;
-  /* The page of the first requests, which every comm that moves a byte
-   * writes: kept too, so the mapping holds at most 3 pages. */
-  const size_t req0 = offsetof(struct rn_tcp_comm, reqs) / pg * pg;
-  char *base = (char *)c;
+  const size_t pg = page > 0 ? (size_t)page : 4096;
   pthread_mutex_lock(&rn_tcp_comm_cache_lock);
   int keep = rn_tcp_comm_cached < RN_TCP_COMM_CACHE;
   pthread_mutex_unlock(&rn_tcp_comm_cache_lock);
-  if (keep && req0 >= hot && req0 + pg <= size &&
-      (req0 == hot || madvise(base + hot, req0 - hot, MADV_DONTNEED) == 0) &&
-      (req0 + pg == size || madvise(base + req0 + pg, size - req0 - pg, MADV_DONTNEED) == 0)) {
-    memset(base + req0, 0, pg);
-    memset(c, 0, hot);
+  if (keep && rn_tcp_comm_clear((char *)c, size, pg) == 0) {
     pthread_mutex_lock(&rn_tcp_comm_cache_lock);
     keep = rn_tcp_comm_cached < RN_TCP_COMM_CACHE;
     if (keep) rn_tcp_comm_cache[rn_tcp_comm_cached++] = c;
@@ -191,6 +206,7 @@ void rn_tcp_comm_free(struct rn_tcp_comm *c) {
   for (int i = 0; c->unexpected != NULL && i < RN_TCP_EAGER_WINDOW; i++)
     free(c->unexpected[i].data);
   free(c->unexpected);
+  free(c->rail);
   rn_tcp_comm_unmap(c);
 }
 
@@ -272,7 +288,11 @@ ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv,
     pthread_mutex_init(&c->stream[i].queue_lock, NULL);
     if (kept == NULL) rn_sock_tune(c->stream[i].fd, 0);
   }
-  rn_tcp_rails_init(c);
+  if (rn_tcp_rails_init(c) != 0) {
+    RN_WARN("out of memory creating a comm with %s", c->peer);
+    rn_tcp_comm_free(c);
+    return ncclSystemError;
+  }
   rn_tcp_move_init(c);
   /* A peer that vanishes without closing must not leave this comm
    * waiting forever: every socket gets keepalive and a user timeout.  A

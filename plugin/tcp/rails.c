@@ -44,12 +44,23 @@ static pthread_mutex_t rn_tcp_stats_lock = PTHREAD_MUTEX_INITIALIZER;
 static void rn_tcp_rail_sockets(const struct rn_tcp_comm *c, const struct rn_tcp_rail *r,
                                 uint64_t *acked, uint64_t *outq);
 
-void rn_tcp_rails_init(struct rn_tcp_comm *c) {
+int rn_tcp_rails_init(struct rn_tcp_comm *c) {
   int64_t now = rn_clock_ms();
   c->id = atomic_fetch_add(&rn_tcp_comm_ids, 1) + 1;
   c->created_ms = c->sample_ms = c->stats_ms = c->landed_ms = now;
   c->nrails = 0;
   c->standby = -1;
+  /* As many as the streams' distinct local addresses: most comms have
+   * one, and the table stays off the comm's own pages. */
+  union rn_sockaddr seen[RN_MAX_RAILS];
+  int n = 0;
+  for (int i = 0; i < c->nstreams; i++) {
+    int r = 0;
+    while (r < n && !rn_sockaddr_same_host(&seen[r], &c->stream[i].local)) r++;
+    if (r == n && n < RN_MAX_RAILS) seen[n++] = c->stream[i].local;
+  }
+  c->rail = calloc((size_t)(n > 0 ? n : 1), sizeof(*c->rail));
+  if (c->rail == NULL) return -1;
   for (int i = 0; i < c->nstreams; i++) {
     const union rn_sockaddr a = c->stream[i].local;
     int r = 0;
@@ -70,6 +81,7 @@ void rn_tcp_rails_init(struct rn_tcp_comm *c) {
   }
   int64_t ack = rn_params()->rail_ack;
   c->ack = !c->is_recv && (ack < 0 ? c->nrails > 1 : ack == 1);
+  return 0;
 }
 
 void rn_tcp_rails_baseline(struct rn_tcp_comm *c) {

@@ -372,8 +372,9 @@ struct rn_tcp_comm {
    * is mapped zero-filled, see comm.c).  Rail 0 is the one every comm
    * has. */
   struct rn_tcp_move move;               /* the control connection's way to another rail */
-  struct rn_tcp_rail rail[RN_MAX_RAILS]; /* a standby's among them (a handle has room for
-                                          * one only beside at most 4 rails) */
+  /* [nrails], at most RN_MAX_RAILS, from the heap (rails.c); a standby's
+   * among them (a handle has room for one only beside at most 4 rails) */
+  struct rn_tcp_rail *rail;
   struct rn_tcp_req *ring[RN_TCP_RING];
   /* [RN_TCP_RING]: chunks landed; with inflight and scratch, allocated at
    * the first streamed message (streams.c) */
@@ -406,13 +407,14 @@ struct rn_tcp_comm {
   int want_sent;  /* send: a WANT went out and no clear-to-send came since */
   /* The tables last: a comm touches the entries it uses, an idle one none
    * of their pages.  The control input first, whose start shares the
-   * fields' last page (RN_TCP_COMM_HOT): small messages land there; then
-   * the requests, whose first page a recycled mapping keeps (comm.c). */
+   * fields' page (RN_TCP_COMM_HOT): small messages land there; then the
+   * requests and the control output, whose first pages a recycled mapping
+   * keeps (comm.c). */
   _Alignas(64) char in_space[RN_TCP_IN_BUF]; /* `in` points here */
   struct rn_tcp_req reqs[RN_TCP_NREQS];
+  struct rn_tcp_ctl_out out[RN_TCP_OUT_QUEUE];
   struct rn_tcp_group group[RN_TCP_RING];
   struct rn_tcp_eager eager[RN_TCP_EAGER_WINDOW]; /* unmatched, in send order */
-  struct rn_tcp_ctl_out out[RN_TCP_OUT_QUEUE];
   char discard_space[RN_TCP_EAGER_WIRE_MAX]; /* `discard` points here */
 };
 
@@ -433,8 +435,8 @@ int rn_tcp_if_match(const char *spec, const char *name);
 
 /* rails.c */
 /* Group the comm's streams into rails by their local address, name them,
- * and seed each estimate with the link speed. */
-void rn_tcp_rails_init(struct rn_tcp_comm *c);
+ * and seed each estimate with the link speed.  -1: out of memory. */
+int rn_tcp_rails_init(struct rn_tcp_comm *c);
 /* Send: TCP's acknowledged-byte counts the rates are measured from, read
  * at the first streamed message (c->lock held). */
 void rn_tcp_rails_baseline(struct rn_tcp_comm *c);
