@@ -54,8 +54,8 @@ void rn_tcp_comm_flush_deferred(void) {
   pthread_mutex_unlock(&rn_tcp_deferred.lock);
 }
 
-/* A comm is some 360 kB of tables (requests, control output, control
- * input), of which an idle one touches its first three pages.  It gets
+/* A comm is some 350 kB of tables (requests, control output, control
+ * input), of which an idle one touches its first page.  It gets
  * zero-filled pages of its own, so the rest never becomes resident:
  * malloc would give it recycled heap memory once its dynamic mmap
  * threshold has grown past a freed comm's size (after the first close),
