@@ -50,34 +50,32 @@ int rn_tcp_rails_init(struct rn_tcp_comm *c) {
   c->created_ms = c->sample_ms = c->stats_ms = c->landed_ms = now;
   c->nrails = 0;
   c->standby = -1;
-  /* As many as the streams' distinct local addresses: most comms have
-   * one, and the table stays off the comm's own pages. */
+  /* One rail per distinct local address of the streams (beyond
+   * RN_MAX_RAILS, the last takes the rest).  The table is sized to them:
+   * most comms have one, and it stays off the comm's own pages. */
   union rn_sockaddr seen[RN_MAX_RAILS];
   int n = 0;
   for (int i = 0; i < c->nstreams; i++) {
     int r = 0;
     while (r < n && !rn_sockaddr_same_host(&seen[r], &c->stream[i].local)) r++;
     if (r == n && n < RN_MAX_RAILS) seen[n++] = c->stream[i].local;
+    c->stream[i].rail = r < n ? r : RN_MAX_RAILS - 1;
   }
   c->rail = calloc((size_t)(n > 0 ? n : 1), sizeof(*c->rail));
   if (c->rail == NULL) return -1;
-  for (int i = 0; i < c->nstreams; i++) {
-    const union rn_sockaddr a = c->stream[i].local;
-    int r = 0;
-    while (r < c->nrails && !rn_sockaddr_same_host(&c->rail[r].local, &a)) r++;
-    if (r == c->nrails && c->nrails == RN_MAX_RAILS) r = RN_MAX_RAILS - 1;
+  c->nrails = n;
+  for (int r = 0; r < n; r++) {
     struct rn_tcp_rail *rail = &c->rail[r];
-    if (r == c->nrails) {
-      c->nrails++;
-      rail->local = a;
-      rn_tcp_if_name_of(&a, rail->name, sizeof(rail->name));
-      rail->rate = RN_TCP_RATE_INIT;
-      rail->progress_ms = now;
-      rail->rejoin_fd = -1;
-    }
+    rail->local = seen[r];
+    rn_tcp_if_name_of(&seen[r], rail->name, sizeof(rail->name));
+    rail->rate = RN_TCP_RATE_INIT;
+    rail->progress_ms = now;
+    rail->rejoin_fd = -1;
+  }
+  for (int i = 0; i < c->nstreams; i++) {
+    struct rn_tcp_rail *rail = &c->rail[c->stream[i].rail];
     rail->stream[rail->nstreams++] = i;
     rail->streams |= 1u << i;
-    c->stream[i].rail = r;
   }
   int64_t ack = rn_params()->rail_ack;
   c->ack = !c->is_recv && (ack < 0 ? c->nrails > 1 : ack == 1);
