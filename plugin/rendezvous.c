@@ -261,9 +261,11 @@ static void rn_rdv_group_drop(struct rn_rdv *r, int i, enum rn_rdv_stray why, in
   *g = r->group[--r->ngroups];
 }
 
-static ncclResult_t rn_rdv_create_streams(const int *lfds, int nlfds, uint64_t nonce,
-                                          int min_streams, int max_streams, struct rn_rdv **out) {
-  if (nlfds < 1 || nlfds > RN_RDV_MAX_LFDS) return ncclInternalError;
+ncclResult_t rn_rdv_create_range(const int *lfds, int nlfds, uint64_t nonce, int min_streams,
+                                 int max_streams, struct rn_rdv **out) {
+  if (nlfds < 1 || nlfds > RN_RDV_MAX_LFDS || min_streams < 0 || max_streams < min_streams ||
+      max_streams > RN_RDV_MAX_STREAMS)
+    return ncclInternalError;
   struct rn_rdv *r = calloc(1, sizeof(*r));
   if (r == NULL) {
     RN_WARN("out of memory allocating the rendezvous");
@@ -288,12 +290,12 @@ static ncclResult_t rn_rdv_create_streams(const int *lfds, int nlfds, uint64_t n
 }
 
 ncclResult_t rn_rdv_create(const int *lfds, int nlfds, uint64_t nonce, struct rn_rdv **out) {
-  return rn_rdv_create_streams(lfds, nlfds, nonce, 1, RN_RDV_MAX_STREAMS, out);
+  return rn_rdv_create_range(lfds, nlfds, nonce, 1, RN_RDV_MAX_STREAMS, out);
 }
 
 ncclResult_t rn_rdv_create_ctrl_only(const int *lfds, int nlfds, uint64_t nonce,
                                      struct rn_rdv **out) {
-  return rn_rdv_create_streams(lfds, nlfds, nonce, 0, 0, out);
+  return rn_rdv_create_range(lfds, nlfds, nonce, 0, 0, out);
 }
 
 /* Which of the connector's addresses this socket left from (see struct

@@ -52,6 +52,10 @@ ncclResult_t rn_rdv_create(const int *lfds, int nlfds, uint64_t nonce, struct rn
  * bootstrap). */
 ncclResult_t rn_rdv_create_ctrl_only(const int *lfds, int nlfds, uint64_t nonce,
                                      struct rn_rdv **out);
+/* Connections of min_streams..max_streams data streams (the TCP
+ * transport's listen comm: 0, the data streams come later, or more). */
+ncclResult_t rn_rdv_create_range(const int *lfds, int nlfds, uint64_t nonce, int min_streams,
+                                 int max_streams, struct rn_rdv **out);
 /* Returns one complete connection in *conn (and *ready=1) when available.
  * An error only when the listening sockets fail, or accept() has found no
  * free file descriptor for RAILNET_CONNECT_TIMEOUT_MS; the rendezvous

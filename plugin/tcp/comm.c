@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 #include "railnet/check.h"
+#include "railnet/clock.h"
 #include "railnet/param.h"
 #include "tcp.h"
 
@@ -173,18 +174,14 @@ void rn_tcp_comm_free(struct rn_tcp_comm *c) {
   rn_shared_list_del(&rn_tcp_live, &c->open);
   if (c->nrails > 0) rn_tcp_rails_close(c);
   atomic_store(&c->stop, 1);
-  rn_tcp_rails_free(c);
   /* No engine thread touches the comm after this, whatever it had queued. */
   rn_tcp_engine_detach(c);
-  /* Quiescent: its sockets may serve the next comm with this peer. */
+  /* Quiescent: its control connection may serve the next comm with this
+   * peer. */
   rn_tcp_pool_put(c);
+  rn_tcp_lazy_free(c);
   rn_tcp_move_free(c);
-  for (int i = 0; i < c->nstreams; i++) {
-    rn_sock_close_gently(c->stream[i].fd, 0);
-    pthread_mutex_destroy(&c->stream[i].queue_lock);
-    free(c->stream[i].queue);
-  }
-  free(c->stream);
+  rn_tcp_comm_detach(c);
   /* A sender's last messages may still be on their way while the
    * receiver sends clear-to-sends: see rn_sock_close_gently.  Streamed
    * bytes were acknowledged before their sends completed. */
@@ -206,7 +203,6 @@ void rn_tcp_comm_free(struct rn_tcp_comm *c) {
   for (int i = 0; c->unexpected != NULL && i < RN_TCP_EAGER_WINDOW; i++)
     free(c->unexpected[i].data);
   free(c->unexpected);
-  free(c->rail);
   rn_tcp_comm_unmap(c);
 }
 
@@ -215,10 +211,10 @@ void rn_tcp_comm_free(struct rn_tcp_comm *c) {
 void rn_tcp_addrs_read(int ctrl_fd, const int *data_fd, int nstreams, struct rn_tcp_addrs *a) {
   memset(a, 0, sizeof(*a));
   socklen_t len = sizeof(a->ctrl_local);
-  if (getsockname(ctrl_fd, &a->ctrl_local.sa, &len) != 0)
+  if (ctrl_fd >= 0 && getsockname(ctrl_fd, &a->ctrl_local.sa, &len) != 0)
     memset(&a->ctrl_local, 0, sizeof(a->ctrl_local));
   len = sizeof(a->ctrl_peer);
-  if (getpeername(ctrl_fd, &a->ctrl_peer.sa, &len) != 0)
+  if (ctrl_fd >= 0 && getpeername(ctrl_fd, &a->ctrl_peer.sa, &len) != 0)
     memset(&a->ctrl_peer, 0, sizeof(a->ctrl_peer));
   for (int i = 0; i < nstreams; i++) {
     len = sizeof(a->local[i]);
@@ -230,27 +226,24 @@ void rn_tcp_addrs_read(int ctrl_fd, const int *data_fd, int nstreams, struct rn_
   }
 }
 
-/* Build a comm around an established connection; starts the helpers. */
+/* Build a comm around an established connection: its control connection,
+ * and its data streams when the connection has them (else they open with
+ * the first streamed message, open.c). */
 ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv,
                                 const struct rn_tcp_addrs *kept, struct rn_tcp_comm **out) {
   const struct rn_params *p = rn_params();
   /* The stream count came from the connecting peer's hello. */
-  if (conn->nstreams < 1 || conn->nstreams > RN_TCP_MAX_STREAMS) {
-    RN_WARN("peer announced %d data streams, expected 1..%d", conn->nstreams, RN_TCP_MAX_STREAMS);
+  if (conn->nstreams < 0 || conn->nstreams > RN_TCP_MAX_STREAMS) {
+    RN_WARN("peer announced %d data streams, expected 0..%d", conn->nstreams, RN_TCP_MAX_STREAMS);
     rn_rdv_conn_close(conn);
     return ncclRemoteError;
   }
-  /* Streams are sized to the count; what only streaming needs (send
-   * queues, the receiver's chunk maps) comes with the first streamed
-   * message (streams.c), so a comm that moves only small ones stays lean. */
   struct rn_tcp_comm *c = rn_tcp_comm_map();
-  struct rn_tcp_stream *streams = calloc((size_t)conn->nstreams, sizeof(*streams));
-  if (c == NULL || streams == NULL) {
-    if (c != NULL) rn_tcp_comm_unmap(c);
-    free(streams);
-    goto out_nomem;
+  if (c == NULL) {
+    RN_WARN("out of memory creating a comm");
+    rn_rdv_conn_close(conn);
+    return ncclSystemError;
   }
-  c->stream = streams;
   pthread_mutex_init(&c->lock, NULL);
   pthread_mutex_init(&c->rx_lock, NULL);
   c->is_recv = is_recv;
@@ -259,19 +252,14 @@ ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv,
    * does without them (no CREDIT); from then on they may wait. */
   c->peer_low = 1;
   c->ctrl_fd = conn->ctrl_fd;
-  c->nstreams = conn->nstreams;
   struct rn_tcp_addrs fresh;
   const struct rn_tcp_addrs *a = kept;
   if (a == NULL) {
-    rn_tcp_addrs_read(c->ctrl_fd, conn->data_fd, c->nstreams, &fresh);
+    rn_tcp_addrs_read(c->ctrl_fd, conn->data_fd, conn->nstreams, &fresh);
     a = &fresh;
   }
   c->ctrl_local = a->ctrl_local;
   c->ctrl_peer = a->ctrl_peer;
-  for (int i = 0; i < c->nstreams; i++) {
-    c->stream[i].local = a->local[i];
-    c->stream[i].peer = a->peer[i];
-  }
   if (c->ctrl_peer.sa.sa_family != 0)
     rn_sockaddr_str(&c->ctrl_peer, c->peer, sizeof(c->peer));
   else
@@ -281,46 +269,111 @@ ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv,
   c->chunk = (size_t)p->socket_chunk;
   c->in = c->in_space;
   c->discard = c->discard_space;
-  for (int i = 0; i < c->nstreams; i++) {
-    c->stream[i].fd = conn->data_fd[i];
-    c->stream[i].comm = c;
-    c->stream[i].eng_thread = c->stream[i].eng_slot = -1;
-    pthread_mutex_init(&c->stream[i].queue_lock, NULL);
-    if (kept == NULL) rn_sock_tune(c->stream[i].fd, 0);
-  }
-  if (rn_tcp_rails_init(c) != 0) {
-    RN_WARN("out of memory creating a comm with %s", c->peer);
-    rn_tcp_comm_free(c);
-    return ncclSystemError;
-  }
-  rn_tcp_move_init(c);
+  c->move.ctrl_rail = -1;
+  c->standby = -1;
+  rn_tcp_rails_start(c);
   /* A peer that vanishes without closing must not leave this comm
    * waiting forever: every socket gets keepalive and a user timeout.  A
-   * kept connection's sockets have them, and their tuning, already. */
-  int live = 0;
+   * kept connection's socket has them, and its tuning, already. */
   if (kept == NULL) {
     rn_sock_tune(c->ctrl_fd, 0);
-    live = rn_sock_set_liveness(c->ctrl_fd, (int)p->socket_timeout_ms);
-    for (int i = 0; i < c->nstreams && live == 0; i++)
-      live = rn_sock_set_liveness(c->stream[i].fd, (int)p->socket_timeout_ms);
+    if (rn_sock_set_liveness(c->ctrl_fd, (int)p->socket_timeout_ms) != 0) {
+      RN_WARN("cannot set keepalive/TCP_USER_TIMEOUT on a connection to %s: %s", c->peer,
+              strerror(errno));
+      for (int i = 0; i < conn->nstreams; i++) close(conn->data_fd[i]);
+      atomic_store(&c->error, ncclSystemError); /* never kept */
+      rn_tcp_comm_free(c);
+      return ncclSystemError;
+    }
   }
-  if (live != 0) {
-    RN_WARN("cannot set keepalive/TCP_USER_TIMEOUT on a connection to %s: %s", c->peer,
-            strerror(errno));
+  ncclResult_t res = ncclSuccess;
+  if (conn->nstreams > 0 && (res = rn_tcp_comm_attach(c, conn, kept)) != ncclSuccess) {
+    atomic_store(&c->error, res); /* never kept */
     rn_tcp_comm_free(c);
-    return ncclSystemError;
-  }
-  if (rn_tcp_engine_attach(c) != ncclSuccess) { /* WARNed */
-    rn_tcp_comm_free(c);
-    return ncclSystemError;
+    return res;
   }
   rn_shared_list_add(&rn_tcp_live, &c->open);
   *out = c;
   return ncclSuccess;
-out_nomem:
-  RN_WARN("out of memory creating a comm");
-  rn_rdv_conn_close(conn);
-  return ncclSystemError;
+}
+
+ncclResult_t rn_tcp_comm_attach(struct rn_tcp_comm *c, const struct rn_rdv_conn *conn,
+                                const struct rn_tcp_addrs *kept) {
+  const struct rn_params *p = rn_params();
+  /* Streams are sized to the count; what only streaming needs (send
+   * queues, the receiver's chunk maps) comes with the first streamed
+   * message (streams.c). */
+  struct rn_tcp_stream *streams = calloc((size_t)conn->nstreams, sizeof(*streams));
+  if (streams == NULL) {
+    for (int i = 0; i < conn->nstreams; i++) close(conn->data_fd[i]);
+    RN_WARN("out of memory for the data streams of a comm with %s", c->peer);
+    return ncclSystemError;
+  }
+  struct rn_tcp_addrs fresh;
+  const struct rn_tcp_addrs *a = kept;
+  if (a == NULL) {
+    rn_tcp_addrs_read(-1, conn->data_fd, conn->nstreams, &fresh);
+    a = &fresh;
+  }
+  for (int i = 0; i < conn->nstreams; i++) {
+    struct rn_tcp_stream *s = &streams[i];
+    s->local = a->local[i];
+    s->peer = a->peer[i];
+    s->fd = conn->data_fd[i];
+    s->comm = c;
+    s->eng_thread = s->eng_slot = -1;
+    pthread_mutex_init(&s->queue_lock, NULL);
+  }
+  /* From here on the comm owns the sockets (rn_tcp_comm_detach). */
+  c->stream = streams;
+  c->nstreams = conn->nstreams;
+  int live = 0;
+  for (int i = 0; i < c->nstreams && kept == NULL; i++) {
+    rn_sock_tune(c->stream[i].fd, 0);
+    if (live == 0) live = rn_sock_set_liveness(c->stream[i].fd, (int)p->socket_timeout_ms);
+  }
+  if (live != 0) {
+    RN_WARN("cannot set keepalive/TCP_USER_TIMEOUT on a data stream to %s: %s", c->peer,
+            strerror(errno));
+    rn_tcp_comm_detach(c);
+    return ncclSystemError;
+  }
+  if (rn_tcp_rails_init(c) != 0) {
+    RN_WARN("out of memory for the rails of a comm with %s", c->peer);
+    rn_tcp_comm_detach(c);
+    return ncclSystemError;
+  }
+  if (rn_tcp_engine_attach(c) != ncclSuccess) { /* WARNed */
+    rn_tcp_comm_detach(c);
+    return ncclSystemError;
+  }
+  rn_tcp_move_init(c);
+  c->lazy.state = RN_TCP_STREAMS_UP;
+  c->lazy.since_ms = c->lazy.used_ms = rn_clock_ms();
+  if (c->lazy.opened++ > 0 || conn->ctrl_fd < 0)
+    RN_INFO(NCCL_NET, "%s comm with %s (dev %d): %d data streams open over %d rail(s)",
+            c->is_recv ? "receive" : "send", c->peer, c->base.vdev, c->nstreams, c->nrails);
+  return ncclSuccess;
+}
+
+void rn_tcp_comm_detach(struct rn_tcp_comm *c) {
+  /* No engine thread touches the streams after this. */
+  rn_tcp_engine_detach(c);
+  rn_tcp_rails_free(c);
+  for (int i = 0; i < c->nstreams; i++) {
+    rn_sock_close_gently(c->stream[i].fd, 0);
+    pthread_mutex_destroy(&c->stream[i].queue_lock);
+    free(c->stream[i].queue);
+  }
+  free(c->stream);
+  c->stream = NULL;
+  c->nstreams = 0;
+  c->nthreads = 0;
+  free(c->rail);
+  c->rail = NULL;
+  c->nrails = 0;
+  c->standby = -1;
+  c->on_standby = 0;
 }
 
 int rn_tcp_comm_free_all(void) {

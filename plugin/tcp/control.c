@@ -55,7 +55,12 @@ ncclResult_t rn_tcp_ctl_flush(struct rn_tcp_comm *c) {
     if (k <= 0)
       return rn_tcp_fail(c, ncclRemoteError, "control connection lost while sending: %s",
                          k < 0 ? strerror(errno) : "closed");
-    if (c->move.enabled) rn_tcp_move_wrote(c, iov, niov, (size_t)k);
+    if (c->move.enabled) {
+      rn_tcp_move_wrote(c, iov, niov, (size_t)k);
+    } else { /* counted all the same: keeping may start later (move.c) */
+      c->move.tx += (uint64_t)k;
+      c->move.log_base = c->move.replay = c->move.tx;
+    }
     /* Retire what went out. */
     size_t left = (size_t)k;
     while (left > 0) {
@@ -460,6 +465,8 @@ static ncclResult_t rn_tcp_on_data(struct rn_tcp_comm *c, const struct rn_tcp_da
   if (f == RN_TCP_DATA_STREAMED) {
     if (d->p.plen != 0) {
       res = RN_TCP_VIOLATION(c, what, "plen", "%u, expected 0 with STREAMED", d->p.plen);
+    } else if (c->lazy.state == RN_TCP_STREAMS_NONE && !c->lazy.reopen) {
+      res = RN_TCP_VIOLATION(c, what, "flags", "STREAMED, but no OPEN asked for data streams");
     } else if (d->size < 1 || d->size > posted) {
       res = RN_TCP_VIOLATION(c, what, "size", "%llu, expected 1..%llu (posted) with STREAMED",
                              (unsigned long long)d->size, (unsigned long long)posted);
@@ -509,11 +516,14 @@ static ncclResult_t rn_tcp_on_data(struct rn_tcp_comm *c, const struct rn_tcp_da
 static ncclResult_t rn_tcp_on_down(struct rn_tcp_comm *c, const struct rn_tcp_down *d) {
   static const char what[] = "streams-down";
   const uint32_t all = c->nstreams >= 32 ? UINT32_MAX : (1u << c->nstreams) - 1;
-  if (d->p.flags != 0 || d->p.plen != 0 || d->reserved != 0)
-    return RN_TCP_VIOLATION(c, what, "flags/plen/reserved", "%u/%u/%u, expected 0", d->p.flags,
-                            d->p.plen, d->reserved);
+  if ((d->p.flags != 0 && d->p.flags != RN_TCP_DOWN_IDLE) || d->p.plen != 0 || d->reserved != 0)
+    return RN_TCP_VIOLATION(c, what, "flags/plen/reserved", "%u/%u/%u, expected %s/0/0",
+                            d->p.flags, d->p.plen, d->reserved, "0 or 1 (IDLE)");
   if (d->msg != c->msg_in)
     return RN_TCP_VIOLATION(c, what, "msg", "%u, expected %u", d->msg, c->msg_in);
+  if (d->p.flags == RN_TCP_DOWN_IDLE) return rn_tcp_lazy_on_idle(c, d);
+  if (c->lazy.state != RN_TCP_STREAMS_UP)
+    return RN_TCP_VIOLATION(c, what, "state", "no data stream is open");
   if (d->streams == 0 || (d->streams & ~all) != 0)
     return RN_TCP_VIOLATION(c, what, "streams", "0x%x, expected a nonzero subset of 0x%x",
                             d->streams, all);
@@ -598,12 +608,13 @@ static ncclResult_t rn_tcp_parse(struct rn_tcp_comm *c, size_t *pos) {
     struct rn_tcp_prefix p;
     memcpy(&p, c->in + *pos, sizeof(p));
     if (p.type != RN_TCP_MSG_BYE &&
-        (c->is_recv
-             ? p.type != RN_TCP_MSG_DATA && p.type != RN_TCP_MSG_DOWN && p.type != RN_TCP_MSG_WANT
-             : p.type != RN_TCP_MSG_CTS && p.type != RN_TCP_MSG_ACK && p.type != RN_TCP_MSG_OFFER))
+        (c->is_recv ? p.type != RN_TCP_MSG_DATA && p.type != RN_TCP_MSG_DOWN &&
+                          p.type != RN_TCP_MSG_WANT && p.type != RN_TCP_MSG_OPEN
+                    : p.type != RN_TCP_MSG_CTS && p.type != RN_TCP_MSG_ACK &&
+                          p.type != RN_TCP_MSG_OFFER && p.type != RN_TCP_MSG_STREAMS))
       return RN_TCP_VIOLATION(c, "control message", "type", "%u, expected %s", p.type,
-                              c->is_recv ? "2 (DATA), 5 (DOWN), 8 (BYE) or 9 (WANT)"
-                                         : "1 (CTS), 4 (ACK), 6 (OFFER) or 8 (BYE)");
+                              c->is_recv ? "2 (DATA), 5 (DOWN), 8 (BYE), 9 (WANT) or 10 (OPEN)"
+                                         : "1 (CTS), 4 (ACK), 6 (OFFER), 8 (BYE) or 11 (STREAMS)");
     size_t hlen = rn_tcp_wire_hlen(p.type);
     if (p.hlen != hlen)
       return RN_TCP_VIOLATION(c, "control message", "hlen", "%u, expected %zu", p.hlen, hlen);
@@ -623,6 +634,13 @@ static ncclResult_t rn_tcp_parse(struct rn_tcp_comm *c, size_t *pos) {
       c->bye_received = b.received;
       atomic_store(&c->peer_closed, 1);
       return ncclSuccess;
+    }
+    if (!c->is_recv && p.type == RN_TCP_MSG_STREAMS) {
+      struct rn_tcp_streams m;
+      memcpy(&m, c->in + *pos, sizeof(m));
+      *pos += sizeof(m);
+      RN_CHECK(rn_tcp_lazy_on_streams(c, &m));
+      continue;
     }
     if (!c->is_recv && p.type == RN_TCP_MSG_OFFER) {
       struct rn_tcp_offer o;
@@ -662,6 +680,13 @@ static ncclResult_t rn_tcp_parse(struct rn_tcp_comm *c, size_t *pos) {
       c->lazy_polls = RN_TCP_CTS_POLLS;
       continue;
     }
+    if (p.type == RN_TCP_MSG_OPEN) {
+      struct rn_tcp_open m;
+      memcpy(&m, c->in + *pos, sizeof(m));
+      *pos += sizeof(m);
+      RN_CHECK(rn_tcp_lazy_on_open(c, &m));
+      continue;
+    }
     if (p.type == RN_TCP_MSG_DOWN) {
       struct rn_tcp_down m;
       memcpy(&m, c->in + *pos, sizeof(m));
@@ -687,12 +712,17 @@ static ncclResult_t rn_tcp_parse(struct rn_tcp_comm *c, size_t *pos) {
  * data streams) can move now.  Never blocks. */
 ncclResult_t rn_tcp_progress(struct rn_tcp_comm *c) {
   RN_CHECK(rn_tcp_failed(c, "progress"));
+  /* First: streams dialled here are the comm's before any message that
+   * names them (an OFFER of the receiver's) is read. */
+  if (c->lazy.state != RN_TCP_STREAMS_NONE || c->lazy.reopen) RN_CHECK(rn_tcp_lazy_progress(c));
   rn_tcp_rails_tick(c);
   if (!c->is_recv) RN_CHECK(rn_tcp_rails_failover(c));
   RN_CHECK(rn_tcp_move_progress(c));
   RN_CHECK(rn_tcp_ctl_flush(c));
-  /* Once the peer is gone, drive the streams too so their EOF is seen. */
-  if (c->nthreads == 0 && (atomic_load(&c->stream_work) != 0 || atomic_load(&c->peer_closed)))
+  /* Once the peer is gone, or closed them, drive the streams too so
+   * their EOF is seen. */
+  if (c->nthreads == 0 && (atomic_load(&c->stream_work) != 0 || atomic_load(&c->peer_closed) ||
+                           c->lazy.state == RN_TCP_STREAMS_CLOSING))
     rn_tcp_drive_streams(c);
   while (!atomic_load(&c->peer_closed)) {
     if (c->rx_left > 0) {
@@ -722,6 +752,9 @@ ncclResult_t rn_tcp_progress(struct rn_tcp_comm *c) {
     if (c->nthreads == 0 && atomic_load(&c->stream_work) != 0) rn_tcp_drive_streams(c);
     RN_CHECK(rn_tcp_queue_acks(c));
     rn_tcp_rails_readmit(c);
+    /* Streams asked for while parsing: listen now; closed: let them go. */
+    if (c->lazy.state >= RN_TCP_STREAMS_CLOSING || c->lazy.reopen)
+      RN_CHECK(rn_tcp_lazy_progress(c));
   }
   /* Replies queued while parsing leave now, not at the next call. */
   return c->out_head != c->out_tail ? rn_tcp_ctl_flush(c) : ncclSuccess;

@@ -123,13 +123,28 @@ void rn_tcp_move_init(struct rn_tcp_comm *c) {
     m->enabled = c->ack && c->nrails > 1;
   }
   if (!m->enabled) return;
+  /* Bytes are kept from here on (the comm may be older: its streams open
+   * at its first large message). */
   m->fd_pre = rn_tcp_fd_written(c->ctrl_fd);
+  m->fd_base = m->log_base = m->replay = m->tx;
   if (c->is_recv)
     for (int r = 0; r < c->nrails; r++) rn_tcp_move_listen(c, r);
   RN_INFO(NCCL_NET,
           "%s comm with %s (dev %d): the control connection can move to another rail "
           "(%d listener(s) offered)",
           c->is_recv ? "receive" : "send", c->peer, c->base.vdev, c->is_recv ? c->nrails : 0);
+}
+
+void rn_tcp_move_stop(struct rn_tcp_comm *c) {
+  struct rn_tcp_move *m = &c->move;
+  for (int r = 0; r < RN_MAX_RAILS; r++) rn_tcp_move_unlisten(c, r);
+  if (m->dial != NULL) rn_rdv_dial_destroy(m->dial);
+  m->dial = NULL;
+  m->nways = 0;
+  m->ctrl_rail = -1;
+  if (m->state != RN_TCP_CTL_UP) return; /* a move in progress ends as it would */
+  m->enabled = 0;
+  m->log_base = m->replay = m->tx;
 }
 
 void rn_tcp_move_free(struct rn_tcp_comm *c) {
@@ -291,7 +306,11 @@ static void rn_tcp_move_revert(struct rn_tcp_comm *c, const char *why) {
 
 ssize_t rn_tcp_move_read(struct rn_tcp_comm *c, void *buf, size_t len) {
   struct rn_tcp_move *m = &c->move;
-  if (!m->enabled) return rn_tcp_recv_nb(c->ctrl_fd, buf, len);
+  if (!m->enabled) {
+    ssize_t k = rn_tcp_recv_nb(c->ctrl_fd, buf, len);
+    if (k > 0) m->rx += (uint64_t)k; /* counted all the same (rn_tcp_move_init) */
+    return k;
+  }
   for (;;) {
     ssize_t k;
     if (m->state == RN_TCP_CTL_LOST) {

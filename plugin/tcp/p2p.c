@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "railnet/check.h"
+#include "railnet/clock.h"
 #include "tcp.h"
 
 /* The lowest free request: those ever used stay a prefix of the pool,
@@ -55,11 +56,16 @@ static void rn_tcp_idle_call(void) {
 static ncclResult_t rn_tcp_isend_matched(struct rn_tcp_comm *c, void *data, size_t size, int tag,
                                          uint64_t seq, int idx, void **req) {
   const struct rn_tcp_group *m = &c->group[seq % RN_TCP_RING];
+  int too_big = size > m->sizes[idx];
+  int inline_send = too_big || size <= c->inline_max;
+  /* No data stream yet: they open now (open.c); the header goes at once
+   * and the chunks follow once the streams are there, so the send has
+   * its request and no call waits for the receiver. */
+  const int later = !inline_send && c->lazy.state != RN_TCP_STREAMS_UP;
+  if (later) RN_CHECK(rn_tcp_lazy_want(c, size));
   struct rn_tcp_req *r = rn_tcp_req_alloc(c, 0);
   if (r == NULL) return ncclSuccess;
   r->size = size;
-  int too_big = size > m->sizes[idx];
-  int inline_send = too_big || size <= c->inline_max;
   uint32_t grid = inline_send ? 0 : rn_tcp_chunk_grid(c, size);
   struct rn_tcp_data d = {
       .seq = seq, .size = size, .msg = c->msg_out, .tag = tag, .idx = (uint32_t)idx, .grid = grid};
@@ -78,12 +84,14 @@ static ncclResult_t rn_tcp_isend_matched(struct rn_tcp_comm *c, void *data, size
   /* The header always goes on the control connection: it carries inline
    * payloads, and announces streamed ones so the receiver knows to poll. */
   if (!rn_tcp_ctl_room(c) ||
-      (!inline_send && !rn_tcp_enqueue(c, r, data, size, grid, seq, (uint32_t)idx))) {
+      (!inline_send && !later && !rn_tcp_enqueue(c, r, data, size, grid, seq, (uint32_t)idx))) {
     rn_tcp_req_free(r); /* queues full: retry later */
     return ncclSuccess;
   }
   rn_tcp_ctl_queue(c, &d, sizeof(d), data, plen, r);
   c->msg_out++;
+  if (later) rn_tcp_lazy_defer(c, r, data, grid, seq, (uint32_t)idx);
+  if (!inline_send) c->lazy.used_ms = rn_clock_ms();
   if (r->awaits_ack) c->group[seq % RN_TCP_RING].sreq[idx] = r;
   if (too_big) {
     RN_WARN("send of %zu bytes to %s exceeds the posted receive of %llu bytes (tag %d)", size,

@@ -264,16 +264,18 @@ static const char *rn_tcp_pool_busy(struct rn_tcp_comm *c) {
   if (c->in_len > RN_TCP_POOL_IN || (c->peer_bye && c->in_len != 0))
     return "control input is unread";
   if (c->is_recv && atomic_load(&c->stream_work) != 0) return "streamed messages are arriving";
+  /* Only the control connection is kept: the data streams close (the
+   * next comm opens its own when it needs them), so what they still hold
+   * matters only if it is half of a chunk. */
+  if (c->lazy.state != RN_TCP_STREAMS_NONE && c->lazy.state != RN_TCP_STREAMS_UP &&
+      c->lazy.state != RN_TCP_STREAMS_CLOSING)
+    return "its data streams were being opened";
+  if (c->lazy.reopen) return "its data streams were being opened";
   for (int i = 0; i < c->nstreams; i++) {
     struct rn_tcp_stream *s = &c->stream[i];
-    if (atomic_load(&s->dead) || s->lost || atomic_load(&s->retire)) return "a data stream ended";
+    if (s->lost || atomic_load(&s->retire)) return "a data stream failed";
     if (s->off != 0 || s->rx_req != NULL || s->rx_discard) return "a chunk is half moved";
     if (!c->is_recv && s->queue_head != s->queue_tail) return "chunks are still queued";
-  }
-  if (c->is_recv) {
-    struct pollfd pf[RN_TCP_MAX_STREAMS];
-    for (int i = 0; i < c->nstreams; i++) pf[i] = (struct pollfd){c->stream[i].fd, POLLIN, 0};
-    if (poll(pf, (nfds_t)c->nstreams, 0) != 0) return "a data stream holds unread bytes or ended";
   }
   return NULL;
 }
@@ -335,18 +337,12 @@ int rn_tcp_pool_put(struct rn_tcp_comm *c) {
   e->my_received = b.received;
   snprintf(e->name, sizeof(e->name), "%s", c->peer);
   e->conn.ctrl_fd = c->ctrl_fd;
-  e->conn.nstreams = c->nstreams;
+  e->conn.nstreams = 0;
   for (int i = 0; i < RN_RDV_MAX_STREAMS; i++) e->conn.data_fd[i] = -1;
-  /* As connected: a comm whose control connection moved or whose rail
-   * failed over is never kept (rn_tcp_pool_busy). */
+  /* As connected: a comm whose control connection moved is never kept
+   * (rn_tcp_pool_busy). */
   e->addr.ctrl_local = c->ctrl_local;
   e->addr.ctrl_peer = c->ctrl_peer;
-  for (int i = 0; i < c->nstreams; i++) {
-    e->addr.local[i] = c->stream[i].local;
-    e->addr.peer[i] = c->stream[i].peer;
-    e->conn.data_fd[i] = c->stream[i].fd;
-    c->stream[i].fd = -1;
-  }
   c->ctrl_fd = -1;
   /* Bytes of a message the comm had begun to read (a sender's late
    * clear-to-send) continue here. */
@@ -366,8 +362,7 @@ int rn_tcp_pool_put(struct rn_tcp_comm *c) {
     free(e);
     return 1;
   }
-  RN_INFO(NCCL_NET, "%s comm with %s: connection kept for reuse (%d streams)", side, c->peer,
-          e->conn.nstreams);
+  RN_INFO(NCCL_NET, "%s comm with %s: control connection kept for reuse", side, c->peer);
   rn_tcp_pool_add(e);
   rn_tcp_pool_service();
   pthread_mutex_unlock(&rn_tcp_pool_lock);

@@ -44,10 +44,14 @@ static pthread_mutex_t rn_tcp_stats_lock = PTHREAD_MUTEX_INITIALIZER;
 static void rn_tcp_rail_sockets(const struct rn_tcp_comm *c, const struct rn_tcp_rail *r,
                                 uint64_t *acked, uint64_t *outq);
 
-int rn_tcp_rails_init(struct rn_tcp_comm *c) {
+void rn_tcp_rails_start(struct rn_tcp_comm *c) {
   int64_t now = rn_clock_ms();
   c->id = atomic_fetch_add(&rn_tcp_comm_ids, 1) + 1;
   c->created_ms = c->sample_ms = c->stats_ms = c->landed_ms = now;
+}
+
+int rn_tcp_rails_init(struct rn_tcp_comm *c) {
+  int64_t now = rn_clock_ms();
   c->nrails = 0;
   c->standby = -1;
   /* One rail per distinct local address of the streams (beyond
@@ -79,6 +83,7 @@ int rn_tcp_rails_init(struct rn_tcp_comm *c) {
   }
   int64_t ack = rn_params()->rail_ack;
   c->ack = !c->is_recv && (ack < 0 ? c->nrails > 1 : ack == 1);
+  if (c->lazy.standby_set) rn_tcp_rails_set_standby(c, &c->lazy.standby_addr);
   return 0;
 }
 

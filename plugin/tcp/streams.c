@@ -389,13 +389,15 @@ void rn_tcp_drive_streams(struct rn_tcp_comm *c) {
 }
 
 uint32_t rn_tcp_chunk_grid(const struct rn_tcp_comm *c, size_t size) {
-  size_t chunk = (size + (size_t)c->nstreams - 1) / (size_t)c->nstreams;
+  /* Before the streams open, as many as they will be (open.c). */
+  const int n = c->nstreams > 0 ? c->nstreams : c->lazy.expect > 0 ? c->lazy.expect : 1;
+  size_t chunk = (size + (size_t)n - 1) / (size_t)n;
   if (chunk < RN_TCP_MIN_CHUNK) chunk = RN_TCP_MIN_CHUNK;
   if (chunk > c->chunk) chunk = c->chunk;
   /* A huge message on few streams uses larger chunks, so that it always
    * fits in a quarter of each stream's queue and in the receiver's
    * coverage map. */
-  size_t cap = (size_t)c->nstreams * (RN_TCP_STREAM_QUEUE / 4);
+  size_t cap = (size_t)n * (RN_TCP_STREAM_QUEUE / 4);
   if (cap > RN_TCP_MAX_CHUNKS) cap = RN_TCP_MAX_CHUNKS;
   if ((size + chunk - 1) / chunk > cap) chunk = (size + cap - 1) / cap;
   return (uint32_t)chunk; /* size <= INT_MAX: at most RN_TCP_MAX_GRID */

@@ -137,6 +137,12 @@ struct rn_tcp_req {
   uint32_t ack_wanted;            /* STREAMED buffers whose sender asked for an ACK */
   uint32_t acks_queued;           /* ... and whose ACK is queued */
   int writers;                    /* streams reading a chunk into it right now */
+  /* send: announced before the data streams were open, its chunks queued
+   * once they are (open.c), in announcement order */
+  struct rn_tcp_req *later_next;
+  const char *later_data;
+  uint32_t later_grid, later_idx;
+  uint64_t later_seq;
 };
 
 /* A chunk queued on a send stream. */
@@ -309,6 +315,56 @@ struct rn_tcp_move {
   int64_t dial_ms, next_dial_ms;
 };
 
+/* The data streams' lifecycle (open.c).  Caller only, under c->lock.  A
+ * comm starts with its control connection alone (RAILNET_SOCKET_LAZY);
+ * its first message too large to go inline opens the streams: the sender
+ * asks (OPEN), the receiver listens on its rails with a fresh nonce and
+ * says where (STREAMS), the sender dials them as at connect.  After
+ * RAILNET_SOCKET_IDLE_MS without a streamed message the sender closes
+ * them (DOWN with IDLE) and the receiver reads each to its end. */
+/* How a connection's data streams go (rn_tcp_plan_streams): stream i
+ * from locals[i % nlocals] to addrs[i % naddrs]; with a standby, the last
+ * of each are the two standbys, a rail of their own. */
+struct rn_tcp_plan {
+  union rn_sockaddr addrs[RN_MAX_RAILS], locals[RN_MAX_RAILS];
+  int naddrs, nlocals, nstreams, standby;
+};
+
+enum rn_tcp_lazy_state {
+  RN_TCP_STREAMS_NONE = 0, /* no data stream: small messages only so far */
+  RN_TCP_STREAMS_ASKED,    /* send: OPEN sent, awaiting STREAMS; recv: listening */
+  RN_TCP_STREAMS_DIALING,  /* send: dialing the receiver's listeners */
+  RN_TCP_STREAMS_UP,       /* open */
+  RN_TCP_STREAMS_CLOSING,  /* recv: closed idle by the sender, read to their end */
+};
+struct rn_tcp_lazy {
+  int state;        /* enum rn_tcp_lazy_state */
+  int64_t since_ms; /* the state began */
+  int64_t used_ms;  /* send: a streamed message was last queued */
+  int reopen;       /* recv: an OPEN came while CLOSING: answered once drained */
+  unsigned opened;  /* times the streams were opened */
+  int expect;       /* send: the streams it will have, for chunk grids before they open */
+  struct rn_tcp_req *later, *later_tail; /* send: sends whose chunks wait for the streams */
+  int standby_set;  /* the device's standby NIC, whose rail is the standby */
+  union rn_sockaddr standby_addr;
+  union {
+    struct { /* send */
+      union rn_sockaddr locals[RN_MAX_RAILS]; /* the device's rails, its standby last */
+      int nlocals, local_standby;
+      struct rn_tcp_plan plan; /* from STREAMS */
+      uint64_t nonce;
+      struct rn_rdv_dial *dial;
+      int64_t retry_ms;
+    } tx;
+    struct { /* recv */
+      union rn_sockaddr lis[RN_MAX_RAILS]; /* the listen comm's addresses, its standby last */
+      int nlis, lis_standby;
+      int lfd[RN_MAX_RAILS], nlfd;
+      struct rn_rdv *rdv;
+    } rx;
+  } u;
+};
+
 /* A send or receive comm.  Owner: NCCL between connect/accept and close. */
 /* Where a comm's sockets are: read once when its connection is made and
  * carried with it when it is kept for reuse (pool.c), so neither the
@@ -367,10 +423,10 @@ struct rn_tcp_comm {
    * ring; match_head is the oldest with a buffer no message has claimed */
   pthread_mutex_t rx_lock;
   uint64_t recv_seq, match_head;
-  /* What comm creation writes ends here, within the first two pages; an
-   * idle comm's pages of the fields after it are never touched (the comm
-   * is mapped zero-filled, see comm.c).  Rail 0 is the one every comm
-   * has. */
+  /* What comm creation writes ends here, within the first page; an idle
+   * comm's pages of the fields after it are never touched (the comm is
+   * mapped zero-filled, see comm.c). */
+  struct rn_tcp_lazy lazy;               /* the data streams opened and closed (open.c) */
   struct rn_tcp_move move;               /* the control connection's way to another rail */
   /* [nrails], at most RN_MAX_RAILS, from the heap (rails.c); a standby's
    * among them (a handle has room for one only beside at most 4 rails) */
@@ -433,9 +489,38 @@ int rn_tcp_if_discover(struct rn_tcp_if *ifs, int max, char *why, size_t whylen)
  * "=eth0" exact.  Returns 1 when name is selected. */
 int rn_tcp_if_match(const char *spec, const char *name);
 
+/* open.c: the data streams opened and closed (struct rn_tcp_lazy) */
+/* The streams of a connection to a peer listening on its n rails (peer[n]
+ * its standby when peer_standby) from a device of ndev rails (dev[ndev]
+ * its standby when dev_standby): RAILNET_SOCKET_NSTREAMS, rounded up to a
+ * multiple of the device's rails; the standbys as one more rail when both
+ * sides have one and as many rails (else one INFO naming `name`, unless
+ * NULL). */
+void rn_tcp_plan_streams(const union rn_sockaddr *peer, int n, int peer_standby,
+                         const union rn_sockaddr *dev, int ndev, int dev_standby,
+                         const char *name, struct rn_tcp_plan *out);
+void rn_tcp_plan_drop_standby(struct rn_tcp_plan *p);
+/* Send, caller: a message of size bytes needs the streams: OPEN, once. */
+ncclResult_t rn_tcp_lazy_want(struct rn_tcp_comm *c, size_t size);
+/* Send, caller: streamed send r was announced before the streams are
+ * open; its chunks are queued once they are. */
+void rn_tcp_lazy_defer(struct rn_tcp_comm *c, struct rn_tcp_req *r, const char *data,
+                       uint32_t grid, uint64_t seq, uint32_t idx);
+/* The messages (control.c parses them). */
+ncclResult_t rn_tcp_lazy_on_open(struct rn_tcp_comm *c, const struct rn_tcp_open *m);
+ncclResult_t rn_tcp_lazy_on_streams(struct rn_tcp_comm *c, const struct rn_tcp_streams *m);
+ncclResult_t rn_tcp_lazy_on_idle(struct rn_tcp_comm *c, const struct rn_tcp_down *d);
+/* Caller, every progress: dial, admit, close idle, let closed ones go. */
+ncclResult_t rn_tcp_lazy_progress(struct rn_tcp_comm *c);
+/* At free: a listener or dial still open. */
+void rn_tcp_lazy_free(struct rn_tcp_comm *c);
+
 /* rails.c */
-/* Group the comm's streams into rails by their local address, name them,
- * and seed each estimate with the link speed.  -1: out of memory. */
+/* At creation: the comm's id and clocks. */
+void rn_tcp_rails_start(struct rn_tcp_comm *c);
+/* The data streams attached: group them into rails by their local
+ * address, name them, seed each estimate with the link speed, and mark
+ * the standby's (c->lazy.standby_addr).  -1: out of memory. */
 int rn_tcp_rails_init(struct rn_tcp_comm *c);
 /* Send: TCP's acknowledged-byte counts the rates are measured from, read
  * at the first streamed message (c->lock held). */
@@ -526,11 +611,20 @@ void rn_tcp_pool_start(void);
 
 /* comm.c */
 void rn_tcp_addrs_read(int ctrl_fd, const int *data_fd, int nstreams, struct rn_tcp_addrs *a);
-/* Build a comm around an established connection; starts the helpers.
+/* Build a comm around an established connection, with its data streams
+ * when it has them (conn->nstreams > 0), else they open later (open.c).
  * kept: the addresses of one a closed comm left (pool.c), whose sockets
  * are tuned already; NULL for a new connection. */
 ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv,
                                 const struct rn_tcp_addrs *kept, struct rn_tcp_comm **out);
+/* The comm's data streams, conn's (its control fd unused): tuned, grouped
+ * into rails, given to the progress engine; then the streams are UP.  On
+ * failure (WARNed) the comm has none again and the sockets are closed. */
+ncclResult_t rn_tcp_comm_attach(struct rn_tcp_comm *c, const struct rn_rdv_conn *conn,
+                                const struct rn_tcp_addrs *kept);
+/* The comm's data streams go: out of the engine, closed (after their
+ * last bytes), their rails freed. */
+void rn_tcp_comm_detach(struct rn_tcp_comm *c);
 void rn_tcp_comm_free(struct rn_tcp_comm *c);
 /* Give every socket of the comm traffic class tc (0..255): the IP TOS
  * byte (IPV6_TCLASS on IPv6) and SO_PRIORITY (RAILNET_SOCKET_PRIORITY, or
@@ -583,6 +677,9 @@ ncclResult_t rn_tcp_drain_held(struct rn_tcp_comm *c);
  * each of its rails and offers them (OFFER, CONTROL). */
 void rn_tcp_move_init(struct rn_tcp_comm *c);
 void rn_tcp_move_free(struct rn_tcp_comm *c);
+/* The data streams close (open.c): no rail to move to any more; the
+ * listeners and a dial go, and no more bytes are kept. */
+void rn_tcp_move_stop(struct rn_tcp_comm *c);
 /* Control output: write what the new connection owes the peer first;
  * -1 when nothing may be written now (no connection), 0 to go on. */
 int rn_tcp_move_before_write(struct rn_tcp_comm *c, ncclResult_t *res);

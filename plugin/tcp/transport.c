@@ -49,9 +49,9 @@ struct rn_tcp_connecting {
   /* What a new dial needs: the listener may drop a connection whose hello
    * came late (a loaded host, a flooded listener); then we dial again,
    * after retry_at_ms, until the connect timeout. */
-  union rn_sockaddr addrs[RN_MAX_RAILS], locals[RN_MAX_RAILS];
-  int naddrs, nlocals, nstreams, attempts;
-  int standby; /* the last of addrs and locals are the two standbys (a rail of their own) */
+  struct rn_tcp_plan plan; /* with RAILNET_SOCKET_LAZY, of the control connection alone */
+  union rn_sockaddr dev[RN_MAX_RAILS]; /* this device's rails, its standby last */
+  int ndev, dev_standby, attempts, expect;
   uint64_t nonce;
   int64_t retry_at_ms;      /* 0: not waiting */
   int tc;                   /* the comm's traffic class, -1 for none */
@@ -158,7 +158,9 @@ static ncclResult_t rn_tcp_listen(const struct rn_rails *r, struct rn_handle *h,
               r->standby->name);
     }
   }
-  RN_CHECK_GOTO(rn_rdv_create(l->fd, l->nfds, h->nonce, &l->rdv), res, out_close);
+  /* Connections of 0 data streams too: they open later (open.c). */
+  RN_CHECK_GOTO(rn_rdv_create_range(l->fd, l->nfds, h->nonce, 0, RN_TCP_MAX_STREAMS, &l->rdv), res,
+                out_close);
   l->nonce = h->nonce;
   /* After the addresses: this process's token, so a connector can tell
    * which of its kept connections lead here. */
@@ -209,39 +211,34 @@ static ncclResult_t rn_tcp_connect(const struct rn_rails *r, const struct rn_han
     k->start_ms = rn_clock_ms();
     k->tc = tc;
     rn_sockaddr_str(&addrs[0], k->peer, sizeof(k->peer));
-    memcpy(k->addrs, addrs, sizeof(addrs));
-    k->naddrs = n;
     /* Leave from this device's own rails, in step with the peer's. */
-    for (int i = 0; i < r->n; i++) k->locals[i] = rn_tcp_ifs[r->nic[i]->table_index].addr;
-    k->nlocals = r->n;
+    for (int i = 0; i < r->n; i++) k->dev[i] = rn_tcp_ifs[r->nic[i]->table_index].addr;
+    k->ndev = r->n;
+    if (r->standby != NULL && r->n < RN_MAX_RAILS) {
+      k->dev[r->n] = rn_tcp_ifs[r->standby->table_index].addr;
+      k->dev_standby = 1;
+    }
     k->nonce = h->nonce;
     memcpy(&k->token, h->payload + RN_TCP_TOKEN_OFF, sizeof(k->token));
-    /* Every rail gets the same number of streams, at least one. */
-    int nstreams = (int)rn_params()->socket_nstreams;
-    if (r->n > 1) nstreams = (nstreams + r->n - 1) / r->n * r->n;
-    if (nstreams > RN_TCP_MAX_STREAMS) nstreams = RN_TCP_MAX_STREAMS / r->n * r->n;
-    k->nstreams = nstreams;
-    /* Both standbys, as one more rail of as many streams as each rail
-     * (stream i goes from locals[i % n] to addrs[i % n]): only when both
-     * sides have one and as many rails, so the streams pair up alike. */
-    if (peer_standby && r->standby != NULL && r->n == n && n < RN_MAX_RAILS) {
-      int per = nstreams / n;
-      if (per * (n + 1) > RN_TCP_MAX_STREAMS) per = RN_TCP_MAX_STREAMS / (n + 1);
-      k->locals[n] = rn_tcp_ifs[r->standby->table_index].addr;
-      k->naddrs = k->nlocals = n + 1;
-      k->nstreams = per * (n + 1);
-      k->standby = 1;
-    } else if (peer_standby || r->standby != NULL) {
-      RN_INFO(NCCL_NET,
-              "connect to %s: no standby for this comm (this device's: %s; the peer's: %s; rails "
-              "here %d, there %d)",
-              k->peer, r->standby != NULL ? r->standby->name : "none",
-              peer_standby ? "yes" : "none", r->n, n);
+    /* The streams as they will be: with RAILNET_SOCKET_LAZY, for the
+     * chunk grid of messages announced before they open (open.c). */
+    rn_tcp_plan_streams(addrs, n, peer_standby, k->dev, k->ndev, k->dev_standby,
+                        rn_params()->socket_lazy ? NULL : k->peer, &k->plan);
+    k->expect = k->plan.nstreams;
+    if (rn_params()->socket_lazy) {
+      /* The control connection alone, to the first rail: the streams
+       * open with the first message that needs them (open.c). */
+      memset(&k->plan, 0, sizeof(k->plan));
+      memcpy(k->plan.addrs, addrs, sizeof(addrs[0]) * (size_t)n);
+      k->plan.naddrs = n;
+      memcpy(k->plan.locals, k->dev, sizeof(k->dev[0]) * (size_t)k->ndev);
+      k->plan.nlocals = k->ndev;
     }
   }
   if (k->dial == NULL && k->stage == RN_TCP_CONNECT_DIAL && k->attempts == 0 && !k->pooled &&
-      rn_tcp_pool_take_dial(k->token, k->addrs, k->naddrs, k->locals, k->nlocals, k->nstreams,
-                            k->tc, k->nonce, &k->conn, &k->kept)) {
+      rn_tcp_pool_take_dial(k->token, k->plan.addrs, k->plan.naddrs, k->plan.locals,
+                            k->plan.nlocals, k->plan.nstreams, k->tc, k->nonce, &k->conn,
+                            &k->kept)) {
     k->pooled = 1;
     k->stage = RN_TCP_CONNECT_AWAIT_ACK;
   }
@@ -251,25 +248,22 @@ static ncclResult_t rn_tcp_connect(const struct rn_rails *r, const struct rn_han
       return ncclSuccess;
     }
     k->retry_at_ms = 0;
-    RN_CHECK_GOTO(rn_rdv_dial_create_from(k->addrs, k->naddrs, k->locals, k->nlocals, k->nonce,
-                                          k->nstreams, &k->dial),
+    RN_CHECK_GOTO(rn_rdv_dial_create_from(k->plan.addrs, k->plan.naddrs, k->plan.locals,
+                                          k->plan.nlocals, k->nonce, k->plan.nstreams, &k->dial),
                   res, out_free);
   }
   int ready = 0;
   if (k->stage == RN_TCP_CONNECT_DIAL) {
     int dialed = 0;
     res = rn_rdv_dial_poll(k->dial, &k->conn, &dialed);
-    if (res != ncclSuccess && k->standby && !rn_rdv_dial_dropped(k->dial)) {
+    if (res != ncclSuccess && k->plan.standby && !rn_rdv_dial_dropped(k->dial)) {
       /* Perhaps the standby is what failed (its link down): the comm
        * goes on without one rather than not at all. */
       RN_INFO(NCCL_NET, "connect to %s: dialing with the standby failed; dialing without it",
               k->peer);
       rn_rdv_dial_destroy(k->dial);
       k->dial = NULL;
-      k->naddrs--;
-      k->nlocals--;
-      k->nstreams = k->nstreams / (k->nlocals + 1) * k->nlocals;
-      k->standby = 0;
+      rn_tcp_plan_drop_standby(&k->plan);
       *state = k;
       return ncclSuccess;
     }
@@ -327,7 +321,15 @@ static ncclResult_t rn_tcp_connect(const struct rn_rails *r, const struct rn_han
   RN_CHECK_GOTO(rn_tcp_comm_create(&k->conn, 0, k->pooled == 1 ? &k->kept : NULL, &c), res,
                 out_free);
   c->pool_token = k->token;
-  if (k->standby) rn_tcp_rails_set_standby(c, &k->locals[k->nlocals - 1]);
+  memcpy(c->lazy.u.tx.locals, k->dev, sizeof(k->dev));
+  c->lazy.u.tx.nlocals = k->ndev;
+  c->lazy.u.tx.local_standby = k->dev_standby;
+  c->lazy.expect = k->expect;
+  if (k->plan.standby) {
+    c->lazy.standby_set = 1;
+    c->lazy.standby_addr = k->plan.locals[k->plan.nlocals - 1];
+    rn_tcp_rails_set_standby(c, &c->lazy.standby_addr);
+  }
   RN_INFO(NCCL_NET,
           "connected to %s with %d streams (%s), %d helper threads, dead peer after %lld ms",
           k->peer, c->nstreams, k->pooled == 1 ? "a kept connection" : "dialed", c->nthreads,
@@ -368,7 +370,14 @@ static ncclResult_t rn_tcp_accept(void *lcomm, void **rcomm) {
   }
   struct rn_tcp_comm *c;
   RN_CHECK(rn_tcp_comm_create(&conn, 1, pooled ? &kept : NULL, &c));
-  if (l->has_standby) rn_tcp_rails_set_standby(c, &l->addr[l->nfds - 1]);
+  for (int i = 0; i < l->nfds; i++) c->lazy.u.rx.lis[i] = rn_sockaddr_no_port(l->addr[i]);
+  c->lazy.u.rx.nlis = l->nfds;
+  c->lazy.u.rx.lis_standby = l->has_standby;
+  if (l->has_standby) {
+    c->lazy.standby_set = 1;
+    c->lazy.standby_addr = l->addr[l->nfds - 1];
+    rn_tcp_rails_set_standby(c, &c->lazy.standby_addr);
+  }
   RN_INFO(NCCL_NET,
           "accepted a connection from %s with %d streams (%s), %d helper threads, dead peer after "
           "%lld ms",

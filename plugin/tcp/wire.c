@@ -93,6 +93,10 @@ size_t rn_tcp_wire_hlen(uint8_t type) {
       return sizeof(struct rn_tcp_bye);
     case RN_TCP_MSG_WANT:
       return sizeof(struct rn_tcp_want);
+    case RN_TCP_MSG_OPEN:
+      return sizeof(struct rn_tcp_open);
+    case RN_TCP_MSG_STREAMS:
+      return sizeof(struct rn_tcp_streams);
     default:
       return 0;
   }

@@ -29,6 +29,16 @@ enum rn_tcp_msg_type {
   RN_TCP_MSG_RESUME = 7, /* first on a moved control connection: both ways */
   RN_TCP_MSG_BYE = 8,    /* the last message of a comm that closed quiescent: both ways */
   RN_TCP_MSG_WANT = 9,   /* a send waits for a clear-to-send: sender -> receiver, control */
+  RN_TCP_MSG_OPEN = 10,    /* open the data streams: sender -> receiver, control */
+  RN_TCP_MSG_STREAMS = 11, /* where to dial them: receiver -> sender, control */
+};
+
+/* DOWN flags. */
+enum {
+  /* The sender closed every data stream of the comm after writing all it
+   * had (they were idle): read each to its end, then they are gone until
+   * the next OPEN. */
+  RN_TCP_DOWN_IDLE = 1,
 };
 
 /* OFFER flags. */
@@ -187,6 +197,30 @@ struct rn_tcp_want {
   uint32_t crc;
 };
 
+/* Sender -> receiver: the comm's first message too large to go inline
+ * needs data streams; the receiver answers with STREAMS.  A comm opens
+ * them only then, so one that moves only small messages never does. */
+struct rn_tcp_open {
+  struct rn_tcp_prefix p;
+  uint32_t msg; /* control messages in this direction count from 0 (shared with DATA, DOWN, WANT) */
+  uint32_t reserved;
+  uint32_t crc;
+};
+
+/* Receiver -> sender: dial the data streams as one connection, as at
+ * connect: stream i to addr[i % nrails] (addr[nrails], when nonzero, is
+ * the receiver's standby, a rail of its own as in a handle), with this
+ * nonce; listeners of the receiver's own admit only it. */
+#define RN_TCP_STREAMS_ADDRS 5
+struct rn_tcp_streams {
+  struct rn_tcp_prefix p;
+  uint64_t nonce;
+  uint32_t msg;    /* control messages in this direction count from 0 (shared with CTS, ACK, OFFER) */
+  uint32_t nrails; /* 1 .. RN_TCP_STREAMS_ADDRS */
+  struct rn_wire_addr addr[RN_TCP_STREAMS_ADDRS];
+  uint32_t crc;
+};
+
 /* The sizes are wire format; no compiler padding may hide in them. */
 _Static_assert(sizeof(struct rn_tcp_prefix) == 8, "prefix is 8 bytes");
 _Static_assert(sizeof(struct rn_tcp_cts) == 128, "CTS header is 128 bytes");
@@ -198,6 +232,8 @@ _Static_assert(sizeof(struct rn_tcp_offer) == 48, "OFFER header is 48 bytes");
 _Static_assert(sizeof(struct rn_tcp_resume) == 32, "RESUME header is 32 bytes");
 _Static_assert(sizeof(struct rn_tcp_bye) == 24, "BYE header is 24 bytes");
 _Static_assert(sizeof(struct rn_tcp_want) == 20, "WANT header is 20 bytes");
+_Static_assert(sizeof(struct rn_tcp_open) == 20, "OPEN header is 20 bytes");
+_Static_assert(sizeof(struct rn_tcp_streams) == 128, "STREAMS header is 128 bytes");
 _Static_assert(offsetof(struct rn_tcp_want, crc) == sizeof(struct rn_tcp_want) - 4, "crc last");
 _Static_assert(offsetof(struct rn_tcp_bye, crc) == sizeof(struct rn_tcp_bye) - 4, "crc last");
 _Static_assert(offsetof(struct rn_tcp_resume, crc) == sizeof(struct rn_tcp_resume) - 4, "crc last");

@@ -1,0 +1,392 @@
+/* A TCP comm's data streams: planned, opened when the first message too
+ * large to go inline needs them, and closed again after
+ * RAILNET_SOCKET_IDLE_MS without one (PROTOCOL.md, Opening and closing
+ * the data streams).
+ *
+ * A comm starts with its control connection alone, so one that moves only
+ * small messages (request/response, the KV cache's metadata, a comm kept
+ * open for later) holds one socket per side and no helper thread works for
+ * it.  The sender asks with OPEN; the receiver listens on each of its
+ * rails (the addresses its listen comm had) with a fresh nonce, through
+ * the same rendezvous and admission rules as any listener, and answers
+ * with STREAMS; the sender dials one connection of N data streams there,
+ * exactly as connect would have (rn_tcp_plan_streams), and the streams
+ * join the comm on each side once dialled and admitted.  Closing is the
+ * sender's: with nothing in flight it sends DOWN with IDLE and closes its
+ * streams after their last bytes; the receiver reads each to its end and
+ * lets them go.  Everything here runs on the caller's thread under
+ * c->lock. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "railnet/check.h"
+#include "railnet/clock.h"
+#include "railnet/param.h"
+#include "tcp.h"
+
+_Static_assert(RN_TCP_STREAMS_ADDRS >= RN_TCP_MAX_ADDRS, "STREAMS holds a handle's addresses");
+
+void rn_tcp_plan_streams(const union rn_sockaddr *peer, int n, int peer_standby,
+                         const union rn_sockaddr *dev, int ndev, int dev_standby,
+                         const char *name, struct rn_tcp_plan *out) {
+  memset(out, 0, sizeof(*out));
+  memcpy(out->addrs, peer, sizeof(*peer) * (size_t)(n + (peer_standby ? 1 : 0)));
+  out->naddrs = n;
+  /* Leave from this device's own rails, in step with the peer's. */
+  memcpy(out->locals, dev, sizeof(*dev) * (size_t)ndev);
+  out->nlocals = ndev;
+  /* Every rail gets the same number of streams, at least one. */
+  int nstreams = (int)rn_params()->socket_nstreams;
+  if (ndev > 1) nstreams = (nstreams + ndev - 1) / ndev * ndev;
+  if (nstreams > RN_TCP_MAX_STREAMS) nstreams = RN_TCP_MAX_STREAMS / ndev * ndev;
+  out->nstreams = nstreams;
+  /* Both standbys, as one more rail of as many streams as each rail
+   * (stream i goes from locals[i % n] to addrs[i % n]): only when both
+   * sides have one and as many rails, so the streams pair up alike. */
+  if (peer_standby && dev_standby && ndev == n && n < RN_MAX_RAILS) {
+    int per = nstreams / n;
+    if (per * (n + 1) > RN_TCP_MAX_STREAMS) per = RN_TCP_MAX_STREAMS / (n + 1);
+    out->locals[n] = dev[n];
+    out->naddrs = out->nlocals = n + 1;
+    out->nstreams = per * (n + 1);
+    out->standby = 1;
+  } else if ((peer_standby || dev_standby) && name != NULL) {
+    RN_INFO(NCCL_NET,
+            "streams to %s: no standby for this comm (this device's: %s; the peer's: %s; rails "
+            "here %d, there %d)",
+            name, dev_standby ? "yes" : "none", peer_standby ? "yes" : "none", ndev, n);
+  }
+}
+
+/* The standby dropped from a plan whose dial failed with it. */
+void rn_tcp_plan_drop_standby(struct rn_tcp_plan *p) {
+  p->naddrs--;
+  p->nlocals--;
+  p->nstreams = p->nstreams / (p->nlocals + 1) * p->nlocals;
+  p->standby = 0;
+}
+
+/* ------------------------------------------------------------- opening */
+
+ncclResult_t rn_tcp_lazy_want(struct rn_tcp_comm *c, size_t size) {
+  struct rn_tcp_lazy *z = &c->lazy;
+  if (z->state != RN_TCP_STREAMS_NONE || !rn_tcp_ctl_room(c)) return ncclSuccess;
+  struct rn_tcp_open m = {.msg = c->msg_out};
+  rn_tcp_wire_seal(&m, RN_TCP_MSG_OPEN, 0, 0);
+  rn_tcp_ctl_queue(c, &m, sizeof(m), NULL, 0, NULL);
+  c->msg_out++;
+  z->state = RN_TCP_STREAMS_ASKED;
+  z->since_ms = rn_clock_ms();
+  RN_INFO(NCCL_NET,
+          "send comm to %s (dev %d): opening its data streams for a message of %zu bytes "
+          "(above RAILNET_SOCKET_INLINE, %zu)",
+          c->peer, c->base.vdev, size, c->inline_max);
+  return rn_tcp_ctl_flush(c);
+}
+
+void rn_tcp_lazy_defer(struct rn_tcp_comm *c, struct rn_tcp_req *r, const char *data,
+                       uint32_t grid, uint64_t seq, uint32_t idx) {
+  struct rn_tcp_lazy *z = &c->lazy;
+  r->later_data = data;
+  r->later_grid = grid;
+  r->later_seq = seq;
+  r->later_idx = idx;
+  r->later_next = NULL;
+  atomic_store(&r->unsent, r->size); /* incomplete until its chunks are written */
+  if (z->later_tail != NULL)
+    z->later_tail->later_next = r;
+  else
+    z->later = r;
+  z->later_tail = r;
+}
+
+/* Send: queue the chunks of sends announced before the streams opened,
+ * in order, as far as the queues take them. */
+static void rn_tcp_lazy_launch(struct rn_tcp_comm *c) {
+  struct rn_tcp_lazy *z = &c->lazy;
+  while (z->later != NULL) {
+    struct rn_tcp_req *r = z->later;
+    if (!rn_tcp_enqueue(c, r, r->later_data, r->size, r->later_grid, r->later_seq, r->later_idx))
+      return; /* full: again at the next progress */
+    z->later = r->later_next;
+    if (z->later == NULL) z->later_tail = NULL;
+  }
+}
+
+/* Receiver: listen on each of the listen comm's addresses and say where. */
+static ncclResult_t rn_tcp_lazy_listen(struct rn_tcp_comm *c) {
+  struct rn_tcp_lazy *z = &c->lazy;
+  if (!rn_tcp_ctl_room(c)) {
+    z->reopen = 1; /* answered at a later progress */
+    return ncclSuccess;
+  }
+  z->reopen = 0;
+  struct rn_tcp_streams m = {.nonce = rn_rdv_random64(),
+                             .msg = c->msg_out,
+                             .nrails = (uint32_t)(z->u.rx.nlis - z->u.rx.lis_standby)};
+  for (int i = 0; i < z->u.rx.nlis; i++) {
+    union rn_sockaddr a = rn_sockaddr_no_port(z->u.rx.lis[i]), bound;
+    char s[64];
+    if (rn_sock_listen(&a, &z->u.rx.lfd[i], &bound) != ncclSuccess) {
+      for (int k = 0; k < i; k++) close(z->u.rx.lfd[k]);
+      return rn_tcp_fail(c, ncclSystemError, "cannot listen on %s for its data streams",
+                         rn_sockaddr_str(&a, s, sizeof(s)));
+    }
+    rn_sockaddr_to_wire(&bound, &m.addr[i]);
+  }
+  z->u.rx.nlfd = z->u.rx.nlis;
+  if (rn_rdv_create_range(z->u.rx.lfd, z->u.rx.nlfd, m.nonce, 1, RN_TCP_MAX_STREAMS,
+                          &z->u.rx.rdv) != ncclSuccess) {
+    z->u.rx.rdv = NULL;
+    for (int k = 0; k < z->u.rx.nlfd; k++) close(z->u.rx.lfd[k]);
+    z->u.rx.nlfd = 0;
+    return rn_tcp_fail(c, ncclSystemError, "cannot start the rendezvous of its data streams");
+  }
+  rn_tcp_wire_seal(&m, RN_TCP_MSG_STREAMS, 0, 0);
+  rn_tcp_ctl_queue(c, &m, sizeof(m), NULL, 0, NULL);
+  c->msg_out++;
+  z->state = RN_TCP_STREAMS_ASKED;
+  z->since_ms = rn_clock_ms();
+  return ncclSuccess;
+}
+
+static void rn_tcp_lazy_unlisten(struct rn_tcp_comm *c) {
+  struct rn_tcp_lazy *z = &c->lazy;
+  if (z->u.rx.rdv != NULL) rn_rdv_destroy(z->u.rx.rdv);
+  z->u.rx.rdv = NULL;
+  for (int k = 0; k < z->u.rx.nlfd; k++) close(z->u.rx.lfd[k]);
+  z->u.rx.nlfd = 0;
+}
+
+ncclResult_t rn_tcp_lazy_on_open(struct rn_tcp_comm *c, const struct rn_tcp_open *m) {
+  static const char what[] = "OPEN";
+  struct rn_tcp_lazy *z = &c->lazy;
+  if (m->p.flags != 0 || m->p.plen != 0 || m->reserved != 0)
+    return RN_TCP_VIOLATION(c, what, "flags/plen/reserved", "%u/%u/%u, expected 0", m->p.flags,
+                            m->p.plen, m->reserved);
+  if (m->msg != c->msg_in)
+    return RN_TCP_VIOLATION(c, what, "msg", "%u, expected %u", m->msg, c->msg_in);
+  if (z->state != RN_TCP_STREAMS_NONE && z->state != RN_TCP_STREAMS_CLOSING)
+    return RN_TCP_VIOLATION(c, what, "state", "data streams already %s",
+                            z->state == RN_TCP_STREAMS_UP ? "open" : "being opened");
+  c->msg_in++;
+  if (z->state == RN_TCP_STREAMS_CLOSING) {
+    z->reopen = 1; /* once the closing streams are read to their end */
+    return ncclSuccess;
+  }
+  return rn_tcp_lazy_listen(c);
+}
+
+ncclResult_t rn_tcp_lazy_on_streams(struct rn_tcp_comm *c, const struct rn_tcp_streams *m) {
+  static const char what[] = "STREAMS";
+  struct rn_tcp_lazy *z = &c->lazy;
+  if (m->p.flags != 0 || m->p.plen != 0)
+    return RN_TCP_VIOLATION(c, what, "flags/plen", "%u/%u, expected 0", m->p.flags, m->p.plen);
+  if (m->msg != c->msg_in)
+    return RN_TCP_VIOLATION(c, what, "msg", "%u, expected %u", m->msg, c->msg_in);
+  if (z->state != RN_TCP_STREAMS_ASKED)
+    return RN_TCP_VIOLATION(c, what, "state", "no OPEN of this comm awaits it");
+  if (m->nrails < 1 || m->nrails > RN_TCP_STREAMS_ADDRS)
+    return RN_TCP_VIOLATION(c, what, "nrails", "%u, expected 1..%d", m->nrails,
+                            RN_TCP_STREAMS_ADDRS);
+  union rn_sockaddr peer[RN_TCP_STREAMS_ADDRS];
+  const int n = (int)m->nrails;
+  const int standby = n < RN_TCP_STREAMS_ADDRS && m->addr[n].family != 0;
+  for (int i = 0; i < RN_TCP_STREAMS_ADDRS; i++) {
+    if (i < n + standby) {
+      if (rn_sockaddr_from_wire(&m->addr[i], &peer[i]) != 0)
+        return RN_TCP_VIOLATION(c, what, "addr", "entry %d (family %u): not an address", i,
+                                m->addr[i].family);
+    } else if (m->addr[i].family != 0) {
+      return RN_TCP_VIOLATION(c, what, "addr", "entry %d (family %u) past the %d listener(s)", i,
+                              m->addr[i].family, n + standby);
+    }
+  }
+  c->msg_in++;
+  rn_tcp_plan_streams(peer, n, standby, z->u.tx.locals, z->u.tx.nlocals, z->u.tx.local_standby,
+                      c->peer, &z->u.tx.plan);
+  z->u.tx.nonce = m->nonce;
+  z->state = RN_TCP_STREAMS_DIALING;
+  z->since_ms = rn_clock_ms();
+  return ncclSuccess;
+}
+
+/* Sender: dial the receiver's listeners; once dialled, the streams are
+ * the comm's (their bytes wait in the sockets until the receiver admits
+ * them). */
+static ncclResult_t rn_tcp_lazy_dial(struct rn_tcp_comm *c, int64_t now) {
+  struct rn_tcp_lazy *z = &c->lazy;
+  struct rn_tcp_plan *p = &z->u.tx.plan;
+  if (z->u.tx.dial == NULL) {
+    if (now < z->u.tx.retry_ms) return ncclSuccess;
+    ncclResult_t res = rn_rdv_dial_create_from(p->addrs, p->naddrs, p->locals, p->nlocals,
+                                               z->u.tx.nonce, p->nstreams, &z->u.tx.dial);
+    if (res != ncclSuccess) {
+      z->u.tx.dial = NULL;
+      return rn_tcp_fail(c, res, "cannot dial its data streams");
+    }
+  }
+  struct rn_rdv_conn conn;
+  int ready = 0;
+  ncclResult_t res = rn_rdv_dial_poll(z->u.tx.dial, &conn, &ready);
+  if (res != ncclSuccess) {
+    int dropped = rn_rdv_dial_dropped(z->u.tx.dial);
+    rn_rdv_dial_destroy(z->u.tx.dial);
+    z->u.tx.dial = NULL;
+    if (p->standby && !dropped) {
+      /* Perhaps the standby is what failed (its link down): the streams
+       * go without one rather than not at all. */
+      RN_INFO(NCCL_NET, "send comm to %s: dialing its streams with the standby failed; without it",
+              c->peer);
+      rn_tcp_plan_drop_standby(p);
+      return ncclSuccess;
+    }
+    if (dropped && now - z->since_ms <= rn_params()->connect_timeout_ms) {
+      z->u.tx.retry_ms = now + 10; /* a busy listener dropped it: again */
+      return ncclSuccess;
+    }
+    return rn_tcp_fail(c, ncclRemoteError, "its data streams could not be dialled (%s)",
+                       dropped ? "the receiver dropped them" : "see above");
+  }
+  if (!ready) {
+    if (now - z->since_ms > rn_params()->connect_timeout_ms)
+      return rn_tcp_fail(c, ncclRemoteError, "dialing its data streams timed out after %lld ms",
+                         (long long)rn_params()->connect_timeout_ms);
+    return ncclSuccess;
+  }
+  rn_rdv_dial_destroy(z->u.tx.dial);
+  z->u.tx.dial = NULL;
+  close(conn.ctrl_fd); /* the rendezvous' own: the comm's control connection stays */
+  conn.ctrl_fd = -1;
+  z->standby_set = p->standby;
+  if (p->standby) z->standby_addr = p->locals[p->nlocals - 1];
+  RN_CHECK(rn_tcp_comm_attach(c, &conn, NULL) == ncclSuccess
+               ? ncclSuccess
+               : rn_tcp_fail(c, ncclSystemError, "its data streams could not be set up"));
+  if (c->tc >= 0) RN_CHECK(rn_tcp_comm_set_class(c, c->tc));
+  rn_tcp_lazy_launch(c);
+  return ncclSuccess;
+}
+
+/* Receiver: admit the sender's streams. */
+static ncclResult_t rn_tcp_lazy_admit(struct rn_tcp_comm *c) {
+  struct rn_tcp_lazy *z = &c->lazy;
+  struct rn_rdv_conn conn;
+  int ready = 0;
+  ncclResult_t res = rn_rdv_poll(z->u.rx.rdv, &conn, &ready);
+  if (res != ncclSuccess) return rn_tcp_fail(c, res, "admitting its data streams failed");
+  if (!ready) return ncclSuccess;
+  rn_tcp_lazy_unlisten(c);
+  close(conn.ctrl_fd);
+  conn.ctrl_fd = -1;
+  if (rn_tcp_comm_attach(c, &conn, NULL) != ncclSuccess)
+    return rn_tcp_fail(c, ncclSystemError, "its data streams could not be set up");
+  return ncclSuccess;
+}
+
+/* ------------------------------------------------------------- closing */
+
+/* Sender: nothing of the streams in flight, nothing waiting for them. */
+static int rn_tcp_lazy_quiet(struct rn_tcp_comm *c) {
+  if (atomic_load(&c->stream_work) != 0 || c->nbacklog != 0 || c->down_pending != 0) return 0;
+  if (c->move.state != RN_TCP_CTL_UP || c->move.dial != NULL) return 0;
+  for (int i = 0; i < c->nrails; i++)
+    if (atomic_load(&c->rail[i].state) != RN_TCP_RAIL_UP || c->rail[i].dial != NULL) return 0;
+  for (int i = 0; i < RN_TCP_NREQS && atomic_load(&c->reqs[i].gen) != 0; i++) {
+    const struct rn_tcp_req *r = &c->reqs[i];
+    if (r->state == RN_TCP_REQ_ACTIVE && !r->is_recv &&
+        ((r->awaits_ack && !atomic_load(&r->acked)) || atomic_load(&r->unsent) != 0))
+      return 0;
+  }
+  return 1;
+}
+
+static void rn_tcp_lazy_closed(struct rn_tcp_comm *c, const char *why) {
+  struct rn_tcp_lazy *z = &c->lazy;
+  int n = c->nstreams;
+  rn_tcp_move_stop(c);
+  rn_tcp_comm_detach(c);
+  z->state = RN_TCP_STREAMS_NONE;
+  z->since_ms = rn_clock_ms();
+  RN_INFO(NCCL_NET, "%s comm with %s (dev %d): its %d data streams closed: %s",
+          c->is_recv ? "receive" : "send", c->peer, c->base.vdev, n, why);
+}
+
+static ncclResult_t rn_tcp_lazy_idle(struct rn_tcp_comm *c, int64_t now) {
+  struct rn_tcp_lazy *z = &c->lazy;
+  const int64_t idle = rn_params()->socket_idle_ms;
+  if (idle == 0 || now - z->used_ms < idle || !rn_tcp_ctl_room(c) || !rn_tcp_lazy_quiet(c))
+    return ncclSuccess;
+  const uint32_t all = c->nstreams >= 32 ? UINT32_MAX : (1u << c->nstreams) - 1;
+  struct rn_tcp_down d = {.msg = c->msg_out, .streams = all};
+  rn_tcp_wire_seal(&d, RN_TCP_MSG_DOWN, RN_TCP_DOWN_IDLE, 0);
+  rn_tcp_ctl_queue(c, &d, sizeof(d), NULL, 0, NULL);
+  c->msg_out++;
+  char why[96];
+  snprintf(why, sizeof(why), "idle for %lld ms (RAILNET_SOCKET_IDLE_MS)",
+           (long long)(now - z->used_ms));
+  rn_tcp_lazy_closed(c, why);
+  return rn_tcp_ctl_flush(c);
+}
+
+ncclResult_t rn_tcp_lazy_on_idle(struct rn_tcp_comm *c, const struct rn_tcp_down *d) {
+  static const char what[] = "streams-down (idle)";
+  const uint32_t all = c->nstreams >= 32 ? UINT32_MAX : (1u << c->nstreams) - 1;
+  if (c->lazy.state != RN_TCP_STREAMS_UP)
+    return RN_TCP_VIOLATION(c, what, "state", "no data stream is open");
+  if (d->streams != all)
+    return RN_TCP_VIOLATION(c, what, "streams", "0x%x, expected all of them, 0x%x", d->streams,
+                            all);
+  c->msg_in++;
+  /* Each is read to its end: what the sender wrote before closing lands. */
+  c->lazy.state = RN_TCP_STREAMS_CLOSING;
+  c->lazy.since_ms = rn_clock_ms();
+  rn_tcp_move_stop(c);
+  if (c->nthreads > 0) rn_tcp_wake_all(c);
+  return ncclSuccess;
+}
+
+/* Receiver: the closing streams all ended. */
+static ncclResult_t rn_tcp_lazy_drained(struct rn_tcp_comm *c) {
+  for (int i = 0; i < c->nstreams; i++)
+    if (!atomic_load(&c->stream[i].dead)) return ncclSuccess;
+  rn_tcp_lazy_closed(c, "the sender closed them idle");
+  return c->lazy.reopen ? rn_tcp_lazy_listen(c) : ncclSuccess;
+}
+
+/* ------------------------------------------------------------ progress */
+
+ncclResult_t rn_tcp_lazy_progress(struct rn_tcp_comm *c) {
+  struct rn_tcp_lazy *z = &c->lazy;
+  switch (z->state) {
+    case RN_TCP_STREAMS_NONE:
+      return c->is_recv && z->reopen ? rn_tcp_lazy_listen(c) : ncclSuccess;
+    case RN_TCP_STREAMS_ASKED:
+      if (c->is_recv) return rn_tcp_lazy_admit(c);
+      if (rn_clock_ms() - z->since_ms > rn_params()->connect_timeout_ms)
+        return rn_tcp_fail(c, ncclRemoteError,
+                           "the receiver did not answer its OPEN within %lld ms",
+                           (long long)rn_params()->connect_timeout_ms);
+      return ncclSuccess;
+    case RN_TCP_STREAMS_DIALING:
+      return rn_tcp_lazy_dial(c, rn_clock_ms());
+    case RN_TCP_STREAMS_UP:
+      if (c->is_recv) return ncclSuccess;
+      if (z->later != NULL) rn_tcp_lazy_launch(c);
+      return rn_tcp_lazy_idle(c, rn_clock_ms());
+    case RN_TCP_STREAMS_CLOSING:
+      return rn_tcp_lazy_drained(c);
+  }
+  return ncclSuccess;
+}
+
+void rn_tcp_lazy_free(struct rn_tcp_comm *c) {
+  if (c->is_recv) {
+    rn_tcp_lazy_unlisten(c);
+  } else if (c->lazy.u.tx.dial != NULL) {
+    rn_rdv_dial_destroy(c->lazy.u.tx.dial);
+    c->lazy.u.tx.dial = NULL;
+  }
+}
