@@ -401,12 +401,12 @@ static int rn_tcp_sock_set_class(int fd, const union rn_sockaddr *local, int tc,
   return setsockopt(fd, SOL_SOCKET, SO_PRIORITY, &prio, sizeof(prio));
 }
 
-ncclResult_t rn_tcp_comm_set_class(struct rn_tcp_comm *c, int tc) {
+ncclResult_t rn_tcp_comm_set_class(struct rn_tcp_comm *c, int tc, int streams_only) {
   int prio = (int)rn_params()->socket_priority;
   if (prio < 0) prio = tc >> 5;
   c->tc = tc; /* what its sockets carry, should they be kept for reuse (pool.c) */
   const char *what = "";
-  for (int i = -1; i < c->nstreams; i++) {
+  for (int i = streams_only ? 0 : -1; i < c->nstreams; i++) {
     int fd = i < 0 ? c->ctrl_fd : c->stream[i].fd;
     if (rn_tcp_sock_set_class(fd, i < 0 ? &c->ctrl_local : &c->stream[i].local, tc, prio, &what) !=
         0) {
@@ -416,8 +416,9 @@ ncclResult_t rn_tcp_comm_set_class(struct rn_tcp_comm *c, int tc) {
       return errno == EPERM || errno == EACCES ? ncclInvalidUsage : ncclSystemError;
     }
   }
-  RN_INFO(NCCL_NET, "send comm to %s: traffic class %d (DSCP %d), SO_PRIORITY %d on %d sockets",
-          c->peer, tc, tc >> 2, prio, c->nstreams + 1);
+  if (!streams_only)
+    RN_INFO(NCCL_NET, "send comm to %s: traffic class %d (DSCP %d), SO_PRIORITY %d on %d sockets",
+            c->peer, tc, tc >> 2, prio, c->nstreams + 1);
   return ncclSuccess;
 }
 

@@ -265,7 +265,7 @@ static ncclResult_t rn_tcp_lazy_dial(struct rn_tcp_comm *c, int64_t now) {
   RN_CHECK(rn_tcp_comm_attach(c, &conn, NULL) == ncclSuccess
                ? ncclSuccess
                : rn_tcp_fail(c, ncclSystemError, "its data streams could not be set up"));
-  if (c->tc >= 0) RN_CHECK(rn_tcp_comm_set_class(c, c->tc));
+  if (c->tc >= 0) RN_CHECK(rn_tcp_comm_set_class(c, c->tc, 1));
   rn_tcp_lazy_launch(c);
   return ncclSuccess;
 }

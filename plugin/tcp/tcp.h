@@ -628,8 +628,9 @@ void rn_tcp_comm_detach(struct rn_tcp_comm *c);
 void rn_tcp_comm_free(struct rn_tcp_comm *c);
 /* Give every socket of the comm traffic class tc (0..255): the IP TOS
  * byte (IPV6_TCLASS on IPv6) and SO_PRIORITY (RAILNET_SOCKET_PRIORITY, or
- * tc >> 5); one INFO.  A socket that refuses WARNs and fails. */
-ncclResult_t rn_tcp_comm_set_class(struct rn_tcp_comm *c, int tc);
+ * tc >> 5); one INFO.  streams_only: the data streams just opened, no
+ * INFO.  A socket that refuses WARNs and fails. */
+ncclResult_t rn_tcp_comm_set_class(struct rn_tcp_comm *c, int tc, int streams_only);
 /* At fini: frees every comm still open, and the mappings kept for new
  * ones; returns how many comms. */
 int rn_tcp_comm_free_all(void);

@@ -519,17 +519,11 @@ const char *rn_result_str(ncclResult_t r) {
 }
 
 /* ---- one transfer within this process ------------------------------------ */
-int rn_net_self_transfer(struct rn_net *n, int dev, size_t len) {
-  char handle[NCCL_NET_HANDLE_MAXSIZE];
-  void *lc = NULL, *sc = NULL, *rc = NULL, *smh = NULL, *rmh = NULL;
-  if (rn_net_listen(n, dev, handle, &lc) != ncclSuccess) return -1;
+int rn_net_pair_transfer(struct rn_net *n, void *sc, void *rc, size_t len, int tag) {
+  void *smh = NULL, *rmh = NULL;
   double end = rn_deadline(20);
   int rcode = 0;
-  while ((sc == NULL || rc == NULL) && now_s() < end && rcode == 0) {
-    if (sc == NULL && rn_net_connect(n, dev, handle, &sc) != ncclSuccess) rcode = -1;
-    if (rc == NULL && rn_net_accept(n, lc, &rc) != ncclSuccess) rcode = -1;
-  }
-  unsigned char *src = malloc(len), *dst = calloc(1, len);
+  unsigned char *src = malloc(len ? len : 1), *dst = calloc(1, len ? len : 1);
   if (sc == NULL || rc == NULL || src == NULL || dst == NULL) rcode = -1;
   if (rcode == 0) {
     pattern_fill(src, len, 12);
@@ -539,7 +533,7 @@ int rn_net_self_transfer(struct rn_net *n, int dev, size_t len) {
   }
   void *rreq = NULL, *sreq = NULL, *d = dst;
   size_t sz = len;
-  int tag = 3, rdone = 0, sdone = 0, got = -1;
+  int rdone = 0, sdone = 0, got = -1;
   while (rcode == 0 && rreq == NULL && now_s() < end)
     if (rn_net_irecv(n, rc, 1, &d, &sz, &tag, &rmh, &rreq) != ncclSuccess) rcode = -1;
   while (rcode == 0 && !(rdone && sdone) && now_s() < end) {
@@ -551,10 +545,24 @@ int rn_net_self_transfer(struct rn_net *n, int dev, size_t len) {
     rcode = -1;
   if (smh != NULL && rn_net_deregmr(n, sc, smh) != ncclSuccess) rcode = -1;
   if (rmh != NULL && rn_net_deregmr(n, rc, rmh) != ncclSuccess) rcode = -1;
+  free(src);
+  free(dst);
+  return rcode;
+}
+
+int rn_net_self_transfer(struct rn_net *n, int dev, size_t len) {
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  void *lc = NULL, *sc = NULL, *rc = NULL;
+  if (rn_net_listen(n, dev, handle, &lc) != ncclSuccess) return -1;
+  double end = rn_deadline(20);
+  int rcode = 0;
+  while ((sc == NULL || rc == NULL) && now_s() < end && rcode == 0) {
+    if (sc == NULL && rn_net_connect(n, dev, handle, &sc) != ncclSuccess) rcode = -1;
+    if (rc == NULL && rn_net_accept(n, lc, &rc) != ncclSuccess) rcode = -1;
+  }
+  if (rcode == 0 && rn_net_pair_transfer(n, sc, rc, len, 3) != 0) rcode = -1;
   if (sc != NULL && rn_net_close_send(n, sc) != ncclSuccess) rcode = -1;
   if (rc != NULL && rn_net_close_recv(n, rc) != ncclSuccess) rcode = -1;
   if (rn_net_close_listen(n, lc) != ncclSuccess) rcode = -1;
-  free(src);
-  free(dst);
   return rcode;
 }

@@ -51,7 +51,7 @@ enum flavour {
   F_WRONG_NONCE,  /* a whole hello with another nonce */
   F_HALF_CTRL,    /* right nonce: a control connection announcing 4 streams, none follow */
   F_HALF_STREAMS, /* right nonce: control + 3 of 4 streams */
-  F_ZERO_STREAMS, /* right nonce: a control connection announcing 0 streams */
+  F_MANY_STREAMS, /* right nonce: a control connection announcing 33 streams (at most 32) */
   F_COUNT
 };
 static const char *const flavour_name[F_COUNT] = {"idle",
@@ -60,7 +60,7 @@ static const char *const flavour_name[F_COUNT] = {"idle",
                                                   "wrong nonce",
                                                   "half-open (control only)",
                                                   "half-open (a stream missing)",
-                                                  "hello with 0 streams"};
+                                                  "hello with 33 streams"};
 
 struct flood_case {
   enum flavour f;
@@ -198,8 +198,8 @@ static size_t hostile_payload(struct attacker *a, long k, unsigned char *buf) {
         h.index = (uint8_t)(k % 4 - 1);
       }
       break;
-    case F_ZERO_STREAMS:
-      h.nstreams = 0;
+    case F_MANY_STREAMS:
+      h.nstreams = RN_RDV_MAX_STREAMS + 1;
       break;
     case F_COUNT:
       break;
