@@ -331,12 +331,12 @@ static ncclResult_t rn_tcp_connect(const struct rn_rails *r, const struct rn_han
     rn_tcp_rails_set_standby(c, &c->lazy.standby_addr);
   }
   RN_INFO(NCCL_NET,
-          "connected to %s with %d streams (%s%s), %d helper threads, dead peer after %lld ms",
+          "connected to %s with %d streams (%s), %d helper threads, dead peer after %lld ms%s",
           k->peer, c->nstreams > 0 ? c->nstreams : c->lazy.expect,
-          k->pooled == 1 ? "a kept connection" : "dialed",
-          c->nstreams > 0 ? "" : "; the streams open at the first message above "
-                                 "RAILNET_SOCKET_INLINE",
-          c->nthreads, (long long)rn_params()->socket_timeout_ms);
+          k->pooled == 1 ? "a kept connection" : "dialed", c->nthreads,
+          (long long)rn_params()->socket_timeout_ms,
+          c->nstreams > 0 ? "" : "; the streams open at its first message above "
+                                 "RAILNET_SOCKET_INLINE");
   if (k->tc >= 0 && (res = rn_tcp_comm_set_class(c, k->tc, 0)) != ncclSuccess) {
     atomic_store(&c->error, res); /* its sockets' class is unknown: never kept */
     rn_tcp_comm_free(c);
@@ -382,11 +382,11 @@ static ncclResult_t rn_tcp_accept(void *lcomm, void **rcomm) {
     rn_tcp_rails_set_standby(c, &c->lazy.standby_addr);
   }
   RN_INFO(NCCL_NET,
-          "accepted a connection from %s with %d streams (%s%s), %d helper threads, dead peer "
-          "after %lld ms",
-          c->peer, c->nstreams, pooled ? "a kept connection" : "dialed",
-          c->nstreams > 0 ? "" : "; the sender opens them when it needs them", c->nthreads,
-          (long long)rn_params()->socket_timeout_ms);
+          "accepted a connection from %s with %d streams (%s), %d helper threads, dead peer "
+          "after %lld ms%s",
+          c->peer, c->nstreams, pooled ? "a kept connection" : "dialed", c->nthreads,
+          (long long)rn_params()->socket_timeout_ms,
+          c->nstreams > 0 ? "" : "; the sender opens them when it needs them");
   *rcomm = c;
   return ncclSuccess;
 }
