@@ -118,27 +118,29 @@ static ncclResult_t rn_sock_open(const union rn_sockaddr *addr, const char *what
   return ncclSystemError;
 }
 
-ncclResult_t rn_sock_listen(const union rn_sockaddr *addr, int *fd, union rn_sockaddr *bound) {
-  char str[64];
-  int s;
-  ncclResult_t res = rn_sock_open(addr, "for listen on", &s);
-  if (res != ncclSuccess) return res;
+int rn_sock_listen_quiet(const union rn_sockaddr *addr, int *fd, union rn_sockaddr *bound) {
+  int s = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (s < 0) return -1;
   int one = 1;
-  setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if (bind(s, &addr->sa, rn_sockaddr_len(addr)) != 0 || listen(s, 16384) != 0) {
-    RN_WARN("bind/listen on %s failed: %s", rn_sockaddr_str(addr, str, sizeof(str)),
-            strerror(errno));
-    close(s);
-    return ncclSystemError;
-  }
   socklen_t len = sizeof(*bound);
-  if (getsockname(s, &bound->sa, &len) != 0) {
-    RN_WARN("getsockname failed: %s", strerror(errno));
+  if (setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
+      bind(s, &addr->sa, rn_sockaddr_len(addr)) != 0 || listen(s, 16384) != 0 ||
+      getsockname(s, &bound->sa, &len) != 0) {
+    int err = errno;
     close(s);
-    return ncclSystemError;
+    errno = err;
+    return -1;
   }
   *fd = s;
-  return ncclSuccess;
+  return 0;
+}
+
+ncclResult_t rn_sock_listen(const union rn_sockaddr *addr, int *fd, union rn_sockaddr *bound) {
+  char str[64];
+  if (rn_sock_listen_quiet(addr, fd, bound) == 0) return ncclSuccess;
+  RN_WARN("socket/bind/listen on %s failed: %s", rn_sockaddr_str(addr, str, sizeof(str)),
+          strerror(errno));
+  return ncclSystemError;
 }
 
 ncclResult_t rn_sock_connect_start(const union rn_sockaddr *addr, const union rn_sockaddr *local,

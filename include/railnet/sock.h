@@ -35,6 +35,8 @@ union rn_sockaddr rn_sockaddr_no_port(union rn_sockaddr a);
 /* Listening socket bound to addr (port 0 = any), non-blocking; *bound gets
  * the real address. */
 ncclResult_t rn_sock_listen(const union rn_sockaddr *addr, int *fd, union rn_sockaddr *bound);
+/* The same without a WARN: -1 with errno (a port in use, say). */
+int rn_sock_listen_quiet(const union rn_sockaddr *addr, int *fd, union rn_sockaddr *bound);
 /* Start a non-blocking connect, from `local` (port 0) when it is non-NULL
  * and of the same family, so the bytes leave through that interface; *fd
  * valid on success. */

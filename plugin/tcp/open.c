@@ -115,7 +115,12 @@ static void rn_tcp_lazy_launch(struct rn_tcp_comm *c) {
   }
 }
 
-/* Receiver: listen on each of the listen comm's addresses and say where. */
+/* Receiver: listen where the listen comm listened, and say where.  Each
+ * address's own port first: NCCL closes a listen comm once it accepted,
+ * and the port then serves the streams too (its accepted sockets hold it
+ * anyway), so opening them takes no port more than connect did; with the
+ * listen comm still open, a fresh port.  The rendezvous admits only this
+ * comm's fresh nonce, with the bounds and rules of every listener. */
 static ncclResult_t rn_tcp_lazy_listen(struct rn_tcp_comm *c) {
   struct rn_tcp_lazy *z = &c->lazy;
   if (!rn_tcp_ctl_room(c)) {
@@ -127,12 +132,15 @@ static ncclResult_t rn_tcp_lazy_listen(struct rn_tcp_comm *c) {
                              .msg = c->msg_out,
                              .nrails = (uint32_t)(z->u.rx.nlis - z->u.rx.lis_standby)};
   for (int i = 0; i < z->u.rx.nlis; i++) {
-    union rn_sockaddr a = rn_sockaddr_no_port(z->u.rx.lis[i]), bound;
+    union rn_sockaddr bound;
     char s[64];
-    if (rn_sock_listen(&a, &z->u.rx.lfd[i], &bound) != ncclSuccess) {
-      for (int k = 0; k < i; k++) close(z->u.rx.lfd[k]);
-      return rn_tcp_fail(c, ncclSystemError, "cannot listen on %s for its data streams",
-                         rn_sockaddr_str(&a, s, sizeof(s)));
+    if (rn_sock_listen_quiet(&z->u.rx.lis[i], &z->u.rx.lfd[i], &bound) != 0) {
+      union rn_sockaddr a = rn_sockaddr_no_port(z->u.rx.lis[i]);
+      if (rn_sock_listen(&a, &z->u.rx.lfd[i], &bound) != ncclSuccess) {
+        for (int k = 0; k < i; k++) close(z->u.rx.lfd[k]);
+        return rn_tcp_fail(c, ncclSystemError, "cannot listen on %s for its data streams",
+                           rn_sockaddr_str(&a, s, sizeof(s)));
+      }
     }
     rn_sockaddr_to_wire(&bound, &m.addr[i]);
   }
@@ -158,6 +166,21 @@ static void rn_tcp_lazy_unlisten(struct rn_tcp_comm *c) {
   z->u.rx.rdv = NULL;
   for (int k = 0; k < z->u.rx.nlfd; k++) close(z->u.rx.lfd[k]);
   z->u.rx.nlfd = 0;
+}
+
+/* Receiver: take the streams in once dialled. */
+static ncclResult_t rn_tcp_lazy_admit(struct rn_tcp_comm *c) {
+  struct rn_rdv_conn conn;
+  int ready = 0;
+  ncclResult_t res = rn_rdv_poll(c->lazy.u.rx.rdv, &conn, &ready);
+  if (res != ncclSuccess) return rn_tcp_fail(c, res, "admitting its data streams failed");
+  if (!ready) return ncclSuccess;
+  rn_tcp_lazy_unlisten(c);
+  close(conn.ctrl_fd);
+  conn.ctrl_fd = -1;
+  if (rn_tcp_comm_attach(c, &conn, NULL) != ncclSuccess)
+    return rn_tcp_fail(c, ncclSystemError, "its data streams could not be set up");
+  return ncclSuccess;
 }
 
 ncclResult_t rn_tcp_lazy_on_open(struct rn_tcp_comm *c, const struct rn_tcp_open *m) {
@@ -267,22 +290,6 @@ static ncclResult_t rn_tcp_lazy_dial(struct rn_tcp_comm *c, int64_t now) {
                : rn_tcp_fail(c, ncclSystemError, "its data streams could not be set up"));
   if (c->tc >= 0) RN_CHECK(rn_tcp_comm_set_class(c, c->tc, 1));
   rn_tcp_lazy_launch(c);
-  return ncclSuccess;
-}
-
-/* Receiver: admit the sender's streams. */
-static ncclResult_t rn_tcp_lazy_admit(struct rn_tcp_comm *c) {
-  struct rn_tcp_lazy *z = &c->lazy;
-  struct rn_rdv_conn conn;
-  int ready = 0;
-  ncclResult_t res = rn_rdv_poll(z->u.rx.rdv, &conn, &ready);
-  if (res != ncclSuccess) return rn_tcp_fail(c, res, "admitting its data streams failed");
-  if (!ready) return ncclSuccess;
-  rn_tcp_lazy_unlisten(c);
-  close(conn.ctrl_fd);
-  conn.ctrl_fd = -1;
-  if (rn_tcp_comm_attach(c, &conn, NULL) != ncclSuccess)
-    return rn_tcp_fail(c, ncclSystemError, "its data streams could not be set up");
   return ncclSuccess;
 }
 

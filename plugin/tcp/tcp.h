@@ -357,9 +357,9 @@ struct rn_tcp_lazy {
       int64_t retry_ms;
     } tx;
     struct { /* recv */
-      union rn_sockaddr lis[RN_MAX_RAILS]; /* the listen comm's addresses, its standby last */
+      union rn_sockaddr lis[RN_MAX_RAILS]; /* where the listen comm listened, its standby last */
       int nlis, lis_standby;
-      int lfd[RN_MAX_RAILS], nlfd;
+      int lfd[RN_MAX_RAILS], nlfd; /* listening for the streams */
       struct rn_rdv *rdv;
     } rx;
   } u;

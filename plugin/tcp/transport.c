@@ -373,7 +373,7 @@ static ncclResult_t rn_tcp_accept(void *lcomm, void **rcomm) {
   }
   struct rn_tcp_comm *c;
   RN_CHECK(rn_tcp_comm_create(&conn, 1, pooled ? &kept : NULL, &c));
-  for (int i = 0; i < l->nfds; i++) c->lazy.u.rx.lis[i] = rn_sockaddr_no_port(l->addr[i]);
+  memcpy(c->lazy.u.rx.lis, l->addr, sizeof(l->addr[0]) * (size_t)l->nfds);
   c->lazy.u.rx.nlis = l->nfds;
   c->lazy.u.rx.lis_standby = l->has_standby;
   if (l->has_standby) {
