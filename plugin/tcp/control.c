@@ -505,6 +505,7 @@ static ncclResult_t rn_tcp_on_data(struct rn_tcp_comm *c, const struct rn_tcp_da
       c->rx_idx = (uint32_t)idx;
       c->rx_dst = r->buf[idx];
       c->rx_left = d->size;
+      if (d->size > c->inline_max) c->lazy.inline_bytes += d->size; /* while streams opened */
     }
   }
   pthread_mutex_unlock(&c->rx_lock);

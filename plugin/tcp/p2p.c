@@ -58,11 +58,18 @@ static ncclResult_t rn_tcp_isend_matched(struct rn_tcp_comm *c, void *data, size
   const struct rn_tcp_group *m = &c->group[seq % RN_TCP_RING];
   int too_big = size > m->sizes[idx];
   int inline_send = too_big || size <= c->inline_max;
-  /* No data stream yet: they open now (open.c); the header goes at once
-   * and the chunks follow once the streams are there, so the send has
-   * its request and no call waits for the receiver. */
-  const int later = !inline_send && c->lazy.state != RN_TCP_STREAMS_UP;
+  /* No data stream yet: they open now (open.c).  Meanwhile a message of
+   * at most RN_TCP_OPEN_INLINE goes inline, now, needing of the receiver
+   * no more than a streamed one did (it fits the sockets' buffers); a
+   * larger one is announced at once and its chunks follow once the
+   * streams are there.  Either way the send has its request at once. */
+  int later = !inline_send && c->lazy.state != RN_TCP_STREAMS_UP;
   if (later) RN_CHECK(rn_tcp_lazy_want(c, size));
+  if (later && size <= RN_TCP_OPEN_INLINE) {
+    later = 0;
+    inline_send = 1;
+    c->lazy.inline_bytes += size;
+  }
   struct rn_tcp_req *r = rn_tcp_req_alloc(c, 0);
   if (r == NULL) return ncclSuccess;
   r->size = size;

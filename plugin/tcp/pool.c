@@ -196,10 +196,11 @@ static int rn_tcp_pool_step(struct rn_tcp_pooled *e, const char **why) {
     memcpy(&p, e->in, sizeof(p));
     size_t hlen = rn_tcp_wire_hlen(p.type);
     /* Before its BYE a receiver may still send what answers the sends
-     * (clear-to-sends, acknowledgements, offers); a sender nothing. */
+     * (clear-to-sends, acknowledgements, offers, where the streams
+     * open); a sender nothing. */
     int allowed = p.type == RN_TCP_MSG_BYE ||
                   (!e->recv && (p.type == RN_TCP_MSG_CTS || p.type == RN_TCP_MSG_ACK ||
-                                p.type == RN_TCP_MSG_OFFER));
+                                p.type == RN_TCP_MSG_OFFER || p.type == RN_TCP_MSG_STREAMS));
     if (!allowed || p.hlen != hlen || hlen > sizeof(e->in) || p.plen != 0) {
       *why = "a message arrived after the comm closed";
       return -1;
@@ -266,11 +267,8 @@ static const char *rn_tcp_pool_busy(struct rn_tcp_comm *c) {
   if (c->is_recv && atomic_load(&c->stream_work) != 0) return "streamed messages are arriving";
   /* Only the control connection is kept: the data streams close (the
    * next comm opens its own when it needs them), so what they still hold
-   * matters only if it is half of a chunk. */
-  if (c->lazy.state != RN_TCP_STREAMS_NONE && c->lazy.state != RN_TCP_STREAMS_UP &&
-      c->lazy.state != RN_TCP_STREAMS_CLOSING)
-    return "its data streams were being opened";
-  if (c->lazy.reopen) return "its data streams were being opened";
+   * matters only if it is half of a chunk, and streams still opening
+   * not at all (a kept sender drops the late STREAMS). */
   for (int i = 0; i < c->nstreams; i++) {
     struct rn_tcp_stream *s = &c->stream[i];
     if (s->lost || atomic_load(&s->retire)) return "a data stream failed";

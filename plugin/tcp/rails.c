@@ -311,9 +311,9 @@ static void rn_tcp_rails_write(struct rn_tcp_comm *c, const char *event, int64_t
   int n = snprintf(line, sizeof(line),
                    "{\"event\":\"%s\",\"pid\":%d,\"comm\":%" PRIu64
                    ",\"side\":\"%s\",\"peer\":\"%s\",\"ms\":%" PRId64 ",\"bytes\":%" PRIu64
-                   ",\"rails\":[",
+                   ",\"inline_bytes\":%" PRIu64 ",\"rails\":[",
                    event, (int)getpid(), c->id, c->is_recv ? "recv" : "send", c->peer,
-                   now - c->created_ms, total);
+                   now - c->created_ms, total, c->lazy.inline_bytes);
   for (int i = 0; i < c->nrails && n < (int)sizeof(line) - 300; i++) {
     struct rn_tcp_rail *r = &c->rail[i];
     uint64_t b = atomic_load(&r->bytes);

@@ -96,6 +96,9 @@
  * says CREDIT once half of its eager window or bytes is unmatched,
  * and sends WANT when a send cannot leave without a clear-to-send. */
 #define RN_TCP_CTS_BATCH 8
+/* While a comm's data streams open (open.c), messages up to this size go
+ * inline on the control connection instead of waiting for them. */
+#define RN_TCP_OPEN_INLINE (4u << 20)
 #define RN_TCP_CTS_POLLS 1024
 
 struct rn_tcp_comm;
@@ -344,6 +347,7 @@ struct rn_tcp_lazy {
   int reopen;       /* recv: an OPEN came while CLOSING: answered once drained */
   unsigned opened;  /* times the streams were opened */
   int expect;       /* send: the streams it will have, for chunk grids before they open */
+  uint64_t inline_bytes; /* messages above SOCKET_INLINE that went inline while they opened */
   struct rn_tcp_req *later, *later_tail; /* send: sends whose chunks wait for the streams */
   int standby_set;  /* the device's standby NIC, whose rail is the standby */
   union rn_sockaddr standby_addr;

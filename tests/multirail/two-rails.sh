@@ -166,23 +166,26 @@ else
   details "$OUT/even.log"
 fi
 # The plugin's own counters, at close, on both sides: payload bytes per
-# rail add up to the 64 MiB, each rail carried >= 10%, nothing failed.
+# rail, with those that went inline on the control connection while the
+# data streams opened, add up to the 64 MiB, each rail carried >= 10%,
+# nothing failed.
 ok=1 why=''
 for side in send recv; do
   l=$(stat_line "$OUT/even.stats" $side close)
   b0=$(rail_field "$l" veth0 bytes) b1=$(rail_field "$l" veth1 bytes)
   f0=$(rail_field "$l" veth0 failures) f1=$(rail_field "$l" veth1 failures)
-  why="$why $side: veth0 ${b0:-?} B, veth1 ${b1:-?} B, failures ${f0:-?}/${f1:-?};"
+  ib=$(echo "$l" | sed -n 's/.*"inline_bytes":\([0-9]*\).*/\1/p')
+  why="$why $side: veth0 ${b0:-?} B, veth1 ${b1:-?} B, inline while opening ${ib:-?} B, failures ${f0:-?}/${f1:-?};"
   if [ -z "$b0" ] || [ -z "$b1" ] || [ "$b0" -lt $min ] || [ "$b1" -lt $min ] ||
     [ "${f0:-1}" -ne 0 ] || [ "${f1:-1}" -ne 0 ]; then
     ok=0
-  elif [ $side = recv ] && [ $((b0 + b1)) -ne 67108864 ]; then
+  elif [ $side = recv ] && [ $((b0 + b1 + ${ib:-0})) -ne 67108864 ]; then
     ok=0
     why="$why the receiver's bytes do not add up to 67108864;"
   fi
 done
 if [ $ok = 1 ]; then
-  result OK "the plugin's per-rail counters (RAILNET_STATS):$why each rail >= $min, the receiver's add up to 64 MiB"
+  result OK "the plugin's per-rail counters (RAILNET_STATS):$why each rail >= $min, the receiver's (and its inline bytes) add up to 64 MiB"
 else
   result NOTOK "the plugin's per-rail counters (RAILNET_STATS):$why"
   cat "$OUT/even.stats" | details
