@@ -124,21 +124,46 @@ static const struct field fields[] = {
     F(ack, ACK, idx, 4, 0),
     F(ack, ACK, reserved, 4, 0),
     {"crc", RN_TCP_MSG_ACK, offsetof(struct rn_tcp_ack, crc), 4, 0, 1},
+    /* The messages that open a comm's data streams (RAILNET_SOCKET_LAZY=1
+     * trials; every other trial runs with the streams open from connect,
+     * so its chunks pass the proxy). */
+    FP(OPEN, type, 1),
+    FP(OPEN, flags, 1),
+    FP(OPEN, hlen, 2),
+    FP(OPEN, plen, 4),
+    F(open, OPEN, msg, 4, 0),
+    F(open, OPEN, reserved, 4, 0),
+    {"crc", RN_TCP_MSG_OPEN, offsetof(struct rn_tcp_open, crc), 4, 0, 1},
+    FP(STREAMS, type, 1),
+    FP(STREAMS, flags, 1),
+    FP(STREAMS, hlen, 2),
+    FP(STREAMS, plen, 4),
+    F(streams, STREAMS, nonce, 8, 0),
+    F(streams, STREAMS, msg, 4, 0),
+    F(streams, STREAMS, nrails, 4, 0),
+    F(streams, STREAMS, addr[0].family, 1, 0),
+    F(streams, STREAMS, addr[0].port, 2, 0),
+    F(streams, STREAMS, addr[1].family, 1, 0),
+    {"crc", RN_TCP_MSG_STREAMS, offsetof(struct rn_tcp_streams, crc), 4, 0, 1},
 };
+/* Trials of these run with the data streams opened lazily. */
+static int lazy_type(uint8_t t) { return t == RN_TCP_MSG_OPEN || t == RN_TCP_MSG_STREAMS; }
 #define NFIELDS ((int)(sizeof fields / sizeof fields[0]))
 
 static const char *type_name(uint8_t t) {
-  return t == RN_TCP_MSG_CTS    ? "CTS"
-         : t == RN_TCP_MSG_DATA ? "DATA"
-         : t == RN_TCP_MSG_ACK  ? "ACK"
-                                : "CHUNK";
+  return t == RN_TCP_MSG_CTS       ? "CTS"
+         : t == RN_TCP_MSG_DATA    ? "DATA"
+         : t == RN_TCP_MSG_ACK     ? "ACK"
+         : t == RN_TCP_MSG_OPEN    ? "OPEN"
+         : t == RN_TCP_MSG_STREAMS ? "STREAMS"
+                                   : "CHUNK";
 }
 
 /* Which occurrence of each type a trial rewrites: the workload below has
  * 5 CTS, 8 DATA, 14 CHUNK and (every streamed send acknowledged:
  * RAILNET_RAIL_ACK=1) 4 ACK messages. */
 static const int occ_cts[] = {0, 1, 3, 4}, occ_data[] = {0, 1, 2, 4, 6},
-                 occ_chunk[] = {0, 2, 4, 12}, occ_ack[] = {0, 1, 3};
+                 occ_chunk[] = {0, 2, 4, 12}, occ_ack[] = {0, 1, 3}, occ_once[] = {0};
 
 struct trial {
   enum trial_kind kind;
@@ -157,6 +182,7 @@ static const int *occurrences(uint8_t type, int *n) {
   if (type == RN_TCP_MSG_CTS) return *n = 4, occ_cts;
   if (type == RN_TCP_MSG_DATA) return *n = 5, occ_data;
   if (type == RN_TCP_MSG_ACK) return *n = 3, occ_ack;
+  if (lazy_type(type)) return *n = 1, occ_once; /* one each per comm */
   return *n = 4, occ_chunk;
 }
 
@@ -754,7 +780,8 @@ static int run_trial(struct rn_peer *p, void *lcomm, const struct rn_handle *via
   x.rx.err = x.tx.err = ncclSuccess;
   proxy_reset(px, t);
   rn_log_reset();
-  const int attacked_tx = t->type == RN_TCP_MSG_CTS || t->type == RN_TCP_MSG_ACK;
+  const int attacked_tx =
+      t->type == RN_TCP_MSG_CTS || t->type == RN_TCP_MSG_ACK || t->type == RN_TCP_MSG_STREAMS;
   const double bound = g_bound_s * rn_timeout_scale();
   rec->outcome = O_FAIL_SETUP;
   rec->cause[0] = '\0';
@@ -866,6 +893,7 @@ static void run_batch(int first, int last, int fd) {
   struct rn_peer p;
   memset(&p, 0, sizeof p);
   char err[256];
+  setenv("RAILNET_SOCKET_LAZY", lazy_type(trials[first].type) ? "1" : "0", 1);
   if (rn_net_open(&p.net, 8, err, sizeof err) != 0 || rn_net_init(&p.net) != ncclSuccess ||
       rn_net_devices(&p.net, &p.ndev) != ncclSuccess || p.ndev < 1) {
     diag("plugin not usable: %s", err);
@@ -941,6 +969,9 @@ int main(int argc, char **argv) {
   const int batch = 250;
   for (int first = 0; first < ntrials;) {
     int last = first + batch < ntrials ? first + batch : ntrials;
+    /* a batch runs in one mode (run_batch) */
+    for (int i = first + 1; i < last; i++)
+      if (lazy_type(trials[i].type) != lazy_type(trials[first].type)) last = i;
     int pfd[2];
     if (pipe(pfd) != 0) return 1;
     fflush(stdout);
