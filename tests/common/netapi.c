@@ -8,6 +8,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -565,4 +566,13 @@ int rn_net_self_transfer(struct rn_net *n, int dev, size_t len) {
   if (rc != NULL && rn_net_close_recv(n, rc) != ncclSuccess) rcode = -1;
   if (rn_net_close_listen(n, lc) != ncclSuccess) rcode = -1;
   return rcode;
+}
+
+int rn_open_fds(void) {
+  DIR *d = opendir("/proc/self/fd");
+  int n = 0;
+  if (d == NULL) return -1;
+  while (readdir(d) != NULL) n++;
+  closedir(d);
+  return n - 3; /* ".", ".." and the directory's own descriptor */
 }

@@ -186,6 +186,8 @@ int rn_net_self_transfer(struct rn_net *n, int dev, size_t len);
 /* The same over a connected pair (send comm sc, receive comm rc), with
  * this tag; nothing is closed. */
 int rn_net_pair_transfer(struct rn_net *n, void *sc, void *rc, size_t len, int tag);
+/* Descriptors this process holds now (/proc/self/fd), -1 if unknown. */
+int rn_open_fds(void);
 
 /* ---- two-process runner (pair.c) -------------------------------------- */
 enum rn_role { RN_RECEIVER = 0, RN_SENDER = 1 };

@@ -54,3 +54,9 @@ TEST_PROGS += $(TCP_WANT_TEST)
 TCP_MUTUAL_TEST := $(BUILD)/tests/tcp/test_mutual_wait
 $(eval $(call rn_harness_prog,$(TCP_MUTUAL_TEST),$(BUILD)/tests/tcp/test_mutual_wait.o))
 TEST_PROGS += $(TCP_MUTUAL_TEST)
+
+# Data streams opened at the first large message and closed when idle,
+# with helper threads off and on (tests/tcp/test_lazy.c).
+TCP_LAZY_TEST := $(BUILD)/tests/tcp/test_lazy
+$(eval $(call rn_harness_prog,$(TCP_LAZY_TEST),$(BUILD)/tests/tcp/test_lazy.o))
+TEST_PROGS += $(TCP_LAZY_TEST)

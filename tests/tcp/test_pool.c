@@ -40,15 +40,6 @@ static void watch_all(void) {
   w_not_kept = rn_log_watch("connection not kept for reuse");
 }
 
-static int open_fds(void) {
-  DIR *d = opendir("/proc/self/fd");
-  int n = 0;
-  if (d == NULL) return -1;
-  while (readdir(d) != NULL) n++;
-  closedir(d);
-  return n - 3; /* ".", ".." and the directory's own descriptor */
-}
-
 /* Connect and accept on a listen comm already open (p->lc, handle). */
 static ncclResult_t join(struct rn_net *n, struct pair *p, void *handle) {
   ncclResult_t r = ncclSuccess;
@@ -183,7 +174,7 @@ static int child_nopool(struct rn_net *n) {
 static int child_bound(struct rn_net *n) {
   char why[256] = "";
   struct pair p[5];
-  int base = open_fds();
+  int base = rn_open_fds();
   for (int k = 0; k < 5; k++)
     if (open_pair(n, &p[k]) != ncclSuccess || !xfer(n, &p[k], 8, 1, 9, why, sizeof why))
       return fprintf(stderr, "pair %d: %s\n", k, why), 1;
@@ -192,7 +183,7 @@ static int child_bound(struct rn_net *n) {
   /* Each side of a kept connection holds its control socket alone (the
    * data streams close with the comm). */
   int per = KEPT_SOCKS;
-  int held = open_fds() - base;
+  int held = rn_open_fds() - base;
   if (held > 2 * per + 1) return fprintf(stderr, "%d descriptors held\n", held), 1;
   if (rn_log_seen(w_kept) != 10) return fprintf(stderr, "kept %d\n", rn_log_seen(w_kept)), 1;
   /* The next pair still reuses one of those left. */
@@ -283,9 +274,9 @@ int main(int argc, char **argv) {
              "a dialed pair moves 8 B .. 1 MiB verified and, closed quiescent (send first), keeps "
              "its connection on both sides (%s; dialed %d, kept %d)",
              why, rn_log_seen(w_dialed), rn_log_seen(w_kept));
-  int fds = open_fds();
+  int fds = rn_open_fds();
   ok = open_pair(&n, &p) == ncclSuccess && xfer_all(&n, &p, 2, why, sizeof why);
-  int fds_open = open_fds();
+  int fds_open = rn_open_fds();
   /* New: its listening socket and, as its first message above the inline
    * limit opened them (both sides are in this process), its data streams
    * or, while they open, the receiver's listener for them; no control
@@ -480,17 +471,17 @@ int main(int argc, char **argv) {
   {
     rn_log_watch("(dialed)");
     rn_log_watch("(a kept connection)");
-    int fds0 = open_fds(), good = 0;
+    int fds0 = rn_open_fds(), good = 0;
     for (int k = 0; k < 40; k++) {
       int t = open_pair(&n, &p) == ncclSuccess &&
               xfer(&n, &p, 4096, 1, 100 + (uint64_t)k, why, sizeof why);
       good += close_pair(&n, &p, k % 2) && t;
     }
     tap_result(good == 40 && rn_log_seen(w_dialed) == 0 && rn_log_seen(w_reused) == 80 &&
-                   open_fds() == fds0,
+                   rn_open_fds() == fds0,
                "40 pairs opened and closed in a row each move 4 KiB verified over the same kept "
                "connection (%d good, dialed %d, reused %d, descriptors %d then %d)",
-               good, rn_log_seen(w_dialed), rn_log_seen(w_reused), fds0, open_fds());
+               good, rn_log_seen(w_dialed), rn_log_seen(w_reused), fds0, rn_open_fds());
   }
 
   /* 9: a byte out of turn on either side of a kept connection, on its
