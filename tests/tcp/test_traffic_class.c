@@ -72,10 +72,10 @@ static ncclResult_t connect_pair(struct rn_net *n, int tc, struct pair *p) {
     if (r == ncclSuccess && p->rc == NULL) r = rn_net_accept(n, p->lc, &p->rc);
   }
   if (r == ncclSuccess && (p->sc == NULL || p->rc == NULL)) r = ncclInternalError;
-  /* A streamed message opens the data streams (RAILNET_SOCKET_LAZY),
-   * which must carry the class too. */
-  if (r == ncclSuccess && rn_net_pair_transfer(n, p->sc, p->rc, 1 << 20, 5) != 0) {
-    note("a 1 MiB transfer over the pair failed");
+  /* A message too large to go inline while they open opens the data
+   * streams (RAILNET_SOCKET_LAZY), which must carry the class too. */
+  if (r == ncclSuccess && rn_net_pair_transfer(n, p->sc, p->rc, 16 << 20, 5) != 0) {
+    note("a 16 MiB transfer over the pair failed");
     r = ncclInternalError;
   }
   return r;
