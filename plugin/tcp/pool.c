@@ -367,51 +367,25 @@ int rn_tcp_pool_put(struct rn_tcp_comm *c) {
   return 1;
 }
 
-/* Nothing may be waiting on a kept connection's data streams: not a byte
- * (the next comm would take it for its own), not an EOF.  1 when clean;
- * else why. */
-static int rn_tcp_pool_streams_clean(const struct rn_tcp_pooled *e, const char **why) {
-  struct pollfd pf[RN_TCP_MAX_STREAMS];
-  for (int i = 0; i < e->conn.nstreams; i++) pf[i] = (struct pollfd){e->conn.data_fd[i], POLLIN, 0};
-  int n = poll(pf, (nfds_t)e->conn.nstreams, 0);
-  if (n == 0) return 1;
-  *why = n < 0 ? "poll failed" : "a data stream was written to or closed";
-  return 0;
-}
-
-/* A connector's entry serves a dial of these addresses: the control
- * connection to addrs[0], stream i to addrs[i % naddrs] from
- * locals[i % nlocals] (rn_rdv_dial_create_from). */
+/* A connector's entry serves a dial whose control connection goes to
+ * addrs[0] from locals[0] (rn_rdv_dial_create_from). */
 static int rn_tcp_pool_matches(const struct rn_tcp_pooled *e, const union rn_sockaddr *addrs,
-                               int naddrs, const union rn_sockaddr *locals, int nlocals,
-                               int nstreams) {
-  if (e->conn.nstreams != nstreams || naddrs < 1 ||
-      !rn_sockaddr_same_host(&e->addr.ctrl_peer, &addrs[0]))
-    return 0;
-  for (int i = 0; i < nstreams; i++) {
-    if (!rn_sockaddr_same_host(&e->addr.peer[i], &addrs[i % naddrs])) return 0;
-    if (nlocals > 0 && !rn_sockaddr_same_host(&e->addr.local[i], &locals[i % nlocals])) return 0;
-  }
-  return 1;
+                               int naddrs, const union rn_sockaddr *locals, int nlocals) {
+  return naddrs >= 1 && rn_sockaddr_same_host(&e->addr.ctrl_peer, &addrs[0]) &&
+         (nlocals < 1 || rn_sockaddr_same_host(&e->addr.ctrl_local, &locals[0]));
 }
 
 int rn_tcp_pool_take_dial(uint32_t token, const union rn_sockaddr *addrs, int naddrs,
-                          const union rn_sockaddr *locals, int nlocals, int nstreams, int tc,
-                          uint64_t nonce, struct rn_rdv_conn *conn, struct rn_tcp_addrs *addr) {
+                          const union rn_sockaddr *locals, int nlocals, int tc, uint64_t nonce,
+                          struct rn_rdv_conn *conn, struct rn_tcp_addrs *addr) {
   if (token == 0 || rn_params()->socket_pool == 0) return 0;
   struct rn_tcp_pooled *e;
   pthread_mutex_lock(&rn_tcp_pool_lock);
   rn_tcp_pool_service();
-  const char *why = NULL;
-  for (e = rn_tcp_pool.head; e != NULL; e = e->next) {
-    if (e->recv || e->state != RN_TCP_POOL_READY || e->token != token || e->tc != tc ||
-        !rn_tcp_pool_matches(e, addrs, naddrs, locals, nlocals, nstreams))
-      continue;
-    if (rn_tcp_pool_streams_clean(e, &why)) break;
-    rn_tcp_pool_drop(e, why);
-    e = NULL;
-    break;
-  }
+  for (e = rn_tcp_pool.head; e != NULL; e = e->next)
+    if (!e->recv && e->state == RN_TCP_POOL_READY && e->token == token && e->tc == tc &&
+        rn_tcp_pool_matches(e, addrs, naddrs, locals, nlocals))
+      break;
   if (e != NULL) rn_tcp_pool_unlink(e);
   pthread_mutex_unlock(&rn_tcp_pool_lock);
   if (e == NULL) return 0;
@@ -419,8 +393,7 @@ int rn_tcp_pool_take_dial(uint32_t token, const union rn_sockaddr *addrs, int na
                        .version = RN_WIRE_VERSION,
                        .role = RN_ROLE_REUSE,
                        .nonce = nonce,
-                       .conn_id = rn_rdv_random64(),
-                       .nstreams = (uint32_t)nstreams};
+                       .conn_id = rn_rdv_random64()}; /* 0 streams: kept alone */
   if (send(e->conn.ctrl_fd, &h, sizeof(h), MSG_DONTWAIT | MSG_NOSIGNAL) != (ssize_t)sizeof(h)) {
     RN_INFO(NCCL_NET, "kept connection to %s closed: its reuse hello did not go out: %s", e->name,
             strerror(errno));
@@ -443,22 +416,13 @@ int rn_tcp_pool_take_accept(uint64_t nonce, const union rn_sockaddr *lis, int nl
   for (e = rn_tcp_pool.head; e != NULL; e = e->next)
     if (e->recv && e->state == RN_TCP_POOL_CLAIMED && e->nonce == nonce) break;
   if (e != NULL) {
-    /* The nonce is this listener's: its sockets must be on its addresses. */
+    /* The nonce is this listener's: its socket must be on its addresses. */
     int ok = 0;
     for (int j = 0; j < nlis; j++) ok |= rn_sockaddr_same_host(&e->addr.ctrl_local, &lis[j]);
-    for (int i = 0; i < e->conn.nstreams && ok; i++) {
-      int found = 0;
-      for (int j = 0; j < nlis; j++) found |= rn_sockaddr_same_host(&e->addr.local[i], &lis[j]);
-      ok = found;
-    }
-    const char *why = NULL;
     if (!ok) {
       RN_WARN("%s asked to reuse a connection on addresses this listener does not serve; closed",
               e->name);
       rn_tcp_pool_drop(e, "it is on other addresses than its listener's");
-      e = NULL;
-    } else if (!rn_tcp_pool_streams_clean(e, &why)) {
-      rn_tcp_pool_drop(e, why); /* the connector sees EOF and dials */
       e = NULL;
     } else {
       rn_tcp_pool_unlink(e);

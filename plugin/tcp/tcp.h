@@ -593,17 +593,18 @@ void rn_tcp_if_name_of(const union rn_sockaddr *addr, char *name, size_t len);
 uint32_t rn_tcp_pool_token(void);
 /* At free, the comm detached from the engine: when the comm is quiescent
  * (nothing in flight either way, never failed over), send BYE and keep its
- * sockets (c->ctrl_fd and the streams' fds become -1); else 0 and the
- * caller closes them.  One INFO either way for a comm that could pool. */
+ * control connection (c->ctrl_fd becomes -1; the caller closes the data
+ * streams); else 0 and the caller closes them all.  One INFO either way
+ * for a comm that could pool. */
 int rn_tcp_pool_put(struct rn_tcp_comm *c);
-/* Connect: a kept connection to the process of `token` over the same
- * addresses (the dial's addrs/locals/nstreams and traffic class tc),
- * whose peer closed quiescent too.  1 with *conn filled, its reuse hello
- * for `nonce` sent; the caller then awaits the accept byte and, if the
- * connection fails first, closes it and dials. */
+/* Connect: a kept connection to the process of `token` whose control
+ * connection went from locals[0] to addrs[0], with traffic class tc, whose
+ * peer closed quiescent too.  1 with *conn filled (no data stream), its
+ * reuse hello for `nonce` sent; the caller then awaits the accept byte
+ * and, if the connection fails first, closes it and dials. */
 int rn_tcp_pool_take_dial(uint32_t token, const union rn_sockaddr *addrs, int naddrs,
-                          const union rn_sockaddr *locals, int nlocals, int nstreams, int tc,
-                          uint64_t nonce, struct rn_rdv_conn *conn, struct rn_tcp_addrs *addr);
+                          const union rn_sockaddr *locals, int nlocals, int tc, uint64_t nonce,
+                          struct rn_rdv_conn *conn, struct rn_tcp_addrs *addr);
 /* Accept: a kept connection whose peer asked for it with `nonce` and whose
  * sockets arrive at the listener's addresses (lis, nlis).  1 with *conn
  * and *addr. */

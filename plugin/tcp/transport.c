@@ -237,8 +237,7 @@ static ncclResult_t rn_tcp_connect(const struct rn_rails *r, const struct rn_han
   }
   if (k->dial == NULL && k->stage == RN_TCP_CONNECT_DIAL && k->attempts == 0 && !k->pooled &&
       rn_tcp_pool_take_dial(k->token, k->plan.addrs, k->plan.naddrs, k->plan.locals,
-                            k->plan.nlocals, k->plan.nstreams, k->tc, k->nonce, &k->conn,
-                            &k->kept)) {
+                            k->plan.nlocals, k->tc, k->nonce, &k->conn, &k->kept)) {
     k->pooled = 1;
     k->stage = RN_TCP_CONNECT_AWAIT_ACK;
   }
