@@ -122,19 +122,25 @@ static struct rn_tcp_comm *rn_tcp_comm_map(void) {
 }
 
 /* Clear what a recycled mapping keeps and hand the rest back: 0, or -1
- * (then it is unmapped).  Kept: the fields' pages and the first page of
- * the requests and of the control output, which every comm that moves a
- * byte writes (at most 3 pages while the fields fit in one). */
+ * (then it is unmapped).  Kept: the fields' pages, and the first page of
+ * each table a comm writes at its first messages: the requests and the
+ * control output (every comm), the sender's copy of the posted groups
+ * and its unmatched eager messages (a send comm).  At most 5 pages while
+ * the fields fit in one; writing a page the kernel took back costs a
+ * fault, several system calls' worth. */
 static int rn_tcp_comm_clear(char *base, size_t size, size_t pg) {
-  const size_t keep[3][2] = {
-      {0, (RN_TCP_COMM_HOT + pg - 1) / pg * pg},
-      {offsetof(struct rn_tcp_comm, reqs) / pg * pg, 0},
-      {offsetof(struct rn_tcp_comm, out) / pg * pg, 0},
+  const size_t first[] = {
+      offsetof(struct rn_tcp_comm, reqs),
+      offsetof(struct rn_tcp_comm, out),
+      offsetof(struct rn_tcp_comm, group),
+      offsetof(struct rn_tcp_comm, eager),
   };
-  size_t from = 0;
-  for (int i = 0; i < 3; i++) {
-    size_t start = keep[i][0], end = i == 0 ? keep[i][1] : start + pg;
-    if (start < from) start = from; /* overlaps the last: kept already */
+  size_t from = (RN_TCP_COMM_HOT + pg - 1) / pg * pg;
+  if (from > size) return -1;
+  memset(base, 0, from);
+  for (size_t i = 0; i < sizeof(first) / sizeof(first[0]); i++) {
+    size_t start = first[i] / pg * pg, end = start + pg;
+    if (start < from) start = from; /* on a page kept already */
     if (end <= start) continue;
     if (end > size || (start > from && madvise(base + from, start - from, MADV_DONTNEED) != 0))
       return -1;
