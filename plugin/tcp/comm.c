@@ -55,6 +55,42 @@ void rn_tcp_comm_flush_deferred(void) {
   pthread_mutex_unlock(&rn_tcp_deferred.lock);
 }
 
+/* Comms whose data streams were opened (open.c), so the idle sweep visits
+ * only those; the sweep drops those whose streams closed since.  A comm
+ * leaves it when freed, which waits out a sweep visiting it. */
+static struct rn_shared_list rn_tcp_streamy = RN_SHARED_LIST_INIT(rn_tcp_streamy);
+static _Atomic int64_t rn_tcp_next_sweep_ms;
+
+void rn_tcp_comm_streamy(struct rn_tcp_comm *c) {
+  pthread_mutex_lock(&rn_tcp_streamy.lock);
+  if (c->streamy.next == NULL) rn_list_add_tail(&rn_tcp_streamy.head, &c->streamy);
+  pthread_mutex_unlock(&rn_tcp_streamy.lock);
+}
+
+/* Data streams idle for RAILNET_SOCKET_IDLE_MS close at the next call of
+ * their own comm, or of any comm of the process: at most every quarter of
+ * that (and 100 ms), one call visits the comms with streams, each only
+ * try-locked, so no thread waits and a busy comm waits for the next
+ * sweep.  Called without the caller's comm lock. */
+void rn_tcp_comm_sweep_idle(void) {
+  const int64_t idle = rn_params()->socket_idle_ms;
+  if (idle == 0) return;
+  int64_t now = rn_clock_ms(), next = atomic_load_explicit(&rn_tcp_next_sweep_ms, memory_order_relaxed);
+  if (now < next) return;
+  const int64_t every = idle / 4 > 100 ? idle / 4 : 100;
+  if (!atomic_compare_exchange_strong(&rn_tcp_next_sweep_ms, &next, now + every)) return;
+  pthread_mutex_lock(&rn_tcp_streamy.lock);
+  struct rn_list *node = rn_tcp_streamy.head.next, *nx;
+  for (; node != &rn_tcp_streamy.head; node = nx) {
+    nx = node->next;
+    struct rn_tcp_comm *c = RN_LIST_ENTRY(node, struct rn_tcp_comm, streamy);
+    if (pthread_mutex_trylock(&c->lock) != 0) continue;
+    if (!rn_tcp_lazy_sweep(c, now)) rn_list_del(node); /* no stream any more */
+    pthread_mutex_unlock(&c->lock);
+  }
+  pthread_mutex_unlock(&rn_tcp_streamy.lock);
+}
+
 /* A comm is some 350 kB of tables (requests, control output, control
  * input), of which an idle one touches its first page.  It gets
  * zero-filled pages of its own, so the rest never becomes resident:
@@ -178,6 +214,7 @@ static void rn_tcp_comm_cache_drain(void) {
 void rn_tcp_comm_free(struct rn_tcp_comm *c) {
   rn_shared_list_del(&rn_tcp_deferred, &c->deferred); /* waits out a flush visiting it */
   rn_shared_list_del(&rn_tcp_live, &c->open);
+  rn_shared_list_del(&rn_tcp_streamy, &c->streamy); /* waits out a sweep visiting it */
   if (c->nrails > 0) rn_tcp_rails_close(c);
   atomic_store(&c->stop, 1);
   /* No engine thread touches the comm after this, whatever it had queued. */
@@ -354,6 +391,7 @@ ncclResult_t rn_tcp_comm_attach(struct rn_tcp_comm *c, const struct rn_rdv_conn 
     return ncclSystemError;
   }
   rn_tcp_move_init(c);
+  rn_tcp_comm_streamy(c);
   c->lazy.state = RN_TCP_STREAMS_UP;
   c->lazy.since_ms = c->lazy.used_ms = rn_clock_ms();
   if (c->lazy.opened++ > 0 || conn->ctrl_fd < 0)

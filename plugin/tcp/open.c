@@ -389,6 +389,19 @@ ncclResult_t rn_tcp_lazy_progress(struct rn_tcp_comm *c) {
   return ncclSuccess;
 }
 
+int rn_tcp_lazy_sweep(struct rn_tcp_comm *c, int64_t now) {
+  struct rn_tcp_lazy *z = &c->lazy;
+  if (atomic_load(&c->error) == ncclSuccess) {
+    /* Errors surface through the comm's own calls. */
+    if (!c->is_recv && z->state == RN_TCP_STREAMS_UP &&
+        now - z->used_ms >= rn_params()->socket_idle_ms)
+      (void)rn_tcp_lazy_progress(c);
+    else if (c->is_recv && z->state != RN_TCP_STREAMS_NONE)
+      (void)rn_tcp_progress(c);
+  }
+  return z->state != RN_TCP_STREAMS_NONE;
+}
+
 void rn_tcp_lazy_free(struct rn_tcp_comm *c) {
   if (c->is_recv) {
     rn_tcp_lazy_unlisten(c);

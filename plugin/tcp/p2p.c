@@ -51,6 +51,14 @@ static void rn_tcp_idle_call(void) {
   if (++rn_tcp_idle_calls % RN_TCP_CTS_POLLS == 0) rn_tcp_comm_flush_deferred();
 }
 
+/* Every 64 calls of a thread, whatever they found, look for data streams
+ * gone idle on any comm (comm.c: at most a few times a second in all). */
+static _Thread_local unsigned rn_tcp_calls;
+
+static void rn_tcp_any_call(void) {
+  if (++rn_tcp_calls % 64 == 0) rn_tcp_comm_sweep_idle();
+}
+
 /* A send matched to buffer idx of group seq, which is the head group:
  * inline on the control connection, or announced there and streamed. */
 static ncclResult_t rn_tcp_isend_matched(struct rn_tcp_comm *c, void *data, size_t size, int tag,
@@ -199,6 +207,7 @@ ncclResult_t rn_tcp_isend(void *scomm, void *data, size_t size, int tag, void *m
 out_unlock:
   pthread_mutex_unlock(&c->lock);
   if (res == ncclSuccess && *req == NULL) rn_tcp_idle_call();
+  rn_tcp_any_call();
   return res;
 }
 
@@ -256,6 +265,7 @@ ncclResult_t rn_tcp_irecv(void *rcomm, int n, void **data, const size_t *sizes, 
 out_unlock:
   pthread_mutex_unlock(&c->lock);
   if (res == ncclSuccess && *req == NULL) rn_tcp_idle_call();
+  rn_tcp_any_call();
   return res;
 }
 
@@ -334,6 +344,7 @@ ncclResult_t rn_tcp_test(void *request, int *done, size_t *sizes, int *nsizes) {
      * need that core to move the data. */
     if (res == ncclSuccess && c->nthreads > 0) sched_yield();
     if (res == ncclSuccess) rn_tcp_idle_call();
+    rn_tcp_any_call();
     return res;
   }
   res = r->error;
@@ -353,5 +364,6 @@ ncclResult_t rn_tcp_test(void *request, int *done, size_t *sizes, int *nsizes) {
   *done = 1;
 out_unlock:
   pthread_mutex_unlock(&c->lock);
+  rn_tcp_any_call();
   return res;
 }

@@ -382,6 +382,7 @@ struct rn_tcp_comm {
   struct rn_comm_base base;
   struct rn_list open;     /* in comm.c's list of open comms, under its lock */
   struct rn_list deferred; /* in comm.c's list of comms holding a deferred clear-to-send */
+  struct rn_list streamy;  /* in comm.c's list of comms whose data streams opened */
   pthread_mutex_t lock;
   int is_recv;
   int ctrl_fd;
@@ -516,6 +517,11 @@ ncclResult_t rn_tcp_lazy_on_streams(struct rn_tcp_comm *c, const struct rn_tcp_s
 ncclResult_t rn_tcp_lazy_on_idle(struct rn_tcp_comm *c, const struct rn_tcp_down *d);
 /* Caller, every progress: dial, admit, close idle, let closed ones go. */
 ncclResult_t rn_tcp_lazy_progress(struct rn_tcp_comm *c);
+/* The idle sweep, c->lock held: what the comm's own next call would do
+ * for its streams (a sender's idle close; a receiver's progress, which
+ * reads an idle close and lets the streams go).  0 once the comm has no
+ * data stream. */
+int rn_tcp_lazy_sweep(struct rn_tcp_comm *c, int64_t now);
 /* At free: a listener or dial still open. */
 void rn_tcp_lazy_free(struct rn_tcp_comm *c);
 
@@ -639,6 +645,11 @@ ncclResult_t rn_tcp_comm_set_class(struct rn_tcp_comm *c, int tc, int streams_on
 /* At fini: frees every comm still open, and the mappings kept for new
  * ones; returns how many comms. */
 int rn_tcp_comm_free_all(void);
+/* Its data streams opened: the idle sweep visits it. */
+void rn_tcp_comm_streamy(struct rn_tcp_comm *c);
+/* Any call, without its comm's lock: now and then, close idle streams of
+ * every comm (rn_tcp_lazy_sweep). */
+void rn_tcp_comm_sweep_idle(void);
 /* A receive deferred its clear-to-send: a thread's many incomplete tests send it. */
 void rn_tcp_comm_defer_cts(struct rn_tcp_comm *c);
 void rn_tcp_comm_flush_deferred(void);
