@@ -44,6 +44,7 @@ enum mode { MODE_ISEND = 0, MODE_HELPERS, MODE_PERF, MODE_FIRST };
 struct cfg {
   int ncomms, iters;
   enum mode mode;
+  size_t first_size; /* MODE_FIRST: the first message's bytes (0: 8) */
 };
 
 static double thread_cpu_us(void) {
@@ -99,9 +100,9 @@ static int wait_req(struct rn_peer *p, void *req, const char *what) {
 }
 
 /* Post until the plugin takes it (NULL means retry). */
-static int post(struct rn_peer *p, void *comm, int is_send, void *buf, void *mh, void **req) {
+static int post_n(struct rn_peer *p, void *comm, int is_send, void *buf, size_t size, void *mh,
+                  void **req) {
   double end = rn_deadline(30);
-  size_t size = 8;
   int tag = 0;
   for (*req = NULL; *req == NULL;) {
     ncclResult_t r = is_send ? rn_net_isend(&p->net, comm, buf, size, tag, mh, req)
@@ -112,6 +113,10 @@ static int post(struct rn_peer *p, void *comm, int is_send, void *buf, void *mh,
       return peer_fail(p, "%s NULL for 30 s", is_send ? "isend" : "irecv");
   }
   return 0;
+}
+
+static int post(struct rn_peer *p, void *comm, int is_send, void *buf, void *mh, void **req) {
+  return post_n(p, comm, is_send, buf, 8, mh, req);
 }
 
 /* Listen, connect and accept within this process, one thread driving
@@ -151,9 +156,17 @@ out:
  * both ends: listen, connect, accept, then 8 bytes sent and received;
  * wall time to the receive's completion.  The pair then closes with
  * nothing in flight, so its connection may serve the next one. */
-static int first_byte(struct rn_peer *p, double *wall_us) {
+static int first_byte(struct rn_peer *p, size_t len, double *wall_us) {
   char handle[NCCL_NET_HANDLE_MAXSIZE] = {0};
-  static char sbuf[8] = "railnet", rbuf[8];
+  static char small_s[8] = "railnet", small_r[8];
+  static char *big_s, *big_r;
+  if (len > 8 && big_s == NULL) {
+    big_s = malloc(len);
+    big_r = malloc(len);
+    if (big_s == NULL || big_r == NULL) return peer_fail(p, "out of memory");
+    memset(big_s, 0x5a, len);
+  }
+  char *sbuf = len > 8 ? big_s : small_s, *rbuf = len > 8 ? big_r : small_r;
   void *lc = NULL, *sc = NULL, *rc = NULL, *smh = NULL, *rmh = NULL, *sreq = NULL, *rreq = NULL;
   int ret = -1, sdone = 0, rdone = 0, size = 0;
   double w0 = now_s(), end = rn_deadline(60);
@@ -163,16 +176,17 @@ static int first_byte(struct rn_peer *p, double *wall_us) {
     if (rc == NULL && rn_net_accept(&p->net, lc, &rc) != ncclSuccess) goto out;
   }
   if (sc == NULL || rc == NULL ||
-      rn_net_regmr(&p->net, sc, sbuf, sizeof sbuf, NCCL_PTR_HOST, &smh) != ncclSuccess ||
-      rn_net_regmr(&p->net, rc, rbuf, sizeof rbuf, NCCL_PTR_HOST, &rmh) != ncclSuccess)
+      rn_net_regmr(&p->net, sc, sbuf, len, NCCL_PTR_HOST, &smh) != ncclSuccess ||
+      rn_net_regmr(&p->net, rc, rbuf, len, NCCL_PTR_HOST, &rmh) != ncclSuccess)
     goto out;
-  if (post(p, rc, 0, rbuf, rmh, &rreq) != 0 || post(p, sc, 1, sbuf, smh, &sreq) != 0) goto out;
+  if (post_n(p, rc, 0, rbuf, len, rmh, &rreq) != 0 || post_n(p, sc, 1, sbuf, len, smh, &sreq) != 0)
+    goto out;
   while ((!sdone || !rdone) && now_s() < end) {
     if (!rdone && rn_net_test(&p->net, rreq, &rdone, &size) != ncclSuccess) goto out;
     if (!sdone && rn_net_test(&p->net, sreq, &sdone, NULL) != ncclSuccess) goto out;
   }
   *wall_us = (now_s() - w0) * 1e6;
-  ret = sdone && rdone && memcmp(sbuf, rbuf, sizeof sbuf) == 0 ? 0 : -1;
+  ret = sdone && rdone && (size_t)size == len && memcmp(sbuf, rbuf, len) == 0 ? 0 : -1;
 out:
   if (ret != 0) peer_fail(p, "first byte of an in-process comm");
   if (smh != NULL) rn_net_deregmr(&p->net, sc, smh);
@@ -258,7 +272,7 @@ static int side(struct rn_peer *p) {
   if (c->mode == MODE_FIRST) {
     if (p->role == RN_RECEIVER) {
       for (int k = 0; k < c->iters; k++)
-        if (first_byte(p, &t[k]) != 0) goto out;
+        if (first_byte(p, c->first_size ? c->first_size : 8, &t[k]) != 0) goto out;
       qsort(t, (size_t)c->iters, sizeof(double), cmp_double);
       res.first_us = t[c->iters / 2];
     }
@@ -320,29 +334,35 @@ static int side(struct rn_peer *p) {
     for (int k = 0; k < 48; k++) big[k] = 4 << 20;
     struct rn_stream st[4];
     int nmsg = 48 / c->ncomms, ndone = 0, setup = 0, err = 0;
-    for (; setup < c->ncomms; setup++) {
-      st[setup] = (struct rn_stream){.p = p,
-                                     .comm = comms[setup],
-                                     .is_send = p->role == RN_SENDER,
-                                     .nmsg = nmsg,
-                                     .sizes = big,
-                                     .window = 2,
-                                     .single_buffer = 1,
-                                     .seed = p->seed};
-      if (rn_stream_setup(&st[setup]) != 0) break;
-    }
-    double b0 = now_s(), end = rn_deadline(120);
-    int done[4] = {0};
-    while (setup == c->ncomms && ndone < c->ncomms && !err && now_s() < end)
-      for (int k = 0; k < c->ncomms; k++) {
-        if (done[k]) continue;
-        int r = rn_stream_step(&st[k]);
-        if (r < 0) err = 1;
-        if (r == 1) done[k] = 1, ndone++;
+    double secs = 0;
+    /* Pass 0 warms up, untimed: 2 messages per comm, which open the data
+     * streams of a comm that opens them on demand (RAILNET_SOCKET_LAZY). */
+    for (int pass = 0; pass < 2; pass++) {
+      ndone = setup = err = 0;
+      for (; setup < c->ncomms; setup++) {
+        st[setup] = (struct rn_stream){.p = p,
+                                       .comm = comms[setup],
+                                       .is_send = p->role == RN_SENDER,
+                                       .nmsg = pass ? nmsg : 2,
+                                       .sizes = big,
+                                       .window = 2,
+                                       .single_buffer = 1,
+                                       .seed = p->seed};
+        if (rn_stream_setup(&st[setup]) != 0) break;
       }
-    double secs = now_s() - b0;
-    for (int k = 0; k < setup; k++) rn_stream_teardown(&st[k]);
-    if (setup < c->ncomms || err || ndone < c->ncomms) goto out;
+      double b0 = now_s(), end = rn_deadline(120);
+      int done[4] = {0};
+      while (setup == c->ncomms && ndone < c->ncomms && !err && now_s() < end)
+        for (int k = 0; k < c->ncomms; k++) {
+          if (done[k]) continue;
+          int r = rn_stream_step(&st[k]);
+          if (r < 0) err = 1;
+          if (r == 1) done[k] = 1, ndone++;
+        }
+      secs = now_s() - b0;
+      for (int k = 0; k < setup; k++) rn_stream_teardown(&st[k]);
+      if (setup < c->ncomms || err || ndone < c->ncomms) goto out;
+    }
     if (is_a) {
       qsort(t, (size_t)c->iters, sizeof(double), cmp_double);
       struct result r = {.rtt_us_p50 = t[c->iters / 2],
@@ -512,7 +532,8 @@ int main(int argc, char **argv) {
   if (only == 0 || only == 3) {
     printf(
         "# 3. 8-byte round trip (p50, wall) and 4 MiB throughput (48 messages, 2 in flight\n"
-        "# per comm, one thread) at 1 and 4 comms, default streams and helpers%s\n",
+        "# per comm, one thread, after 2 untimed ones per comm) at 1 and 4 comms, default\n"
+        "# streams and helpers%s\n",
         baseline ? "; each row also with the baseline plugin, alternated" : "");
     printf("%8s %-10s %12s %10s\n", "comms", "plugin", "8 B rtt us", "GB/s");
     for (int n = 1; n <= 4; n += 3)
@@ -549,6 +570,25 @@ int main(int argc, char **argv) {
     printf(
         "# goal: a kept connection's first byte <= 0.2 x a dialed one's (same run): %s (%.2fx)\n",
         dialed > 0 && kept <= 0.2 * dialed ? "MET" : "NOT MET", dialed > 0 ? kept / dialed : 0);
+    printf(
+        "# a fresh comm's first 16 MiB (dialed; median of %d): its data streams dialed at\n"
+        "# connect (RAILNET_SOCKET_LAZY=0) is the anchor; on demand they open while it moves\n",
+        iters < 20 ? iters : 20);
+    double anchor16 = 0;
+    for (int lazy = 0; lazy < 2; lazy++) {
+      struct cfg c = {.ncomms = 1,
+                      .iters = iters < 20 ? iters : 20,
+                      .mode = MODE_FIRST,
+                      .first_size = 16u << 20};
+      if (run_one(&c, version, lazy ? "RAILNET_SOCKET_POOL=0" : "RAILNET_SOCKET_POOL=0,RAILNET_SOCKET_LAZY=0",
+                  &r, why, sizeof why) != 0) {
+        printf("%-26s failed: %s\n", lazy ? "streams on demand" : "streams at connect", why);
+        return 1;
+      }
+      if (!lazy) anchor16 = r.first_us;
+      printf("%-26s %12.1f %10.2f\n", lazy ? "streams on demand" : "streams at connect",
+             r.first_us, anchor16 > 0 ? r.first_us / anchor16 : 0);
+    }
   }
   rn_loadavg(load, sizeof load);
   printf("# load average at the end: %s\n", load);
