@@ -182,7 +182,7 @@ struct rn_rdv {
   uint64_t nonce;
   int min_streams, max_streams;
   int64_t hello_ms, connect_ms;
-  char addr[64];        /* the first listening address, for messages */
+  char addr[64];        /* the first listening address, for messages (rn_rdv_name) */
   int anon_head, nanon; /* a ring, oldest at anon_head */
   struct rn_rdv_socket anon[RN_RDV_MAX_ANON];
   int ngroups;
@@ -192,6 +192,18 @@ struct rn_rdv {
   struct rn_rdv_stray_log strays;
   struct rn_rdv_starved starved;
 };
+
+/* The first listening address, for messages: read at the first one. */
+static const char *rn_rdv_name(struct rn_rdv *r) {
+  if (r->addr[0] != '\0') return r->addr;
+  union rn_sockaddr a;
+  socklen_t len = sizeof(a);
+  if (getsockname(r->lfd[0], &a.sa, &len) == 0)
+    rn_sockaddr_str(&a, r->addr, sizeof(r->addr));
+  else
+    snprintf(r->addr, sizeof(r->addr), "listening socket %d", r->lfd[0]);
+  return r->addr;
+}
 
 void rn_rdv_conn_close(const struct rn_rdv_conn *c) {
   if (c->ctrl_fd >= 0) close(c->ctrl_fd);
@@ -216,7 +228,7 @@ static void rn_rdv_stray_summary(struct rn_rdv *r, int64_t now) {
         n += (size_t)snprintf(line + n, sizeof(line) - n, "%s%llu %s", n ? ", " : "",
                               (unsigned long long)s->count[i], rn_rdv_stray_name[i]);
     RN_INFO(NCCL_INIT | NCCL_NET, "%s: closed %llu more stray connection(s) in %lld ms: %s",
-            r->addr, (unsigned long long)s->total, (long long)(now - s->window_start), line);
+            rn_rdv_name(r), (unsigned long long)s->total, (long long)(now - s->window_start), line);
   }
   memset(s, 0, sizeof(*s));
 }
@@ -238,10 +250,10 @@ static void rn_rdv_stray_note(struct rn_rdv *r, enum rn_rdv_stray why,
   if (peer != NULL)
     RN_INFO(NCCL_INIT | NCCL_NET,
             "%s: closed stray connection from %s: %s (more are counted, summed up every %d s)",
-            r->addr, str, rn_rdv_stray_name[why], RN_RDV_LOG_WINDOW_MS / 1000);
+            rn_rdv_name(r), str, rn_rdv_stray_name[why], RN_RDV_LOG_WINDOW_MS / 1000);
   else
     RN_INFO(NCCL_INIT | NCCL_NET,
-            "%s: dropped connection %016llx: %s (more are counted, summed up every %d s)", r->addr,
+            "%s: dropped connection %016llx: %s (more are counted, summed up every %d s)", rn_rdv_name(r),
             (unsigned long long)conn_id, rn_rdv_stray_name[why], RN_RDV_LOG_WINDOW_MS / 1000);
 }
 
@@ -279,12 +291,6 @@ ncclResult_t rn_rdv_create_range(const int *lfds, int nlfds, uint64_t nonce, int
   r->connect_ms = rn_params()->connect_timeout_ms;
   r->hello_ms = rn_params()->hello_timeout_ms;
   if (r->hello_ms > r->connect_ms) r->hello_ms = r->connect_ms;
-  union rn_sockaddr a;
-  socklen_t len = sizeof(a);
-  if (getsockname(lfds[0], &a.sa, &len) == 0)
-    rn_sockaddr_str(&a, r->addr, sizeof(r->addr));
-  else
-    snprintf(r->addr, sizeof(r->addr), "listening socket %d", lfds[0]);
   *out = r;
   return ncclSuccess;
 }
@@ -466,7 +472,7 @@ static void rn_rdv_take(struct rn_rdv *r, struct rn_rdv_socket *s, int64_t now) 
 static void rn_rdv_starved_end(struct rn_rdv *r, int64_t now) {
   if (r->starved.since == 0) return;
   RN_INFO(NCCL_NET, "%s: accept works again after %lld ms without descriptors (%llu attempts)",
-          r->addr, (long long)(now - r->starved.since), (unsigned long long)r->starved.attempts);
+          rn_rdv_name(r), (long long)(now - r->starved.since), (unsigned long long)r->starved.attempts);
   memset(&r->starved, 0, sizeof(r->starved));
 }
 
@@ -480,14 +486,14 @@ static ncclResult_t rn_rdv_starved_note(struct rn_rdv *r, int err, int64_t now) 
     RN_WARN(
         "%s: accept failed: %s; holding %d socket(s) of pending connections, new ones wait in "
         "the backlog; giving up after %lld ms",
-        r->addr, strerror(err), r->nanon + r->group_fds, (long long)r->connect_ms);
+        rn_rdv_name(r), strerror(err), r->nanon + r->group_fds, (long long)r->connect_ms);
   }
   st->attempts++;
   if (now - st->since < r->connect_ms) return ncclSuccess;
   RN_WARN(
       "%s: accept has failed with %s for %lld ms (%llu attempts): out of file descriptors "
       "or socket memory (raise the limit with ulimit -n)",
-      r->addr, strerror(st->err), (long long)(now - st->since), (unsigned long long)st->attempts);
+      rn_rdv_name(r), strerror(st->err), (long long)(now - st->since), (unsigned long long)st->attempts);
   memset(st, 0, sizeof(*st));
   return ncclSystemError;
 }
@@ -515,7 +521,7 @@ static ncclResult_t rn_rdv_accept_some(struct rn_rdv *r, int64_t now) {
         if (err == ECONNABORTED || err == EPROTO) continue;
         if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM)
           return rn_rdv_starved_note(r, err, now);
-        RN_WARN("%s: accept on listening socket %d failed: %s", r->addr, l, strerror(err));
+        RN_WARN("%s: accept on listening socket %d failed: %s", rn_rdv_name(r), l, strerror(err));
         return ncclSystemError;
       }
       budget--;

@@ -161,15 +161,15 @@ static struct rn_tcp_comm *rn_tcp_comm_map(void) {
  * (then it is unmapped).  Kept: the fields' pages, and the first page of
  * each table a comm writes at its first messages: the requests and the
  * control output (every comm), the sender's copy of the posted groups
- * and its unmatched eager messages (a send comm).  At most 5 pages while
- * the fields fit in one; writing a page the kernel took back costs a
+ * and its unmatched eager messages (a send comm; one page while the
+ * start of both does).  At most 5 pages while the fields fit in one; writing a page the kernel took back costs a
  * fault, several system calls' worth. */
 static int rn_tcp_comm_clear(char *base, size_t size, size_t pg) {
   const size_t first[] = {
       offsetof(struct rn_tcp_comm, reqs),
       offsetof(struct rn_tcp_comm, out),
-      offsetof(struct rn_tcp_comm, group),
       offsetof(struct rn_tcp_comm, eager),
+      offsetof(struct rn_tcp_comm, group),
   };
   size_t from = (RN_TCP_COMM_HOT + pg - 1) / pg * pg;
   if (from > size) return -1;

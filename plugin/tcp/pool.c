@@ -375,6 +375,10 @@ static int rn_tcp_pool_matches(const struct rn_tcp_pooled *e, const union rn_soc
          (nlocals < 1 || rn_sockaddr_same_host(&e->addr.ctrl_local, &locals[0]));
 }
 
+/* The reuse hellos' connection ids: the accepting side has no use for
+ * them (the connection is whole), so a count does, without a system call. */
+static _Atomic uint64_t rn_tcp_pool_hellos;
+
 int rn_tcp_pool_take_dial(uint32_t token, const union rn_sockaddr *addrs, int naddrs,
                           const union rn_sockaddr *locals, int nlocals, int tc, uint64_t nonce,
                           struct rn_rdv_conn *conn, struct rn_tcp_addrs *addr) {
@@ -393,7 +397,7 @@ int rn_tcp_pool_take_dial(uint32_t token, const union rn_sockaddr *addrs, int na
                        .version = RN_WIRE_VERSION,
                        .role = RN_ROLE_REUSE,
                        .nonce = nonce,
-                       .conn_id = rn_rdv_random64()}; /* 0 streams: kept alone */
+                       .conn_id = atomic_fetch_add(&rn_tcp_pool_hellos, 1)}; /* unused */
   if (send(e->conn.ctrl_fd, &h, sizeof(h), MSG_DONTWAIT | MSG_NOSIGNAL) != (ssize_t)sizeof(h)) {
     RN_INFO(NCCL_NET, "kept connection to %s closed: its reuse hello did not go out: %s", e->name,
             strerror(errno));

@@ -474,8 +474,10 @@ struct rn_tcp_comm {
   _Alignas(64) char in_space[RN_TCP_IN_BUF]; /* `in` points here */
   struct rn_tcp_req reqs[RN_TCP_NREQS];
   struct rn_tcp_ctl_out out[RN_TCP_OUT_QUEUE];
-  struct rn_tcp_group group[RN_TCP_RING];
+  /* A send comm's first eager message and clear-to-send write the start
+   * of these two: next to each other, that is one page. */
   struct rn_tcp_eager eager[RN_TCP_EAGER_WINDOW]; /* unmatched, in send order */
+  struct rn_tcp_group group[RN_TCP_RING];
   char discard_space[RN_TCP_EAGER_WIRE_MAX]; /* `discard` points here */
 };
 

@@ -240,6 +240,8 @@ static ncclResult_t rn_tcp_connect(const struct rn_rails *r, const struct rn_han
                             k->plan.nlocals, k->tc, k->nonce, &k->conn, &k->kept)) {
     k->pooled = 1;
     k->stage = RN_TCP_CONNECT_AWAIT_ACK;
+    *state = k; /* the accept byte cannot be there yet: read at the next call */
+    return ncclSuccess;
   }
   if (k->dial == NULL && k->stage == RN_TCP_CONNECT_DIAL) {
     if (k->retry_at_ms != 0 && rn_clock_ms() < k->retry_at_ms) {
