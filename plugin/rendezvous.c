@@ -253,8 +253,9 @@ static void rn_rdv_stray_note(struct rn_rdv *r, enum rn_rdv_stray why,
             rn_rdv_name(r), str, rn_rdv_stray_name[why], RN_RDV_LOG_WINDOW_MS / 1000);
   else
     RN_INFO(NCCL_INIT | NCCL_NET,
-            "%s: dropped connection %016llx: %s (more are counted, summed up every %d s)", rn_rdv_name(r),
-            (unsigned long long)conn_id, rn_rdv_stray_name[why], RN_RDV_LOG_WINDOW_MS / 1000);
+            "%s: dropped connection %016llx: %s (more are counted, summed up every %d s)",
+            rn_rdv_name(r), (unsigned long long)conn_id, rn_rdv_stray_name[why],
+            RN_RDV_LOG_WINDOW_MS / 1000);
 }
 
 static void rn_rdv_socket_drop(struct rn_rdv *r, const struct rn_rdv_socket *s,
@@ -472,7 +473,8 @@ static void rn_rdv_take(struct rn_rdv *r, struct rn_rdv_socket *s, int64_t now) 
 static void rn_rdv_starved_end(struct rn_rdv *r, int64_t now) {
   if (r->starved.since == 0) return;
   RN_INFO(NCCL_NET, "%s: accept works again after %lld ms without descriptors (%llu attempts)",
-          rn_rdv_name(r), (long long)(now - r->starved.since), (unsigned long long)r->starved.attempts);
+          rn_rdv_name(r), (long long)(now - r->starved.since),
+          (unsigned long long)r->starved.attempts);
   memset(&r->starved, 0, sizeof(r->starved));
 }
 
@@ -493,7 +495,8 @@ static ncclResult_t rn_rdv_starved_note(struct rn_rdv *r, int err, int64_t now) 
   RN_WARN(
       "%s: accept has failed with %s for %lld ms (%llu attempts): out of file descriptors "
       "or socket memory (raise the limit with ulimit -n)",
-      rn_rdv_name(r), strerror(st->err), (long long)(now - st->since), (unsigned long long)st->attempts);
+      rn_rdv_name(r), strerror(st->err), (long long)(now - st->since),
+      (unsigned long long)st->attempts);
   memset(st, 0, sizeof(*st));
   return ncclSystemError;
 }

@@ -75,7 +75,8 @@ void rn_tcp_comm_streamy(struct rn_tcp_comm *c) {
 void rn_tcp_comm_sweep_idle(void) {
   const int64_t idle = rn_params()->socket_idle_ms;
   if (idle == 0) return;
-  int64_t now = rn_clock_ms(), next = atomic_load_explicit(&rn_tcp_next_sweep_ms, memory_order_relaxed);
+  int64_t now = rn_clock_ms(),
+          next = atomic_load_explicit(&rn_tcp_next_sweep_ms, memory_order_relaxed);
   if (now < next) return;
   const int64_t every = idle / 4 > 100 ? idle / 4 : 100;
   if (!atomic_compare_exchange_strong(&rn_tcp_next_sweep_ms, &next, now + every)) return;

@@ -518,8 +518,8 @@ static ncclResult_t rn_tcp_on_down(struct rn_tcp_comm *c, const struct rn_tcp_do
   static const char what[] = "streams-down";
   const uint32_t all = c->nstreams >= 32 ? UINT32_MAX : (1u << c->nstreams) - 1;
   if ((d->p.flags != 0 && d->p.flags != RN_TCP_DOWN_IDLE) || d->p.plen != 0 || d->reserved != 0)
-    return RN_TCP_VIOLATION(c, what, "flags/plen/reserved", "%u/%u/%u, expected %s/0/0",
-                            d->p.flags, d->p.plen, d->reserved, "0 or 1 (IDLE)");
+    return RN_TCP_VIOLATION(c, what, "flags/plen/reserved", "%u/%u/%u, expected %s/0/0", d->p.flags,
+                            d->p.plen, d->reserved, "0 or 1 (IDLE)");
   if (d->msg != c->msg_in)
     return RN_TCP_VIOLATION(c, what, "msg", "%u, expected %u", d->msg, c->msg_in);
   if (d->p.flags == RN_TCP_DOWN_IDLE) return rn_tcp_lazy_on_idle(c, d);

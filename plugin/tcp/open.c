@@ -29,8 +29,8 @@
 _Static_assert(RN_TCP_STREAMS_ADDRS >= RN_TCP_MAX_ADDRS, "STREAMS holds a handle's addresses");
 
 void rn_tcp_plan_streams(const union rn_sockaddr *peer, int n, int peer_standby,
-                         const union rn_sockaddr *dev, int ndev, int dev_standby,
-                         const char *name, struct rn_tcp_plan *out) {
+                         const union rn_sockaddr *dev, int ndev, int dev_standby, const char *name,
+                         struct rn_tcp_plan *out) {
   memset(out, 0, sizeof(*out));
   memcpy(out->addrs, peer, sizeof(*peer) * (size_t)(n + (peer_standby ? 1 : 0)));
   out->naddrs = n;
@@ -86,8 +86,8 @@ ncclResult_t rn_tcp_lazy_want(struct rn_tcp_comm *c, size_t size) {
   return rn_tcp_ctl_flush(c);
 }
 
-void rn_tcp_lazy_defer(struct rn_tcp_comm *c, struct rn_tcp_req *r, const char *data,
-                       uint32_t grid, uint64_t seq, uint32_t idx) {
+void rn_tcp_lazy_defer(struct rn_tcp_comm *c, struct rn_tcp_req *r, const char *data, uint32_t grid,
+                       uint64_t seq, uint32_t idx) {
   struct rn_tcp_lazy *z = &c->lazy;
   r->later_data = data;
   r->later_grid = grid;

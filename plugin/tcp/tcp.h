@@ -341,18 +341,18 @@ enum rn_tcp_lazy_state {
   RN_TCP_STREAMS_CLOSING,  /* recv: closed idle by the sender, read to their end */
 };
 struct rn_tcp_lazy {
-  int state;        /* enum rn_tcp_lazy_state */
-  int64_t since_ms; /* the state began */
-  int64_t used_ms;  /* send: a streamed message was last queued */
-  int reopen;       /* recv: an OPEN came while CLOSING: answered once drained */
-  unsigned opened;  /* times the streams were opened */
-  int expect;       /* send: the streams it will have, for chunk grids before they open */
+  int state;             /* enum rn_tcp_lazy_state */
+  int64_t since_ms;      /* the state began */
+  int64_t used_ms;       /* send: a streamed message was last queued */
+  int reopen;            /* recv: an OPEN came while CLOSING: answered once drained */
+  unsigned opened;       /* times the streams were opened */
+  int expect;            /* send: the streams it will have, for chunk grids before they open */
   uint64_t inline_bytes; /* messages above SOCKET_INLINE that went inline while they opened */
   struct rn_tcp_req *later, *later_tail; /* send: sends whose chunks wait for the streams */
-  int standby_set;  /* the device's standby NIC, whose rail is the standby */
+  int standby_set;                       /* the device's standby NIC, whose rail is the standby */
   union rn_sockaddr standby_addr;
   union {
-    struct { /* send */
+    struct {                                  /* send */
       union rn_sockaddr locals[RN_MAX_RAILS]; /* the device's rails, its standby last */
       int nlocals, local_standby;
       struct rn_tcp_plan plan; /* from STREAMS */
@@ -360,7 +360,7 @@ struct rn_tcp_lazy {
       struct rn_rdv_dial *dial;
       int64_t retry_ms;
     } tx;
-    struct { /* recv */
+    struct {                               /* recv */
       union rn_sockaddr lis[RN_MAX_RAILS]; /* where the listen comm listened, its standby last */
       int nlis, lis_standby;
       int lfd[RN_MAX_RAILS], nlfd; /* listening for the streams */
@@ -431,8 +431,8 @@ struct rn_tcp_comm {
   /* What comm creation writes ends here, within the first page; an idle
    * comm's pages of the fields after it are never touched (the comm is
    * mapped zero-filled, see comm.c). */
-  struct rn_tcp_lazy lazy;               /* the data streams opened and closed (open.c) */
-  struct rn_tcp_move move;               /* the control connection's way to another rail */
+  struct rn_tcp_lazy lazy; /* the data streams opened and closed (open.c) */
+  struct rn_tcp_move move; /* the control connection's way to another rail */
   /* [nrails], at most RN_MAX_RAILS, from the heap (rails.c); a standby's
    * among them (a handle has room for one only beside at most 4 rails) */
   struct rn_tcp_rail *rail;
@@ -504,15 +504,15 @@ int rn_tcp_if_match(const char *spec, const char *name);
  * sides have one and as many rails (else one INFO naming `name`, unless
  * NULL). */
 void rn_tcp_plan_streams(const union rn_sockaddr *peer, int n, int peer_standby,
-                         const union rn_sockaddr *dev, int ndev, int dev_standby,
-                         const char *name, struct rn_tcp_plan *out);
+                         const union rn_sockaddr *dev, int ndev, int dev_standby, const char *name,
+                         struct rn_tcp_plan *out);
 void rn_tcp_plan_drop_standby(struct rn_tcp_plan *p);
 /* Send, caller: a message of size bytes needs the streams: OPEN, once. */
 ncclResult_t rn_tcp_lazy_want(struct rn_tcp_comm *c, size_t size);
 /* Send, caller: streamed send r was announced before the streams are
  * open; its chunks are queued once they are. */
-void rn_tcp_lazy_defer(struct rn_tcp_comm *c, struct rn_tcp_req *r, const char *data,
-                       uint32_t grid, uint64_t seq, uint32_t idx);
+void rn_tcp_lazy_defer(struct rn_tcp_comm *c, struct rn_tcp_req *r, const char *data, uint32_t grid,
+                       uint64_t seq, uint32_t idx);
 /* The messages (control.c parses them). */
 ncclResult_t rn_tcp_lazy_on_open(struct rn_tcp_comm *c, const struct rn_tcp_open *m);
 ncclResult_t rn_tcp_lazy_on_streams(struct rn_tcp_comm *c, const struct rn_tcp_streams *m);

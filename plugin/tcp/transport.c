@@ -336,8 +336,9 @@ static ncclResult_t rn_tcp_connect(const struct rn_rails *r, const struct rn_han
           k->peer, c->nstreams > 0 ? c->nstreams : c->lazy.expect,
           k->pooled == 1 ? "a kept connection" : "dialed", c->nthreads,
           (long long)rn_params()->socket_timeout_ms,
-          c->nstreams > 0 ? "" : "; the streams open at its first message above "
-                                 "RAILNET_SOCKET_INLINE");
+          c->nstreams > 0 ? ""
+                          : "; the streams open at its first message above "
+                            "RAILNET_SOCKET_INLINE");
   if (k->tc >= 0 && (res = rn_tcp_comm_set_class(c, k->tc, 0)) != ncclSuccess) {
     atomic_store(&c->error, res); /* its sockets' class is unknown: never kept */
     rn_tcp_comm_free(c);

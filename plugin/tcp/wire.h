@@ -20,15 +20,15 @@
 #include "railnet/sock.h"
 
 enum rn_tcp_msg_type {
-  RN_TCP_MSG_CTS = 1,    /* clear-to-send: receiver -> sender, control connection */
-  RN_TCP_MSG_DATA = 2,   /* a message's header (+ inline payload): sender -> receiver, control */
-  RN_TCP_MSG_CHUNK = 3,  /* a piece of a streamed message: sender -> receiver, data stream */
-  RN_TCP_MSG_ACK = 4,    /* a streamed message landed whole: receiver -> sender, control */
-  RN_TCP_MSG_DOWN = 5,   /* data streams the sender gave up: sender -> receiver, control */
-  RN_TCP_MSG_OFFER = 6,  /* where to reconnect them: receiver -> sender, control */
-  RN_TCP_MSG_RESUME = 7, /* first on a moved control connection: both ways */
-  RN_TCP_MSG_BYE = 8,    /* the last message of a comm that closed quiescent: both ways */
-  RN_TCP_MSG_WANT = 9,   /* a send waits for a clear-to-send: sender -> receiver, control */
+  RN_TCP_MSG_CTS = 1,      /* clear-to-send: receiver -> sender, control connection */
+  RN_TCP_MSG_DATA = 2,     /* a message's header (+ inline payload): sender -> receiver, control */
+  RN_TCP_MSG_CHUNK = 3,    /* a piece of a streamed message: sender -> receiver, data stream */
+  RN_TCP_MSG_ACK = 4,      /* a streamed message landed whole: receiver -> sender, control */
+  RN_TCP_MSG_DOWN = 5,     /* data streams the sender gave up: sender -> receiver, control */
+  RN_TCP_MSG_OFFER = 6,    /* where to reconnect them: receiver -> sender, control */
+  RN_TCP_MSG_RESUME = 7,   /* first on a moved control connection: both ways */
+  RN_TCP_MSG_BYE = 8,      /* the last message of a comm that closed quiescent: both ways */
+  RN_TCP_MSG_WANT = 9,     /* a send waits for a clear-to-send: sender -> receiver, control */
   RN_TCP_MSG_OPEN = 10,    /* open the data streams: sender -> receiver, control */
   RN_TCP_MSG_STREAMS = 11, /* where to dial them: receiver -> sender, control */
 };
@@ -215,7 +215,7 @@ struct rn_tcp_open {
 struct rn_tcp_streams {
   struct rn_tcp_prefix p;
   uint64_t nonce;
-  uint32_t msg;    /* control messages in this direction count from 0 (shared with CTS, ACK, OFFER) */
+  uint32_t msg; /* control messages in this direction count from 0 (shared with CTS, ACK, OFFER) */
   uint32_t nrails; /* 1 .. RN_TCP_STREAMS_ADDRS */
   struct rn_wire_addr addr[RN_TCP_STREAMS_ADDRS];
   uint32_t crc;

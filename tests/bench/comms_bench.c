@@ -580,14 +580,15 @@ int main(int argc, char **argv) {
                       .iters = iters < 20 ? iters : 20,
                       .mode = MODE_FIRST,
                       .first_size = 16u << 20};
-      if (run_one(&c, version, lazy ? "RAILNET_SOCKET_POOL=0" : "RAILNET_SOCKET_POOL=0,RAILNET_SOCKET_LAZY=0",
+      if (run_one(&c, version,
+                  lazy ? "RAILNET_SOCKET_POOL=0" : "RAILNET_SOCKET_POOL=0,RAILNET_SOCKET_LAZY=0",
                   &r, why, sizeof why) != 0) {
         printf("%-26s failed: %s\n", lazy ? "streams on demand" : "streams at connect", why);
         return 1;
       }
       if (!lazy) anchor16 = r.first_us;
-      printf("%-26s %12.1f %10.2f\n", lazy ? "streams on demand" : "streams at connect",
-             r.first_us, anchor16 > 0 ? r.first_us / anchor16 : 0);
+      printf("%-26s %12.1f %10.2f\n", lazy ? "streams on demand" : "streams at connect", r.first_us,
+             anchor16 > 0 ? r.first_us / anchor16 : 0);
     }
   }
   rn_loadavg(load, sizeof load);

@@ -86,7 +86,8 @@ static void lazy_round(struct rn_net *n, const char *threads) {
 
   int opened = rn_log_watch("data streams open over");
   int good = 0;
-  for (int k = 0; ok && k < 100; k++) good += rn_net_pair_transfer(n, p.sc, p.rc, 1 + (size_t)k * 650, k) == 0;
+  for (int k = 0; ok && k < 100; k++)
+    good += rn_net_pair_transfer(n, p.sc, p.rc, 1 + (size_t)k * 650, k) == 0;
   int small = open_sockets() - base;
   tap_result(good == 100 && small == 2 && rn_log_seen(opened) == 0,
              "%s: 100 messages of 1 B .. 64 KiB, verified (%d): no data stream opens (%d sockets)",
@@ -120,8 +121,8 @@ static void lazy_round(struct rn_net *n, const char *threads) {
         rn_net_pair_transfer(n, p.sc, p.rc, BIG, 401) == 0;
   open_fds = open_sockets() - base;
   tap_result(big && open_fds == 2 + 2 * NSTREAMS && rn_log_seen(opened) == 4,
-             "%s: the next 16 MiB messages open them again and arrive verified (%d sockets)",
-             mode, open_fds);
+             "%s: the next 16 MiB messages open them again and arrive verified (%d sockets)", mode,
+             open_fds);
 
   /* Quiet: no call on this pair at all; another pair's calls sweep it. */
   struct pair q;

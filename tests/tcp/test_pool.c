@@ -282,8 +282,8 @@ int main(int argc, char **argv) {
    * or, while they open, the receiver's listener for them; no control
    * connection. */
   const int streams = (int)rn_env_long("RAILNET_SOCKET_NSTREAMS", 4);
-  tap_result(ok && rn_log_seen(w_reused) == 2 && rn_log_seen(w_dialed) == 2 &&
-                 fds_open > fds && fds_open <= fds + 2 + 2 * streams,
+  tap_result(ok && rn_log_seen(w_reused) == 2 && rn_log_seen(w_dialed) == 2 && fds_open > fds &&
+                 fds_open <= fds + 2 + 2 * streams,
              "the next pair takes the kept connection on both sides, opens no socket but its "
              "listener and its %d data streams, and moves 8 B .. 1 MiB verified (%s; reused %d, "
              "descriptors %d then %d)",
