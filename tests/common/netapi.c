@@ -551,20 +551,25 @@ int rn_net_pair_transfer(struct rn_net *n, void *sc, void *rc, size_t len, int t
   return rcode;
 }
 
-int rn_net_self_transfer(struct rn_net *n, int dev, size_t len) {
+ncclResult_t rn_net_self_connect(struct rn_net *n, int dev, void **lc, void **sc, void **rc) {
   char handle[NCCL_NET_HANDLE_MAXSIZE];
-  void *lc = NULL, *sc = NULL, *rc = NULL;
-  if (rn_net_listen(n, dev, handle, &lc) != ncclSuccess) return -1;
+  *lc = *sc = *rc = NULL;
+  ncclResult_t r = rn_net_listen(n, dev, handle, lc);
   double end = rn_deadline(20);
-  int rcode = 0;
-  while ((sc == NULL || rc == NULL) && now_s() < end && rcode == 0) {
-    if (sc == NULL && rn_net_connect(n, dev, handle, &sc) != ncclSuccess) rcode = -1;
-    if (rc == NULL && rn_net_accept(n, lc, &rc) != ncclSuccess) rcode = -1;
+  while (r == ncclSuccess && (*sc == NULL || *rc == NULL) && now_s() < end) {
+    if (*sc == NULL) r = rn_net_connect(n, dev, handle, sc);
+    if (r == ncclSuccess && *rc == NULL) r = rn_net_accept(n, *lc, rc);
   }
+  return r == ncclSuccess && (*sc == NULL || *rc == NULL) ? ncclInternalError : r;
+}
+
+int rn_net_self_transfer(struct rn_net *n, int dev, size_t len) {
+  void *lc = NULL, *sc = NULL, *rc = NULL;
+  int rcode = rn_net_self_connect(n, dev, &lc, &sc, &rc) == ncclSuccess ? 0 : -1;
   if (rcode == 0 && rn_net_pair_transfer(n, sc, rc, len, 3) != 0) rcode = -1;
   if (sc != NULL && rn_net_close_send(n, sc) != ncclSuccess) rcode = -1;
   if (rc != NULL && rn_net_close_recv(n, rc) != ncclSuccess) rcode = -1;
-  if (rn_net_close_listen(n, lc) != ncclSuccess) rcode = -1;
+  if (lc != NULL && rn_net_close_listen(n, lc) != ncclSuccess) rcode = -1;
   return rcode;
 }
 

@@ -183,6 +183,9 @@ const char *rn_result_str(ncclResult_t r);
  * pattern and checks them; every call's result is checked and everything
  * opened is closed.  0 ok, -1 not (bounded by rn_deadline(20)). */
 int rn_net_self_transfer(struct rn_net *n, int dev, size_t len);
+/* Listen on dev, then connect and accept in this process: a pair (its
+ * listen comm left open), or an error (bounded by rn_deadline(20)). */
+ncclResult_t rn_net_self_connect(struct rn_net *n, int dev, void **lc, void **sc, void **rc);
 /* The same over a connected pair (send comm sc, receive comm rc), with
  * this tag; nothing is closed. */
 int rn_net_pair_transfer(struct rn_net *n, void *sc, void *rc, size_t len, int tag);

@@ -45,15 +45,7 @@ static int open_sockets(void) {
 }
 
 static ncclResult_t open_pair(struct rn_net *n, struct pair *p) {
-  char handle[NCCL_NET_HANDLE_MAXSIZE];
-  memset(p, 0, sizeof(*p));
-  ncclResult_t r = rn_net_listen(n, 0, handle, &p->lc);
-  double end = rn_deadline(20);
-  while (r == ncclSuccess && (p->sc == NULL || p->rc == NULL) && now_s() < end) {
-    if (p->sc == NULL) r = rn_net_connect(n, 0, handle, &p->sc);
-    if (r == ncclSuccess && p->rc == NULL) r = rn_net_accept(n, p->lc, &p->rc);
-  }
-  if (r == ncclSuccess && (p->sc == NULL || p->rc == NULL)) r = ncclInternalError;
+  ncclResult_t r = rn_net_self_connect(n, 0, &p->lc, &p->sc, &p->rc);
   /* NCCL closes a listen comm once it accepted. */
   if (p->lc != NULL && rn_net_close_listen(n, p->lc) != ncclSuccess) r = ncclInternalError;
   p->lc = NULL;
