@@ -20,7 +20,8 @@
 #define NSTREAMS 3
 #define BIG (16u << 20)  /* above RN_TCP_OPEN_INLINE: waits for the streams */
 #define FIRST (1u << 20) /* at most RN_TCP_OPEN_INLINE: inline while they open */
-#define IDLE_MS 300
+#define IDLE_MS 300 /* x rn_timeout_scale(): a slow run (memcheck) must not go idle mid-test */
+static int idle_ms;
 
 struct pair {
   void *lc, *sc, *rc;
@@ -95,7 +96,7 @@ static void lazy_round(struct rn_net *n, const char *threads) {
 
   /* Idle: a small message now and then keeps both sides calling. */
   int closed = rn_log_watch("data streams closed");
-  usleep(IDLE_MS * 1000);
+  usleep((useconds_t)idle_ms * 1000);
   int idle_fds = -1, n_small = 0;
   double end = rn_deadline(20);
   while (ok && now_s() < end) {
@@ -143,7 +144,8 @@ int main(void) {
   setenv("RAILNET_SOCKET_NSTREAMS", "3", 1);
   setenv("RAILNET_SOCKET_POOL", "0", 1); /* a closed pair gives back every socket */
   char idle[16];
-  snprintf(idle, sizeof idle, "%d", IDLE_MS);
+  idle_ms = (int)(IDLE_MS * rn_timeout_scale());
+  snprintf(idle, sizeof idle, "%d", idle_ms);
   setenv("RAILNET_SOCKET_IDLE_MS", idle, 1);
   tap_plan(16);
   char err[256];

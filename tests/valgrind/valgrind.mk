@@ -6,7 +6,8 @@
 #   regression, the MR cache, and the conformance suite again with helper
 #   threads moving the TCP streams (tests/tcp/helpers.sh, through v11),
 #   the progress engine's churn, close-while-busy and fork test, connection
-#   reuse (kept connections, bytes out of turn, fork, bounds),
+#   reuse (kept connections, bytes out of turn, fork, bounds), data streams
+#   opened on demand and closed idle (helpers off and on),
 #   and the v12 rail/plane ids and 8-device fusion (tests/core/v12-ids.sh).
 # Not under memcheck: the IPv6, tiny-chunk and small-message-flood variants
 # (the same code as above with other parameters), the topo tests (pure
@@ -17,7 +18,8 @@
 VALGRIND_PROGS += $(BUILD)/tests/conformance-test $(BUILD)/tests/fault-test \
   $(BUILD)/tests/core/test_vdev $(BUILD)/tests/core/test_make_vdevice \
   $(BUILD)/tests/tcp/test_eager_oversize $(BUILD)/tests/ib/test_mr_cache \
-  $(BUILD)/tests/params/test_params $(BUILD)/tests/tcp/test_engine $(BUILD)/tests/tcp/test_pool
+  $(BUILD)/tests/params/test_params $(BUILD)/tests/tcp/test_engine $(BUILD)/tests/tcp/test_pool \
+  $(BUILD)/tests/tcp/test_lazy
 VALGRIND_SCRIPTS += tests/tcp/helpers.sh tests/core/v12-ids.sh
 
 .PHONY: valgrind
