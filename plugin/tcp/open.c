@@ -14,7 +14,7 @@
  * join the comm on each side once dialled and admitted.  Closing is the
  * sender's: with nothing in flight it sends DOWN with IDLE and closes its
  * streams after their last bytes; the receiver reads each to its end and
- * lets them go.  Everything here runs on the caller's thread under
+ * lets them go.  A comm of several rails keeps them.  Everything here runs on the caller's thread under
  * c->lock. */
 #include <errno.h>
 #include <stdio.h>
@@ -321,10 +321,17 @@ static void rn_tcp_lazy_closed(struct rn_tcp_comm *c, const char *why) {
           c->is_recv ? "receive" : "send", c->peer, c->base.vdev, n, why);
 }
 
+/* A comm of several rails keeps its streams: they carry its failover, and
+ * opening them again after a rail died meanwhile would fail. */
+static int rn_tcp_lazy_keeps(const struct rn_tcp_comm *c) {
+  return c->is_recv ? c->move.enabled : c->nrails > 1;
+}
+
 static ncclResult_t rn_tcp_lazy_idle(struct rn_tcp_comm *c, int64_t now) {
   struct rn_tcp_lazy *z = &c->lazy;
   const int64_t idle = rn_params()->socket_idle_ms;
-  if (idle == 0 || now - z->used_ms < idle || !rn_tcp_ctl_room(c) || !rn_tcp_lazy_quiet(c))
+  if (idle == 0 || rn_tcp_lazy_keeps(c) || now - z->used_ms < idle || !rn_tcp_ctl_room(c) ||
+      !rn_tcp_lazy_quiet(c))
     return ncclSuccess;
   const uint32_t all = c->nstreams >= 32 ? UINT32_MAX : (1u << c->nstreams) - 1;
   struct rn_tcp_down d = {.msg = c->msg_out, .streams = all};
@@ -391,6 +398,7 @@ ncclResult_t rn_tcp_lazy_progress(struct rn_tcp_comm *c) {
 
 int rn_tcp_lazy_sweep(struct rn_tcp_comm *c, int64_t now) {
   struct rn_tcp_lazy *z = &c->lazy;
+  if (z->state == RN_TCP_STREAMS_UP && rn_tcp_lazy_keeps(c)) return 0; /* never idle */
   if (atomic_load(&c->error) == ncclSuccess) {
     /* Errors surface through the comm's own calls. */
     if (!c->is_recv && z->state == RN_TCP_STREAMS_UP &&
