@@ -101,8 +101,8 @@ void rn_tcp_comm_sweep_idle(void) {
  * AddressSanitizer it comes from the heap, where overruns are caught.
  *
  * A freed comm's mapping is kept for the next (up to RN_TCP_COMM_CACHE):
- * its fields (up to RN_TCP_COMM_HOT) and the first pages of its requests
- * and control output cleared, the rest of its tables handed back to the kernel
+ * its fields (up to RN_TCP_COMM_HOT) and the first pages of the tables a
+ * comm writes first (rn_tcp_comm_clear) cleared, the rest handed back to the kernel
  * (MADV_DONTNEED: zero-filled again when next touched), so it is what a
  * new mapping would be, without the page faults of what every comm
  * writes, which cost a new comm more than all its system calls on some

@@ -2,7 +2,9 @@
  * streams and helper threads, and the calls between the transport's files.
  * The wire format is wire.h; PROTOCOL.md specifies it.
  *
- * One control connection plus N data streams per comm.  Receiver-driven,
+ * One control connection plus N data streams per comm, the streams opened
+ * with the first message that needs them and closed when idle (open.c).
+ * Receiver-driven,
  * like the verbs path: irecv sends a clear-to-send (CTS) with the posted
  * sizes and tags on the control connection; isend matches it by tag.
  * Messages up to RAILNET_SOCKET_INLINE bytes travel inline behind a header
@@ -56,8 +58,9 @@
  * to each of them): transport.c the table and lifecycle (init/fini,
  * listen, connect, accept, close, registration), comm.c comms (create,
  * free, the list of open ones), control.c the control connection
- * (output queue, parsing and checking, matching), streams.c the data
- * streams, engine.c the helper threads that drive them, p2p.c requests and isend/irecv/test,
+ * (output queue, parsing and checking, matching), open.c the data
+ * streams opened and closed, streams.c the data streams' traffic,
+ * engine.c the helper threads that drive them, p2p.c requests and isend/irecv/test,
  * fail.c failing a comm, wire.c header checksums, iface.c interface
  * discovery. */
 #ifndef RN_TCP_H
