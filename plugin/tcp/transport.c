@@ -326,6 +326,13 @@ static ncclResult_t rn_tcp_connect(const struct rn_rails *r, const struct rn_han
   c->lazy.u.tx.nlocals = k->ndev;
   c->lazy.u.tx.local_standby = k->dev_standby;
   c->lazy.expect = k->expect;
+  /* Before its streams open, as they will be (rn_tcp_rails_init): a
+   * message announced meanwhile asks for its ACK on a comm of several
+   * rails, so its chunks can go again over another. */
+  if (c->nstreams == 0) {
+    const int64_t ack = rn_params()->rail_ack;
+    c->ack = ack < 0 ? k->ndev > 1 : ack == 1;
+  }
   if (k->plan.standby) {
     c->lazy.standby_set = 1;
     c->lazy.standby_addr = k->plan.locals[k->plan.nlocals - 1];
