@@ -47,7 +47,7 @@ static void rn_tcp_rail_sockets(const struct rn_tcp_comm *c, const struct rn_tcp
 void rn_tcp_rails_start(struct rn_tcp_comm *c) {
   int64_t now = rn_clock_ms();
   c->id = atomic_fetch_add(&rn_tcp_comm_ids, 1) + 1;
-  c->created_ms = c->sample_ms = c->stats_ms = c->landed_ms = now;
+  c->created_ms = c->sample_ms = c->stats_ms = c->landed_ms = c->lazy.ctl_ms = now;
 }
 
 int rn_tcp_rails_init(struct rn_tcp_comm *c) {
@@ -170,11 +170,39 @@ static int rn_tcp_rail_busy(const struct rn_tcp_rail *r) {
 
 /* Refresh every rail's estimate (send side: from TCP's acknowledgements
  * while busy; receive side: from the bytes that landed). */
+/* The control connection of a comm whose control connection cannot move
+ * (one rail) carries messages of any size while its data streams open
+ * (open.c): the bound on a rail that stopped delivering holds for it too.
+ * Send: bytes written and none acknowledged since; receive: a message
+ * half read, or a streamed one announced before the streams opened, and
+ * no byte since. */
+static void rn_tcp_ctl_sample(struct rn_tcp_comm *c, int64_t now, int64_t limit) {
+  struct rn_tcp_lazy *z = &c->lazy;
+  uint64_t mark = c->move.rx, outq = 0;
+  int busy = c->rx_left > 0 || c->in_len > 0 ||
+             (c->nrails == 0 && atomic_load(&c->stream_work) != 0);
+  if (!c->is_recv) {
+    busy = rn_tcp_fd_tx(c->ctrl_fd, &mark, &outq) == 0 && outq > 0;
+    busy |= c->out_head != c->out_tail && c->out_lazy == 0;
+  }
+  if (!busy || mark != z->ctl_mark) {
+    z->ctl_mark = mark;
+    z->ctl_ms = now;
+  } else if (now - z->ctl_ms >= limit) {
+    rn_tcp_fail(c, ncclRemoteError,
+                "control connection: no byte %s for %lld ms with a message in flight "
+                "(RAILNET_RAIL_TIMEOUT_MS)",
+                c->is_recv ? "arrived" : "acknowledged", (long long)(now - z->ctl_ms));
+  }
+}
+
 static void rn_tcp_rails_sample(struct rn_tcp_comm *c, int64_t now) {
   double dt = (double)(now - c->sample_ms) / 1000.0;
   c->sample_ms = now;
   if (dt <= 0) return;
   const int64_t limit = rn_params()->rail_timeout_ms;
+  if (!c->move.enabled) rn_tcp_ctl_sample(c, now, limit);
+  if (c->nrails == 0) return;
   if (c->is_recv) {
     int live = 0, lost = 0;
     for (int i = 0; i < c->nrails; i++) {

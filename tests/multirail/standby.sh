@@ -10,7 +10,8 @@
 #    back (one INFO) and veth0 carrying bytes again, by the plugin's
 #    per-rail counters (RAILNET_STATS), not by timing.
 #  - veth0 and then the standby down: an error on both sides within the
-#    bound, no hang; with RAILNET_STANDBY=0 veth0 down alone does that.
+#    bound, no hang; with RAILNET_STANDBY=0 veth0 down alone does that, also
+#    50 ms in, while the comm's data streams open.
 # Every isend/irecv/test return code is checked by multirail-xfer.  Time
 # bounds only turn hangs into failures (x RN_TIMEOUT_SCALE).
 # Skips (before any test) only without root, ip, tc, network namespaces,
@@ -104,7 +105,7 @@ show() { # LOG
   grep -E 'WARN' "$OUT/$1.err" | tail -5 | cut -c1-300 | details
 }
 
-echo "1..9"
+echo "1..10"
 
 # 1. the testbed, and its topology with veth1 as the standby
 if "$RB" --name "$NAME" up --rails 2 --rate 300 >"$OUT/up.log" 2>&1 &&
@@ -114,7 +115,7 @@ else
   result NOTOK "railbed up failed"
   details "$OUT/up.log"
   i=2
-  while [ $i -le 9 ]; do result NOTOK "not run: no testbed"; i=$((i + 1)); done
+  while [ $i -le 10 ]; do result NOTOK "not run: no testbed"; i=$((i + 1)); done
   exit 1
 fi
 
@@ -213,6 +214,23 @@ else
     result NOTOK "RAILNET_STANDBY=0, veth0 down at 1 s: an error on both sides (exit $rc0; device lines with standby=none: $ndev of 2; lines naming a standby: $sb)"
     show off
   fi
+fi
+
+# 7b. the same, veth0 down 50 ms in, while the comm's data streams open
+# and its first messages go inline on the control connection: the bound
+# holds there too
+if [ -n "$pid0" ] && "$RB" --name "$NAME0" up-link 0 >/dev/null 2>&1 && link_up "$NAME0" 0; then
+  XENV=RAILNET_STANDBY=0 xfer "$NAME0" "$OUT/topo0.xml" early 1 --bytes 192M --interval 0.5 \
+    --timeout $((1 + BOUND)) --at "0.05:$RB --name $NAME0 down 0"
+  rc=$?
+  if [ $rc -eq 1 ] && grep -q '^result status=error receiver=error.* sender=error' "$OUT/early.log"; then
+    result OK "RAILNET_STANDBY=0, veth0 down 50 ms in, while the data streams open: an error on both sides within $((1 + BOUND)) s"
+  else
+    result NOTOK "RAILNET_STANDBY=0, veth0 down 50 ms in, while the data streams open: an error on both sides (exit $rc)"
+    show early
+  fi
+else
+  result NOTOK "second testbed: veth0 not up again for the early cut"
 fi
 
 # 8. a standby that cannot be reached at connect (its link down): the
