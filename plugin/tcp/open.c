@@ -327,7 +327,7 @@ static int rn_tcp_lazy_keeps(const struct rn_tcp_comm *c) {
   return c->is_recv ? c->move.enabled : c->nrails > 1;
 }
 
-static ncclResult_t rn_tcp_lazy_idle(struct rn_tcp_comm *c, int64_t now) {
+ncclResult_t rn_tcp_lazy_idle(struct rn_tcp_comm *c, int64_t now) {
   struct rn_tcp_lazy *z = &c->lazy;
   const int64_t idle = rn_params()->socket_idle_ms;
   if (idle == 0 || rn_tcp_lazy_keeps(c) || now - z->used_ms < idle || !rn_tcp_ctl_room(c) ||
@@ -389,7 +389,7 @@ ncclResult_t rn_tcp_lazy_progress(struct rn_tcp_comm *c) {
     case RN_TCP_STREAMS_UP:
       if (c->is_recv) return ncclSuccess;
       if (z->later != NULL) rn_tcp_lazy_launch(c);
-      return rn_tcp_lazy_idle(c, rn_clock_ms());
+      return ncclSuccess; /* idle: rn_tcp_rails_tick */
     case RN_TCP_STREAMS_CLOSING:
       return rn_tcp_lazy_drained(c);
   }
@@ -401,9 +401,8 @@ int rn_tcp_lazy_sweep(struct rn_tcp_comm *c, int64_t now) {
   if (z->state == RN_TCP_STREAMS_UP && rn_tcp_lazy_keeps(c)) return 0; /* never idle */
   if (atomic_load(&c->error) == ncclSuccess) {
     /* Errors surface through the comm's own calls. */
-    if (!c->is_recv && z->state == RN_TCP_STREAMS_UP &&
-        now - z->used_ms >= rn_params()->socket_idle_ms)
-      (void)rn_tcp_lazy_progress(c);
+    if (!c->is_recv && z->state == RN_TCP_STREAMS_UP)
+      (void)rn_tcp_lazy_idle(c, now);
     else if (c->is_recv && z->state != RN_TCP_STREAMS_NONE)
       (void)rn_tcp_progress(c);
   }

@@ -179,8 +179,8 @@ static int rn_tcp_rail_busy(const struct rn_tcp_rail *r) {
 static void rn_tcp_ctl_sample(struct rn_tcp_comm *c, int64_t now, int64_t limit) {
   struct rn_tcp_lazy *z = &c->lazy;
   uint64_t mark = c->move.rx, outq = 0;
-  int busy = c->rx_left > 0 || c->in_len > 0 ||
-             (c->nrails == 0 && atomic_load(&c->stream_work) != 0);
+  int busy =
+      c->rx_left > 0 || c->in_len > 0 || (c->nrails == 0 && atomic_load(&c->stream_work) != 0);
   if (!c->is_recv) {
     busy = rn_tcp_fd_tx(c->ctrl_fd, &mark, &outq) == 0 && outq > 0;
     busy |= c->out_head != c->out_tail && c->out_lazy == 0;
@@ -369,7 +369,12 @@ static void rn_tcp_rails_write(struct rn_tcp_comm *c, const char *event, int64_t
 
 void rn_tcp_rails_tick(struct rn_tcp_comm *c) {
   int64_t now = rn_clock_ms();
-  if (now - c->sample_ms >= RN_TCP_SAMPLE_MS) rn_tcp_rails_sample(c, now);
+  if (now - c->sample_ms >= RN_TCP_SAMPLE_MS) {
+    rn_tcp_rails_sample(c, now);
+    /* A sender's idle streams close at this pace too (errors fail the
+     * comm, which the caller's next check reports). */
+    if (!c->is_recv && c->lazy.state == RN_TCP_STREAMS_UP) (void)rn_tcp_lazy_idle(c, now);
+  }
   if (rn_params()->stats[0] != '\0' && now - c->stats_ms >= rn_params()->stats_ms) {
     c->stats_ms = now;
     rn_tcp_rails_write(c, "interval", now);

@@ -522,7 +522,11 @@ void rn_tcp_lazy_defer(struct rn_tcp_comm *c, struct rn_tcp_req *r, const char *
 ncclResult_t rn_tcp_lazy_on_open(struct rn_tcp_comm *c, const struct rn_tcp_open *m);
 ncclResult_t rn_tcp_lazy_on_streams(struct rn_tcp_comm *c, const struct rn_tcp_streams *m);
 ncclResult_t rn_tcp_lazy_on_idle(struct rn_tcp_comm *c, const struct rn_tcp_down *d);
-/* Caller, every progress: dial, admit, close idle, let closed ones go. */
+/* Send, caller, every RN_TCP_SAMPLE_MS (rn_tcp_rails_tick) or from the
+ * sweep: close the streams once idle for RAILNET_SOCKET_IDLE_MS. */
+ncclResult_t rn_tcp_lazy_idle(struct rn_tcp_comm *c, int64_t now);
+/* Caller, every progress: dial, admit, queue what waited for the streams,
+ * let closed ones go. */
 ncclResult_t rn_tcp_lazy_progress(struct rn_tcp_comm *c);
 /* The idle sweep, c->lock held: what the comm's own next call would do
  * for its streams (a sender's idle close; a receiver's progress, which
