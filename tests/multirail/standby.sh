@@ -100,6 +100,10 @@ link_up() { # BED RAIL
   done
   return 1
 }
+# multirail-xfer's verdict in $OUT/LOG.log: both sides ended with an error
+both_error() { # LOG
+  grep -q '^result status=error receiver=error.* sender=error' "$OUT/$1.log"
+}
 show() { # LOG
   grep -E '^(result|event|end|rails)' "$OUT/$1.log" | details
   grep -E 'WARN' "$OUT/$1.err" | tail -5 | cut -c1-300 | details
@@ -192,7 +196,7 @@ fi
 xfer "$NAME" "$OUT/topo.xml" both 1 --bytes 192M --interval 0.5 --timeout $((3 + BOUND)) \
   --at "1:$RB --name $NAME down 0" --at "3:$RB --name $NAME down 1"
 rc=$?
-if [ $rc -eq 1 ] && grep -q '^result status=error receiver=error.* sender=error' "$OUT/both.log" &&
+if [ $rc -eq 1 ] && both_error both &&
   grep -q 'standby NIC veth1 takes over' "$OUT/both.err"; then
   result OK "veth0 down at 1 s (the standby took over), then the standby at 3 s: an error on both sides within $((3 + BOUND)) s"
 else
@@ -207,7 +211,7 @@ else
   rc0=$?
   sb=$(grep -c 'standby' "$OUT/off.err")
   ndev=$(grep -c 'NET/railnet : dev 0: veth0 transport=socket rails=1 .* standby=none ' "$OUT/off.err")
-  if [ $rc0 -eq 1 ] && grep -q '^result status=error receiver=error.* sender=error' "$OUT/off.log" &&
+  if [ $rc0 -eq 1 ] && both_error off &&
     [ "$ndev" -eq 2 ]; then
     result OK "RAILNET_STANDBY=0: device veth0 without a standby, its link down at 1 s: an error on both sides within $((1 + BOUND)) s"
   else
@@ -223,7 +227,7 @@ if [ -n "$pid0" ] && "$RB" --name "$NAME0" up-link 0 >/dev/null 2>&1 && link_up 
   XENV=RAILNET_STANDBY=0 xfer "$NAME0" "$OUT/topo0.xml" early 1 --bytes 192M --interval 0.5 \
     --timeout $((1 + BOUND)) --at "0.05:$RB --name $NAME0 down 0"
   rc=$?
-  if [ $rc -eq 1 ] && grep -q '^result status=error receiver=error.* sender=error' "$OUT/early.log"; then
+  if [ $rc -eq 1 ] && both_error early; then
     result OK "RAILNET_STANDBY=0, veth0 down 50 ms in, while the data streams open: an error on both sides within $((1 + BOUND)) s"
   else
     result NOTOK "RAILNET_STANDBY=0, veth0 down 50 ms in, while the data streams open: an error on both sides (exit $rc)"
