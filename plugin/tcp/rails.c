@@ -173,26 +173,27 @@ static int rn_tcp_rail_busy(const struct rn_tcp_rail *r) {
 /* The control connection of a comm whose control connection cannot move
  * (one rail) carries messages of any size while its data streams open
  * (open.c): the bound on a rail that stopped delivering holds for it too.
- * Send: bytes written and none acknowledged since; receive: a message
- * half read, or a streamed one announced before the streams opened, and
- * no byte since. */
+ * Either side: bytes written on it and none acknowledged since (a
+ * message, a clear-to-send); receive: also a message half read, or a
+ * streamed one announced before the streams opened, and no byte since. */
 static void rn_tcp_ctl_sample(struct rn_tcp_comm *c, int64_t now, int64_t limit) {
   struct rn_tcp_lazy *z = &c->lazy;
-  uint64_t mark = c->move.rx, outq = 0;
-  int busy =
-      c->rx_left > 0 || c->in_len > 0 || (c->nrails == 0 && atomic_load(&c->stream_work) != 0);
-  if (!c->is_recv) {
-    busy = rn_tcp_fd_tx(c->ctrl_fd, &mark, &outq) == 0 && outq > 0;
+  uint64_t acked = 0, outq = 0;
+  int busy = rn_tcp_fd_tx(c->ctrl_fd, &acked, &outq) == 0 && outq > 0;
+  if (c->is_recv)
+    busy |=
+        c->rx_left > 0 || c->in_len > 0 || (c->nrails == 0 && atomic_load(&c->stream_work) != 0);
+  else
     busy |= c->out_head != c->out_tail && c->out_lazy == 0;
-  }
+  const uint64_t mark = acked + c->move.rx; /* moves when either direction does */
   if (!busy || mark != z->ctl_mark) {
     z->ctl_mark = mark;
     z->ctl_ms = now;
   } else if (now - z->ctl_ms >= limit) {
     rn_tcp_fail(c, ncclRemoteError,
-                "control connection: no byte %s for %lld ms with a message in flight "
-                "(RAILNET_RAIL_TIMEOUT_MS)",
-                c->is_recv ? "arrived" : "acknowledged", (long long)(now - z->ctl_ms));
+                "control connection: nothing acknowledged or arrived for %lld ms with a message "
+                "in flight (RAILNET_RAIL_TIMEOUT_MS)",
+                (long long)(now - z->ctl_ms));
   }
 }
 

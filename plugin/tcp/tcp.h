@@ -351,7 +351,7 @@ struct rn_tcp_lazy {
   unsigned opened;       /* times the streams were opened */
   int expect;            /* send: the streams it will have, for chunk grids before they open */
   uint64_t inline_bytes; /* messages above SOCKET_INLINE that went inline while they opened */
-  uint64_t ctl_mark;     /* without streams: control bytes acknowledged (send) or read (recv) */
+  uint64_t ctl_mark;     /* one rail: control bytes acknowledged plus read */
   int64_t ctl_ms;        /* ... when that last moved, or nothing was in flight */
   struct rn_tcp_req *later, *later_tail; /* send: sends whose chunks wait for the streams */
   int standby_set;                       /* the device's standby NIC, whose rail is the standby */
