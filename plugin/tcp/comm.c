@@ -292,9 +292,12 @@ ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv,
   pthread_mutex_init(&c->rx_lock, NULL);
   c->is_recv = is_recv;
   c->tc = -1;
-  /* Clear-to-sends leave at once until a message of the sender shows it
-   * does without them (no CREDIT); from then on they may wait. */
+  /* Clear-to-sends of large receives leave at once until a message of
+   * the sender shows it does without them (no CREDIT); from then on they
+   * may wait.  Small receives' wait from the start: a sender that needs
+   * theirs says so (CREDIT, WANT) with its first message. */
   c->peer_low = 1;
+  c->peer_first = 1;
   c->ctrl_fd = conn->ctrl_fd;
   struct rn_tcp_addrs fresh;
   const struct rn_tcp_addrs *a = kept;

@@ -23,8 +23,9 @@ ncclResult_t rn_tcp_ctl_flush(struct rn_tcp_comm *c) {
    * and, should it be left waiting anyway, once a receive was tested
    * incomplete often enough. */
   const int queued = (c->out_tail - c->out_head + RN_TCP_OUT_QUEUE) % RN_TCP_OUT_QUEUE;
-  if (c->out_lazy > 0 && c->out_lazy == queued && c->out_lazy < RN_TCP_CTS_BATCH && !c->peer_low &&
-      c->lazy_polls < RN_TCP_CTS_POLLS && c->out[c->out_head].off == 0)
+  if (c->out_lazy > 0 && c->out_lazy == queued && c->out_lazy < RN_TCP_CTS_BATCH &&
+      (!c->peer_low || c->peer_first) && c->lazy_polls < RN_TCP_CTS_POLLS &&
+      c->out[c->out_head].off == 0)
     return ncclSuccess;
   if (c->move.enabled && rn_tcp_move_before_write(c, &moved) < 0) return moved;
   /* Nobody reads what would go to a peer that has closed: retire it. */
@@ -423,6 +424,7 @@ static ncclResult_t rn_tcp_on_data(struct rn_tcp_comm *c, const struct rn_tcp_da
   /* Whether clear-to-sends may wait: what the sender's last message says.
    * CREDIT also sends those queued now, whatever comes after it. */
   c->peer_low = (d->p.flags & RN_TCP_DATA_CREDIT) != 0;
+  c->peer_first = 0;
   if (c->peer_low) c->lazy_polls = RN_TCP_CTS_POLLS;
   if (d->reserved != 0) return RN_TCP_VIOLATION(c, what, "reserved", "%u, expected 0", d->reserved);
   if (d->msg != c->msg_in)
@@ -678,6 +680,7 @@ static ncclResult_t rn_tcp_parse(struct rn_tcp_comm *c, size_t *pos) {
         return RN_TCP_VIOLATION(c, "WANT", "msg", "%u, expected %u", w.msg, c->msg_in);
       c->msg_in++;
       c->peer_low = 1; /* the clear-to-sends queued leave at the end of this progress */
+      c->peer_first = 0;
       c->lazy_polls = RN_TCP_CTS_POLLS;
       continue;
     }

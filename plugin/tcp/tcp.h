@@ -470,6 +470,7 @@ struct rn_tcp_comm {
   int out_lazy;   /* lazy entries in out (every one of them when out holds nothing else) */
   int lazy_polls; /* tests of an incomplete receive since the oldest lazy entry was queued */
   int peer_low;   /* receive: clear-to-sends go now (CREDIT or WANT seen; at first) */
+  int peer_first; /* receive: no DATA or WANT read yet (peer_low is the start's) */
   int want_sent;  /* send: a WANT went out and no clear-to-send came since */
   /* The tables last: a comm touches the entries it uses, an idle one none
    * of their pages.  The control input first, whose start shares the
