@@ -22,7 +22,6 @@
  * which could then ask an unread socket for reuse.  The child draws a
  * token of its own. */
 #include <errno.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,9 +52,9 @@ struct rn_tcp_pooled {
   uint32_t my_msg, my_received; /* this side's BYE */
   uint64_t nonce;               /* CLAIMED: the comm it is for */
   struct rn_rdv_conn conn;
-  char name[64];              /* the peer, for messages */
-  struct rn_tcp_addrs addr;   /* the comm's, for matching and for the next comm */
-  uint8_t in[RN_TCP_POOL_IN]; /* a header or hello being read */
+  char name[64];                           /* the peer, for messages */
+  union rn_sockaddr ctrl_local, ctrl_peer; /* the connection's, for matching and the next comm */
+  uint8_t in[RN_TCP_POOL_IN];              /* a header or hello being read */
   size_t in_len;
 };
 
@@ -129,21 +128,37 @@ uint32_t rn_tcp_pool_token(void) {
   return t;
 }
 
-/* Read into e->in until it holds `want` bytes: 1 then, 0 when the socket
- * has no more now, -1 at EOF or an error (why set). */
-static int rn_tcp_pool_fill(struct rn_tcp_pooled *e, size_t want, const char **why) {
-  while (e->in_len < want) {
-    ssize_t k = recv(e->conn.ctrl_fd, e->in + e->in_len, want - e->in_len, MSG_DONTWAIT);
+/* Read what the socket has, up to what e->in holds (a kept connection
+ * carries a few headers at most, and nothing past its BYE or a reuse
+ * hello is ever allowed, so reading ahead takes nothing that belongs to
+ * another).  1 bytes were added; 0 none are there now, or (*drained)
+ * the last read came back short, so the socket had no more and epoll
+ * will say when it does; -1 at EOF, an error, or a full buffer (why set). */
+static int rn_tcp_pool_fill(struct rn_tcp_pooled *e, int *drained, const char **why) {
+  if (*drained) return 0;
+  for (;;) {
+    size_t room = sizeof(e->in) - e->in_len;
+    if (room == 0) {
+      *why = "a header is longer than any it may carry";
+      return -1;
+    }
+    ssize_t k = recv(e->conn.ctrl_fd, e->in + e->in_len, room, MSG_DONTWAIT);
     if (k > 0) {
       e->in_len += (size_t)k;
-      continue;
+      *drained = (size_t)k < room;
+      return 1;
     }
     if (k < 0 && errno == EINTR) continue;
     if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
     *why = k == 0 ? "the peer closed it" : "a socket error";
     return -1;
   }
-  return 1;
+}
+
+/* Drop the first n bytes of e->in. */
+static void rn_tcp_pool_consume(struct rn_tcp_pooled *e, size_t n) {
+  memmove(e->in, e->in + n, e->in_len - n);
+  e->in_len -= n;
 }
 
 /* The peer's BYE: reusable when the receiver read every message the
@@ -163,22 +178,31 @@ static int rn_tcp_pool_on_bye(struct rn_tcp_pooled *e, uint32_t peer_msg, uint32
 /* Lock held: read what arrived on a kept connection.  0 keep it, -1 close
  * it (why set). */
 static int rn_tcp_pool_step(struct rn_tcp_pooled *e, const char **why) {
+  int drained = 0;
   for (;;) {
     if (e->state == RN_TCP_POOL_CLAIMED || (e->state == RN_TCP_POOL_READY && !e->recv)) {
       /* Nothing may arrive now: the peer awaits the accept byte, or (a
        * connector's ready entry) has nothing to say until it is reused. */
+      if (e->in_len != 0) {
+        *why = "bytes arrived out of turn";
+        return -1;
+      }
       char b;
+      if (drained) return 0;
       ssize_t k = recv(e->conn.ctrl_fd, &b, 1, MSG_DONTWAIT | MSG_PEEK);
       if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return 0;
       *why = k == 0 ? "the peer closed it" : k > 0 ? "bytes arrived out of turn" : "a socket error";
       return -1;
     }
     if (e->state == RN_TCP_POOL_READY) { /* accepting side: a REUSE hello */
-      int r = rn_tcp_pool_fill(e, sizeof(struct rn_hello), why);
-      if (r <= 0) return r;
+      if (e->in_len < sizeof(struct rn_hello)) {
+        int r = rn_tcp_pool_fill(e, &drained, why);
+        if (r <= 0) return r;
+        continue;
+      }
       struct rn_hello h;
       memcpy(&h, e->in, sizeof(h));
-      e->in_len = 0;
+      rn_tcp_pool_consume(e, sizeof(h));
       if (h.magic != RN_HELLO_MAGIC || h.version != RN_WIRE_VERSION || h.role != RN_ROLE_REUSE ||
           h.index != 0 || h.nstreams != (uint32_t)e->conn.nstreams || h.nlocals != 0) {
         *why = "its reuse hello is malformed";
@@ -190,8 +214,11 @@ static int rn_tcp_pool_step(struct rn_tcp_pooled *e, const char **why) {
       continue;
     }
     /* WAIT_BYE: the peer's last messages, then its BYE. */
-    int r = rn_tcp_pool_fill(e, sizeof(struct rn_tcp_prefix), why);
-    if (r <= 0) return r;
+    if (e->in_len < sizeof(struct rn_tcp_prefix)) {
+      int r = rn_tcp_pool_fill(e, &drained, why);
+      if (r <= 0) return r;
+      continue;
+    }
     struct rn_tcp_prefix p;
     memcpy(&p, e->in, sizeof(p));
     size_t hlen = rn_tcp_wire_hlen(p.type);
@@ -205,16 +232,19 @@ static int rn_tcp_pool_step(struct rn_tcp_pooled *e, const char **why) {
       *why = "a message arrived after the comm closed";
       return -1;
     }
-    r = rn_tcp_pool_fill(e, hlen, why);
-    if (r <= 0) return r;
+    if (e->in_len < hlen) {
+      int r = rn_tcp_pool_fill(e, &drained, why);
+      if (r <= 0) return r;
+      continue;
+    }
     if (!rn_tcp_wire_crc_ok(e->in, hlen)) {
       *why = "a header failed its checksum";
       return -1;
     }
-    e->in_len = 0;
-    if (p.type != RN_TCP_MSG_BYE) continue;
     struct rn_tcp_bye b;
-    memcpy(&b, e->in, sizeof(b));
+    if (p.type == RN_TCP_MSG_BYE) memcpy(&b, e->in, sizeof(b));
+    rn_tcp_pool_consume(e, hlen);
+    if (p.type != RN_TCP_MSG_BYE) continue;
     if (rn_tcp_pool_on_bye(e, b.msg, b.received, why) != 0) return -1;
   }
 }
@@ -302,26 +332,26 @@ int rn_tcp_pool_put(struct rn_tcp_comm *c) {
   if (rn_params()->socket_pool == 0 || (!c->is_recv && c->pool_token == 0)) return 0;
   const char *side = c->is_recv ? "receive" : "send";
   const char *busy = rn_tcp_pool_busy(c);
-  if (busy == NULL) {
-    /* Whatever waits in the output queue (a batch of small receives'
-     * clear-to-sends, acknowledgements) leaves first. */
-    c->lazy_polls = RN_TCP_CTS_POLLS;
-    if (!atomic_load(&c->peer_closed) && rn_tcp_ctl_flush(c) != ncclSuccess)
-      busy = "the comm failed";
-    else if (!atomic_load(&c->peer_closed) && c->out_head != c->out_tail)
-      busy = "control output is still queued";
-  }
+  if (busy == NULL && atomic_load(&c->peer_closed)) busy = "the peer closed its sockets";
   struct rn_tcp_pooled *e = busy == NULL ? calloc(1, sizeof(*e)) : NULL;
   if (busy == NULL && e == NULL) busy = "out of memory";
-  /* BYE goes out whole or not at all (POLLOUT: room for far more than
-   * one header), so a peer never sees half of it. */
+  /* BYE leaves behind whatever waits in the output queue (a batch of
+   * small receives' clear-to-sends, acknowledgements), in one write with
+   * it, and the connection is kept only once all of it went out: a peer
+   * that read part of it then sees EOF, as from any comm that closed
+   * mid-message.  Nothing else is queued, so the socket has room for it
+   * but under memory pressure. */
   struct rn_tcp_bye b = {.msg = c->msg_out, .received = c->msg_in};
   rn_tcp_wire_seal(&b, RN_TCP_MSG_BYE, 0, 0);
-  struct pollfd pf = {.fd = c->ctrl_fd, .events = POLLOUT};
-  if (busy == NULL &&
-      (poll(&pf, 1, 0) != 1 || !(pf.revents & POLLOUT) ||
-       send(c->ctrl_fd, &b, sizeof(b), MSG_DONTWAIT | MSG_NOSIGNAL) != (ssize_t)sizeof(b)))
-    busy = "the control connection takes no more bytes";
+  if (busy == NULL && !rn_tcp_ctl_queue(c, &b, sizeof(b), NULL, 0, NULL))
+    busy = "control output is full";
+  if (busy == NULL) {
+    c->lazy_polls = RN_TCP_CTS_POLLS;
+    if (rn_tcp_ctl_flush(c) != ncclSuccess)
+      busy = "the comm failed";
+    else if (c->out_head != c->out_tail)
+      busy = "the control connection takes no more bytes";
+  }
   if (busy != NULL) {
     RN_INFO(NCCL_NET, "%s comm with %s: connection not kept for reuse: %s", side, c->peer, busy);
     free(e);
@@ -339,8 +369,8 @@ int rn_tcp_pool_put(struct rn_tcp_comm *c) {
   for (int i = 0; i < RN_RDV_MAX_STREAMS; i++) e->conn.data_fd[i] = -1;
   /* As connected: a comm whose control connection moved is never kept
    * (rn_tcp_pool_busy). */
-  e->addr.ctrl_local = c->ctrl_local;
-  e->addr.ctrl_peer = c->ctrl_peer;
+  e->ctrl_local = c->ctrl_local;
+  e->ctrl_peer = c->ctrl_peer;
   c->ctrl_fd = -1;
   /* Bytes of a message the comm had begun to read (a sender's late
    * clear-to-send) continue here. */
@@ -361,8 +391,7 @@ int rn_tcp_pool_put(struct rn_tcp_comm *c) {
     return 1;
   }
   RN_INFO(NCCL_NET, "%s comm with %s: control connection kept for reuse", side, c->peer);
-  rn_tcp_pool_add(e);
-  rn_tcp_pool_service();
+  rn_tcp_pool_add(e); /* what arrives on it is read at the next take */
   pthread_mutex_unlock(&rn_tcp_pool_lock);
   return 1;
 }
@@ -371,8 +400,16 @@ int rn_tcp_pool_put(struct rn_tcp_comm *c) {
  * addrs[0] from locals[0] (rn_rdv_dial_create_from). */
 static int rn_tcp_pool_matches(const struct rn_tcp_pooled *e, const union rn_sockaddr *addrs,
                                int naddrs, const union rn_sockaddr *locals, int nlocals) {
-  return naddrs >= 1 && rn_sockaddr_same_host(&e->addr.ctrl_peer, &addrs[0]) &&
-         (nlocals < 1 || rn_sockaddr_same_host(&e->addr.ctrl_local, &locals[0]));
+  return naddrs >= 1 && rn_sockaddr_same_host(&e->ctrl_peer, &addrs[0]) &&
+         (nlocals < 1 || rn_sockaddr_same_host(&e->ctrl_local, &locals[0]));
+}
+
+/* What the next comm learns of its connection's addresses (a kept
+ * connection has no data streams). */
+static void rn_tcp_pool_addrs(const struct rn_tcp_pooled *e, struct rn_tcp_addrs *addr) {
+  memset(addr, 0, sizeof(*addr));
+  addr->ctrl_local = e->ctrl_local;
+  addr->ctrl_peer = e->ctrl_peer;
 }
 
 /* The reuse hellos' connection ids: the accepting side has no use for
@@ -406,7 +443,7 @@ int rn_tcp_pool_take_dial(uint32_t token, const union rn_sockaddr *addrs, int na
     return 0;
   }
   *conn = e->conn;
-  *addr = e->addr;
+  rn_tcp_pool_addrs(e, addr);
   free(e);
   return 1;
 }
@@ -422,7 +459,7 @@ int rn_tcp_pool_take_accept(uint64_t nonce, const union rn_sockaddr *lis, int nl
   if (e != NULL) {
     /* The nonce is this listener's: its socket must be on its addresses. */
     int ok = 0;
-    for (int j = 0; j < nlis; j++) ok |= rn_sockaddr_same_host(&e->addr.ctrl_local, &lis[j]);
+    for (int j = 0; j < nlis; j++) ok |= rn_sockaddr_same_host(&e->ctrl_local, &lis[j]);
     if (!ok) {
       RN_WARN("%s asked to reuse a connection on addresses this listener does not serve; closed",
               e->name);
@@ -435,7 +472,7 @@ int rn_tcp_pool_take_accept(uint64_t nonce, const union rn_sockaddr *lis, int nl
   pthread_mutex_unlock(&rn_tcp_pool_lock);
   if (e == NULL) return 0;
   *conn = e->conn;
-  *addr = e->addr;
+  rn_tcp_pool_addrs(e, addr);
   free(e);
   return 1;
 }

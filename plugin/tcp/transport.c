@@ -367,10 +367,13 @@ static ncclResult_t rn_tcp_accept(void *lcomm, void **rcomm) {
   struct rn_tcp_listen *l = lcomm;
   struct rn_rdv_conn conn;
   int ready = 0;
-  RN_CHECK(rn_rdv_poll(l->rdv, &conn, &ready));
-  int pooled = 0;
+  /* A kept connection claimed for this listener's nonce first: it needs
+   * no accept(2), and the dial the rendezvous would find instead is one
+   * this nonce's connector made only when it had no kept connection. */
   struct rn_tcp_addrs kept;
-  if (!ready) ready = pooled = rn_tcp_pool_take_accept(l->nonce, l->addr, l->nfds, &conn, &kept);
+  int pooled = rn_tcp_pool_take_accept(l->nonce, l->addr, l->nfds, &conn, &kept);
+  ready = pooled;
+  if (!ready) RN_CHECK(rn_rdv_poll(l->rdv, &conn, &ready));
   if (!ready) return ncclSuccess;
   uint8_t ack = RN_TCP_ACCEPT_ACK;
   size_t sent = 0;
