@@ -115,8 +115,9 @@ static void rn_tcp_lazy_launch(struct rn_tcp_comm *c) {
   }
 }
 
-/* Receiver: listen where the listen comm listened, and say where.  Each
- * address's own port first: NCCL closes a listen comm once it accepted,
+/* Receiver: listen where the listen comm listened, and say where.  A
+ * kept listener on each address first (pool.c), then the address's own
+ * port: NCCL closes a listen comm once it accepted,
  * and the port then serves the streams too (its accepted sockets hold it
  * anyway), so opening them takes no port more than connect did; with the
  * listen comm still open, a fresh port.  The rendezvous admits only this
@@ -134,7 +135,8 @@ static ncclResult_t rn_tcp_lazy_listen(struct rn_tcp_comm *c) {
   for (int i = 0; i < z->u.rx.nlis; i++) {
     union rn_sockaddr bound;
     char s[64];
-    if (rn_sock_listen_quiet(&z->u.rx.lis[i], &z->u.rx.lfd[i], &bound) != 0) {
+    if (!rn_tcp_pool_take_listener(&z->u.rx.lis[i], &z->u.rx.lfd[i], &bound) &&
+        rn_sock_listen_quiet(&z->u.rx.lis[i], &z->u.rx.lfd[i], &bound) != 0) {
       union rn_sockaddr a = rn_sockaddr_no_port(z->u.rx.lis[i]);
       if (rn_sock_listen(&a, &z->u.rx.lfd[i], &bound) != ncclSuccess) {
         for (int k = 0; k < i; k++) close(z->u.rx.lfd[k]);
@@ -142,6 +144,7 @@ static ncclResult_t rn_tcp_lazy_listen(struct rn_tcp_comm *c) {
                            rn_sockaddr_str(&a, s, sizeof(s)));
       }
     }
+    z->u.rx.lbound[i] = bound;
     rn_sockaddr_to_wire(&bound, &m.addr[i]);
   }
   z->u.rx.nlfd = z->u.rx.nlis;
@@ -164,7 +167,8 @@ static void rn_tcp_lazy_unlisten(struct rn_tcp_comm *c) {
   struct rn_tcp_lazy *z = &c->lazy;
   if (z->u.rx.rdv != NULL) rn_rdv_destroy(z->u.rx.rdv);
   z->u.rx.rdv = NULL;
-  for (int k = 0; k < z->u.rx.nlfd; k++) close(z->u.rx.lfd[k]);
+  for (int k = 0; k < z->u.rx.nlfd; k++)
+    if (!rn_tcp_pool_put_listener(z->u.rx.lfd[k], &z->u.rx.lbound[k])) close(z->u.rx.lfd[k]);
   z->u.rx.nlfd = 0;
 }
 

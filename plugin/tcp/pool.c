@@ -70,6 +70,30 @@ static struct {
 
 static void rn_tcp_pool_close_fds(struct rn_tcp_pooled *e) { rn_rdv_conn_close(&e->conn); }
 
+/* Kept listening sockets, oldest first (under the pool's lock). */
+static struct {
+  int n;
+  struct {
+    int fd;
+    union rn_sockaddr bound;
+    int64_t since_ms;
+  } e[RN_TCP_POOL_LISTENERS];
+} rn_tcp_lis;
+
+/* Lock held: close the kept listener at index i. */
+static void rn_tcp_lis_drop(int i) {
+  close(rn_tcp_lis.e[i].fd);
+  memmove(&rn_tcp_lis.e[i], &rn_tcp_lis.e[i + 1],
+          sizeof(rn_tcp_lis.e[0]) * (size_t)(rn_tcp_lis.n - i - 1));
+  rn_tcp_lis.n--;
+}
+
+/* Lock held: close the kept listeners past RAILNET_SOCKET_POOL_IDLE_MS. */
+static void rn_tcp_lis_expire(int64_t now) {
+  while (rn_tcp_lis.n > 0 && now - rn_tcp_lis.e[0].since_ms > rn_params()->socket_pool_idle_ms)
+    rn_tcp_lis_drop(0);
+}
+
 /* fork(): the lock is held across it, so the child finds the list whole.
  * The child closes its copies of the kept sockets (the parent's live on)
  * and of the epoll set, which it shares with the parent and so must not
@@ -85,6 +109,8 @@ static void rn_tcp_pool_child(void) {
     free(e);
   }
   if (rn_tcp_pool.epfd >= 0) close(rn_tcp_pool.epfd);
+  for (int i = 0; i < rn_tcp_lis.n; i++) close(rn_tcp_lis.e[i].fd);
+  rn_tcp_lis.n = 0;
   rn_tcp_pool.head = NULL;
   rn_tcp_pool.n = 0;
   rn_tcp_pool.epfd = -1;
@@ -477,9 +503,61 @@ int rn_tcp_pool_take_accept(uint64_t nonce, const union rn_sockaddr *lis, int nl
   return 1;
 }
 
+int rn_tcp_pool_put_listener(int fd, const union rn_sockaddr *bound) {
+  if (rn_params()->socket_pool == 0) return 0;
+  /* Connections that reached the closed listener and were never taken:
+   * close(2) of the listener would reset them, and so does this. */
+  for (;;) {
+    int s = accept4(fd, NULL, NULL, SOCK_CLOEXEC);
+    if (s >= 0) {
+      struct linger l = {.l_onoff = 1, .l_linger = 0};
+      setsockopt(s, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+      close(s);
+      continue;
+    }
+    if (errno == EINTR || errno == ECONNABORTED) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+    return 0; /* not a sound listener: closed by the caller */
+  }
+  pthread_mutex_lock(&rn_tcp_pool_lock);
+  int kept = !rn_tcp_pool.closed;
+  if (kept) {
+    const int64_t now = rn_clock_ms();
+    rn_tcp_lis_expire(now);
+    const int most = rn_params()->socket_pool < RN_TCP_POOL_LISTENERS ? rn_params()->socket_pool
+                                                                     : RN_TCP_POOL_LISTENERS;
+    while (rn_tcp_lis.n >= most) rn_tcp_lis_drop(0);
+    rn_tcp_lis.e[rn_tcp_lis.n].fd = fd;
+    rn_tcp_lis.e[rn_tcp_lis.n].bound = *bound;
+    rn_tcp_lis.e[rn_tcp_lis.n].since_ms = now;
+    rn_tcp_lis.n++;
+  }
+  pthread_mutex_unlock(&rn_tcp_pool_lock);
+  return kept;
+}
+
+int rn_tcp_pool_take_listener(const union rn_sockaddr *addr, int *fd, union rn_sockaddr *bound) {
+  if (rn_params()->socket_pool == 0) return 0;
+  int got = 0;
+  pthread_mutex_lock(&rn_tcp_pool_lock);
+  rn_tcp_lis_expire(rn_clock_ms());
+  for (int i = rn_tcp_lis.n - 1; i >= 0 && !got; i--) {
+    if (!rn_sockaddr_same_host(&rn_tcp_lis.e[i].bound, addr)) continue;
+    *fd = rn_tcp_lis.e[i].fd;
+    *bound = rn_tcp_lis.e[i].bound;
+    memmove(&rn_tcp_lis.e[i], &rn_tcp_lis.e[i + 1],
+            sizeof(rn_tcp_lis.e[0]) * (size_t)(rn_tcp_lis.n - i - 1));
+    rn_tcp_lis.n--;
+    got = 1;
+  }
+  pthread_mutex_unlock(&rn_tcp_pool_lock);
+  return got;
+}
+
 void rn_tcp_pool_fini(void) {
   pthread_mutex_lock(&rn_tcp_pool_lock);
   rn_tcp_pool.closed = 1;
+  while (rn_tcp_lis.n > 0) rn_tcp_lis_drop(0);
   while (rn_tcp_pool.head != NULL) rn_tcp_pool_drop(rn_tcp_pool.head, "finalize");
   if (rn_tcp_pool.epfd >= 0) close(rn_tcp_pool.epfd);
   rn_tcp_pool.epfd = -1;

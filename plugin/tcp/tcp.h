@@ -368,7 +368,8 @@ struct rn_tcp_lazy {
     struct {                               /* recv */
       union rn_sockaddr lis[RN_MAX_RAILS]; /* where the listen comm listened, its standby last */
       int nlis, lis_standby;
-      int lfd[RN_MAX_RAILS], nlfd; /* listening for the streams */
+      int lfd[RN_MAX_RAILS], nlfd;            /* listening for the streams */
+      union rn_sockaddr lbound[RN_MAX_RAILS]; /* ... on these addresses */
       struct rn_rdv *rdv;
     } rx;
   } u;
@@ -628,7 +629,19 @@ int rn_tcp_pool_take_dial(uint32_t token, const union rn_sockaddr *addrs, int na
  * and *addr. */
 int rn_tcp_pool_take_accept(uint64_t nonce, const union rn_sockaddr *lis, int nlis,
                             struct rn_rdv_conn *conn, struct rn_tcp_addrs *addr);
-/* At fini: close every kept connection; none is kept until the next init. */
+/* Listening sockets of closed listen comms (and of data streams' opening)
+ * are kept too, up to RN_TCP_POOL_LISTENERS (at most RAILNET_SOCKET_POOL)
+ * for RAILNET_SOCKET_POOL_IDLE_MS,
+ * so the next listen on that address needs no socket, bind or listen.
+ * put: 1 when kept (its backlog emptied: what waited there was for a
+ * closed listener and is refused as close(2) would), else the caller
+ * closes it.  take: 1 with *fd listening on addr's address (any port) and
+ * *bound its address. */
+#define RN_TCP_POOL_LISTENERS 4
+int rn_tcp_pool_put_listener(int fd, const union rn_sockaddr *bound);
+int rn_tcp_pool_take_listener(const union rn_sockaddr *addr, int *fd, union rn_sockaddr *bound);
+/* At fini: close every kept connection and listener; none is kept until
+ * the next init. */
 void rn_tcp_pool_fini(void);
 void rn_tcp_pool_start(void);
 

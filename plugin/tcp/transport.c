@@ -140,7 +140,8 @@ static ncclResult_t rn_tcp_listen(const struct rn_rails *r, struct rn_handle *h,
   struct rn_wire_addr *w = (struct rn_wire_addr *)h->payload;
   for (int i = 0; i < n; i++) {
     union rn_sockaddr a = rn_sockaddr_no_port(rn_tcp_ifs[r->nic[i]->table_index].addr), bound;
-    RN_CHECK_GOTO(rn_sock_listen(&a, &l->fd[i], &bound), res, out_close);
+    if (!rn_tcp_pool_take_listener(&a, &l->fd[i], &bound))
+      RN_CHECK_GOTO(rn_sock_listen(&a, &l->fd[i], &bound), res, out_close);
     l->addr[l->nfds++] = bound;
     rn_sockaddr_to_wire(&bound, &w[i]);
   }
@@ -149,7 +150,8 @@ static ncclResult_t rn_tcp_listen(const struct rn_rails *r, struct rn_handle *h,
    * entry of family 0 is none), under the same nonce and admission. */
   if (r->standby != NULL && n == r->n && n < RN_TCP_MAX_ADDRS && n < RN_RDV_MAX_LFDS) {
     union rn_sockaddr bound, a = rn_sockaddr_no_port(rn_tcp_ifs[r->standby->table_index].addr);
-    if (rn_sock_listen(&a, &l->fd[n], &bound) == ncclSuccess) {
+    if (rn_tcp_pool_take_listener(&a, &l->fd[n], &bound) ||
+        rn_sock_listen(&a, &l->fd[n], &bound) == ncclSuccess) {
       l->addr[l->nfds++] = bound;
       l->has_standby = 1;
       rn_sockaddr_to_wire(&bound, &w[n]);
@@ -407,7 +409,8 @@ static ncclResult_t rn_tcp_close_listen(void *lcomm) {
   struct rn_tcp_listen *l = lcomm;
   rn_shared_list_del(&rn_tcp_live_listens, &l->open);
   rn_rdv_destroy(l->rdv);
-  for (int i = 0; i < l->nfds; i++) close(l->fd[i]);
+  for (int i = 0; i < l->nfds; i++)
+    if (!rn_tcp_pool_put_listener(l->fd[i], &l->addr[i])) close(l->fd[i]);
   free(l);
   return ncclSuccess;
 }

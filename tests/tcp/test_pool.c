@@ -10,7 +10,9 @@
  * comm took. */
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,6 +91,26 @@ static int sockets_of(int port, int accepting, int *fds, int max) {
   return n;
 }
 
+/* A plain TCP connection to 127.0.0.1:port (blocking): its descriptor,
+ * or -1 with errno (ECONNREFUSED when nothing listens there). */
+static int raw_connect(int port) {
+  int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (s >= 0 && connect(s, (struct sockaddr *)&a, sizeof(a)) == 0) return s;
+  int err = errno;
+  if (s >= 0) close(s);
+  errno = err;
+  return -1;
+}
+
+/* The peer of s closed or reset it within 5 s: 1. */
+static int raw_ended(int s) {
+  struct pollfd pf = {.fd = s, .events = POLLIN};
+  char b;
+  return poll(&pf, 1, 5000) == 1 && recv(s, &b, 1, MSG_DONTWAIT) <= 0;
+}
+
 static ncclResult_t open_pair(struct rn_net *n, struct pair *p) {
   char handle[NCCL_NET_HANDLE_MAXSIZE];
   memset(p, 0, sizeof(*p));
@@ -160,11 +182,44 @@ static int child_nopool(struct rn_net *n) {
   for (int k = 0; k < 2; k++) {
     if (open_pair(n, &p) != ncclSuccess || !xfer_all(n, &p, 50 + (uint64_t)k, why, sizeof why))
       return fprintf(stderr, "pair %d: %s\n", k, why), 1;
+    int port = p.port;
     if (!close_pair(n, &p, 1)) return 1;
+    /* No listening socket is kept either: its port refuses. */
+    int s = raw_connect(port);
+    if (s >= 0 || errno != ECONNREFUSED)
+      return fprintf(stderr, "port %d of a closed listen comm: %s\n", port,
+                     s >= 0 ? "still accepts" : strerror(errno)),
+             1;
   }
   if (rn_log_seen(w_kept) != 0 || rn_log_seen(w_reused) != 0 || rn_log_seen(w_dialed) != 4)
     return fprintf(stderr, "kept %d, reused %d, dialed %d\n", rn_log_seen(w_kept),
                    rn_log_seen(w_reused), rn_log_seen(w_dialed)),
+           1;
+  return rn_log_warns() == 0 ? 0 : 1;
+}
+
+/* RAILNET_SOCKET_POOL_IDLE_MS=100: a kept listener unused for longer is
+ * closed at the next listen, which then takes a socket of its own. */
+static int child_idle(struct rn_net *n) {
+  char why[256] = "";
+  struct pair p;
+  if (open_pair(n, &p) != ncclSuccess || !xfer(n, &p, 8, 1, 7, why, sizeof why))
+    return fprintf(stderr, "pair: %s\n", why), 1;
+  int port = p.port;
+  if (!close_pair(n, &p, 1)) return 1;
+  usleep(300 * 1000);
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  void *lc = NULL;
+  if (rn_net_listen(n, 0, handle, &lc) != ncclSuccess) return fprintf(stderr, "listen\n"), 1;
+  int s = raw_connect(port), err = errno;
+  int again = handle_port(handle) == port;
+  if (s >= 0) close(s);
+  if (rn_net_close_listen(n, lc) != ncclSuccess) return 1;
+  if (again || s >= 0 || err != ECONNREFUSED)
+    return fprintf(stderr, "port %d after 300 ms: %s\n", port,
+                   again    ? "served the next listen"
+                   : s >= 0 ? "still accepts"
+                            : strerror(err)),
            1;
   return rn_log_warns() == 0 ? 0 : 1;
 }
@@ -184,7 +239,9 @@ static int child_bound(struct rn_net *n) {
    * data streams close with the comm). */
   int per = KEPT_SOCKS;
   int held = rn_open_fds() - base;
-  if (held > 2 * per + 1) return fprintf(stderr, "%d descriptors held\n", held), 1;
+  /* ... and up to RAILNET_SOCKET_POOL listening sockets of closed listen
+   * comms, plus the pool's epoll descriptor. */
+  if (held > 2 * per + 2 + 1) return fprintf(stderr, "%d descriptors held\n", held), 1;
   if (rn_log_seen(w_kept) != 10) return fprintf(stderr, "kept %d\n", rn_log_seen(w_kept)), 1;
   /* The next pair still reuses one of those left. */
   if (open_pair(n, &p[0]) != ncclSuccess || !xfer_all(n, &p[0], 60, why, sizeof why))
@@ -253,14 +310,16 @@ int main(int argc, char **argv) {
   struct rn_net n;
   if (argc == 2) { /* a re-executed copy */
     if (sbuf == NULL || rbuf == NULL || open_net(&n) != 0) return 1;
-    int rc = strcmp(argv[1], "nopool") == 0 ? child_nopool(&n) : child_bound(&n);
+    int rc = strcmp(argv[1], "nopool") == 0 ? child_nopool(&n)
+             : strcmp(argv[1], "idle") == 0 ? child_idle(&n)
+                                            : child_bound(&n);
     rn_net_finalize(&n);
     rn_net_close(&n);
     return rc;
   }
-  tap_plan(14);
+  tap_plan(16);
   if (sbuf == NULL || rbuf == NULL || open_net(&n) != 0) {
-    for (int i = 0; i < 14; i++) tap_result(0, "load the plugin");
+    for (int i = 0; i < 16; i++) tap_result(0, "load the plugin");
     return 1;
   }
   char why[256] = "";
@@ -277,12 +336,12 @@ int main(int argc, char **argv) {
   int fds = rn_open_fds();
   ok = open_pair(&n, &p) == ncclSuccess && xfer_all(&n, &p, 2, why, sizeof why);
   int fds_open = rn_open_fds();
-  /* New: its listening socket and, as its first message above the inline
-   * limit opened them (both sides are in this process), its data streams
-   * or, while they open, the receiver's listener for them; no control
-   * connection. */
+  /* New: at most its listening socket (none when the last pair's was
+   * kept) and, as its first message above the inline limit opened them
+   * (both sides are in this process), its data streams or, while they
+   * open, the receiver's listener for them; no control connection. */
   const int streams = (int)rn_env_long("RAILNET_SOCKET_NSTREAMS", 4);
-  tap_result(ok && rn_log_seen(w_reused) == 2 && rn_log_seen(w_dialed) == 2 && fds_open > fds &&
+  tap_result(ok && rn_log_seen(w_reused) == 2 && rn_log_seen(w_dialed) == 2 && fds_open >= fds &&
                  fds_open <= fds + 2 + 2 * streams,
              "the next pair takes the kept connection on both sides, opens no socket but its "
              "listener and its %d data streams, and moves 8 B .. 1 MiB verified (%s; reused %d, "
@@ -531,6 +590,30 @@ int main(int argc, char **argv) {
                XROUNDS, pwhy);
   }
 
+  /* The listening socket of a closed listen comm serves the next listen
+   * on its address; what reached it after its last accept is reset, as
+   * close(2) would. */
+  {
+    int ok1 = open_pair(&n, &p) == ncclSuccess && xfer(&n, &p, 8, 1, 77, why, sizeof why);
+    int port = p.port;
+    int stale = raw_connect(port);
+    ok1 = close_pair(&n, &p, 1) && ok1;
+    int reset = stale >= 0 && raw_ended(stale);
+    if (stale >= 0) close(stale);
+    int fds0 = rn_open_fds();
+    char handle[NCCL_NET_HANDLE_MAXSIZE];
+    memset(&p, 0, sizeof(p));
+    int ok2 = rn_net_listen(&n, 0, handle, &p.lc) == ncclSuccess;
+    int same = ok2 && handle_port(handle) == port && rn_open_fds() == fds0;
+    ok2 = ok2 && join(&n, &p, handle) == ncclSuccess && xfer_all(&n, &p, 78, why, sizeof why);
+    ok2 = close_pair(&n, &p, 0) && ok2;
+    tap_result(ok1 && reset && same && ok2,
+               "a closed listen comm's socket serves the next listen on its address (same port, "
+               "no new descriptor), a connection left in its backlog is reset at the close, and "
+               "the next pair moves 8 B .. 1 MiB verified (%s; reset %d, same %d)",
+               why, reset, same);
+  }
+
   tap_result(rn_log_warns() == 0, "no WARN in all of the above (last: %s)",
              rn_log_last_warn() ? rn_log_last_warn() : "none");
   rn_net_finalize(&n);
@@ -540,6 +623,9 @@ int main(int argc, char **argv) {
   self[k > 0 ? k : 0] = '\0';
   tap_result(run_child(self, "nopool", "RAILNET_SOCKET_POOL=0"),
              "with RAILNET_SOCKET_POOL=0 two pairs in a row both dial, nothing is kept, no WARN");
+  tap_result(run_child(self, "idle", "RAILNET_SOCKET_POOL_IDLE_MS=100"),
+             "with RAILNET_SOCKET_POOL_IDLE_MS=100, a listening socket kept 300 ms is closed at "
+             "the next listen (its port refuses), which takes another");
   /* Helpers off: their descriptors would count with the kept ones. */
   tap_result(run_child(self, "bound", "RAILNET_SOCKET_POOL=2,RAILNET_SOCKET_NTHREADS=0"),
              "with RAILNET_SOCKET_POOL=2, five pairs closed at once keep two connections per side "
