@@ -417,7 +417,10 @@ int rn_tcp_pool_put(struct rn_tcp_comm *c) {
     return 1;
   }
   RN_INFO(NCCL_NET, "%s comm with %s: control connection kept for reuse", side, c->peer);
-  rn_tcp_pool_add(e); /* what arrives on it is read at the next take */
+  rn_tcp_pool_add(e);
+  /* What already arrived (this and other entries' BYEs) is read now, at a
+   * close, rather than at the next connect or accept, which waits on it. */
+  rn_tcp_pool_service();
   pthread_mutex_unlock(&rn_tcp_pool_lock);
   return 1;
 }
