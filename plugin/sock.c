@@ -8,10 +8,14 @@
 #include <net/if.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/random.h>
 #include <unistd.h>
 #include <linux/sockios.h>
 #include "railnet/check.h"
@@ -118,14 +122,103 @@ static ncclResult_t rn_sock_open(const union rn_sockaddr *addr, const char *what
   return ncclSystemError;
 }
 
-int rn_sock_listen_quiet(const union rn_sockaddr *addr, int *fd, union rn_sockaddr *bound) {
-  int s = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+/* Ports for listeners.  bind() to port 0 makes the kernel scan the
+ * ephemeral range for a port no socket holds, and ports held by connected
+ * and TIME_WAIT sockets count: with some 8,000 of them (4,096 comms, or
+ * the TIME_WAIT of a few thousand closed ones) one listener's bind took
+ * 0.8-7 ms instead of 15 us.  So a listener first tries a few ports of
+ * the range itself, each one hash lookup: those bind(0) would choose from
+ * (net.ipv4.ip_local_port_range less ip_local_reserved_ports, read once),
+ * in a scattered order from a random start.  When they are all taken (a
+ * range nearly used up), the kernel's scan decides. */
+#define RN_PORT_TRIES 16
+
+static struct {
+  pthread_once_t once;
+  int lo, n; /* the range; n = 0: let the kernel choose */
+  uint8_t reserved[65536 / 8];
+  _Atomic uint64_t next;
+} rn_ports = {.once = PTHREAD_ONCE_INIT};
+
+static void rn_ports_reserve(const char *list) {
+  for (const char *p = list; *p != '\0';) {
+    char *end;
+    long a = strtol(p, &end, 10), b = a;
+    if (end == p) break;
+    if (*end == '-') b = strtol(end + 1, &end, 10);
+    for (long x = a < 0 ? 0 : a; x <= b && x < 65536; x++)
+      rn_ports.reserved[x / 8] |= (uint8_t)(1u << (x % 8));
+    p = *end == ',' ? end + 1 : end;
+    if (*end != ',') break;
+  }
+}
+
+static void rn_ports_read(void) {
+  int lo = 0, hi = 0;
+  FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+  if (f == NULL) return;
+  int ok = fscanf(f, "%d %d", &lo, &hi) == 2 && lo >= 1 && hi <= 65535 && lo <= hi;
+  fclose(f);
+  if (!ok) return;
+  char list[4096] = "";
+  f = fopen("/proc/sys/net/ipv4/ip_local_reserved_ports", "r");
+  if (f != NULL) {
+    if (fgets(list, sizeof(list), f) == NULL) list[0] = '\0';
+    fclose(f);
+  }
+  rn_ports_reserve(list);
+  uint64_t seed = 0;
+  if (getrandom(&seed, sizeof(seed), GRND_NONBLOCK) != (ssize_t)sizeof(seed))
+    seed = (uint64_t)rn_clock_ms() * 0x9e3779b97f4a7c15ull;
+  atomic_store(&rn_ports.next, seed);
+  rn_ports.lo = lo;
+  rn_ports.n = hi - lo + 1;
+}
+
+/* A port of the range to try, or 0 (scattered: splitmix64 of a count). */
+static int rn_ports_pick(void) {
+  pthread_once(&rn_ports.once, rn_ports_read);
+  if (rn_ports.n == 0) return 0;
+  uint64_t z = atomic_fetch_add(&rn_ports.next, 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  int port = rn_ports.lo + (int)(z % (uint64_t)rn_ports.n);
+  return rn_ports.reserved[port / 8] & (1u << (port % 8)) ? 0 : port;
+}
+
+/* A listening socket on addr (its port, or port as given when nonzero):
+ * 0, or -1 with errno. */
+static int rn_sock_listen_on(const union rn_sockaddr *addr, int port, int *fd) {
+  union rn_sockaddr a = *addr;
+  if (port != 0 && a.sa.sa_family == AF_INET6) a.in6.sin6_port = htons((uint16_t)port);
+  if (port != 0 && a.sa.sa_family == AF_INET) a.in.sin_port = htons((uint16_t)port);
+  int s = socket(a.sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (s < 0) return -1;
   int one = 1;
-  socklen_t len = sizeof(*bound);
   if (setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
-      bind(s, &addr->sa, rn_sockaddr_len(addr)) != 0 || listen(s, 16384) != 0 ||
-      getsockname(s, &bound->sa, &len) != 0) {
+      bind(s, &a.sa, rn_sockaddr_len(&a)) != 0 || listen(s, 16384) != 0) {
+    int err = errno;
+    close(s);
+    errno = err;
+    return -1;
+  }
+  *fd = s;
+  return 0;
+}
+
+int rn_sock_listen_quiet(const union rn_sockaddr *addr, int *fd, union rn_sockaddr *bound) {
+  const int any =
+      addr->sa.sa_family == AF_INET6 ? addr->in6.sin6_port == 0 : addr->in.sin_port == 0;
+  int s = -1;
+  for (int k = 0; any && s < 0 && k < RN_PORT_TRIES; k++) {
+    int port = rn_ports_pick();
+    if (port == 0) continue;
+    if (rn_sock_listen_on(addr, port, &s) != 0 && errno != EADDRINUSE) return -1;
+  }
+  if (s < 0 && rn_sock_listen_on(addr, 0, &s) != 0) return -1;
+  socklen_t len = sizeof(*bound);
+  if (getsockname(s, &bound->sa, &len) != 0) {
     int err = errno;
     close(s);
     errno = err;

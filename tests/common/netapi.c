@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <arpa/inet.h>
 
 /* ---- logger ------------------------------------------------------------ */
 #define LOG_KEEP 64
@@ -580,4 +581,10 @@ int rn_open_fds(void) {
   while (readdir(d) != NULL) n++;
   closedir(d);
   return n - 3; /* ".", ".." and the directory's own descriptor */
+}
+
+int rn_handle_port(const void *handle) {
+  uint16_t port;
+  memcpy(&port, (const char *)handle + 16 + 2, sizeof(port));
+  return ntohs(port);
 }

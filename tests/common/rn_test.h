@@ -191,6 +191,10 @@ ncclResult_t rn_net_self_connect(struct rn_net *n, int dev, void **lc, void **sc
 int rn_net_pair_transfer(struct rn_net *n, void *sc, void *rc, size_t len, int tag);
 /* Descriptors this process holds now (/proc/self/fd), -1 if unknown. */
 int rn_open_fds(void);
+/* The TCP port of a socket-transport handle's first listening address
+ * (the handle: a 16-byte header, then the addresses: family, reserved,
+ * port in network order, address). */
+int rn_handle_port(const void *handle);
 
 /* ---- two-process runner (pair.c) -------------------------------------- */
 enum rn_role { RN_RECEIVER = 0, RN_SENDER = 1 };

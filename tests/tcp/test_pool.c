@@ -56,14 +56,6 @@ static ncclResult_t join(struct rn_net *n, struct pair *p, void *handle) {
   return r;
 }
 
-/* The handle: a 16-byte header, then the listeners' addresses (family,
- * reserved, port in network order, address). */
-static int handle_port(const char *handle) {
-  uint16_t port;
-  memcpy(&port, handle + 16 + 2, sizeof(port));
-  return ntohs(port);
-}
-
 /* The sockets of connections dialed to listener port `port`: the accepting
  * side's (local port == port) or the connecting side's (peer port ==
  * port), in descriptor order. */
@@ -115,7 +107,7 @@ static ncclResult_t open_pair(struct rn_net *n, struct pair *p) {
   char handle[NCCL_NET_HANDLE_MAXSIZE];
   memset(p, 0, sizeof(*p));
   ncclResult_t r = rn_net_listen(n, 0, handle, &p->lc);
-  p->port = handle_port(handle);
+  p->port = rn_handle_port(handle);
   return r == ncclSuccess ? join(n, p, handle) : r;
 }
 
@@ -212,7 +204,7 @@ static int child_idle(struct rn_net *n) {
   void *lc = NULL;
   if (rn_net_listen(n, 0, handle, &lc) != ncclSuccess) return fprintf(stderr, "listen\n"), 1;
   int s = raw_connect(port), err = errno;
-  int again = handle_port(handle) == port;
+  int again = rn_handle_port(handle) == port;
   if (s >= 0) close(s);
   if (rn_net_close_listen(n, lc) != ncclSuccess) return 1;
   if (again || s >= 0 || err != ECONNREFUSED)
@@ -604,7 +596,7 @@ int main(int argc, char **argv) {
     char handle[NCCL_NET_HANDLE_MAXSIZE];
     memset(&p, 0, sizeof(p));
     int ok2 = rn_net_listen(&n, 0, handle, &p.lc) == ncclSuccess;
-    int same = ok2 && handle_port(handle) == port && rn_open_fds() == fds0;
+    int same = ok2 && rn_handle_port(handle) == port && rn_open_fds() == fds0;
     ok2 = ok2 && join(&n, &p, handle) == ncclSuccess && xfer_all(&n, &p, 78, why, sizeof why);
     ok2 = close_pair(&n, &p, 0) && ok2;
     tap_result(ok1 && reset && same && ok2,
