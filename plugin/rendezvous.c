@@ -62,6 +62,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,11 +90,43 @@ static_assert(RN_RDV_MAX_LFDS <= RN_RDV_MAX_SOURCES, "a source slot per listenin
 static_assert(RN_RDV_MAX_GROUP_FDS >= 1 + RN_RDV_MAX_STREAMS, "room for one whole connection");
 static_assert(sizeof(struct rn_hello) == 32, "the hello's wire size");
 
+/* Nonces and connection ids come from the kernel's generator, read 32 at
+ * a time: every listen and every dial takes one, and a getrandom call per
+ * value was one system call of a kept connection's dozen.  A forked child
+ * drops what is left (pthread_atfork), so it never repeats its parent's. */
+#define RN_RANDOM_BATCH 32
+static pthread_mutex_t rn_random_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t rn_random_once = PTHREAD_ONCE_INIT;
+static uint64_t rn_random_buf[RN_RANDOM_BATCH];
+static int rn_random_left;
+
+static void rn_random_prepare(void) { pthread_mutex_lock(&rn_random_lock); }
+static void rn_random_parent(void) { pthread_mutex_unlock(&rn_random_lock); }
+static void rn_random_child(void) {
+  rn_random_left = 0;
+  pthread_mutex_unlock(&rn_random_lock);
+}
+static void rn_random_register(void) {
+  if (pthread_atfork(rn_random_prepare, rn_random_parent, rn_random_child) != 0)
+    RN_WARN("pthread_atfork failed: nonces are drawn one at a time");
+}
+
 uint64_t rn_rdv_random64(void) {
+  pthread_once(&rn_random_once, rn_random_register);
   uint64_t v = 0;
-  if (getrandom(&v, sizeof(v), 0) != (ssize_t)sizeof(v)) {
-    /* getrandom cannot fail for 8 bytes once the pool is ready; keep a
-     * non-constant fallback anyway. */
+  pthread_mutex_lock(&rn_random_lock);
+  if (rn_random_left == 0 &&
+      getrandom(rn_random_buf, sizeof(rn_random_buf), 0) == (ssize_t)sizeof(rn_random_buf))
+    rn_random_left = RN_RANDOM_BATCH;
+  int got = rn_random_left > 0;
+  if (got) {
+    v = rn_random_buf[--rn_random_left];
+    rn_random_buf[rn_random_left] = 0; /* used once */
+  }
+  pthread_mutex_unlock(&rn_random_lock);
+  if (!got) {
+    /* getrandom cannot fail once the pool is ready; keep a non-constant
+     * fallback anyway. */
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     v = ((uint64_t)ts.tv_nsec << 32) ^ (uint64_t)ts.tv_sec ^ ((uint64_t)getpid() << 16);

@@ -442,12 +442,20 @@ int main(int argc, char **argv) {
   }
 
   /* 7: a forked child neither uses nor disturbs its parent's kept
-   * connections; the parent reuses one afterwards. */
+   * connections; the parent reuses one afterwards.  The first listen of
+   * each after the fork draws a different nonce (the child draws its own
+   * randomness, not its copy of the parent's). */
   {
+    int nfd[2];
+    if (pipe(nfd) != 0) nfd[0] = nfd[1] = -1;
     pid_t pid = fork();
     if (pid == 0) {
       struct pair c;
-      char cwhy[256] = "";
+      char cwhy[256] = "", h[NCCL_NET_HANDLE_MAXSIZE] = {0};
+      void *clc = NULL;
+      if (rn_net_listen(&n, 0, h, &clc) != ncclSuccess || write(nfd[1], h + 8, 8) != 8 ||
+          rn_net_close_listen(&n, clc) != ncclSuccess)
+        _exit(1);
       rn_log_watch("(a kept connection)");
       int cok = open_pair(&n, &c) == ncclSuccess && xfer_all(&n, &c, 8, cwhy, sizeof cwhy) &&
                 rn_log_seen(w_reused) == 0;
@@ -457,12 +465,20 @@ int main(int argc, char **argv) {
     }
     int st = 0;
     waitpid(pid, &st, 0);
+    char h[NCCL_NET_HANDLE_MAXSIZE] = {0}, child_nonce[8] = {0};
+    void *plc = NULL;
+    int nonces = read(nfd[0], child_nonce, 8) == 8 &&
+                 rn_net_listen(&n, 0, h, &plc) == ncclSuccess && memcmp(h + 8, child_nonce, 8) != 0;
+    if (plc != NULL && rn_net_close_listen(&n, plc) != ncclSuccess) nonces = 0;
+    close(nfd[0]);
+    close(nfd[1]);
     rn_log_watch("(a kept connection)");
     ok = open_pair(&n, &p) == ncclSuccess && xfer_all(&n, &p, 9, why, sizeof why);
-    tap_result(WIFEXITED(st) && WEXITSTATUS(st) == 0 && ok && rn_log_seen(w_reused) == 2,
-               "a forked child dials its own pairs (reusing nothing of its parent's), and the "
-               "parent then reuses its kept connection with data verified (%s)",
-               why);
+    tap_result(WIFEXITED(st) && WEXITSTATUS(st) == 0 && ok && nonces && rn_log_seen(w_reused) == 2,
+               "a forked child dials its own pairs (reusing nothing of its parent's) with nonces "
+               "of its own, and the parent then reuses its kept connection with data verified "
+               "(%s; nonces differ %d)",
+               why, nonces);
     close_pair(&n, &p, 1);
   }
 
