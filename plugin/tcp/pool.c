@@ -80,12 +80,17 @@ static struct {
   } e[RN_TCP_POOL_LISTENERS];
 } rn_tcp_lis;
 
-/* Lock held: close the kept listener at index i. */
-static void rn_tcp_lis_drop(int i) {
-  close(rn_tcp_lis.e[i].fd);
+/* Lock held: take the kept listener at index i off the list. */
+static void rn_tcp_lis_remove(int i) {
   memmove(&rn_tcp_lis.e[i], &rn_tcp_lis.e[i + 1],
           sizeof(rn_tcp_lis.e[0]) * (size_t)(rn_tcp_lis.n - i - 1));
   rn_tcp_lis.n--;
+}
+
+/* Lock held: close the kept listener at index i. */
+static void rn_tcp_lis_drop(int i) {
+  close(rn_tcp_lis.e[i].fd);
+  rn_tcp_lis_remove(i);
 }
 
 /* Lock held: close the kept listeners past RAILNET_SOCKET_POOL_IDLE_MS. */
@@ -528,7 +533,7 @@ int rn_tcp_pool_put_listener(int fd, const union rn_sockaddr *bound) {
     const int64_t now = rn_clock_ms();
     rn_tcp_lis_expire(now);
     const int most = rn_params()->socket_pool < RN_TCP_POOL_LISTENERS ? rn_params()->socket_pool
-                                                                     : RN_TCP_POOL_LISTENERS;
+                                                                      : RN_TCP_POOL_LISTENERS;
     while (rn_tcp_lis.n >= most) rn_tcp_lis_drop(0);
     rn_tcp_lis.e[rn_tcp_lis.n].fd = fd;
     rn_tcp_lis.e[rn_tcp_lis.n].bound = *bound;
@@ -548,9 +553,7 @@ int rn_tcp_pool_take_listener(const union rn_sockaddr *addr, int *fd, union rn_s
     if (!rn_sockaddr_same_host(&rn_tcp_lis.e[i].bound, addr)) continue;
     *fd = rn_tcp_lis.e[i].fd;
     *bound = rn_tcp_lis.e[i].bound;
-    memmove(&rn_tcp_lis.e[i], &rn_tcp_lis.e[i + 1],
-            sizeof(rn_tcp_lis.e[0]) * (size_t)(rn_tcp_lis.n - i - 1));
-    rn_tcp_lis.n--;
+    rn_tcp_lis_remove(i);
     got = 1;
   }
   pthread_mutex_unlock(&rn_tcp_pool_lock);
