@@ -69,17 +69,21 @@ void rn_tcp_comm_streamy(struct rn_tcp_comm *c) {
 
 /* Data streams idle for RAILNET_SOCKET_IDLE_MS close at the next call of
  * their own comm, or of any comm of the process: at most every quarter of
- * that (and 100 ms), one call visits the comms with streams, each only
- * try-locked, so no thread waits and a busy comm waits for the next
- * sweep.  Called without the caller's comm lock. */
+ * that (and 100 ms; 2.5 s when they never close), one call visits the
+ * comms with streams, each only try-locked, so no thread waits and a busy
+ * comm waits for the next sweep.  The same call tends what connection
+ * reuse keeps (pool.c), so kept sockets close on time and a connection
+ * that reached a kept listener is reset, in a process that makes calls
+ * but opens no comm.  Called without the caller's comm lock. */
 void rn_tcp_comm_sweep_idle(void) {
   const int64_t idle = rn_params()->socket_idle_ms;
-  if (idle == 0) return;
   int64_t now = rn_clock_ms(),
           next = atomic_load_explicit(&rn_tcp_next_sweep_ms, memory_order_relaxed);
   if (now < next) return;
-  const int64_t every = idle / 4 > 100 ? idle / 4 : 100;
+  const int64_t every = idle == 0 ? 2500 : idle / 4 > 100 ? idle / 4 : 100;
   if (!atomic_compare_exchange_strong(&rn_tcp_next_sweep_ms, &next, now + every)) return;
+  rn_tcp_pool_sweep();
+  if (idle == 0) return;
   pthread_mutex_lock(&rn_tcp_streamy.lock);
   struct rn_list *node = rn_tcp_streamy.head.next, *nx;
   for (; node != &rn_tcp_streamy.head; node = nx) {

@@ -511,10 +511,10 @@ int rn_tcp_pool_take_accept(uint64_t nonce, const union rn_sockaddr *lis, int nl
   return 1;
 }
 
-int rn_tcp_pool_put_listener(int fd, const union rn_sockaddr *bound) {
-  if (rn_params()->socket_pool == 0) return 0;
-  /* Connections that reached the closed listener and were never taken:
-   * close(2) of the listener would reset them, and so does this. */
+/* Reset every connection waiting in a closed listener's backlog, as
+ * close(2) of the listener would: 0, or -1 when fd is not a sound
+ * listener. */
+static int rn_tcp_lis_reset_backlog(int fd) {
   for (;;) {
     int s = accept4(fd, NULL, NULL, SOCK_CLOEXEC);
     if (s >= 0) {
@@ -524,9 +524,23 @@ int rn_tcp_pool_put_listener(int fd, const union rn_sockaddr *bound) {
       continue;
     }
     if (errno == EINTR || errno == ECONNABORTED) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-    return 0; /* not a sound listener: closed by the caller */
+    return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
   }
+}
+
+void rn_tcp_pool_sweep(void) {
+  if (pthread_mutex_trylock(&rn_tcp_pool_lock) != 0) return;
+  rn_tcp_lis_expire(rn_clock_ms());
+  for (int i = rn_tcp_lis.n - 1; i >= 0; i--)
+    if (rn_tcp_lis_reset_backlog(rn_tcp_lis.e[i].fd) != 0) rn_tcp_lis_drop(i);
+  rn_tcp_pool_service();
+  pthread_mutex_unlock(&rn_tcp_pool_lock);
+}
+
+int rn_tcp_pool_put_listener(int fd, const union rn_sockaddr *bound) {
+  if (rn_params()->socket_pool == 0) return 0;
+  /* Connections that reached the closed listener and were never taken. */
+  if (rn_tcp_lis_reset_backlog(fd) != 0) return 0; /* closed by the caller */
   pthread_mutex_lock(&rn_tcp_pool_lock);
   int kept = !rn_tcp_pool.closed;
   if (kept) {

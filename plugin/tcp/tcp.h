@@ -640,6 +640,10 @@ int rn_tcp_pool_take_accept(uint64_t nonce, const union rn_sockaddr *lis, int nl
 #define RN_TCP_POOL_LISTENERS 4
 int rn_tcp_pool_put_listener(int fd, const union rn_sockaddr *bound);
 int rn_tcp_pool_take_listener(const union rn_sockaddr *addr, int *fd, union rn_sockaddr *bound);
+/* Now and then (comm.c's sweep): read and expire the kept connections,
+ * expire the kept listeners and reset what reached them; skipped when
+ * another thread holds the pool. */
+void rn_tcp_pool_sweep(void);
 /* At fini: close every kept connection and listener; none is kept until
  * the next init. */
 void rn_tcp_pool_fini(void);

@@ -216,6 +216,34 @@ static int child_idle(struct rn_net *n) {
   return rn_log_warns() == 0 ? 0 : 1;
 }
 
+/* RAILNET_SOCKET_IDLE_MS=400 (a sweep every 100 ms): a connection that
+ * reaches a kept listener is reset while the process goes on moving data
+ * on another pair and opens no comm. */
+static int child_sweep(struct rn_net *n) {
+  char why[256] = "";
+  struct pair p, q;
+  if (open_pair(n, &p) != ncclSuccess || open_pair(n, &q) != ncclSuccess ||
+      !xfer(n, &p, 8, 1, 5, why, sizeof why))
+    return fprintf(stderr, "pairs: %s\n", why), 1;
+  int port = p.port;
+  if (!close_pair(n, &p, 1)) return 1;
+  int s = raw_connect(port);
+  if (s < 0) return fprintf(stderr, "the kept listener refused: %s\n", strerror(errno)), 1;
+  int reset = 0, moved = 0;
+  struct pollfd pf = {.fd = s, .events = POLLIN};
+  double end = rn_deadline(5);
+  while (!reset && now_s() < end) {
+    if (!xfer(n, &q, 8, 1, 6, why, sizeof why)) break;
+    moved++;
+    char b;
+    reset = poll(&pf, 1, 0) == 1 && recv(s, &b, 1, MSG_DONTWAIT) <= 0;
+  }
+  close(s);
+  int ok = close_pair(n, &q, 1);
+  if (!reset) return fprintf(stderr, "not reset after %d transfers (%s)\n", moved, why), 1;
+  return ok && rn_log_warns() == 0 ? 0 : 1;
+}
+
 /* RAILNET_SOCKET_POOL=2: five pairs open at once, all closed quiescent:
  * two connections kept per side, and the descriptors with them. */
 static int child_bound(struct rn_net *n) {
@@ -302,16 +330,17 @@ int main(int argc, char **argv) {
   struct rn_net n;
   if (argc == 2) { /* a re-executed copy */
     if (sbuf == NULL || rbuf == NULL || open_net(&n) != 0) return 1;
-    int rc = strcmp(argv[1], "nopool") == 0 ? child_nopool(&n)
-             : strcmp(argv[1], "idle") == 0 ? child_idle(&n)
-                                            : child_bound(&n);
+    int rc = strcmp(argv[1], "nopool") == 0  ? child_nopool(&n)
+             : strcmp(argv[1], "idle") == 0  ? child_idle(&n)
+             : strcmp(argv[1], "sweep") == 0 ? child_sweep(&n)
+                                             : child_bound(&n);
     rn_net_finalize(&n);
     rn_net_close(&n);
     return rc;
   }
-  tap_plan(16);
+  tap_plan(17);
   if (sbuf == NULL || rbuf == NULL || open_net(&n) != 0) {
-    for (int i = 0; i < 16; i++) tap_result(0, "load the plugin");
+    for (int i = 0; i < 17; i++) tap_result(0, "load the plugin");
     return 1;
   }
   char why[256] = "";
@@ -634,6 +663,9 @@ int main(int argc, char **argv) {
   tap_result(run_child(self, "idle", "RAILNET_SOCKET_POOL_IDLE_MS=100"),
              "with RAILNET_SOCKET_POOL_IDLE_MS=100, a listening socket kept 300 ms is closed at "
              "the next listen (its port refuses), which takes another");
+  tap_result(run_child(self, "sweep", "RAILNET_SOCKET_IDLE_MS=400"),
+             "a connection that reaches a kept listening socket is reset while the process moves "
+             "data on another pair and opens no comm (the sweep of calls, here every 100 ms)");
   /* Helpers off: their descriptors would count with the kept ones. */
   tap_result(run_child(self, "bound", "RAILNET_SOCKET_POOL=2,RAILNET_SOCKET_NTHREADS=0"),
              "with RAILNET_SOCKET_POOL=2, five pairs closed at once keep two connections per side "
