@@ -187,17 +187,20 @@ static int rn_ports_pick(void) {
   return rn_ports.reserved[port / 8] & (1u << (port % 8)) ? 0 : port;
 }
 
-/* A listening socket on addr (its port, or port as given when nonzero):
- * 0, or -1 with errno. */
-static int rn_sock_listen_on(const union rn_sockaddr *addr, int port, int *fd) {
+/* A listening socket on addr (its port, or port when nonzero), and the
+ * address it is bound to: 0, or -1 with errno. */
+static int rn_sock_listen_on(const union rn_sockaddr *addr, int port, int *fd,
+                             union rn_sockaddr *bound) {
   union rn_sockaddr a = *addr;
   if (port != 0 && a.sa.sa_family == AF_INET6) a.in6.sin6_port = htons((uint16_t)port);
   if (port != 0 && a.sa.sa_family == AF_INET) a.in.sin_port = htons((uint16_t)port);
   int s = socket(a.sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (s < 0) return -1;
   int one = 1;
+  socklen_t len = sizeof(*bound);
   if (setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
-      bind(s, &a.sa, rn_sockaddr_len(&a)) != 0 || listen(s, 16384) != 0) {
+      bind(s, &a.sa, rn_sockaddr_len(&a)) != 0 || listen(s, 16384) != 0 ||
+      getsockname(s, &bound->sa, &len) != 0) {
     int err = errno;
     close(s);
     errno = err;
@@ -210,22 +213,13 @@ static int rn_sock_listen_on(const union rn_sockaddr *addr, int port, int *fd) {
 int rn_sock_listen_quiet(const union rn_sockaddr *addr, int *fd, union rn_sockaddr *bound) {
   const int any =
       addr->sa.sa_family == AF_INET6 ? addr->in6.sin6_port == 0 : addr->in.sin_port == 0;
-  int s = -1;
-  for (int k = 0; any && s < 0 && k < RN_PORT_TRIES; k++) {
+  for (int k = 0; any && k < RN_PORT_TRIES; k++) {
     int port = rn_ports_pick();
     if (port == 0) continue;
-    if (rn_sock_listen_on(addr, port, &s) != 0 && errno != EADDRINUSE) return -1;
+    if (rn_sock_listen_on(addr, port, fd, bound) == 0) return 0;
+    if (errno != EADDRINUSE) return -1;
   }
-  if (s < 0 && rn_sock_listen_on(addr, 0, &s) != 0) return -1;
-  socklen_t len = sizeof(*bound);
-  if (getsockname(s, &bound->sa, &len) != 0) {
-    int err = errno;
-    close(s);
-    errno = err;
-    return -1;
-  }
-  *fd = s;
-  return 0;
+  return rn_sock_listen_on(addr, 0, fd, bound);
 }
 
 ncclResult_t rn_sock_listen(const union rn_sockaddr *addr, int *fd, union rn_sockaddr *bound) {

@@ -631,12 +631,11 @@ int rn_tcp_pool_take_accept(uint64_t nonce, const union rn_sockaddr *lis, int nl
                             struct rn_rdv_conn *conn, struct rn_tcp_addrs *addr);
 /* Listening sockets of closed listen comms (and of data streams' opening)
  * are kept too, up to RN_TCP_POOL_LISTENERS (at most RAILNET_SOCKET_POOL)
- * for RAILNET_SOCKET_POOL_IDLE_MS,
- * so the next listen on that address needs no socket, bind or listen.
- * put: 1 when kept (its backlog emptied: what waited there was for a
- * closed listener and is refused as close(2) would), else the caller
- * closes it.  take: 1 with *fd listening on addr's address (any port) and
- * *bound its address. */
+ * for RAILNET_SOCKET_POOL_IDLE_MS, so the next listen on that address
+ * needs no socket, bind or listen.  put: 1 when kept (its backlog emptied:
+ * what waited there was for a closed listener and is reset, as close(2)
+ * would), else the caller closes it.  take: 1 with *fd listening on
+ * addr's address (any port) and *bound its address. */
 #define RN_TCP_POOL_LISTENERS 4
 int rn_tcp_pool_put_listener(int fd, const union rn_sockaddr *bound);
 int rn_tcp_pool_take_listener(const union rn_sockaddr *addr, int *fd, union rn_sockaddr *bound);
