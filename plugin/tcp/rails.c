@@ -172,7 +172,8 @@ static int rn_tcp_rail_busy(const struct rn_tcp_rail *r) {
  * while busy; receive side: from the bytes that landed). */
 /* The control connection of a comm whose control connection cannot move
  * (one rail) carries messages of any size while its data streams open
- * (open.c): the bound on a rail that stopped delivering holds for it too.
+ * (open.c), and between messages it alone has bytes in flight: the bound
+ * on a rail that stopped delivering holds for it too.
  * Either side: bytes written on it and none acknowledged since (a
  * message, a clear-to-send); receive: also a message half read, or a
  * streamed one announced before the streams opened, and no byte since. */
@@ -202,7 +203,11 @@ static void rn_tcp_rails_sample(struct rn_tcp_comm *c, int64_t now) {
   c->sample_ms = now;
   if (dt <= 0) return;
   const int64_t limit = rn_params()->rail_timeout_ms;
-  if (!c->move.enabled) rn_tcp_ctl_sample(c, now, limit);
+  /* Also once its streams are up, for a comm whose control connection has
+   * no rail to move to: a link cut between messages leaves bytes in
+   * flight on the control connection alone (a clear-to-send, a WANT), and
+   * nothing on the streams for their bound to see. */
+  if (!c->move.enabled || (c->nrails <= 1 && c->standby < 0)) rn_tcp_ctl_sample(c, now, limit);
   if (c->nrails == 0) return;
   if (c->is_recv) {
     int live = 0, lost = 0;
