@@ -227,15 +227,41 @@ ncclResult_t rn_ib_post_recvs(struct rn_ib_comm *c, int qi, int count) {
 
 /* --- comms -------------------------------------------------------------- */
 
+void rn_ib_live_all(struct rn_ib_comm *c) {
+  c->nlive = c->nrails;
+  for (int r = 0; r < RN_MAX_RAILS; r++) {
+    c->pos[r] = (int8_t)(r < c->nrails ? r : -1);
+    c->in_use[r] = r;
+  }
+}
+
+void rn_ib_rail_stop(struct rn_ib_comm *c, int r) {
+  struct rn_ib_rail *rl = &c->rail[r];
+  struct ibv_qp_attr a;
+  memset(&a, 0, sizeof(a));
+  a.qp_state = IBV_QPS_ERR;
+  for (int k = 0; k < c->nqps; k++)
+    if (rl->qp[k].qp) (void)rn_ibv_modify_qp(rl->qp[k].qp, &a, IBV_QP_STATE);
+}
+
+void rn_ib_rail_free(struct rn_ib_comm *c, int r) {
+  struct rn_ib_rail *rl = &c->rail[r];
+  if (rl->flush_qp) (void)rn_ibv_destroy_qp(rl->flush_qp);
+  rl->flush_qp = NULL;
+  for (int k = c->nqps - 1; k >= 0; k--) {
+    if (rl->qp[k].qp) (void)rn_ibv_destroy_qp(rl->qp[k].qp);
+    memset(&rl->qp[k], 0, sizeof(rl->qp[k]));
+  }
+  if (rl->cq) (void)rn_ibv_destroy_cq(rl->cq);
+  rl->cq = NULL;
+}
+
 static void rn_ib_comm_free(struct rn_ib_comm *c) {
   if (!c) return;
   rn_ib_live_del(&c->live);
   for (int r = c->nlocal - 1; r >= 0; r--) {
     struct rn_ib_rail *rl = &c->rail[r];
-    if (rl->flush_qp) (void)rn_ibv_destroy_qp(rl->flush_qp);
-    for (int k = c->nqps - 1; k >= 0; k--)
-      if (rl->qp[k].qp) (void)rn_ibv_destroy_qp(rl->qp[k].qp);
-    if (rl->cq) (void)rn_ibv_destroy_cq(rl->cq);
+    rn_ib_rail_free(c, r);
     if (rl->remote_mr) (void)rn_ibv_dereg_mr(rl->remote_mr);
     if (rl->local_mr) (void)rn_ibv_dereg_mr(rl->local_mr);
   }
@@ -248,6 +274,31 @@ static void rn_ib_comm_free(struct rn_ib_comm *c) {
     rn_req_base_end(&c->flush_reqs[i].base);
   }
   free(c);
+}
+
+/* A receiver's loopback QP for GDR flush READs, on a rail whose NIC can
+ * see GPU memory. */
+static ncclResult_t rn_ib_flush_open(struct rn_ib_rail *rl) {
+  if (!(rl->port->nic->ptr_support & (NCCL_PTR_CUDA | NCCL_PTR_DMABUF))) return ncclSuccess;
+  RN_CHECK(rn_ib_qp_create(rl, RN_IB_QP_FLUSH, 0, &rl->flush_qp, NULL));
+  struct rn_ib_rail_info self;
+  rn_ib_rail_info_fill(rl, &self);
+  return rn_ib_qp_connect(rl->flush_qp, RN_IB_QP_FLUSH, rl->port, &self, rl->flush_qp->qp_num, -1);
+}
+
+ncclResult_t rn_ib_rail_open(struct rn_ib_comm *c, int r) {
+  struct rn_ib_rail *rl = &c->rail[r];
+  struct rn_ib_device *device = rl->port->device;
+  int cqe = RN_IB_CQ_DEPTH < device->attr.max_cqe ? RN_IB_CQ_DEPTH : device->attr.max_cqe;
+  RN_CHECK(rn_ibv_create_cq(device->context, cqe, &rl->cq));
+  uint32_t inl = c->max_inline < device->max_inline ? c->max_inline : device->max_inline;
+  for (int k = 0; k < c->nqps; k++) {
+    struct ibv_qp_cap cap;
+    RN_CHECK(rn_ib_qp_create(rl, RN_IB_QP_DATA, inl, &rl->qp[k].qp, &cap));
+    if (cap.max_inline_data < c->max_inline) c->max_inline = cap.max_inline_data;
+    if (cap.max_send_wr < c->sq_depth) c->sq_depth = cap.max_send_wr;
+  }
+  return c->is_send ? ncclSuccess : rn_ib_flush_open(rl);
 }
 
 /* The part of the control block the peer writes: a sender's FIFO, a
@@ -268,6 +319,8 @@ static ncclResult_t rn_ib_comm_create(const struct rn_rails *rails, int nrails, 
     return ncclSystemError;
   }
   c->ctrl_fd = -1;
+  c->is_send = is_send;
+  c->tc = -1;
   c->nqps = nqps;
   c->nrails = nrails;
   c->sq_depth = RN_IB_SEND_DEPTH;
@@ -293,23 +346,16 @@ static ncclResult_t rn_ib_comm_create(const struct rn_rails *rails, int nrails, 
     }
     c->nlocal = r + 1;
     struct rn_ib_device *device = rl->port->device;
-    int cqe = RN_IB_CQ_DEPTH < device->attr.max_cqe ? RN_IB_CQ_DEPTH : device->attr.max_cqe;
-    RN_CHECK_GOTO(rn_ibv_create_cq(device->context, cqe, &rl->cq), res, out_free);
     RN_CHECK_GOTO(
         rn_ibv_reg_mr(device->pd, c->ctl, sizeof(*c->ctl), IBV_ACCESS_LOCAL_WRITE, &rl->local_mr),
         res, out_free);
     RN_CHECK_GOTO(rn_ibv_reg_mr(device->pd, remote, rlen,
                                 IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, &rl->remote_mr),
                   res, out_free);
-    uint32_t inl = c->max_inline < device->max_inline ? c->max_inline : device->max_inline;
-    for (int k = 0; k < nqps; k++) {
-      struct ibv_qp_cap cap;
-      RN_CHECK_GOTO(rn_ib_qp_create(rl, RN_IB_QP_DATA, inl, &rl->qp[k].qp, &cap), res, out_free);
-      if (cap.max_inline_data < c->max_inline) c->max_inline = cap.max_inline_data;
-      if (cap.max_send_wr < c->sq_depth) c->sq_depth = cap.max_send_wr;
-    }
+    RN_CHECK_GOTO(rn_ib_rail_open(c, r), res, out_free);
   }
   if (c->max_inline == UINT32_MAX) c->max_inline = 0;
+  rn_ib_live_all(c);
   *out = c;
   return ncclSuccess;
 out_free:
@@ -379,9 +425,18 @@ static ncclResult_t rn_ib_info_check(struct rn_ib_conn_info *i, int peer_is_send
   return ncclSuccess;
 }
 
+ncclResult_t rn_ib_rail_connect(struct rn_ib_comm *c, int r, const uint32_t *qpn) {
+  for (int k = 0; k < c->nqps; k++)
+    RN_CHECK(rn_ib_qp_connect(c->rail[r].qp[k].qp, RN_IB_QP_DATA, c->rail[r].port, &c->rem_rail[r],
+                              qpn[k], c->tc));
+  return ncclSuccess;
+}
+
 /* Move every QP of the first c->nrails rails to RTS against the peer's. */
 static ncclResult_t rn_ib_comm_connect(struct rn_ib_comm *c, const struct rn_ib_conn_info *rem,
                                        int tc) {
+  c->tc = tc;
+  rn_ib_live_all(c);
   c->mtu_bytes = 1 << 30;
   for (int r = 0; r < c->nrails; r++) {
     const struct rn_ib_port *port = c->rail[r].port;
@@ -395,25 +450,10 @@ static ncclResult_t rn_ib_comm_connect(struct rn_ib_comm *c, const struct rn_ib_
       return ncclInvalidUsage;
     }
     c->rail[r].rem_rkey = rem->rail[r].rkey;
-    for (int k = 0; k < c->nqps; k++)
-      RN_CHECK(rn_ib_qp_connect(c->rail[r].qp[k].qp, RN_IB_QP_DATA, port, &rem->rail[r],
-                                rem->qpn[r][k], tc));
+    c->rem_rail[r] = rem->rail[r];
+    RN_CHECK(rn_ib_rail_connect(c, r, rem->qpn[r]));
   }
   c->rem_ctl = rem->ctl_addr;
-  return ncclSuccess;
-}
-
-/* Loopback QPs for GDR flush READs, on rails whose NIC can see GPU memory. */
-static ncclResult_t rn_ib_flush_setup(struct rn_ib_comm *c) {
-  for (int r = 0; r < c->nrails; r++) {
-    struct rn_ib_rail *rl = &c->rail[r];
-    if (!(rl->port->nic->ptr_support & (NCCL_PTR_CUDA | NCCL_PTR_DMABUF))) continue;
-    RN_CHECK(rn_ib_qp_create(rl, RN_IB_QP_FLUSH, 0, &rl->flush_qp, NULL));
-    struct rn_ib_rail_info self;
-    rn_ib_rail_info_fill(rl, &self);
-    RN_CHECK(
-        rn_ib_qp_connect(rl->flush_qp, RN_IB_QP_FLUSH, rl->port, &self, rl->flush_qp->qp_num, -1));
-  }
   return ncclSuccess;
 }
 
@@ -481,6 +521,12 @@ static ncclResult_t rn_ib_oob_recv(int fd, void *buf, size_t len, size_t *off, i
 static void rn_ib_comm_ready(struct rn_ib_comm *c, int *fd, const char *how) {
   c->ctrl_fd = *fd;
   *fd = -1;
+  /* A peer whose host or path died sends no EOF: keepalive probes and the
+   * user timeout end the socket within RAILNET_SOCKET_TIMEOUT_MS, and a
+   * waiting side then fails instead of waiting for ever. */
+  if (rn_sock_set_liveness(c->ctrl_fd, (int)rn_params()->socket_timeout_ms) != 0)
+    RN_INFO(NCCL_NET, "%s %s: no keepalive on the control socket (%s): a dead host is noticed "
+            "only by the QPs", how, c->peer, strerror(errno));
   RN_INFO(NCCL_NET, "%s %s: %d rail(s) x %d QP(s), first QP %u, inline up to %u bytes", how,
           c->peer, c->nrails, c->nqps, c->rail[0].qp[0].qp->qp_num, c->max_inline);
   rn_ib_live_add(&c->live, 0);
@@ -514,9 +560,8 @@ static ncclResult_t rn_ib_accept_step(struct rn_ib_listen_comm *l, void **rcomm)
         /* RECVs before RTR: an immediate must never find an empty queue. */
         for (int r = 0; r < c->nrails; r++)
           for (int k = 0; k < c->nqps; k++)
-            RN_CHECK(rn_ib_post_recvs(c, k * c->nrails + r, RN_IB_RECV_DEPTH));
+            RN_CHECK(rn_ib_post_recvs(c, rn_ib_qp_index(c, r, k), RN_IB_RECV_DEPTH));
         RN_CHECK(rn_ib_comm_connect(c, &l->rinfo, -1));
-        RN_CHECK(rn_ib_flush_setup(c));
         rn_ib_info_fill(c, 0, &l->linfo);
         l->stage = RN_IB_ACC_SEND_INFO;
         break;

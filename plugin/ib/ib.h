@@ -100,7 +100,9 @@ struct rn_ib_ctl {
 /* The out-of-band exchange (connect.c): what each side tells the other
  * once over the bootstrap socket, and what the handle carries. */
 #define RN_IB_INFO_MAGIC 0x726e6962u /* "rnib" */
-#define RN_IB_INFO_VERSION 2 /* 2: only part of the control block is remote, new immediates */
+/* 2: only part of the control block is remote, new immediates; 3: the
+ * failover messages below follow on the same socket */
+#define RN_IB_INFO_VERSION 3
 
 /* Every field is checked on arrival (rn_ib_info_check, rn_ib_comm_connect). */
 struct rn_ib_rail_info {
@@ -119,6 +121,40 @@ struct rn_ib_conn_info {
   char dev[32];      /* first rail's name, for messages */
   struct rn_ib_rail_info rail[RN_MAX_RAILS];
   uint32_t qpn[RN_MAX_RAILS][RN_IB_MAX_QPS];
+};
+
+/* Failover (failover.c): messages on the bootstrap socket once a comm is
+ * up.  Either side that sees a rail fail (an error completion of a data
+ * QP) stops using it; the receiver tells the sender (FAIL).  The sender
+ * moves every QP of the comm to the error state, makes new ones on the
+ * rails left and sends REBUILD; the receiver stops its QPs, takes the
+ * completions already there, makes and connects new QPs and answers
+ * REBUILT with the groups it has whole; the sender connects, sends READY,
+ * and posts again every group the receiver lacks.  Groups land whole or
+ * are written again in full: the bytes are the same, and a receive
+ * completes once, on the immediates of its last writing. */
+#define RN_IB_FO_MAGIC 0x726e666fu /* "rnfo" */
+enum rn_ib_fo_type {
+  RN_IB_FO_FAIL = 1,    /* receiver -> sender: rails that failed here */
+  RN_IB_FO_REBUILD = 2, /* sender -> receiver: the rails left, new QPs */
+  RN_IB_FO_REBUILT = 3, /* receiver -> sender: its new QPs, what it has */
+  RN_IB_FO_READY = 4    /* sender -> receiver: connected, FIFO writes may come */
+};
+struct rn_ib_fo_msg {
+  uint32_t magic;
+  uint8_t type;
+  uint8_t reserved[3];
+  uint32_t epoch; /* REBUILD: the new one, REBUILT/READY: echoed, FAIL: the receiver's */
+  uint32_t rails; /* FAIL: the rails failed; REBUILD: the rails in use from now on */
+  /* REBUILD: the sender's next sequence; bit i of done: sequence
+   * seq - RN_IB_SLOTS + i completed at the sender, having sent sizes[its
+   * slot].  REBUILT: every receive below seq is whole; bit i of done:
+   * so is seq + i. */
+  uint64_t seq;
+  uint32_t done;
+  uint32_t reserved2;
+  uint32_t qpn[RN_MAX_RAILS][RN_IB_MAX_QPS]; /* the new QPs of the rails in use */
+  uint64_t sizes[RN_IB_SLOTS][RN_IB_MAX_RECVS];
 };
 
 /* What the handle payload carries: the listener's bootstrap address. */
@@ -248,6 +284,24 @@ struct rn_ib_comm {
   uint32_t max_inline; /* smallest inline capacity over the connected rails' QPs */
   uint32_t sq_depth;   /* send WRs each QP holds */
   struct rn_ib_rail rail[RN_MAX_RAILS];
+  /* The rails in use: in_use[0..nlive-1], in rail order; pos[r] is rail r's
+   * place there or -1.  QP numbers (rn_ib_qp) count over them only. */
+  int nlive;
+  int in_use[RN_MAX_RAILS];
+  int8_t pos[RN_MAX_RAILS];
+  int is_send;
+  int tc; /* the traffic class the QPs were connected with, -1 for none */
+  struct rn_ib_rail_info rem_rail[RN_MAX_RAILS]; /* the peer's rails, kept for a rebuild */
+  /* failover (failover.c) */
+  uint32_t dead;      /* rails in use that failed: a rebuild is due */
+  uint32_t reported;  /* receiver: rails already named in a FAIL */
+  uint32_t epoch;     /* rebuilds so far */
+  int recovering;     /* sender: REBUILD sent; receiver: REBUILT sent, READY not here */
+  int draining;       /* receiver: taking the stopped QPs' completions */
+  int64_t recover_ms; /* rn_clock_ms() when the rebuild started */
+  uint32_t replayed, delivered; /* groups of the last rebuild: posted again, found whole */
+  struct rn_ib_fo_msg fo_in, fo_out;
+  size_t fo_in_off, fo_out_off, fo_out_len;
   struct rn_ib_ctl *ctl;
   uint64_t rem_ctl; /* the peer's remotely writable part (its fifo or its sizes) */
   int ctrl_fd;      /* bootstrap socket, kept to notice a dead peer */
@@ -263,22 +317,37 @@ struct rn_ib_comm {
   int alive_calls;       /* calls until the clock is read again */
   /* sender */
   struct rn_ib_send_group group[RN_IB_SLOTS];
+  /* posted groups by slot, kept until the next group of the slot: what a
+   * rebuild posts again */
+  struct rn_ib_send_group sent[RN_IB_SLOTS];
+  uint64_t sent_seq[RN_IB_SLOTS];
+  int sent_lead[RN_IB_SLOTS];   /* its first request's index in send_reqs */
+  uint8_t sent_done[RN_IB_SLOTS]; /* every QP's completion came (or the receiver had it whole) */
   struct rn_ib_req send_reqs[RN_IB_SLOTS * RN_IB_MAX_RECVS];
   /* receiver */
   struct rn_ib_req recv_reqs[RN_IB_SLOTS];  /* recv request of sequence s sits at s % SLOTS */
   struct rn_ib_req flush_reqs[RN_IB_SLOTS]; /* flushes */
 };
 
-static inline int rn_ib_qp_count(const struct rn_ib_comm *c) { return c->nrails * c->nqps; }
-/* QP number q of the connection: rails interleave, so using the first m
- * QPs spreads over rails first. */
+static inline int rn_ib_qp_count(const struct rn_ib_comm *c) { return c->nlive * c->nqps; }
+/* QP number q of the connection: the rails in use interleave, so using
+ * the first m QPs spreads over rails first. */
 static inline struct rn_ib_qp *rn_ib_qp(struct rn_ib_comm *c, int q, int *rail) {
-  *rail = q % c->nrails;
-  return &c->rail[*rail].qp[q / c->nrails];
+  *rail = c->in_use[q % c->nlive];
+  return &c->rail[*rail].qp[q / c->nlive];
+}
+/* The comm's QP number of rail r's QP k (r in use). */
+static inline int rn_ib_qp_index(const struct rn_ib_comm *c, int r, int k) {
+  return k * c->nlive + c->pos[r];
+}
+/* The first rail in use: the name messages give the comm. */
+static inline const char *rn_ib_comm_nic(const struct rn_ib_comm *c) {
+  return c->rail[c->nlive > 0 ? c->in_use[0] : 0].port->nic->name;
 }
 
 /* Calls between the files go one way: transport.c (the table, finalize)
- * -> p2p.c (data path) -> connect.c (QPs, out-of-band exchange) ->
+ * -> p2p.c (data path) -> failover.c (rebuilds) -> connect.c (QPs,
+ * out-of-band exchange) ->
  * discovery.c (devices) -> gdr.c (probes), reg.c (the MR cache callbacks).
  * reg.c (registration) calls none of them. */
 
@@ -301,6 +370,38 @@ ncclResult_t rn_ib_close_listen(void *lcomm);
 int rn_ib_close_all(void); /* at fini: frees what is still open, returns how many */
 /* count more standing RECVs on the comm's QP qi. */
 ncclResult_t rn_ib_post_recvs(struct rn_ib_comm *c, int qi, int count);
+/* Use every connected rail (at connect). */
+void rn_ib_live_all(struct rn_ib_comm *c);
+/* One rail's QPs, for a rebuild: stop (data QPs to the error state, so
+ * nothing more lands), free (flush QP, data QPs, CQ), open again (CQ, data
+ * QPs in INIT, a receiver's flush QP) and connect the data QPs to the
+ * peer's qpn[]. */
+void rn_ib_rail_stop(struct rn_ib_comm *c, int r);
+void rn_ib_rail_free(struct rn_ib_comm *c, int r);
+ncclResult_t rn_ib_rail_open(struct rn_ib_comm *c, int r);
+ncclResult_t rn_ib_rail_connect(struct rn_ib_comm *c, int r, const uint32_t *qpn);
+/* failover.c */
+/* A data QP's completion failed with status on rail r: 1 when the comm
+ * goes on over its other rails (the rail is marked, one WARN said), 0
+ * when the failure is the comm's. */
+int rn_ib_fo_rail_failed(struct rn_ib_comm *c, int r, const struct ibv_wc *wc);
+/* Sender: leave the failed rails (new QPs on the others, REBUILD queued). */
+ncclResult_t rn_ib_fo_begin(struct rn_ib_comm *c);
+/* Receiver: name newly failed rails to the sender (FAIL queued). */
+void rn_ib_fo_report(struct rn_ib_comm *c);
+/* Move queued bytes out and read what came; *got once c->fo_in holds a
+ * whole, checked message; *eof when the peer closed. */
+ncclResult_t rn_ib_fo_io(struct rn_ib_comm *c, int *got, int *eof);
+/* Receiver, on REBUILD: stop every QP (then the caller takes the
+ * completions already queued, with c->draining set), then answer. */
+void rn_ib_fo_stop(struct rn_ib_comm *c);
+ncclResult_t rn_ib_fo_answer(struct rn_ib_comm *c);
+/* Sender, on REBUILT: connect, queue READY; the caller posts again. */
+ncclResult_t rn_ib_fo_finish(struct rn_ib_comm *c);
+/* Sender, after REBUILT: whether sequence s was whole at the receiver. */
+int rn_ib_fo_delivered(const struct rn_ib_comm *c, uint64_t s);
+/* A rebuild that does not end within RAILNET_RAIL_TIMEOUT_MS fails the comm. */
+ncclResult_t rn_ib_fo_check_time(struct rn_ib_comm *c);
 /* reg.c */
 ncclResult_t rn_ib_reg_mr(void *comm, void *data, size_t size, int type, void **mh);
 ncclResult_t rn_ib_reg_mr_dmabuf(void *comm, void *data, size_t size, int type, uint64_t offset,

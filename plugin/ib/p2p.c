@@ -48,6 +48,10 @@ static void rn_ib_fail(struct rn_ib_comm *c, ncclResult_t res) {
   } while (0)
 
 static void rn_ib_wc_error(struct rn_ib_comm *c, int rail, const struct ibv_wc *wc) {
+  /* A receiver taking the completions of QPs it stopped: flushes. */
+  if (c->draining) return;
+  /* A rail failed and the comm has others: it goes on over them. */
+  if (rn_ib_fo_rail_failed(c, rail, wc)) return;
   /* After the first failure the QP flushes everything else: one WARN. */
   if (c->error != ncclSuccess && wc->status == IBV_WC_WR_FLUSH_ERR) return;
   static const char *const what[] = {"?", "send", "FIFO write", "receive", "flush read"};
@@ -161,8 +165,10 @@ static void rn_ib_on_wc(struct rn_ib_comm *c, int rail, const struct ibv_wc *wc)
       rn_ib_qp(c, qi, &r)->completed = RN_IB_WRID_COUNT(wc->wr_id);
       if (!idx--) break; /* a refused group: nothing waits */
       struct rn_ib_req *lead = &c->send_reqs[idx];
-      if (--lead->expected == 0)
+      if (--lead->expected == 0) {
         for (int i = 0; i < lead->n; i++) c->send_reqs[lead->member[i]].got = 1;
+        if (c->sent_seq[lead->slot] == lead->seq + 1) c->sent_done[lead->slot] = 1;
+      }
       break;
     }
     case RN_IB_WR_FIFO:
@@ -183,10 +189,11 @@ static void rn_ib_on_wc(struct rn_ib_comm *c, int rail, const struct ibv_wc *wc)
 /* Re-post consumed RECVs, a batch at a time. */
 static ncclResult_t rn_ib_recvs_refill(struct rn_ib_comm *c, int rail) {
   struct rn_ib_rail *rl = &c->rail[rail];
+  if (c->pos[rail] < 0 || (c->dead & (1u << rail)) || c->draining) return ncclSuccess;
   for (int k = 0; k < c->nqps; k++) {
     struct rn_ib_qp *q = &rl->qp[k];
     if (q->recvs_due < RN_IB_RECV_BATCH) continue;
-    RN_CHECK(rn_ib_post_recvs(c, k * c->nrails + rail, (int)q->recvs_due));
+    RN_CHECK(rn_ib_post_recvs(c, rn_ib_qp_index(c, rail, k), (int)q->recvs_due));
     q->recvs_due = 0;
   }
   return ncclSuccess;
@@ -194,7 +201,10 @@ static ncclResult_t rn_ib_recvs_refill(struct rn_ib_comm *c, int rail) {
 
 static ncclResult_t rn_ib_progress(struct rn_ib_comm *c) {
   struct ibv_wc wc[RN_IB_CQ_BATCH];
+  /* The rails in use (one that failed flushes until the rebuild); a rail
+   * left keeps its stopped QPs, and their completions, until the close. */
   for (int r = 0; r < c->nrails; r++) {
+    if (!c->rail[r].cq || c->pos[r] < 0) continue;
     int got, recvs = 0;
     do {
       RN_CHECK(rn_ibv_poll_cq(c->rail[r].cq, RN_IB_CQ_BATCH, wc, &got));
@@ -205,40 +215,140 @@ static ncclResult_t rn_ib_progress(struct rn_ib_comm *c) {
     } while (got == RN_IB_CQ_BATCH);
     if (recvs && rn_ib_recvs_refill(c, r) != ncclSuccess) rn_ib_fail(c, ncclSystemError);
   }
+  /* A rail failed: the sender leaves it now, the receiver tells the sender. */
+  if (c->dead && c->error == ncclSuccess && !c->draining) {
+    if (!c->is_send)
+      rn_ib_fo_report(c);
+    else if (!c->recovering && rn_ib_fo_begin(c) != ncclSuccess)
+      rn_ib_fail(c, ncclRemoteError);
+  }
   return c->error;
 }
 
-/* --- liveness ----------------------------------------------------------- */
+/* --- the control socket -------------------------------------------------- */
 
-/* ncclSuccess unless the peer's control socket shows EOF or a reset.  The
- * clock is read once per RN_IB_ALIVE_CHECK_CALLS calls (a clock read can
- * be a system call), the socket once per RN_IB_ALIVE_CHECK_MS. */
-static ncclResult_t rn_ib_peer_alive(struct rn_ib_comm *c) {
-  if (--c->alive_calls > 0) return ncclSuccess;
-  c->alive_calls = RN_IB_ALIVE_CHECK_CALLS;
-  int64_t now = rn_clock_ms();
-  if (now < c->next_alive_ms) return ncclSuccess;
-  c->next_alive_ms = now + RN_IB_ALIVE_CHECK_MS;
-  if (c->ctrl_fd < 0) return ncclSuccess;
-  char b;
-  ssize_t n = recv(c->ctrl_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-  if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)))
-    return ncclSuccess;
-  return ncclRemoteError; /* EOF or reset: the caller re-polls, then WARNs */
+static ncclResult_t rn_ib_fifo_flush(struct rn_ib_comm *c, int force);
+static ncclResult_t rn_ib_post_group(struct rn_ib_comm *c, uint64_t seq, int slot,
+                                     struct rn_ib_send_group *g, struct rn_ib_req *lead, int err);
+
+/* Sender, after REBUILT: the groups the receiver has whole complete; the
+ * others are posted again in order over the new QPs (a full window fits
+ * their send queues) unless another rail failed meanwhile. */
+static ncclResult_t rn_ib_replay(struct rn_ib_comm *c) {
+  uint64_t lo = c->seq > RN_IB_SLOTS ? c->seq - RN_IB_SLOTS : 0;
+  uint64_t bytes = 0;
+  c->replayed = c->delivered = 0;
+  for (uint64_t s = lo; s < c->seq; s++) {
+    int slot = (int)(s % RN_IB_SLOTS);
+    if (c->sent_seq[slot] != s + 1 || c->sent_done[slot] || !rn_ib_fo_delivered(c, s)) continue;
+    struct rn_ib_req *lead = &c->send_reqs[c->sent_lead[slot]];
+    for (int i = 0; i < lead->n; i++) c->send_reqs[lead->member[i]].got = 1;
+    lead->expected = 0;
+    c->sent_done[slot] = 1;
+    c->delivered++;
+  }
+  if (c->dead) return rn_ib_fo_begin(c);
+  for (uint64_t s = lo; s < c->seq; s++) {
+    int slot = (int)(s % RN_IB_SLOTS);
+    if (c->sent_seq[slot] != s + 1 || c->sent_done[slot]) continue;
+    struct rn_ib_send_group *g = &c->sent[slot];
+    RN_CHECK(rn_ib_post_group(c, s, slot, g, &c->send_reqs[c->sent_lead[slot]], 0));
+    for (int i = 0; i < g->n; i++) bytes += g->size[i];
+    c->replayed++;
+  }
+  RN_INFO(NCCL_NET,
+          "%s: send comm with %s goes on over %d rail(s) after %lld ms (rebuild %u): %u group(s) "
+          "(%llu bytes) sent again, %u found whole at the peer",
+          rn_ib_comm_nic(c), c->peer, c->nlive, (long long)(rn_clock_ms() - c->recover_ms),
+          c->epoch, c->replayed, (unsigned long long)bytes, c->delivered);
+  return ncclSuccess;
+}
+
+/* One whole, checked message from the peer. */
+static ncclResult_t rn_ib_ctrl_msg(struct rn_ib_comm *c) {
+  const struct rn_ib_fo_msg *m = &c->fo_in;
+  switch (m->type) {
+    case RN_IB_FO_FAIL: {
+      uint32_t news = 0;
+      for (int p = 0; p < c->nlive; p++)
+        if ((m->rails & (1u << c->in_use[p])) && !(c->dead & (1u << c->in_use[p])))
+          news |= 1u << c->in_use[p];
+      if (!news) return ncclSuccess; /* left already */
+      RN_WARN("%s: the receiver %s saw rail(s) 0x%x fail; leaving them", rn_ib_comm_nic(c),
+              c->peer, news);
+      c->dead |= news;
+      if (c->recovering) return ncclSuccess; /* after this rebuild, another */
+      return rn_ib_fo_begin(c);
+    }
+    case RN_IB_FO_REBUILD:
+      rn_ib_fo_stop(c);
+      c->draining = 1;
+      (void)rn_ib_progress(c);
+      c->draining = 0;
+      RN_CHECK(c->error);
+      /* Flushes in flight lose their QPs: the receives they follow
+       * completed before they were posted, over QPs now destroyed. */
+      for (int i = 0; i < RN_IB_SLOTS; i++)
+        if (c->flush_reqs[i].kind == RN_IB_REQ_FLUSH)
+          c->flush_reqs[i].got = c->flush_reqs[i].expected;
+      return rn_ib_fo_answer(c);
+    case RN_IB_FO_REBUILT:
+      RN_CHECK(rn_ib_fo_finish(c));
+      return rn_ib_replay(c);
+    case RN_IB_FO_READY:
+      c->recovering = 0;
+      RN_INFO(NCCL_NET, "%s: receive comm with %s goes on over %d rail(s) after %lld ms (rebuild %u)",
+              rn_ib_comm_nic(c), c->peer, c->nlive, (long long)(rn_clock_ms() - c->recover_ms),
+              c->epoch);
+      return rn_ib_fifo_flush(c, 1);
+  }
+  return ncclSuccess;
+}
+
+/* The bootstrap socket: the peer's failover messages and its EOF (*dead).
+ * Read once per RN_IB_ALIVE_CHECK_MS (the clock once per
+ * RN_IB_ALIVE_CHECK_CALLS calls, a clock read can be a system call), and
+ * on every call while a failover is under way. */
+static ncclResult_t rn_ib_ctrl(struct rn_ib_comm *c, int *dead) {
+  *dead = 0;
+  if (!(c->recovering || c->dead || c->fo_out_len || c->fo_in_off)) {
+    if (--c->alive_calls > 0) return ncclSuccess;
+    c->alive_calls = RN_IB_ALIVE_CHECK_CALLS;
+    int64_t now = rn_clock_ms();
+    if (now < c->next_alive_ms) return ncclSuccess;
+    c->next_alive_ms = now + RN_IB_ALIVE_CHECK_MS;
+  }
+  for (;;) {
+    int got, eof;
+    ncclResult_t res = rn_ib_fo_io(c, &got, &eof);
+    if (res == ncclSuccess && got) res = rn_ib_ctrl_msg(c);
+    if (res == ncclSuccess) res = rn_ib_fo_check_time(c);
+    if (res != ncclSuccess) {
+      rn_ib_fail(c, res);
+      return c->error;
+    }
+    if (eof) {
+      *dead = 1; /* the caller re-polls, then WARNs */
+      return ncclSuccess;
+    }
+    if (!got) return ncclSuccess;
+  }
 }
 
 static ncclResult_t rn_ib_dead_peer(struct rn_ib_comm *c, const char *what) {
-  RN_WARN("%s QP %u: peer %s closed the connection while a %s was pending",
-          c->rail[0].port->nic->name, c->rail[0].qp[0].qp->qp_num, c->peer, what);
+  RN_WARN("%s: peer %s closed the connection while a %s was pending", rn_ib_comm_nic(c), c->peer,
+          what);
   rn_ib_fail(c, ncclRemoteError);
   return c->error;
 }
 
-/* Nothing to do for the caller yet: keep completions moving and notice a
- * dead peer. */
+/* Nothing to do for the caller yet: keep completions moving, take the
+ * peer's messages and notice a dead peer. */
 static ncclResult_t rn_ib_idle(struct rn_ib_comm *c, const char *what) {
   RN_CHECK(rn_ib_progress(c));
-  if (rn_ib_peer_alive(c) != ncclSuccess) return rn_ib_dead_peer(c, what);
+  int dead;
+  RN_CHECK(rn_ib_ctrl(c, &dead));
+  if (dead) return rn_ib_dead_peer(c, what);
   return ncclSuccess;
 }
 
@@ -363,13 +473,13 @@ static int rn_ib_group_room(struct rn_ib_comm *c, size_t total) {
  * one chained post.  A small message is a single inline WRITE_WITH_IMM, a
  * zero-byte one a WRITE_WITH_IMM without data.  err: refuse the group,
  * telling the receiver through the immediate and the sizes. */
-static ncclResult_t rn_ib_post_group(struct rn_ib_comm *c, int slot, struct rn_ib_send_group *g,
-                                     struct rn_ib_req *lead, int err) {
+static ncclResult_t rn_ib_post_group(struct rn_ib_comm *c, uint64_t seq, int slot,
+                                     struct rn_ib_send_group *g, struct rn_ib_req *lead, int err) {
   int nq = rn_ib_qp_count(c);
   size_t total = 0;
   for (int i = 0; i < g->n; i++) total += g->size[i];
   int nused = err ? 1 : rn_ib_group_qps(c, total);
-  int start = (int)(c->seq % (uint64_t)nq);
+  int start = (int)(seq % (uint64_t)nq);
   int sized = !err && g->n == 1 && g->size[0] <= RN_IB_IMM_SIZE_MAX;
   uint32_t imm = (uint32_t)slot | ((uint32_t)(nused - 1) << 5);
   if (sized) imm |= RN_IB_IMM_SIZED | ((uint32_t)g->size[0] << 13);
@@ -437,6 +547,8 @@ ncclResult_t rn_ib_isend(void *scomm, void *data, size_t size, int tag, void *mh
   struct rn_ib_comm *c = scomm;
   *req = NULL;
   if (c->error) return c->error;
+  /* A failover under way: nothing is posted until it is done. */
+  if (c->recovering || c->dead) return rn_ib_idle(c, "send");
   int slot = (int)(c->seq % RN_IB_SLOTS);
   struct rn_ib_send_group *g = &c->group[slot];
   if (g->n == 0) {
@@ -465,7 +577,7 @@ ncclResult_t rn_ib_isend(void *scomm, void *data, size_t size, int tag, void *mh
     g->size[i] = size;
     int rail;
     struct rn_ib_qp *q = rn_ib_qp(c, (int)(c->seq % (uint64_t)rn_ib_qp_count(c)), &rail);
-    if (rn_ib_sq_room(c, q, RN_IB_GROUP_WRS)) (void)rn_ib_post_group(c, slot, g, NULL, 1);
+    if (rn_ib_sq_room(c, q, RN_IB_GROUP_WRS)) (void)rn_ib_post_group(c, c->seq, slot, g, NULL, 1);
     rn_ib_fail(c, ncclInvalidUsage);
     return ncclInvalidUsage;
   }
@@ -476,7 +588,7 @@ ncclResult_t rn_ib_isend(void *scomm, void *data, size_t size, int tag, void *mh
     for (int k = 0; k < g->n; k++) total += g->req[k] ? g->size[k] : 0;
     if (!rn_ib_group_room(c, total)) {
       RN_CHECK(rn_ib_progress(c));
-      if (!rn_ib_group_room(c, total)) return ncclSuccess;
+      if (c->recovering || !rn_ib_group_room(c, total)) return ncclSuccess;
     }
   }
   struct rn_ib_req *r = rn_ib_send_req_get(c);
@@ -492,7 +604,13 @@ ncclResult_t rn_ib_isend(void *scomm, void *data, size_t size, int tag, void *mh
     struct rn_ib_req *lead = g->req[0];
     lead->n = g->n;
     for (int k = 0; k < g->n; k++) lead->member[k] = (int)(g->req[k] - c->send_reqs);
-    ncclResult_t res = rn_ib_post_group(c, slot, g, lead, 0);
+    lead->seq = c->seq;
+    ncclResult_t res = rn_ib_post_group(c, c->seq, slot, g, lead, 0);
+    /* Kept for a failover until the slot's next group. */
+    memcpy(&c->sent[slot], g, sizeof(*g));
+    c->sent_seq[slot] = c->seq + 1;
+    c->sent_lead[slot] = (int)(lead - c->send_reqs);
+    c->sent_done[slot] = 0;
     memset(g, 0, sizeof(*g));
     c->seq++;
     if (res != ncclSuccess) {
@@ -515,7 +633,8 @@ ncclResult_t rn_ib_isend(void *scomm, void *data, size_t size, int tag, void *mh
  * comm flushes (rn_ib_test), so a posted receive is never starved. */
 static ncclResult_t rn_ib_fifo_flush(struct rn_ib_comm *c, int force) {
   int pending = (int)(c->seq - c->fifo_posted);
-  if (pending == 0) return c->error;
+  /* During a failover they wait: the rebuild sends what the sender lacks. */
+  if (pending == 0 || c->recovering || c->dead) return c->error;
   if (!force && pending < RN_IB_FIFO_BATCH && 2 * c->fifo_live >= c->fifo_live + pending)
     return ncclSuccess;
   int qi = (int)(c->fifo_posted % (uint64_t)rn_ib_qp_count(c)), rail;
@@ -609,9 +728,10 @@ ncclResult_t rn_ib_iflush(void *rcomm, int n, void **data, const int *sizes, voi
   }
   rn_ib_req_start(r, c, RN_IB_REQ_FLUSH);
   struct rn_ib_mh *mh = mhs[last];
-  for (int k = 0; k < c->nrails; k++) {
+  for (int p = 0; p < c->nlive; p++) {
+    int k = c->in_use[p];
     struct rn_ib_rail *rl = &c->rail[k];
-    if (!rl->flush_qp) continue;
+    if (!rl->flush_qp || (c->dead & (1u << k))) continue;
     /* A 1-byte READ of the received buffer: it completes only after the
      * NIC's earlier writes to GPU memory have landed. */
     struct ibv_sge sge = {
@@ -690,7 +810,9 @@ ncclResult_t rn_ib_test(void *req, int *done, size_t *sizes, int *nsizes) {
     if (r->kind == RN_IB_REQ_RECV && c->seq != c->fifo_posted)
       res = rn_ib_fifo_flush(c, r->seq >= c->fifo_posted);
     if (res == ncclSuccess) res = rn_ib_progress(c);
-    if (res == ncclSuccess && !rn_ib_req_done(r) && rn_ib_peer_alive(c) != ncclSuccess) {
+    int dead = 0;
+    if (res == ncclSuccess && !rn_ib_req_done(r)) res = rn_ib_ctrl(c, &dead);
+    if (res == ncclSuccess && !rn_ib_req_done(r) && dead) {
       /* The peer's socket closed: anything it sent before is already in
        * our CQ (its completion preceded the close), so look once more. */
       res = rn_ib_progress(c);

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -42,6 +43,13 @@ enum attack_kind {
   A_IMM_SIZES_DISAGREE,
   A_IMM_REFUSED,
   A_SEND_NO_IMM,
+  /* ... or failover messages on the bootstrap socket */
+  A_FO_MAGIC,
+  A_FO_SIDE,
+  A_FO_EPOCH,
+  A_FO_RAILS,
+  A_FO_SEQ,
+  A_FO_QPN,
   /* the victim sends; the rogue writes its FIFO */
   A_FIFO_SEQ,
   A_FIFO_N0,
@@ -51,6 +59,9 @@ enum attack_kind {
   A_FIFO_ADDR_WRAP,
   A_FIFO_ADDR_ZERO,
   A_FIFO_UNREGISTERED,
+  /* ... or failover messages */
+  A_FO_REBUILT_UNASKED,
+  A_FO_FAIL_RAILS,
   /* the victim accepts; the rogue sends connection info */
   A_OOB_VERSION,
   A_OOB_RAILS,
@@ -92,6 +103,14 @@ static const struct attack attacks[] = {
      "bytes for a 4096-byte receive"},
     {"a SEND consumes a RECV instead of a WRITE_WITH_IMM", A_SEND_NO_IMM, VICTIM_RECV, 1, 1,
      "without an immediate"},
+    {"failover message with a bad magic", A_FO_MAGIC, VICTIM_RECV, 1, 1,
+     "control message magic 0x00000000"},
+    {"failover message of the receiver's own kind (REBUILT)", A_FO_SIDE, VICTIM_RECV, 1, 1,
+     "type 3 on a receive comm"},
+    {"REBUILD skipping a rebuild", A_FO_EPOCH, VICTIM_RECV, 1, 1, "REBUILD for rebuild 7"},
+    {"REBUILD naming a rail the comm lacks", A_FO_RAILS, VICTIM_RECV, 1, 1, "with rails 0x2"},
+    {"REBUILD past what was announced", A_FO_SEQ, VICTIM_RECV, 1, 1, "REBUILD sequence 1000"},
+    {"REBUILD with QP number 1", A_FO_QPN, VICTIM_RECV, 1, 1, "REBUILD rail 0 QP 0 number 0x1"},
     {"FIFO slot carries a later sequence", A_FIFO_SEQ, VICTIM_SEND, 1, 1, "sequence field"},
     {"FIFO slot announces a group of 0 buffers", A_FIFO_N0, VICTIM_SEND, 1, 1,
      "group of 0 buffers"},
@@ -104,6 +123,10 @@ static const struct attack attacks[] = {
     {"FIFO buffer at address 0", A_FIFO_ADDR_ZERO, VICTIM_SEND, 1, 1, "at 0x0"},
     {"FIFO buffer the peer never registered", A_FIFO_UNREGISTERED, VICTIM_SEND, 1, 1,
      "completion failed"},
+    {"REBUILT with no rebuild under way", A_FO_REBUILT_UNASKED, VICTIM_SEND, 1, 1,
+     "none under way"},
+    {"FAIL naming a rail the comm lacks", A_FO_FAIL_RAILS, VICTIM_SEND, 1, 1,
+     "FAIL names rails 0x20"},
     {"connection info of another version", A_OOB_VERSION, VICTIM_ACCEPT, 1, 1,
      "bad connection info"},
     {"connection info with 9 rails", A_OOB_RAILS, VICTIM_ACCEPT, 1, 1, "bad connection info"},
@@ -170,6 +193,29 @@ static int rogue_write(struct rn_peer *p, struct rn_ib_comm *c, uint64_t offset,
   return raw_post(p, c->rail[0].qp[0].qp, &wr);
 }
 
+/* A failover message on the comm's bootstrap socket; qpn: the one QP's
+ * number it names (0: none). */
+static int rogue_ctl(struct rn_peer *p, struct rn_ib_comm *c, uint32_t magic, int type,
+                     uint32_t epoch, uint32_t rails, uint64_t seq, uint32_t qpn) {
+  static struct rn_ib_fo_msg m;
+  memset(&m, 0, sizeof m);
+  m.magic = magic;
+  m.type = (uint8_t)type;
+  m.epoch = epoch;
+  m.rails = rails;
+  m.seq = seq;
+  m.qpn[0][0] = qpn;
+  size_t off = 0;
+  double end = now_s() + 10 * tscale();
+  while (off < sizeof m) {
+    ssize_t n = send(c->ctrl_fd, (char *)&m + off, sizeof m - off, MSG_NOSIGNAL);
+    if (n > 0) off += (size_t)n;
+    else if (n < 0 && errno != EAGAIN && errno != EINTR) return peer_fail(p, "send: %s", strerror(errno));
+    if (now_s() > end) return peer_fail(p, "the victim's socket took no more");
+  }
+  return 0;
+}
+
 static uint32_t imm_of(int slot, int nused, int sized, uint32_t size) {
   uint32_t imm = (uint32_t)slot | ((uint32_t)(nused - 1) << 5);
   if (sized) imm |= RN_IB_IMM_SIZED | (size << 13);
@@ -231,6 +277,24 @@ static int rogue_sender(struct rn_peer *p) {
         rc = raw_post(p, c->rail[0].qp[0].qp, &wr);
         break;
       }
+      case A_FO_MAGIC:
+        rc = rogue_ctl(p, c, 0, RN_IB_FO_REBUILD, 1, 1, 0, 1000);
+        break;
+      case A_FO_SIDE:
+        rc = rogue_ctl(p, c, RN_IB_FO_MAGIC, RN_IB_FO_REBUILT, 1, 0, 0, 1000);
+        break;
+      case A_FO_EPOCH:
+        rc = rogue_ctl(p, c, RN_IB_FO_MAGIC, RN_IB_FO_REBUILD, 7, 1, 0, 1000);
+        break;
+      case A_FO_RAILS:
+        rc = rogue_ctl(p, c, RN_IB_FO_MAGIC, RN_IB_FO_REBUILD, 1, 2, 0, 1000);
+        break;
+      case A_FO_SEQ:
+        rc = rogue_ctl(p, c, RN_IB_FO_MAGIC, RN_IB_FO_REBUILD, 1, 1, 1000, 1000);
+        break;
+      case A_FO_QPN:
+        rc = rogue_ctl(p, c, RN_IB_FO_MAGIC, RN_IB_FO_REBUILD, 1, 1, 0, 1);
+        break;
       default:
         rc = peer_fail(p, "not a sender attack");
     }
@@ -336,12 +400,19 @@ static int rogue_receiver(struct rn_peer *p) {
       e[0].addr = 0;
       break;
     case A_FIFO_UNREGISTERED:
+    case A_FO_REBUILT_UNASKED:
+    case A_FO_FAIL_RAILS:
       break;
     default:
       rc = peer_fail(p, "not a receiver attack");
   }
   if (peer_sync(p, 30 * tscale()) && rc == 0) rc = peer_fail(p, "victim gone");
-  if (rc == 0) rc = rogue_write(p, c, 0, e, (uint32_t)(sizeof e[0] * (size_t)n));
+  if (rc == 0 && a->kind == A_FO_REBUILT_UNASKED)
+    rc = rogue_ctl(p, c, RN_IB_FO_MAGIC, RN_IB_FO_REBUILT, 0, 0, 0, 1000);
+  else if (rc == 0 && a->kind == A_FO_FAIL_RAILS)
+    rc = rogue_ctl(p, c, RN_IB_FO_MAGIC, RN_IB_FO_FAIL, 0, 0x20, 0, 0);
+  else if (rc == 0)
+    rc = rogue_write(p, c, 0, e, (uint32_t)(sizeof e[0] * (size_t)n));
   if (peer_sync(p, 60 * tscale()) && rc == 0) rc = peer_fail(p, "victim gone");
   if (peer_close(p, 1, &comm, &lc) && rc == 0) rc = -1;
   return rc;

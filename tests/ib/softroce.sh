@@ -10,7 +10,7 @@ cd "$(dirname "$0")/../.." || exit 1
 B=${RN_BUILD:-build}
 S=scripts/softroce
 export RXEVM_DIR=${RXEVM_DIR:-/tmp/rxevm}
-NAMES="conformance-1qp conformance-4qp conformance-v8-2qp verify-1qp verify-noinline verify-2rail-2qp fault conformance-noinline rogue matching"
+NAMES="conformance-1qp conformance-4qp conformance-v8-2qp verify-1qp verify-noinline verify-2rail-2qp fault conformance-noinline rogue matching failover-1of2 failover-2of2"
 NT=$(echo $NAMES | wc -w)
 OUT=$(mktemp -d /tmp/rn-softroce.XXXXXX) || { echo "1..0 # SKIP no temp dir"; exit 0; }
 trap 'rm -rf "$OUT"' EXIT
@@ -26,7 +26,7 @@ if ! sh $S/setup.sh >"$OUT/setup.log" 2>&1; then
   exit 1
 fi
 for f in "$B/libnccl-net-railnet.so" "$B/tests/conformance-test" "$B/tests/fault-test" "$B/tests/bench/ib_bench" \
-  "$B/tests/rogue-test" "$B/tests/matching-test"; do
+  "$B/tests/rogue-test" "$B/tests/matching-test" "$B/tests/multirail-xfer"; do
   [ -e "$f" ] || { echo "1..1"; echo "not ok 1 - $f not built (run make first)"; exit 1; }
 done
 

@@ -73,6 +73,7 @@ struct xfer_event {
 
 /* Options, shared read-only by both children.  Owner: main. */
 struct xfer_opts {
+  const char *vdev; /* "a,b": devices fused with makeVDevice (v11) */
   const char *dev_name;
   int dev;
   int expect_rails;
@@ -183,7 +184,22 @@ static int end_side(struct rn_peer *p, enum xfer_outcome oc, double t, uint64_t 
 /* Pick the device (by name or index) and check its rail count. */
 static int pick_device(struct rn_peer *p, const struct xfer_opts *o, char rails[][32],
                        int *nrails) {
-  if (o->dev_name != NULL) {
+  if (o->vdev != NULL) {
+    ncclNetVDeviceProps_t vp;
+    memset(&vp, 0, sizeof vp);
+    for (const char *s = o->vdev; *s && vp.ndevs < NCCL_NET_MAX_DEVS_PER_NIC;) {
+      vp.devs[vp.ndevs++] = atoi(s);
+      if ((s = strchr(s, ',')) == NULL) break;
+      s++;
+    }
+    int d = -1;
+    ncclResult_t r = p->net.t.v11->makeVDevice(&d, &vp);
+    if (r == ncclSuccess) r = rn_net_props(&p->net, d, &p->props);
+    if (r != ncclSuccess)
+      return end_side(p, XO_SETUP, now_s(), 0, NULL, 0, "makeVDevice(%s): %s", o->vdev,
+                      rn_result_str(r));
+    p->dev = d;
+  } else if (o->dev_name != NULL) {
     int found = -1;
     for (int d = 0; d < p->ndev && found < 0; d++) {
       struct rn_props pr;
@@ -712,6 +728,7 @@ static void usage(void) {
           "  --env K=V,...       environment of both sides (before the plugin loads)\n"
           "  --recv-env K=V,..., --send-env K=V,...   one side's environment\n"
           "  --dev N | --dev-name NAME   the device (default 0)\n"
+          "  --vdev a,b          fuse devices a,b with makeVDevice (v11) and use the result\n"
           "  --expect-rails N    fail (set-up) unless the device fuses N rails\n"
           "  --rails a,b         netdevs to count per rail (default: the device's name)\n"
           "  --bytes B           payload to move (default 256M; K/M/G suffixes)\n"
@@ -759,6 +776,7 @@ int main(int argc, char **argv) {
                                      {"no-verify", 0, 0, 'V'},    {"interval", 1, 0, 'i'},
                                      {"idle-us", 1, 0, 'I'},      {"at", 1, 0, 'a'},
                                      {"timeout", 1, 0, 't'},      {"api", 1, 0, 'A'},
+                                     {"vdev", 1, 0, 'v'},
                                      {"help", 0, 0, 'h'},         {0, 0, 0, 0}};
   char nsbuf[2][300];
   int c;
@@ -791,6 +809,9 @@ int main(int argc, char **argv) {
         break;
       case 'D':
         o.dev_name = optarg;
+        break;
+      case 'v':
+        o.vdev = optarg;
         break;
       case 'x':
         o.expect_rails = atoi(optarg);
@@ -849,6 +870,7 @@ int main(int argc, char **argv) {
   memset(&w, 0, sizeof w);
   w.o = &o;
   w.fd = -1;
+  if (o.vdev != NULL && version != 11) usage(); /* makeVDevice as v11 declares it */
   struct rn_pair_opts po = {.version = version,
                             .timeout_s = (int)(o.timeout + 0.999),
                             .init = 1,
