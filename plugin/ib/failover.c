@@ -109,8 +109,16 @@ void rn_ib_fo_report(struct rn_ib_comm *c) {
   rn_ib_fo_queue(c, RN_IB_FO_FAIL);
 }
 
-/* The rails in use become live & ~dead. */
+/* The rails in use become keep; a sender looks again at the others'
+ * ports after 1, 2, 4, ... 16 s (doubling at each rail failure). */
 static void rn_ib_fo_leave(struct rn_ib_comm *c, uint32_t keep) {
+  uint32_t all = (1u << c->nrails) - 1;
+  if (all & ~keep & ~c->left) {
+    c->probe_wait_ms = c->probe_wait_ms ? 2 * c->probe_wait_ms : 1000;
+    if (c->probe_wait_ms > 16000) c->probe_wait_ms = 16000;
+    c->probe_ms = rn_clock_ms() + c->probe_wait_ms;
+  }
+  c->left = all & ~keep;
   c->nlive = 0;
   for (int r = 0; r < c->nrails; r++) {
     c->pos[r] = -1;
@@ -142,12 +150,8 @@ static void rn_ib_fo_qpns(struct rn_ib_comm *c) {
       c->fo_out.qpn[c->in_use[p]][k] = c->rail[c->in_use[p]].qp[k].qp->qp_num;
 }
 
-ncclResult_t rn_ib_fo_begin(struct rn_ib_comm *c) {
-  uint32_t keep = rn_ib_live_mask(c) & ~c->dead;
-  if (keep == 0) {
-    RN_WARN("%s: every rail of the send comm with %s failed", c->rail[0].port->nic->name, c->peer);
-    return ncclRemoteError;
-  }
+/* Sender: new QPs on the rails in keep, REBUILD queued. */
+static ncclResult_t rn_ib_fo_rebuild(struct rn_ib_comm *c, uint32_t keep) {
   c->recover_ms = rn_clock_ms();
   c->epoch++;
   c->recovering = 1;
@@ -173,6 +177,39 @@ ncclResult_t rn_ib_fo_begin(struct rn_ib_comm *c) {
           "peer",
           c->rail[0].port->nic->name, c->peer, c->nlive, (long long)renew_ms, c->epoch);
   return ncclSuccess;
+}
+
+ncclResult_t rn_ib_fo_begin(struct rn_ib_comm *c) {
+  uint32_t keep = rn_ib_live_mask(c) & ~c->dead;
+  if (keep == 0) {
+    RN_WARN("%s: every rail of the send comm with %s failed", c->rail[0].port->nic->name, c->peer);
+    return ncclRemoteError;
+  }
+  return rn_ib_fo_rebuild(c, keep);
+}
+
+ncclResult_t rn_ib_fo_probe(struct rn_ib_comm *c) {
+  if (!c->is_send || !c->left || c->recovering || c->dead) return ncclSuccess;
+  int64_t now = rn_clock_ms();
+  if (now < c->probe_ms) return ncclSuccess;
+  uint32_t back = 0;
+  for (int r = 0; r < c->nrails; r++) {
+    if (!(c->left & (1u << r))) continue;
+    const struct rn_ib_port *port = c->rail[r].port;
+    struct ibv_port_attr pa;
+    if (rn_ibv_query_port(port->device->context, (uint8_t)port->num, &pa) == ncclSuccess &&
+        pa.state == IBV_PORT_ACTIVE)
+      back |= 1u << r;
+  }
+  if (!back) {
+    c->probe_ms = now + c->probe_wait_ms;
+    return ncclSuccess;
+  }
+  for (int r = 0; r < c->nrails; r++)
+    if (back & (1u << r))
+      RN_INFO(NCCL_NET, "%s: rail %d (%s) of the send comm with %s is back (port active): taking it "
+              "in again", c->rail[0].port->nic->name, r, c->rail[r].port->nic->name, c->peer);
+  return rn_ib_fo_rebuild(c, rn_ib_live_mask(c) | back);
 }
 
 /* The whole message in c->fo_in, checked against what this side expects. */
@@ -202,11 +239,11 @@ static ncclResult_t rn_ib_fo_check(struct rn_ib_comm *c) {
       uint32_t want_epoch = rebuild ? c->epoch + 1 : c->epoch;
       uint32_t rails = rebuild ? m->rails : rn_ib_live_mask(c);
       if (m->epoch != want_epoch || (!rebuild && !c->recovering) || rails == 0 ||
-          (rails & ~rn_ib_live_mask(c)) || (!rebuild && m->rails != 0)) {
+          (rails & ~all) || (!rebuild && m->rails != 0)) {
         RN_WARN("%s: peer %s broke the protocol: %s for rebuild %u with rails 0x%x (expected "
                 "rebuild %u%s, rails within 0x%x)",
                 nic, c->peer, rebuild ? "REBUILD" : "REBUILT", m->epoch, m->rails, want_epoch,
-                !rebuild && !c->recovering ? ", none under way" : "", rn_ib_live_mask(c));
+                !rebuild && !c->recovering ? ", none under way" : "", all);
         return ncclRemoteError;
       }
       for (int r = 0; r < c->nrails; r++)

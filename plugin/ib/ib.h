@@ -294,6 +294,9 @@ struct rn_ib_comm {
   struct rn_ib_rail_info rem_rail[RN_MAX_RAILS]; /* the peer's rails, kept for a rebuild */
   /* failover (failover.c) */
   uint32_t dead;      /* rails in use that failed: a rebuild is due */
+  uint32_t left;      /* rails not in use (failed earlier) */
+  int64_t probe_ms;   /* sender: when to look at the left rails' ports again */
+  int probe_wait_ms;  /* ... and the wait after that */
   uint32_t reported;  /* receiver: rails already named in a FAIL */
   uint32_t epoch;     /* rebuilds so far */
   int recovering;     /* sender: REBUILD sent; receiver: REBUILT sent, READY not here */
@@ -398,6 +401,9 @@ void rn_ib_fo_stop(struct rn_ib_comm *c);
 ncclResult_t rn_ib_fo_answer(struct rn_ib_comm *c);
 /* Sender, on REBUILT: connect, queue READY; the caller posts again. */
 ncclResult_t rn_ib_fo_finish(struct rn_ib_comm *c);
+/* Sender: take back a left rail whose port is active again (a rebuild);
+ * looks at the ports at most as often as rn_ib_fo_leave set. */
+ncclResult_t rn_ib_fo_probe(struct rn_ib_comm *c);
 /* Sender, after REBUILT: whether sequence s was whole at the receiver. */
 int rn_ib_fo_delivered(const struct rn_ib_comm *c, uint64_t s);
 /* A rebuild that does not end within RAILNET_RAIL_TIMEOUT_MS fails the comm. */

@@ -313,7 +313,8 @@ static ncclResult_t rn_ib_ctrl(struct rn_ib_comm *c, int *dead) {
   *dead = 0;
   if (!(c->recovering || c->dead || c->fo_out_len || c->fo_in_off)) {
     if (--c->alive_calls > 0) return ncclSuccess;
-    c->alive_calls = RN_IB_ALIVE_CHECK_CALLS;
+    /* a comm that left a rail reads the clock more often: it probes */
+    c->alive_calls = c->left ? RN_IB_ALIVE_CHECK_CALLS / 16 : RN_IB_ALIVE_CHECK_CALLS;
     int64_t now = rn_clock_ms();
     if (now < c->next_alive_ms) return ncclSuccess;
     c->next_alive_ms = now + RN_IB_ALIVE_CHECK_MS;
@@ -331,8 +332,10 @@ static ncclResult_t rn_ib_ctrl(struct rn_ib_comm *c, int *dead) {
       *dead = 1; /* the caller re-polls, then WARNs */
       return ncclSuccess;
     }
-    if (!got) return ncclSuccess;
+    if (!got) break;
   }
+  if (c->left && rn_ib_fo_probe(c) != ncclSuccess) rn_ib_fail(c, ncclRemoteError);
+  return c->error;
 }
 
 static ncclResult_t rn_ib_dead_peer(struct rn_ib_comm *c, const char *what) {

@@ -74,9 +74,11 @@ check matching "$ONE_R,RAILNET_IB_QPS=2" "$ONE_S,RAILNET_IB_QPS=2" \
 # (veth2) 0.5 s into a verified transfer.  Short QP timeouts (16.8 ms, 4
 # tries) find it in well under a second.  Decided by the transfer's
 # outcome and the plugin's log:
-#  - failover-1of2: every byte verified on both sides, no error; a WARN
-#    naming rail 1 and its cause, the sender's INFO that it went on over
-#    one rail, and rail 0 carrying bytes alone after (netdev counters);
+#  - failover-1of2 (the link back up at 3 s): every byte verified on both
+#    sides, no error; a WARN naming rail 1 and its cause, the sender's
+#    INFO that it went on over one rail, rail 0 carrying bytes alone after
+#    (netdev counters), the INFO that rail 1 was taken back once its port
+#    was active again, and rail 1 carrying bytes again;
 #  - failover-2of2: rail 1 cut at 0.5 s, rail 0 at 2 s: both sides get an
 #    error (exit 1), neither hangs (exit 3).
 FO="RAILNET_IB_QPS=2,RAILNET_IB_TIMEOUT=16,RAILNET_IB_RETRY_CNT=2,RAILNET_SOCKET_TIMEOUT_MS=5000"
@@ -93,25 +95,30 @@ fo_check() { # NAME WANT_RC XFER-ARGS...
   nwarn=$(grep -c 'WARN' "$L")
   rail1=$(grep -c 'WARN.*rail 1 (rxe[23]) of the .* comm with .* failed: .*; going on over 1 rail' "$L")
   went=$(grep -c 'send comm with .* goes on over 1 rail(s) after' "$L")
+  back=$(grep -c 'rail 1 (rxe3) of the send comm with .* is back (port active): taking it in again' "$L")
   # the receiver's netdev counters: half-second samples in which rail 0
-  # carried bytes and rail 1 none (after the cut)
-  alone=$(awk '/^series/ { v0 = -1; v2 = -1
+  # carried bytes and rail 1 none (after the cut), and later ones in which
+  # rail 1 carried bytes again
+  set -- $(awk '/^series/ { v0 = -1; v2 = -1
       for (i = 1; i <= NF; i++) { split($i, kv, "="); if (kv[1] == "veth0") v0 = kv[2]; if (kv[1] == "veth2") v2 = kv[2] }
-      if (v0 > 0 && v2 == 0) n++ } END { print n + 0 }' "$L")
+      if (v0 > 0 && v2 == 0) a++; else if (a > 0 && v2 > 0) b++ } END { print a + 0, b + 0 }' "$L")
+  alone=$1 again=$2
   if [ "$want" = 0 ]; then
-    good=$([ $rc -eq 0 ] && [ "$rail1" -ge 1 ] && [ "$went" -eq 1 ] && [ "$alone" -ge 1 ] &&
+    good=$([ $rc -eq 0 ] && [ "$rail1" -ge 1 ] && [ "$went" -ge 1 ] && [ "$alone" -ge 1 ] &&
+      [ "$back" -ge 1 ] && [ "$again" -ge 1 ] &&
       grep -q '^result status=ok receiver=ok.* sender=ok' "$L" && echo 1)
   else
     good=$([ $rc -eq 1 ] && grep -q '^result status=error receiver=error.* sender=error' "$L" && echo 1)
   fi
   if [ -n "$good" ]; then
-    echo "ok $name (${t} s; exit $rc; WARNs: $nwarn, naming rail 1: $rail1; went on over 1 rail: $went; samples with rail 0 alone: $alone)" >>"$R"
+    echo "ok $name (${t} s; exit $rc; WARNs: $nwarn, naming rail 1: $rail1; went on over 1 rail: $went; samples with rail 0 alone: $alone; rail 1 taken back: $back, samples with it carrying again: $again)" >>"$R"
   else
-    echo "not ok $name (exit $rc after ${t} s, wanted $want; WARNs naming rail 1: $rail1, went on over 1 rail: $went, samples with rail 0 alone: $alone; see $name.log)" >>"$R"
-    grep -E '^(result|event|end|runner)|WARN|goes on|rebuil' "$L" | head -20 | cut -c1-300 | sed 's/^/#   /' >>"$R"
+    echo "not ok $name (exit $rc after ${t} s, wanted $want; WARNs naming rail 1: $rail1, went on over 1 rail: $went, samples with rail 0 alone: $alone; rail 1 taken back: $back, samples with it carrying again: $again; see $name.log)" >>"$R"
+    grep -E '^(result|event|end|runner)|WARN|goes on|rebuil|is back' "$L" | head -20 | cut -c1-300 | sed 's/^/#   /' >>"$R"
   fi
 }
-fo_check failover-1of2 0 --expect-rails 2 --bytes 96M --at "0.5:ip link set veth2 down" --timeout 100
+fo_check failover-1of2 0 --expect-rails 2 --bytes 320M --at "0.5:ip link set veth2 down" \
+  --at "3:ip link set veth2 up" --timeout 100
 fo_check failover-2of2 1 --expect-rails 2 --bytes 2G --at "0.5:ip link set veth2 down" \
   --at "2:ip link set veth0 down" --timeout 100
 exit 0
