@@ -228,10 +228,12 @@ ncclResult_t rn_ib_post_recvs(struct rn_ib_comm *c, int qi, int count) {
 /* --- comms -------------------------------------------------------------- */
 
 void rn_ib_live_all(struct rn_ib_comm *c) {
-  c->nlive = c->nrails;
+  c->nlive = 0;
   for (int r = 0; r < RN_MAX_RAILS; r++) {
-    c->pos[r] = (int8_t)(r < c->nrails ? r : -1);
-    c->in_use[r] = r;
+    c->pos[r] = -1;
+    if (r >= c->nrails || r == c->standby) continue;
+    c->pos[r] = (int8_t)c->nlive;
+    c->in_use[c->nlive++] = r;
   }
 }
 
@@ -309,9 +311,10 @@ static void *rn_ib_ctl_remote(struct rn_ib_ctl *ctl, int is_send, size_t *len) {
 }
 
 /* Allocate a comm with CQs, QPs (INIT) and the registered control block on
- * the first nrails rails. */
-static ncclResult_t rn_ib_comm_create(const struct rn_rails *rails, int nrails, int nqps,
-                                      int is_send, struct rn_ib_comm **out) {
+ * the first nrails rails, and on the device's standby NIC as one more when
+ * standby is set. */
+static ncclResult_t rn_ib_comm_create(const struct rn_rails *rails, int nrails, int standby,
+                                      int nqps, int is_send, struct rn_ib_comm **out) {
   ncclResult_t res = ncclSuccess;
   struct rn_ib_comm *c = calloc(1, sizeof(*c));
   if (!c) {
@@ -322,6 +325,8 @@ static ncclResult_t rn_ib_comm_create(const struct rn_rails *rails, int nrails, 
   c->is_send = is_send;
   c->tc = -1;
   c->nqps = nqps;
+  c->standby = standby ? nrails : -1;
+  nrails += standby != 0;
   c->nrails = nrails;
   c->sq_depth = RN_IB_SEND_DEPTH;
   c->alive_calls = 1;
@@ -338,9 +343,10 @@ static ncclResult_t rn_ib_comm_create(const struct rn_rails *rails, int nrails, 
   void *remote = rn_ib_ctl_remote(c->ctl, is_send, &rlen);
   for (int r = 0; r < nrails; r++) {
     struct rn_ib_rail *rl = &c->rail[r];
-    rl->port = rn_ib_port_of(rails->nic[r]);
+    const struct rn_nic *nic = r == c->standby ? rails->standby : rails->nic[r];
+    rl->port = rn_ib_port_of(nic);
     if (!rl->port) {
-      RN_WARN("rail %d (%s) is not a verbs NIC", r, rails->nic[r]->name);
+      RN_WARN("rail %d (%s) is not a verbs NIC", r, nic->name);
       res = ncclInternalError;
       goto out_free;
     }
@@ -369,6 +375,7 @@ static void rn_ib_info_fill(const struct rn_ib_comm *c, int is_send, struct rn_i
   info->version = RN_IB_INFO_VERSION;
   info->nrails = (uint8_t)c->nrails;
   info->nqps = (uint8_t)c->nqps;
+  info->standby = c->standby >= 0;
   size_t rlen;
   info->ctl_addr = (uint64_t)(uintptr_t)rn_ib_ctl_remote(c->ctl, is_send, &rlen);
   rn_ib_strcpy(info->dev, sizeof(info->dev), c->rail[0].port->nic->name);
@@ -385,12 +392,13 @@ static ncclResult_t rn_ib_info_check(struct rn_ib_conn_info *i, int peer_is_send
                                      const char *peer) {
   i->dev[sizeof(i->dev) - 1] = '\0';
   if (i->magic != RN_IB_INFO_MAGIC || i->version != RN_IB_INFO_VERSION || i->nrails < 1 ||
-      i->nrails > RN_MAX_RAILS || i->nqps < 1 || i->nqps > RN_IB_MAX_QPS) {
+      i->nrails > RN_MAX_RAILS || i->nqps < 1 || i->nqps > RN_IB_MAX_QPS || i->standby > 1 ||
+      (i->standby && i->nrails < 2)) {
     RN_WARN(
-        "bad connection info from %s (magic %08x version %u, %u rails, %u QPs; expected "
-        "%08x version %u, 1..%d rails, 1..%d QPs)",
-        peer, i->magic, i->version, i->nrails, i->nqps, RN_IB_INFO_MAGIC, RN_IB_INFO_VERSION,
-        RN_MAX_RAILS, RN_IB_MAX_QPS);
+        "bad connection info from %s (magic %08x version %u, %u rails, %u QPs, standby %u; "
+        "expected %08x version %u, 1..%d rails, 1..%d QPs, a standby only beside a rail)",
+        peer, i->magic, i->version, i->nrails, i->nqps, i->standby, RN_IB_INFO_MAGIC,
+        RN_IB_INFO_VERSION, RN_MAX_RAILS, RN_IB_MAX_QPS);
     return ncclRemoteError;
   }
   size_t need =
@@ -527,8 +535,11 @@ static void rn_ib_comm_ready(struct rn_ib_comm *c, int *fd, const char *how) {
   if (rn_sock_set_liveness(c->ctrl_fd, (int)rn_params()->socket_timeout_ms) != 0)
     RN_INFO(NCCL_NET, "%s %s: no keepalive on the control socket (%s): a dead host is noticed "
             "only by the QPs", how, c->peer, strerror(errno));
-  RN_INFO(NCCL_NET, "%s %s: %d rail(s) x %d QP(s), first QP %u, inline up to %u bytes", how,
-          c->peer, c->nrails, c->nqps, c->rail[0].qp[0].qp->qp_num, c->max_inline);
+  RN_INFO(NCCL_NET, "%s %s: %d rail(s) x %d QP(s), first QP %u, inline up to %u bytes%s%s%s", how,
+          c->peer, c->nlive, c->nqps, c->rail[0].qp[0].qp->qp_num, c->max_inline,
+          c->standby >= 0 ? "; standby NIC " : "",
+          c->standby >= 0 ? c->rail[c->standby].port->nic->name : "",
+          c->standby >= 0 ? " (used only while every rail has failed)" : "");
   rn_ib_live_add(&c->live, 0);
 }
 
@@ -550,17 +561,20 @@ static ncclResult_t rn_ib_accept_step(struct rn_ib_listen_comm *l, void **rcomm)
         RN_CHECK(rn_ib_oob_recv(l->fd, &l->rinfo, sizeof(l->rinfo), &l->off, &done));
         if (!done) return ncclSuccess;
         RN_CHECK(rn_ib_info_check(&l->rinfo, 1, "a connecting peer"));
-        int nrails = l->rinfo.nrails < l->rails.n ? l->rinfo.nrails : l->rails.n;
-        if (l->rinfo.nrails != l->rails.n)
+        int peer_rails = l->rinfo.nrails - l->rinfo.standby;
+        int nrails = peer_rails < l->rails.n ? peer_rails : l->rails.n;
+        if (peer_rails != l->rails.n)
           RN_INFO(NCCL_NET, "peer %s has %d rail(s), %s has %d: using %d", l->rinfo.dev,
-                  l->rinfo.nrails, l->rails.nic[0]->name, l->rails.n, nrails);
-        RN_CHECK(rn_ib_comm_create(&l->rails, nrails, l->rinfo.nqps, 0, &l->comm));
+                  peer_rails, l->rails.nic[0]->name, l->rails.n, nrails);
+        /* A standby when both sides have one beside as many rails. */
+        int standby = l->rinfo.standby && l->rails.standby && peer_rails == l->rails.n;
+        RN_CHECK(rn_ib_comm_create(&l->rails, nrails, standby, l->rinfo.nqps, 0, &l->comm));
         struct rn_ib_comm *c = l->comm;
         snprintf(c->peer, sizeof(c->peer), "%s", l->rinfo.dev);
         /* RECVs before RTR: an immediate must never find an empty queue. */
-        for (int r = 0; r < c->nrails; r++)
+        for (int p = 0; p < c->nlive; p++)
           for (int k = 0; k < c->nqps; k++)
-            RN_CHECK(rn_ib_post_recvs(c, rn_ib_qp_index(c, r, k), RN_IB_RECV_DEPTH));
+            RN_CHECK(rn_ib_post_recvs(c, rn_ib_qp_index(c, c->in_use[p], k), RN_IB_RECV_DEPTH));
         RN_CHECK(rn_ib_comm_connect(c, &l->rinfo, -1));
         rn_ib_info_fill(c, 0, &l->linfo);
         l->stage = RN_IB_ACC_SEND_INFO;
@@ -638,7 +652,8 @@ static ncclResult_t rn_ib_connect_step(struct rn_ib_connect_state *s, const stru
         }
         if (!ready) return ncclSuccess;
         s->fd = conn.ctrl_fd;
-        RN_CHECK(rn_ib_comm_create(r, r->n, (int)rn_params()->ib_qps, 1, &s->comm));
+        int standby = r->standby != NULL && r->n < RN_MAX_RAILS;
+        RN_CHECK(rn_ib_comm_create(r, r->n, standby, (int)rn_params()->ib_qps, 1, &s->comm));
         rn_ib_info_fill(s->comm, 1, &s->linfo);
         s->off = 0;
         s->stage = RN_IB_CON_SEND_INFO;
@@ -654,11 +669,17 @@ static ncclResult_t rn_ib_connect_step(struct rn_ib_connect_state *s, const stru
         if (!done) return ncclSuccess;
         RN_CHECK(rn_ib_info_check(&s->rinfo, 0, s->peer));
         struct rn_ib_comm *c = s->comm;
-        if (s->rinfo.nrails > c->nlocal || s->rinfo.nqps != c->nqps) {
-          RN_WARN("%s answered %u rail(s) x %u QP(s); offered %d x %d", s->peer, s->rinfo.nrails,
-                  s->rinfo.nqps, c->nlocal, c->nqps);
+        /* The answer keeps our standby (then all our rails) or drops it. */
+        int rails = c->nlocal - (c->standby >= 0);
+        int bad = s->rinfo.standby ? c->standby < 0 || s->rinfo.nrails != c->nlocal
+                                   : s->rinfo.nrails > rails;
+        if (bad || s->rinfo.nqps != c->nqps) {
+          RN_WARN("%s answered %u rail(s) x %u QP(s)%s; offered %d x %d%s", s->peer,
+                  s->rinfo.nrails, s->rinfo.nqps, s->rinfo.standby ? " with a standby" : "",
+                  rails, c->nqps, c->standby >= 0 ? " and a standby" : "");
           return ncclRemoteError;
         }
+        if (!s->rinfo.standby) c->standby = -1;
         c->nrails = s->rinfo.nrails;
         rn_ib_strcpy(c->peer, 32, s->rinfo.dev);
         size_t pl = strlen(c->peer);

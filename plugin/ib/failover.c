@@ -12,6 +12,7 @@
  * buffer the caller still owns (its request is not complete). */
 #include <errno.h>
 #include <poll.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include "railnet/check.h"
@@ -25,6 +26,7 @@ static int rn_ib_fo_link_status(enum ibv_wc_status s) {
   switch (s) {
     case IBV_WC_RETRY_EXC_ERR:
     case IBV_WC_RNR_RETRY_EXC_ERR:
+    case IBV_WC_LOC_QP_OP_ERR: /* Soft-RoCE: its netdev is down */
     case IBV_WC_RESP_TIMEOUT_ERR:
     case IBV_WC_REM_ABORT_ERR:
     case IBV_WC_WR_FLUSH_ERR:
@@ -44,19 +46,36 @@ static uint32_t rn_ib_live_mask(const struct rn_ib_comm *c) {
 
 static int rn_ib_popcount(uint32_t m) { return __builtin_popcount(m); }
 
+/* The standby's bit when it can take over: it exists and is not in use. */
+static uint32_t rn_ib_standby_free(const struct rn_ib_comm *c) {
+  return c->standby >= 0 && c->pos[c->standby] < 0 ? 1u << c->standby : 0;
+}
+
+/* The connected rails but the standby. */
+static uint32_t rn_ib_rails_mask(const struct rn_ib_comm *c) {
+  uint32_t m = (1u << c->nrails) - 1;
+  return c->standby >= 0 ? m & ~(1u << c->standby) : m;
+}
+
 int rn_ib_fo_rail_failed(struct rn_ib_comm *c, int r, const struct ibv_wc *wc) {
   if (r < 0 || r >= c->nrails || c->pos[r] < 0) return 1; /* already left */
   if (c->dead & (1u << r)) return 1;                     /* already said */
   uint32_t left = rn_ib_live_mask(c) & ~c->dead & ~(1u << r);
-  if (!rn_ib_fo_link_status(wc->status) || left == 0 || c->error != ncclSuccess) return 0;
+  uint32_t sb = left ? 0 : rn_ib_standby_free(c);
+  if (!rn_ib_fo_link_status(wc->status) || (left | sb) == 0 || c->error != ncclSuccess) return 0;
   if (!c->dead) c->recover_ms = rn_clock_ms();
   c->dead |= 1u << r;
-  RN_WARN(
-      "%s: rail %d (%s) of the %s comm with %s failed: %s (status %d, vendor error 0x%x, QP %u); "
-      "going on over %d rail(s)",
-      c->rail[0].port->nic->name, r, c->rail[r].port->nic->name, c->is_send ? "send" : "receive",
-      c->peer, rn_ibv_wc_status_str(wc->status), (int)wc->status, wc->vendor_err, wc->qp_num,
-      rn_ib_popcount(left));
+  char then[160];
+  if (left)
+    snprintf(then, sizeof(then), "going on over %d rail(s)", rn_ib_popcount(left));
+  else
+    snprintf(then, sizeof(then), "every rail is down, so the standby NIC %s takes over",
+             c->rail[c->standby].port->nic->name);
+  RN_WARN("%s: rail %d (%s) of the %s comm with %s failed: %s (status %d, vendor error 0x%x, QP "
+          "%u); %s",
+          c->rail[0].port->nic->name, r, c->rail[r].port->nic->name,
+          c->is_send ? "send" : "receive", c->peer, rn_ibv_wc_status_str(wc->status),
+          (int)wc->status, wc->vendor_err, wc->qp_num, then);
   return 1;
 }
 
@@ -112,13 +131,14 @@ void rn_ib_fo_report(struct rn_ib_comm *c) {
 /* The rails in use become keep; a sender looks again at the others'
  * ports after 1, 2, 4, ... 16 s (doubling at each rail failure). */
 static void rn_ib_fo_leave(struct rn_ib_comm *c, uint32_t keep) {
-  uint32_t all = (1u << c->nrails) - 1;
+  uint32_t all = rn_ib_rails_mask(c);
   if (all & ~keep & ~c->left) {
     c->probe_wait_ms = c->probe_wait_ms ? 2 * c->probe_wait_ms : 1000;
     if (c->probe_wait_ms > 16000) c->probe_wait_ms = 16000;
     c->probe_ms = rn_clock_ms() + c->probe_wait_ms;
   }
   c->left = all & ~keep;
+  c->alive_calls = 1; /* the next call reads the clock (see rn_ib_ctrl) */
   c->nlive = 0;
   for (int r = 0; r < c->nrails; r++) {
     c->pos[r] = -1;
@@ -181,6 +201,7 @@ static ncclResult_t rn_ib_fo_rebuild(struct rn_ib_comm *c, uint32_t keep) {
 
 ncclResult_t rn_ib_fo_begin(struct rn_ib_comm *c) {
   uint32_t keep = rn_ib_live_mask(c) & ~c->dead;
+  if (keep == 0) keep = rn_ib_standby_free(c);
   if (keep == 0) {
     RN_WARN("%s: every rail of the send comm with %s failed", c->rail[0].port->nic->name, c->peer);
     return ncclRemoteError;
@@ -209,7 +230,13 @@ ncclResult_t rn_ib_fo_probe(struct rn_ib_comm *c) {
     if (back & (1u << r))
       RN_INFO(NCCL_NET, "%s: rail %d (%s) of the send comm with %s is back (port active): taking it "
               "in again", c->rail[0].port->nic->name, r, c->rail[r].port->nic->name, c->peer);
-  return rn_ib_fo_rebuild(c, rn_ib_live_mask(c) | back);
+  uint32_t keep = rn_ib_live_mask(c) | back;
+  if (c->standby >= 0 && (keep & (1u << c->standby))) {
+    keep &= ~(1u << c->standby);
+    RN_INFO(NCCL_NET, "%s: the send comm with %s gives its standby NIC %s back",
+            c->rail[0].port->nic->name, c->peer, c->rail[c->standby].port->nic->name);
+  }
+  return rn_ib_fo_rebuild(c, keep);
 }
 
 /* The whole message in c->fo_in, checked against what this side expects. */

@@ -42,7 +42,7 @@
 #define RN_IB_CQ_BATCH 32        /* completions taken per ibv_poll_cq */
 #define RN_IB_FIFO_BATCH 8       /* FIFO elements held back at most before they are sent */
 #define RN_IB_ALIVE_CHECK_MS 100 /* how often a waiting comm looks at the peer's control socket */
-#define RN_IB_ALIVE_CHECK_CALLS 1024 /* ... counted in idle calls between clock reads */
+#define RN_IB_ALIVE_CHECK_CALLS 128 /* ... counted in idle calls between clock reads */
 #define RN_IB_INLINE_PROBE 512       /* largest inline size asked of a device (a full FIFO group) */
 
 static_assert((RN_IB_SLOTS & (RN_IB_SLOTS - 1)) == 0 && RN_IB_SLOTS <= 32,
@@ -115,8 +115,10 @@ struct rn_ib_rail_info {
 struct rn_ib_conn_info {
   uint32_t magic;
   uint16_t version;
-  uint8_t nrails;
+  uint8_t nrails; /* a standby included */
   uint8_t nqps;
+  uint8_t standby; /* 1: the last rail is the device's standby NIC */
+  uint8_t reserved[7];
   uint64_t ctl_addr; /* the remotely writable part: the sender's fifo, the receiver's sizes */
   char dev[32];      /* first rail's name, for messages */
   struct rn_ib_rail_info rail[RN_MAX_RAILS];
@@ -290,6 +292,8 @@ struct rn_ib_comm {
   int in_use[RN_MAX_RAILS];
   int8_t pos[RN_MAX_RAILS];
   int is_send;
+  int standby; /* the rail that is the device's standby NIC (in use only while
+                * every other rail failed), -1 for none */
   int tc; /* the traffic class the QPs were connected with, -1 for none */
   struct rn_ib_rail_info rem_rail[RN_MAX_RAILS]; /* the peer's rails, kept for a rebuild */
   /* failover (failover.c) */
@@ -373,7 +377,7 @@ ncclResult_t rn_ib_close_listen(void *lcomm);
 int rn_ib_close_all(void); /* at fini: frees what is still open, returns how many */
 /* count more standing RECVs on the comm's QP qi. */
 ncclResult_t rn_ib_post_recvs(struct rn_ib_comm *c, int qi, int count);
-/* Use every connected rail (at connect). */
+/* Use every connected rail but the standby (at connect). */
 void rn_ib_live_all(struct rn_ib_comm *c);
 /* One rail's QPs, for a rebuild: stop (data QPs to the error state, so
  * nothing more lands), free (flush QP, data QPs, CQ), open again (CQ, data

@@ -269,6 +269,8 @@ static ncclResult_t rn_ib_ctrl_msg(struct rn_ib_comm *c) {
   const struct rn_ib_fo_msg *m = &c->fo_in;
   switch (m->type) {
     case RN_IB_FO_FAIL: {
+      /* Seen on QPs a rebuild since replaced: the new ones tell anew. */
+      if (m->epoch != c->epoch) return ncclSuccess;
       uint32_t news = 0;
       for (int p = 0; p < c->nlive; p++)
         if ((m->rails & (1u << c->in_use[p])) && !(c->dead & (1u << c->in_use[p])))
@@ -825,6 +827,12 @@ ncclResult_t rn_ib_test(void *req, int *done, size_t *sizes, int *nsizes) {
   }
   if (res != ncclSuccess) return res;
   if (!rn_ib_req_done(r)) return ncclSuccess;
+  /* A comm that left a rail looks at its port now and then even when it
+   * never waits (its errors reach the next call). */
+  if (c->left) {
+    int dead;
+    (void)rn_ib_ctrl(c, &dead);
+  }
   if (r->kind == RN_IB_REQ_RECV) {
     res = rn_ib_recv_sizes(c, r, sizes);
     if (res != ncclSuccess) rn_ib_fail(c, res);

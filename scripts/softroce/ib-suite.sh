@@ -117,8 +117,62 @@ fo_check() { # NAME WANT_RC XFER-ARGS...
     grep -E '^(result|event|end|runner)|WARN|goes on|rebuil|is back' "$L" | head -20 | cut -c1-300 | sed 's/^/#   /' >>"$R"
   fi
 }
+# The standby (verbs): an NCCL topology per side puts one NIC beside the
+# GPU and the other behind another switch, so the planner makes a 1-rail
+# device with a standby (rxe0 + standby rxe2; rxe1 + standby rxe3).  Rail
+# 0's RoCE packets (UDP 4791) are dropped from 0.5 s to 6 s, not its link:
+# the bootstrap socket runs over veth0 and must live.  Its port stays
+# active, so the rail is taken in again after 1 s, fails again, and so on
+# with the wait doubling: several WARNs, and the standby in between.
+ib_topo() { # FILE NIC STANDBY
+  pci() { printf '      <pci busid="0000:%s:00.0" class="0x020000" vendor="0x15b3" device="0x1021" link_speed="32.0 GT/s PCIe" link_width="16">\n        <nic><net name="%s" dev="%s" speed="10000" port="1" latency="0" guid="0x%s" maxconn="65536" gdr="0"/></nic>\n      </pci>\n' "$@"; }
+  { echo '<system version="1">'
+    echo '  <cpu numaid="0" arch="x86_64" vendor="GenuineIntel" familyid="6" modelid="143">'
+    echo '    <pci busid="0000:40:00.0" class="0x060400" link_speed="32.0 GT/s PCIe" link_width="16">'
+    echo '      <pci busid="0000:41:00.0" class="0x030200" vendor="0x10de" device="0x2335" link_speed="32.0 GT/s PCIe" link_width="16">'
+    echo '        <gpu dev="0" sm="90" rank="0" gdr="0"/>'
+    echo '      </pci>'
+    pci 42 "$2" 0 1
+    echo '    </pci>'
+    echo '    <pci busid="0000:80:00.0" class="0x060400" link_speed="32.0 GT/s PCIe" link_width="16">'
+    pci 81 "$3" 1 2
+    echo '    </pci>'
+    echo '  </cpu>'
+    echo '</system>'; } >"$1"
+}
+DROP="for d in veth0 veth1; do tc qdisc add dev \$d root handle 1: prio && tc filter add dev \$d parent 1: protocol ip prio 1 u32 match ip protocol 17 0xff match ip dport 4791 0xffff action drop || exit 1; done"
+PASS="for d in veth0 veth1; do tc qdisc del dev \$d root; done"
+sb_check() { # NAME
+  name=$1
+  picked "$name" || return 0
+  ib_topo "$O/topo-r.xml" rxe0 rxe2
+  ib_topo "$O/topo-s.xml" rxe1 rxe3
+  t0=$(date +%s)
+  RN_CONF_VERBOSE=1 RN_CONF_RECV_ENV="$TWO_R,$FO,RAILNET_TOPO_FILE=$O/topo-r.xml" \
+    RN_CONF_SEND_ENV="$TWO_S,$FO,RAILNET_TOPO_FILE=$O/topo-s.xml" timeout "$T" \
+    "$B/tests/multirail-xfer" --dev 0 --expect-rails 1 --rails veth0,veth2 --interval 0.5 \
+    --bytes 400M --at "0.5:$DROP" --at "6:$PASS" --timeout 100 >"$O/$name.log" 2>&1
+  rc=$?; t=$(( $(date +%s) - t0 ))
+  sh -c "$PASS" 2>/dev/null
+  L=$O/$name.log
+  sbinfo=$(grep -c 'dev 0: rxe[01] transport=ib rails=1 .* standby=rxe[23] ' "$L")
+  over=$(grep -c 'WARN.*rail 0 (rxe1) of the send comm with .* failed: .*; every rail is down, so the standby NIC rxe3 takes over' "$L")
+  back=$(grep -c 'send comm with .* gives its standby NIC rxe3 back' "$L")
+  set -- $(awk '/^series/ { v0 = -1; v2 = -1
+      for (i = 1; i <= NF; i++) { split($i, kv, "="); if (kv[1] == "veth0") v0 = kv[2]; if (kv[1] == "veth2") v2 = kv[2] }
+      if (v2 > 0 && v0 < 1) a++; else if (a > 0 && v0 > 1) b++ } END { print a + 0, b + 0 }' "$L")
+  alone=$1 again=$2
+  if [ $rc -eq 0 ] && [ "$sbinfo" -eq 2 ] && [ "$over" -ge 1 ] && [ "$back" -ge 1 ] &&
+    [ "$alone" -ge 1 ] && [ "$again" -ge 1 ] && grep -q '^result status=ok receiver=ok.* sender=ok' "$L"; then
+    echo "ok $name (${t} s; standby took over: $over, given back: $back; samples with the standby alone: $alone, with rail 0 again after: $again)" >>"$R"
+  else
+    echo "not ok $name (exit $rc after ${t} s; devices with a standby: $sbinfo of 2, standby took over: $over, given back: $back, samples with the standby alone: $alone, with rail 0 again after: $again; see $name.log)" >>"$R"
+    grep -E '^(result|event|end|runner|series)|WARN|goes on|rebuil|is back|standby' "$L" | head -30 | cut -c1-300 | sed 's/^/#   /' >>"$R"
+  fi
+}
 fo_check failover-1of2 0 --expect-rails 2 --bytes 320M --at "0.5:ip link set veth2 down" \
   --at "3:ip link set veth2 up" --timeout 100
 fo_check failover-2of2 1 --expect-rails 2 --bytes 2G --at "0.5:ip link set veth2 down" \
   --at "2:ip link set veth0 down" --timeout 100
+sb_check failover-standby
 exit 0

@@ -41,7 +41,11 @@ ln -sf "kroot/boot/vmlinuz-$KVER" vmlinuz
 # initramfs: busybox + the needed modules in load order + our init.
 rm -rf ird; mkdir -p ird/bin ird/lib/modules ird/proc ird/sys ird/dev ird/host
 cp "$(command -v busybox)" ird/bin/busybox; cp "$HERE/init" ird/init; chmod +x ird/init
-for m in virtio_pci 9pnet_virtio 9p overlay veth crc32_generic rdma_rxe ib_uverbs rdma_ucm; do
+# sch_prio, cls_u32, act_gact: tc filters that drop one rail's RoCE packets
+# (ib-suite.sh's standby check) while its link, and the bootstrap socket
+# on it, stay up.
+for m in virtio_pci 9pnet_virtio 9p overlay veth crc32_generic rdma_rxe ib_uverbs rdma_ucm \
+  sch_prio cls_u32 act_gact; do
   modprobe -d "$D/kroot" -S "$KVER" --show-depends $m
 done | awk '$1=="insmod"{print $2}' | awk '!seen[$0]++' | while read -r ko; do
   cp "$ko" ird/lib/modules/; basename "$ko"; done > ird/modules.order
