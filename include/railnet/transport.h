@@ -128,6 +128,10 @@ struct rn_transport {
   ncclResult_t (*close_listen)(void *lcomm);
 };
 
+/* Append one line to RAILNET_STATS's file (nothing when it is unset); the
+ * lines of all comms and threads never interleave. */
+void rn_stats_append(const char *line, size_t len);
+
 /* Defaults for optional operations. */
 ncclResult_t rn_transport_unsupported_reg_mr_dmabuf(void *comm, void *data, size_t size, int type,
                                                     uint64_t offset, int fd, void **mh);

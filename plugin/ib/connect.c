@@ -540,6 +540,7 @@ static void rn_ib_comm_ready(struct rn_ib_comm *c, int *fd, const char *how) {
           c->standby >= 0 ? "; standby NIC " : "",
           c->standby >= 0 ? c->rail[c->standby].port->nic->name : "",
           c->standby >= 0 ? " (used only while every rail has failed)" : "");
+  rn_ib_stats_start(c);
   rn_ib_live_add(&c->live, 0);
 }
 
@@ -742,11 +743,13 @@ out_free:
 }
 
 ncclResult_t rn_ib_close_send(void *scomm) {
+  if (scomm) rn_ib_stats_close(scomm);
   rn_ib_comm_free(scomm);
   return ncclSuccess;
 }
 
 ncclResult_t rn_ib_close_recv(void *rcomm) {
+  if (rcomm) rn_ib_stats_close(rcomm);
   rn_ib_comm_free(rcomm);
   return ncclSuccess;
 }

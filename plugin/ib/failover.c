@@ -65,6 +65,7 @@ int rn_ib_fo_rail_failed(struct rn_ib_comm *c, int r, const struct ibv_wc *wc) {
   if (!rn_ib_fo_link_status(wc->status) || (left | sb) == 0 || c->error != ncclSuccess) return 0;
   if (!c->dead) c->recover_ms = rn_clock_ms();
   c->dead |= 1u << r;
+  c->rail[r].failures++;
   char then[160];
   if (left)
     snprintf(then, sizeof(then), "going on over %d rail(s)", rn_ib_popcount(left));

@@ -229,6 +229,11 @@ struct rn_ib_rail {
   struct ibv_mr *local_mr;  /* the control block, local access only */
   struct ibv_mr *remote_mr; /* the part the peer writes (sender: fifo; receiver: sizes) */
   uint32_t rem_rkey;        /* the peer's remotely writable part on this rail */
+  /* telemetry (stats.c) */
+  uint64_t bytes;    /* sender: data bytes posted here, sent again included */
+  uint64_t chunks;   /* sender: WR chains posted; receiver: immediates counted */
+  uint64_t replays;  /* sender: chains posted again after a rebuild */
+  uint64_t failures; /* times the rail failed */
 };
 
 /* Comms and listen comms handed to the core, so finalize (or unload) can
@@ -307,6 +312,9 @@ struct rn_ib_comm {
   int draining;       /* receiver: taking the stopped QPs' completions */
   int64_t recover_ms; /* rn_clock_ms() when the rebuild started */
   uint32_t replayed, delivered; /* groups of the last rebuild: posted again, found whole */
+  int replaying;                /* sender: posting a rebuild's groups again */
+  uint64_t id;                  /* telemetry: the comm's number in this process */
+  int64_t created_ms, stats_ms; /* telemetry: when it connected, last RAILNET_STATS line */
   struct rn_ib_fo_msg fo_in, fo_out;
   size_t fo_in_off, fo_out_off, fo_out_len;
   struct rn_ib_ctl *ctl;
@@ -356,7 +364,8 @@ static inline const char *rn_ib_comm_nic(const struct rn_ib_comm *c) {
  * -> p2p.c (data path) -> failover.c (rebuilds) -> connect.c (QPs,
  * out-of-band exchange) ->
  * discovery.c (devices) -> gdr.c (probes), reg.c (the MR cache callbacks).
- * reg.c (registration) calls none of them. */
+ * reg.c (registration) and stats.c (telemetry, called from p2p.c,
+ * failover.c and connect.c) call none of them. */
 
 /* discovery.c */
 ncclResult_t rn_ib_init(const struct rn_nic **nics, int *n, char *why, size_t whylen);
@@ -387,6 +396,12 @@ void rn_ib_rail_stop(struct rn_ib_comm *c, int r);
 void rn_ib_rail_free(struct rn_ib_comm *c, int r);
 ncclResult_t rn_ib_rail_open(struct rn_ib_comm *c, int r);
 ncclResult_t rn_ib_rail_connect(struct rn_ib_comm *c, int r, const uint32_t *qpn);
+/* stats.c: RAILNET_STATS lines (every RAILNET_STATS_MS from the comm's
+ * calls, and at close) and, for a comm of several rails, one INFO line at
+ * close with each rail's share. */
+void rn_ib_stats_start(struct rn_ib_comm *c);
+void rn_ib_stats_tick(struct rn_ib_comm *c);
+void rn_ib_stats_close(struct rn_ib_comm *c);
 /* failover.c */
 /* A data QP's completion failed with status on rail r: 1 when the comm
  * goes on over its other rails (the rail is marked, one WARN said), 0

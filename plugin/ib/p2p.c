@@ -149,6 +149,7 @@ static void rn_ib_on_imm(struct rn_ib_comm *c, int qi, const struct ibv_wc *wc) 
   r->imm_size = size;
   r->expected = nused;
   r->got++;
+  c->rail[rail].chunks++;
   if (r->got == r->expected) c->fifo_live--;
   if (imm & RN_IB_IMM_ERROR) r->error = 1;
 }
@@ -248,14 +249,20 @@ static ncclResult_t rn_ib_replay(struct rn_ib_comm *c) {
     c->delivered++;
   }
   if (c->dead) return rn_ib_fo_begin(c);
+  c->replaying = 1;
   for (uint64_t s = lo; s < c->seq; s++) {
     int slot = (int)(s % RN_IB_SLOTS);
     if (c->sent_seq[slot] != s + 1 || c->sent_done[slot]) continue;
     struct rn_ib_send_group *g = &c->sent[slot];
-    RN_CHECK(rn_ib_post_group(c, s, slot, g, &c->send_reqs[c->sent_lead[slot]], 0));
+    ncclResult_t res = rn_ib_post_group(c, s, slot, g, &c->send_reqs[c->sent_lead[slot]], 0);
+    if (res != ncclSuccess) {
+      c->replaying = 0;
+      return res;
+    }
     for (int i = 0; i < g->n; i++) bytes += g->size[i];
     c->replayed++;
   }
+  c->replaying = 0;
   RN_INFO(NCCL_NET,
           "%s: send comm with %s goes on over %d rail(s) after %lld ms (rebuild %u): %u group(s) "
           "(%llu bytes) sent again, %u found whole at the peer",
@@ -278,6 +285,8 @@ static ncclResult_t rn_ib_ctrl_msg(struct rn_ib_comm *c) {
       if (!news) return ncclSuccess; /* left already */
       RN_WARN("%s: the receiver %s saw rail(s) 0x%x fail; leaving them", rn_ib_comm_nic(c),
               c->peer, news);
+      for (int r = 0; r < c->nrails; r++)
+        if (news & (1u << r)) c->rail[r].failures++;
       c->dead |= news;
       if (c->recovering) return ncclSuccess; /* after this rebuild, another */
       return rn_ib_fo_begin(c);
@@ -320,6 +329,7 @@ static ncclResult_t rn_ib_ctrl(struct rn_ib_comm *c, int *dead) {
     int64_t now = rn_clock_ms();
     if (now < c->next_alive_ms) return ncclSuccess;
     c->next_alive_ms = now + RN_IB_ALIVE_CHECK_MS;
+    rn_ib_stats_tick(c);
   }
   for (;;) {
     int got, eof;
@@ -500,6 +510,8 @@ static ncclResult_t rn_ib_post_group(struct rn_ib_comm *c, uint64_t seq, int slo
     struct ibv_send_wr wr[RN_IB_GROUP_WRS];
     struct ibv_sge sge[RN_IB_GROUP_WRS];
     int nwr = 0;
+    rl->chunks++;
+    rl->replays += c->replaying != 0;
     for (int i = 0; i < g->n && !err; i++) {
       size_t chunk = (g->size[i] + (size_t)nused - 1) / (size_t)nused;
       chunk = (chunk + 127) & ~(size_t)127;
@@ -509,6 +521,7 @@ static ncclResult_t rn_ib_post_group(struct rn_ib_comm *c, uint64_t seq, int slo
       rn_ib_wr_data(&wr[nwr], &sge[nwr], (uintptr_t)g->data[i] + off, (uint32_t)len,
                     rn_ib_mh_mr(g->mh[i], rail)->lkey, g->fifo[i].addr + off, g->fifo[i].rkey[rail],
                     c->max_inline);
+      rl->bytes += len;
       nwr++;
     }
     /* The last data chunk on this QP carries the immediate (one packet

@@ -38,8 +38,6 @@
 #define RN_TCP_RATE_FLOOR 1e5   /* no estimate goes below this (bytes/s) */
 
 static _Atomic uint64_t rn_tcp_comm_ids;
-/* Lines of several comms (and threads) go to one file: one write each. */
-static pthread_mutex_t rn_tcp_stats_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void rn_tcp_rail_sockets(const struct rn_tcp_comm *c, const struct rn_tcp_rail *r,
                                 uint64_t *acked, uint64_t *outq);
@@ -363,14 +361,7 @@ static void rn_tcp_rails_write(struct rn_tcp_comm *c, const char *event, int64_t
   }
   n += snprintf(line + n, sizeof(line) - (size_t)n, "]}\n");
   if (n >= (int)sizeof(line)) n = (int)sizeof(line) - 1;
-  pthread_mutex_lock(&rn_tcp_stats_lock);
-  int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-  if (fd >= 0) {
-    ssize_t wr = write(fd, line, (size_t)n);
-    (void)wr;
-    close(fd);
-  }
-  pthread_mutex_unlock(&rn_tcp_stats_lock);
+  rn_stats_append(line, (size_t)n);
 }
 
 void rn_tcp_rails_tick(struct rn_tcp_comm *c) {

@@ -78,7 +78,9 @@ check matching "$ONE_R,RAILNET_IB_QPS=2" "$ONE_S,RAILNET_IB_QPS=2" \
 #    sides, no error; a WARN naming rail 1 and its cause, the sender's
 #    INFO that it went on over one rail, rail 0 carrying bytes alone after
 #    (netdev counters), the INFO that rail 1 was taken back once its port
-#    was active again, and rail 1 carrying bytes again;
+#    was active again, and rail 1 carrying bytes again; the sender's
+#    RAILNET_STATS close line: bytes on both rails, rail 1 failed, chains
+#    sent again;
 #  - failover-2of2: rail 1 cut at 0.5 s, rail 0 at 2 s: both sides get an
 #    error (exit 1), neither hangs (exit 3).
 FO="RAILNET_IB_QPS=2,RAILNET_IB_TIMEOUT=16,RAILNET_IB_RETRY_CNT=2,RAILNET_SOCKET_TIMEOUT_MS=5000"
@@ -86,7 +88,9 @@ fo_check() { # NAME WANT_RC XFER-ARGS...
   name=$1; want=$2; shift 2
   picked "$name" || return 0
   t0=$(date +%s)
-  RN_CONF_VERBOSE=1 RN_CONF_RECV_ENV="$TWO_R,$FO" RN_CONF_SEND_ENV="$TWO_S,$FO" timeout "$T" \
+  ST=$O/$name.stats
+  RN_CONF_VERBOSE=1 RN_CONF_RECV_ENV="$TWO_R,$FO,RAILNET_STATS=$ST" \
+    RN_CONF_SEND_ENV="$TWO_S,$FO,RAILNET_STATS=$ST" timeout "$T" \
     "$B/tests/multirail-xfer" --vdev 0,1 --rails veth0,veth2 --interval 0.5 "$@" >"$O/$name.log" 2>&1
   rc=$?; t=$(( $(date +%s) - t0 ))
   for d in veth0 veth1 veth2 veth3; do ip link set "$d" up; done
@@ -103,17 +107,25 @@ fo_check() { # NAME WANT_RC XFER-ARGS...
       for (i = 1; i <= NF; i++) { split($i, kv, "="); if (kv[1] == "veth0") v0 = kv[2]; if (kv[1] == "veth2") v2 = kv[2] }
       if (v0 > 0 && v2 == 0) a++; else if (a > 0 && v2 > 0) b++ } END { print a + 0, b + 0 }' "$L")
   alone=$1 again=$2
+  # the sender's telemetry at close: both rails carried bytes, rail 1
+  # failed once, some chains went again
+  cl=$(grep '"event":"close"' "$ST" 2>/dev/null | grep '"side":"send"' | tail -1)
+  field() { echo "$cl" | grep -o "{\"rail\":$1,[^}]*}" | grep -o "\"$2\":[0-9]*" | cut -d: -f2; }
+  b0=$(field 0 bytes) b1=$(field 1 bytes) f1=$(field 1 failures)
+  rp=$(echo "$cl" | grep -o '"replays":[0-9]*' | cut -d: -f2 | awk '{s += $1} END {print s + 0}')
+  stats="stats: rail 0 ${b0:-?} bytes, rail 1 ${b1:-?} bytes, rail 1 failures ${f1:-?}, chains sent again $rp"
   if [ "$want" = 0 ]; then
     good=$([ $rc -eq 0 ] && [ "$rail1" -ge 1 ] && [ "$went" -ge 1 ] && [ "$alone" -ge 1 ] &&
-      [ "$back" -ge 1 ] && [ "$again" -ge 1 ] &&
+      [ "$back" -ge 1 ] && [ "$again" -ge 1 ] && [ "${b0:-0}" -gt 0 ] && [ "${b1:-0}" -gt 0 ] &&
+      [ "${f1:-0}" -ge 1 ] && [ "$rp" -ge 1 ] &&
       grep -q '^result status=ok receiver=ok.* sender=ok' "$L" && echo 1)
   else
     good=$([ $rc -eq 1 ] && grep -q '^result status=error receiver=error.* sender=error' "$L" && echo 1)
   fi
   if [ -n "$good" ]; then
-    echo "ok $name (${t} s; exit $rc; WARNs: $nwarn, naming rail 1: $rail1; went on over 1 rail: $went; samples with rail 0 alone: $alone; rail 1 taken back: $back, samples with it carrying again: $again)" >>"$R"
+    echo "ok $name (${t} s; exit $rc; WARNs: $nwarn, naming rail 1: $rail1; went on over 1 rail: $went; samples with rail 0 alone: $alone; rail 1 taken back: $back, samples with it carrying again: $again; $stats)" >>"$R"
   else
-    echo "not ok $name (exit $rc after ${t} s, wanted $want; WARNs naming rail 1: $rail1, went on over 1 rail: $went, samples with rail 0 alone: $alone; rail 1 taken back: $back, samples with it carrying again: $again; see $name.log)" >>"$R"
+    echo "not ok $name (exit $rc after ${t} s, wanted $want; WARNs naming rail 1: $rail1, went on over 1 rail: $went, samples with rail 0 alone: $alone; rail 1 taken back: $back, samples with it carrying again: $again; $stats; see $name.log)" >>"$R"
     grep -E '^(result|event|end|runner)|WARN|goes on|rebuil|is back' "$L" | head -20 | cut -c1-300 | sed 's/^/#   /' >>"$R"
   fi
 }
