@@ -51,9 +51,12 @@ static uint32_t rn_ib_standby_free(const struct rn_ib_comm *c) {
   return c->standby >= 0 && c->pos[c->standby] < 0 ? 1u << c->standby : 0;
 }
 
+/* Every connected rail, the standby included. */
+static uint32_t rn_ib_connected_mask(const struct rn_ib_comm *c) { return (1u << c->nrails) - 1; }
+
 /* The connected rails but the standby. */
 static uint32_t rn_ib_rails_mask(const struct rn_ib_comm *c) {
-  uint32_t m = (1u << c->nrails) - 1;
+  uint32_t m = rn_ib_connected_mask(c);
   return c->standby >= 0 ? m & ~(1u << c->standby) : m;
 }
 
@@ -251,7 +254,7 @@ static ncclResult_t rn_ib_fo_check(struct rn_ib_comm *c) {
             nic, c->peer, m->magic, m->type, c->is_send ? "send" : "receive");
     return ncclRemoteError;
   }
-  uint32_t all = c->nrails >= 32 ? ~0u : (1u << c->nrails) - 1;
+  uint32_t all = rn_ib_connected_mask(c);
   switch (m->type) {
     case RN_IB_FO_FAIL:
       if ((m->rails & ~all) || m->epoch > c->epoch) {

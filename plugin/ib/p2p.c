@@ -624,11 +624,14 @@ ncclResult_t rn_ib_isend(void *scomm, void *data, size_t size, int tag, void *mh
     for (int k = 0; k < g->n; k++) lead->member[k] = (int)(g->req[k] - c->send_reqs);
     lead->seq = c->seq;
     ncclResult_t res = rn_ib_post_group(c, c->seq, slot, g, lead, 0);
-    /* Kept for a failover until the slot's next group. */
-    memcpy(&c->sent[slot], g, sizeof(*g));
-    c->sent_seq[slot] = c->seq + 1;
-    c->sent_lead[slot] = (int)(lead - c->send_reqs);
-    c->sent_done[slot] = 0;
+    /* Kept for a failover until the slot's next group; a comm of one
+     * rail and no standby has none, so it keeps nothing. */
+    if (c->nrails > 1) {
+      memcpy(&c->sent[slot], g, sizeof(*g));
+      c->sent_seq[slot] = c->seq + 1;
+      c->sent_lead[slot] = (int)(lead - c->send_reqs);
+      c->sent_done[slot] = 0;
+    }
     memset(g, 0, sizeof(*g));
     c->seq++;
     if (res != ncclSuccess) {
