@@ -162,6 +162,7 @@ static ncclResult_t rn_ib_fo_renew(struct rn_ib_comm *c, uint32_t keep) {
     rn_ib_rail_stop(c, r);
     if (keep & (1u << r)) rn_ib_rail_free(c, r);
   }
+  rn_ib_rate_reset(c);
   rn_ib_fo_leave(c, keep);
   for (int p = 0; p < c->nlive; p++) RN_CHECK(rn_ib_rail_open(c, c->in_use[p]));
   return ncclSuccess;

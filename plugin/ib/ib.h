@@ -25,6 +25,7 @@
 #include <stdint.h>
 #include <string.h>
 #include "ibvwrap.h"
+#include "stripe.h"
 #include "railnet/list.h"
 #include "railnet/mr_cache.h"
 #include "railnet/rendezvous.h"
@@ -49,6 +50,7 @@ static_assert((RN_IB_SLOTS & (RN_IB_SLOTS - 1)) == 0 && RN_IB_SLOTS <= 32,
               "the slot index is 5 bits of the immediate");
 static_assert(RN_IB_MAX_RECVS == RN_MAX_RECVS, "grouped receives: the core's maxRecvs");
 static_assert(RN_MAX_RAILS * RN_IB_MAX_QPS <= 128, "QPs used is 7 bits of the immediate");
+static_assert(RN_MAX_RAILS <= RN_IB_STRIPE_RAILS, "stripe.c sizes its tables for every rail");
 static_assert(RN_IB_RECV_DEPTH - (RN_IB_RECV_BATCH - 1) > RN_IB_SLOTS,
               "RECVs left on a QP before a re-post cover every immediate in flight");
 static_assert(RN_IB_UNSIGNALED_MAX + 1 + (RN_IB_MAX_RECVS + 2) * RN_IB_SLOTS <= RN_IB_SEND_DEPTH,
@@ -102,7 +104,7 @@ struct rn_ib_ctl {
 #define RN_IB_INFO_MAGIC 0x726e6962u /* "rnib" */
 /* 2: only part of the control block is remote, new immediates; 3: the
  * failover messages below follow on the same socket */
-#define RN_IB_INFO_VERSION 3
+#define RN_IB_INFO_VERSION 4
 
 /* Every field is checked on arrival (rn_ib_info_check, rn_ib_comm_connect). */
 struct rn_ib_rail_info {
@@ -217,6 +219,10 @@ struct rn_ib_qp {
   uint32_t unsignaled; /* posted since the last signaled WR */
   uint32_t recvs_due;  /* RECVs consumed, not yet re-posted */
   uint64_t last_imm;   /* receiver: sequence + 1 of the last group closed here */
+  /* sender of a multi-rail comm (rates.c): the data bytes of each group's
+   * WR chain here, in post order, until its completion (RC: in order) */
+  uint32_t chain[RN_IB_SLOTS];
+  uint32_t chains_posted, chains_done;
 };
 
 /* One rail of a connection: everything on one NIC, so a rail can be taken
@@ -234,6 +240,15 @@ struct rn_ib_rail {
   uint64_t chunks;   /* sender: WR chains posted; receiver: immediates counted */
   uint64_t replays;  /* sender: chains posted again after a rebuild */
   uint64_t failures; /* times the rail failed */
+  /* delivery-rate estimate (rates.c), sender of a multi-rail comm */
+  double rate;       /* bytes/s while it had bytes in flight */
+  uint64_t load;     /* data bytes posted, their completion not seen yet */
+  uint64_t done;     /* data bytes completed */
+  int64_t busy_ns;   /* time with bytes in flight, up to busy_from */
+  int64_t busy_from; /* rn_clock_ns() when load last became non-zero; 0: idle */
+  uint64_t done_mark; /* done and busy time at the last sample */
+  int64_t busy_mark;
+  int next_qp; /* the QP the rail's next part goes to */
 };
 
 /* Comms and listen comms handed to the core, so finalize (or unload) can
@@ -402,6 +417,23 @@ ncclResult_t rn_ib_rail_connect(struct rn_ib_comm *c, int r, const uint32_t *qpn
 void rn_ib_stats_start(struct rn_ib_comm *c);
 void rn_ib_stats_tick(struct rn_ib_comm *c);
 void rn_ib_stats_close(struct rn_ib_comm *c);
+/* rates.c: where a group's parts go and how its buffers are cut. */
+struct rn_ib_plan {
+  int nused;                                /* QPs the group uses */
+  int qi[RN_MAX_RAILS * RN_IB_MAX_QPS];     /* ... their comm QP indices, in part order */
+  uint32_t w[RN_MAX_RAILS * RN_IB_MAX_QPS]; /* ... and weights */
+};
+void rn_ib_plan(struct rn_ib_comm *c, uint64_t seq, size_t total, int nused, struct rn_ib_plan *p);
+/* The plan was posted: each rail's next parts go to its next QPs. */
+void rn_ib_plan_posted(struct rn_ib_comm *c, const struct rn_ib_plan *p);
+/* Sender of a multi-rail comm: a chain of len data bytes was posted on QP
+ * qi / its signaled completion came. */
+void rn_ib_rate_posted(struct rn_ib_comm *c, int qi, uint64_t len);
+void rn_ib_rate_done(struct rn_ib_comm *c, int qi);
+/* QP room for one more chain's record (always, on a one-rail comm). */
+int rn_ib_rate_room(const struct rn_ib_comm *c, int qi);
+/* A rebuild: nothing is in flight any more; the estimates stay. */
+void rn_ib_rate_reset(struct rn_ib_comm *c);
 /* failover.c */
 /* A data QP's completion failed with status on rail r: 1 when the comm
  * goes on over its other rails (the rail is marked, one WARN said), 0

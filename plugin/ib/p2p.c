@@ -116,11 +116,11 @@ static void rn_ib_on_imm(struct rn_ib_comm *c, int qi, const struct ibv_wc *wc) 
     RN_IB_PEER_FAIL(c, "immediate 0x%08x: %d QPs used, the connection has %d", imm, nused, nq);
     return;
   }
-  /* The sender spreads sequence s over QPs s % nq, s % nq + 1, ... */
-  int offset = (qi - (int)(r->seq % (uint64_t)nq) + nq) % nq;
-  if (offset >= nused) {
-    RN_IB_PEER_FAIL(c, "immediate 0x%08x for sequence %llu arrived on QP %d, outside its %d QPs",
-                    imm, (unsigned long long)r->seq, qi, nused);
+  /* The sender spreads a group over any nused of the QPs (the rails'
+   * rates decide which), each closing it once: one more is a lie. */
+  if (r->got >= nused) {
+    RN_IB_PEER_FAIL(c, "immediate 0x%08x for sequence %llu on QP %d: more than its %d QPs", imm,
+                    (unsigned long long)r->seq, qi, nused);
     return;
   }
   struct rn_ib_qp *q = rn_ib_qp(c, qi, &rail);
@@ -164,6 +164,7 @@ static void rn_ib_on_wc(struct rn_ib_comm *c, int rail, const struct ibv_wc *wc)
   switch (kind) {
     case RN_IB_WR_SEND: {
       rn_ib_qp(c, qi, &r)->completed = RN_IB_WRID_COUNT(wc->wr_id);
+      rn_ib_rate_done(c, qi);
       if (!idx--) break; /* a refused group: nothing waits */
       struct rn_ib_req *lead = &c->send_reqs[idx];
       if (--lead->expected == 0) {
@@ -474,27 +475,34 @@ static int rn_ib_group_qps(const struct rn_ib_comm *c, size_t total) {
   return want < 1 ? 1 : want > (size_t)nq ? nq : (int)want;
 }
 
-/* Room for a group of total bytes on every QP it will use. */
-static int rn_ib_group_room(struct rn_ib_comm *c, size_t total) {
-  int nq = rn_ib_qp_count(c), nused = rn_ib_group_qps(c, total), rail;
-  int start = (int)(c->seq % (uint64_t)nq);
-  for (int j = 0; j < nused; j++)
-    if (!rn_ib_sq_room(c, rn_ib_qp(c, (start + j) % nq, &rail), RN_IB_GROUP_WRS)) return 0;
+/* Room for a group of total bytes over nused QPs on every QP it will use:
+ * its WRs, and the record of its chain on a multi-rail sender. */
+static int rn_ib_group_room(struct rn_ib_comm *c, size_t total, int nused) {
+  struct rn_ib_plan p;
+  rn_ib_plan(c, c->seq, total, nused, &p);
+  int rail;
+  for (int j = 0; j < p.nused; j++)
+    if (!rn_ib_sq_room(c, rn_ib_qp(c, p.qi[j], &rail), RN_IB_GROUP_WRS) ||
+        !rn_ib_rate_room(c, p.qi[j]))
+      return 0;
   return 1;
 }
 
-/* Post one matched group: data chunks over nused QPs, the sizes (unless
- * the immediate carries them) and an immediate per QP, each QP's WRs in
- * one chained post.  A small message is a single inline WRITE_WITH_IMM, a
- * zero-byte one a WRITE_WITH_IMM without data.  err: refuse the group,
- * telling the receiver through the immediate and the sizes. */
+/* Post one matched group: data parts over nused QPs (rates.c says which
+ * and how each buffer is cut), the sizes (unless the immediate carries
+ * them) and an immediate per QP, each QP's WRs in one chained post.  A
+ * small message is a single inline WRITE_WITH_IMM, a zero-byte one a
+ * WRITE_WITH_IMM without data.  err: refuse the group, telling the
+ * receiver through the immediate and the sizes. */
 static ncclResult_t rn_ib_post_group(struct rn_ib_comm *c, uint64_t seq, int slot,
                                      struct rn_ib_send_group *g, struct rn_ib_req *lead, int err) {
-  int nq = rn_ib_qp_count(c);
   size_t total = 0;
   for (int i = 0; i < g->n; i++) total += g->size[i];
   int nused = err ? 1 : rn_ib_group_qps(c, total);
-  int start = (int)(seq % (uint64_t)nq);
+  struct rn_ib_plan p;
+  rn_ib_plan(c, seq, err ? 0 : total, nused, &p);
+  size_t cut[RN_IB_MAX_RECVS][RN_MAX_RAILS * RN_IB_MAX_QPS + 1];
+  for (int i = 0; i < g->n && !err; i++) rn_ib_stripe_bounds(g->size[i], p.w, nused, cut[i]);
   int sized = !err && g->n == 1 && g->size[0] <= RN_IB_IMM_SIZE_MAX;
   uint32_t imm = (uint32_t)slot | ((uint32_t)(nused - 1) << 5);
   if (sized) imm |= RN_IB_IMM_SIZED | ((uint32_t)g->size[0] << 13);
@@ -504,26 +512,25 @@ static ncclResult_t rn_ib_post_group(struct rn_ib_comm *c, uint64_t seq, int slo
   uint64_t rem_sizes = c->rem_ctl + (uint64_t)slot * sizeof(c->ctl->sizes[0]);
   uint32_t lead_idx = lead ? (uint32_t)(lead - c->send_reqs) + 1 : 0;
   for (int j = 0; j < nused; j++) {
-    int qi = (start + j) % nq, rail;
+    int qi = p.qi[j], rail;
     rn_ib_qp(c, qi, &rail);
     struct rn_ib_rail *rl = &c->rail[rail];
     struct ibv_send_wr wr[RN_IB_GROUP_WRS];
     struct ibv_sge sge[RN_IB_GROUP_WRS];
     int nwr = 0;
+    uint64_t mine = 0;
     rl->chunks++;
     rl->replays += c->replaying != 0;
     for (int i = 0; i < g->n && !err; i++) {
-      size_t chunk = (g->size[i] + (size_t)nused - 1) / (size_t)nused;
-      chunk = (chunk + 127) & ~(size_t)127;
-      size_t off = chunk * (size_t)j;
-      if (off >= g->size[i]) continue;
-      size_t len = g->size[i] - off < chunk ? g->size[i] - off : chunk;
+      size_t off = cut[i][j], len = cut[i][j + 1] - off;
+      if (len == 0) continue;
       rn_ib_wr_data(&wr[nwr], &sge[nwr], (uintptr_t)g->data[i] + off, (uint32_t)len,
                     rn_ib_mh_mr(g->mh[i], rail)->lkey, g->fifo[i].addr + off, g->fifo[i].rkey[rail],
                     c->max_inline);
-      rl->bytes += len;
+      mine += len;
       nwr++;
     }
+    rl->bytes += mine;
     /* The last data chunk on this QP carries the immediate (one packet
      * fewer; a small message is a single WRITE_WITH_IMM).  The sizes
      * write goes before it: RC keeps one QP's writes in order.  Only a
@@ -556,7 +563,9 @@ static ncclResult_t rn_ib_post_group(struct rn_ib_comm *c, uint64_t seq, int slo
     wr[nwr].imm_data = htonl(imm);
     nwr++;
     RN_CHECK(rn_ib_post_chain(c, qi, wr, nwr, RN_IB_WR_SEND, lead_idx, 1));
+    rn_ib_rate_posted(c, qi, mine);
   }
+  rn_ib_plan_posted(c, &p);
   if (lead) lead->expected = nused;
   return ncclSuccess;
 }
@@ -593,9 +602,7 @@ ncclResult_t rn_ib_isend(void *scomm, void *data, size_t size, int tag, void *mh
     for (int k = 0; k < g->n; k++)
       if (!g->req[k]) g->size[k] = 0;
     g->size[i] = size;
-    int rail;
-    struct rn_ib_qp *q = rn_ib_qp(c, (int)(c->seq % (uint64_t)rn_ib_qp_count(c)), &rail);
-    if (rn_ib_sq_room(c, q, RN_IB_GROUP_WRS)) (void)rn_ib_post_group(c, c->seq, slot, g, NULL, 1);
+    if (rn_ib_group_room(c, 0, 1)) (void)rn_ib_post_group(c, c->seq, slot, g, NULL, 1);
     rn_ib_fail(c, ncclInvalidUsage);
     return ncclInvalidUsage;
   }
@@ -604,9 +611,10 @@ ncclResult_t rn_ib_isend(void *scomm, void *data, size_t size, int tag, void *mh
      * uses needs room; else the caller retries after completions. */
     size_t total = size;
     for (int k = 0; k < g->n; k++) total += g->req[k] ? g->size[k] : 0;
-    if (!rn_ib_group_room(c, total)) {
+    int nused = rn_ib_group_qps(c, total);
+    if (!rn_ib_group_room(c, total, nused)) {
       RN_CHECK(rn_ib_progress(c));
-      if (c->recovering || !rn_ib_group_room(c, total)) return ncclSuccess;
+      if (c->recovering || !rn_ib_group_room(c, total, nused)) return ncclSuccess;
     }
   }
   struct rn_ib_req *r = rn_ib_send_req_get(c);

@@ -1,7 +1,9 @@
 /* Per-rail telemetry of a verbs comm: RAILNET_STATS lines (the same shape
  * as the socket transport's: the comm, then each rail's counters) every
  * RAILNET_STATS_MS while the comm is called and at close, and for a comm
- * of several rails one INFO line at close with each rail's share.  The
+ * of several rails one INFO line at close with each rail's share.  A
+ * sender's rate_mbps is its delivery-rate estimate (rates.c; 0 on a
+ * receiver, and before a rail's first group).  The
  * counters live in the rails (ib.h); only the comm's own thread touches
  * them. */
 #include <inttypes.h>
@@ -48,10 +50,11 @@ static void rn_ib_stats_write(struct rn_ib_comm *c, const char *event, int64_t n
     n += snprintf(line + n, sizeof(line) - (size_t)n,
                   "%s{\"rail\":%d,\"name\":\"%s\",\"state\":\"%s\",\"qps\":%d,\"bytes\":%" PRIu64
                   ",\"chunks\":%" PRIu64 ",\"replays\":%" PRIu64 ",\"failures\":%" PRIu64
-                  ",\"share\":%.4f,\"role\":\"%s\"}",
+                  ",\"share\":%.4f,\"rate_mbps\":%.1f,\"role\":\"%s\"}",
                   r ? "," : "", r, rl->port->nic->name, rn_ib_rail_state(c, r), c->nqps,
                   rl->bytes, rl->chunks, rl->replays, rl->failures,
-                  total ? (double)mine / (double)total : 0.0, r == c->standby ? "standby" : "rail");
+                  total ? (double)mine / (double)total : 0.0, rl->rate * 8 / 1e6,
+                  r == c->standby ? "standby" : "rail");
   }
   n += snprintf(line + n, sizeof(line) - (size_t)n, "]}\n");
   if (n >= (int)sizeof(line)) n = (int)sizeof(line) - 1;
@@ -81,9 +84,9 @@ void rn_ib_stats_close(struct rn_ib_comm *c) {
     if (c->is_send)
       n += snprintf(line + n, sizeof(line) - (size_t)n,
                     "%s%s%s %.1f%% (%" PRIu64 " bytes, %" PRIu64 " chunks, %" PRIu64
-                    " sent again, %" PRIu64 " failures, %s)",
+                    " sent again, %" PRIu64 " failures, %.0f Mbit/s estimated, %s)",
                     r ? ", " : "", role, name, share, rl->bytes, rl->chunks, rl->replays,
-                    rl->failures, rn_ib_rail_state(c, r));
+                    rl->failures, rl->rate * 8 / 1e6, rn_ib_rail_state(c, r));
     else
       n += snprintf(line + n, sizeof(line) - (size_t)n,
                     "%s%s%s %.1f%% (%" PRIu64 " immediates, %" PRIu64 " failures, %s)",

@@ -9,6 +9,15 @@ $(IB_MR_TEST): $(BUILD)/tests/ib/test_mr_cache.o $(PLUGIN_LIB)
 
 TEST_PROGS += $(IB_MR_TEST)
 
+# The weighted striping of a group (plugin/ib/stripe.c): pure functions,
+# no verbs headers needed.
+IB_STRIPE_TEST := $(BUILD)/tests/ib/test_stripe
+$(IB_STRIPE_TEST): $(BUILD)/tests/ib/test_stripe.o $(BUILD)/tests/common/tap.o $(PLUGIN_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS_COMMON) -o $@ $^ -lpthread
+
+TEST_PROGS += $(IB_STRIPE_TEST)
+
 TEST_SCRIPTS += tests/ib/softroce.sh
 
 # The rogue peer (tests/ib/rogue.c): the plugin on one side, a peer that

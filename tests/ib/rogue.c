@@ -35,7 +35,7 @@ enum attack_kind {
   /* the victim receives; the rogue sends immediates and sizes */
   A_IMM_NO_RECV,
   A_IMM_NUSED,
-  A_IMM_WRONG_QP,
+  A_IMM_EXTRA,
   A_IMM_TWICE,
   A_IMM_SIZED_GROUP,
   A_IMM_SIZE_BIG,
@@ -88,8 +88,8 @@ static const struct attack attacks[] = {
      "no receive is posted"},
     {"immediate announces more QPs than the connection has", A_IMM_NUSED, VICTIM_RECV, 1, 1,
      "QPs used, the connection has"},
-    {"immediate arrives on a QP its group does not use", A_IMM_WRONG_QP, VICTIM_RECV, 1, 2,
-     "outside its"},
+    {"one immediate more than the group's QPs", A_IMM_EXTRA, VICTIM_RECV, 1, 2,
+     "more than its 1 QPs"},
     {"two immediates of one sequence on one QP", A_IMM_TWICE, VICTIM_RECV, 1, 2, "after one for"},
     {"size in the immediate of a grouped receive", A_IMM_SIZED_GROUP, VICTIM_RECV, 2, 1,
      "carries a size for a 2-buffer"},
@@ -243,8 +243,10 @@ static int rogue_sender(struct rn_peer *p) {
       case A_IMM_NUSED:
         rc = rogue_imm(p, c, 0, imm_of(0, 127, 1, 0));
         break;
-      case A_IMM_WRONG_QP: /* sequence 0 with one QP uses QP 0 */
-        rc = rogue_imm(p, c, 1, imm_of(0, 1, 1, 0));
+      case A_IMM_EXTRA: /* a group of one QP closed on QP 0, then on QP 1 (both
+                           * reach the victim before its first test()) */
+        rc = rogue_imm(p, c, 0, imm_of(0, 1, 1, 0));
+        if (rc == 0) rc = rogue_imm(p, c, 1, imm_of(0, 1, 1, 0));
         break;
       case A_IMM_TWICE:
         rc = rogue_imm(p, c, 0, imm_of(0, 2, 1, 0));
@@ -342,7 +344,31 @@ static int victim_receiver(struct rn_peer *p) {
   }
   if (rc == 0 && r != ncclSuccess) rc = peer_fail(p, "irecv: %s", rn_result_str(r));
   if (peer_sync(p, 30 * tscale()) && rc == 0) rc = peer_fail(p, "rogue gone");
-  if (rc == 0) rc = expect_test_error(p, req, a->needle);
+  if (rc == 0 && a->kind == A_IMM_EXTRA) {
+    /* The group was whole at its first immediate, so its receive may
+     * complete; the extra one must fail the comm, seen against this
+     * receive ("more than its 1 QPs") or, once the slot is free, against
+     * no receive at all: a next receive's test() fails either way. */
+    double end = now_s() + 20 * tscale();
+    int done = 0, sz[8] = {0};
+    while (rc == 0 && !done && (r = rn_net_test(&p->net, req, &done, sz)) == ncclSuccess)
+      if (now_s() > end) rc = peer_fail(p, "test() neither failed nor finished in 20 s");
+    void *probe = NULL;
+    while (rc == 0 && r == ncclSuccess && !probe &&
+           (r = rn_net_irecv(&p->net, comm, a->nbuf, d, s, t, m, &probe)) == ncclSuccess)
+      if (now_s() > end) rc = peer_fail(p, "irecv neither failed nor posted in 20 s");
+    for (int done2 = 0; rc == 0 && r == ncclSuccess && probe;) {
+      r = rn_net_test(&p->net, probe, &done2, sz);
+      if (r == ncclSuccess && done2) rc = peer_fail(p, "a receive after the extra immediate completed");
+      if (now_s() > end) rc = peer_fail(p, "test() neither failed nor finished in 20 s");
+    }
+    if (rc == 0 && r == ncclSuccess) rc = peer_fail(p, "the extra immediate failed nothing");
+    if (rc == 0 && !rn_log_has_warn(a->needle, NULL) && !rn_log_has_warn("where no receive is posted", NULL))
+      rc = peer_fail(p, "no WARN says \"%s\" or \"where no receive is posted\" (last: %s)", a->needle,
+                     rn_log_last_warn());
+  } else if (rc == 0) {
+    rc = expect_test_error(p, req, a->needle);
+  }
   if (rc == 0) {
     void *again = NULL;
     r = rn_net_irecv(&p->net, comm, a->nbuf, d, s, t, m, &again);
