@@ -182,6 +182,104 @@ sb_check() { # NAME
     grep -E '^(result|event|end|runner|series)|WARN|goes on|rebuil|is back|standby' "$L" | head -30 | cut -c1-300 | sed 's/^/#   /' >>"$R"
   fi
 }
+# Weighted striping (verbs): the sender's rails shaped to unequal rates
+# (tbf on veth1 and veth3, its egress; a queue deep enough for what the
+# emulated NIC keeps in flight, so nothing is dropped), each alone first,
+# then fused, all bytes verified.  Decided by the sender's RAILNET_STATS
+# close line, not by timing: the fast rail's share of the bytes is within
+# 0.1 of its share of the rates (0.8 at 4:1, 0.67 at 2:1; an even split
+# gives 0.5).  The rates, and fused against the sum of each rail alone,
+# are reported.
+st_shape() { # KBIT0 KBIT1 (0: no shaping)
+  for d in veth1 veth3; do tc qdisc del dev "$d" root 2>/dev/null; done
+  [ "$1" = 0 ] && return 0
+  tc qdisc add dev veth1 root tbf rate "${1}kbit" burst 256k limit 64m &&
+    tc qdisc add dev veth3 root tbf rate "${2}kbit" burst 256k limit 64m
+}
+st_run() { # LOG STATS RECV_NICS SEND_NICS XFER-ARGS...
+  log=$1 st=$2 rn=$3 sn=$4; shift 4
+  e="RAILNET_IB_QPS=2,RAILNET_IB_TIMEOUT=${ST_TIMEOUT:-20},RAILNET_STATS=$st"
+  RN_CONF_RECV_ENV="RAILNET_NICS==$rn,$e" RN_CONF_SEND_ENV="RAILNET_NICS==$sn,$e" timeout "$T" \
+    "$B/tests/multirail-xfer" --interval 0 --timeout 100 "$@" >"$log" 2>&1
+}
+mbps() { sed -n 's/^result status=ok .* Mbps=\([0-9.]*\).*/\1/p' "$1"; }
+st_check() { # NAME KBIT0 KBIT1
+  name=$1
+  picked "$name" || return 0
+  t0=$(date +%s)
+  st_shape "$2" "$3" || { echo "not ok $name (tc tbf on veth1/veth3 failed)" >>"$R"; return; }
+  ST=$O/$name.stats
+  # about 3 s for each rail alone, 5 s fused
+  st_run "$O/$name-rail0.log" /dev/null rxe0 rxe1 --dev 0 --bytes $(($2 * 3 / 8))K
+  st_run "$O/$name-rail1.log" /dev/null rxe2 rxe3 --dev 0 --bytes $(($3 * 3 / 8))K
+  st_run "$O/$name.log" "$ST" rxe0,rxe2 rxe1,rxe3 --vdev 0,1 --expect-rails 2 \
+    --bytes $((($2 + $3) * 5 / 8))K
+  rc=$?; t=$(( $(date +%s) - t0 ))
+  st_shape 0
+  a=$(mbps "$O/$name-rail0.log") b=$(mbps "$O/$name-rail1.log") f=$(mbps "$O/$name.log")
+  cl=$(grep '"event":"close"' "$ST" 2>/dev/null | grep '"side":"send"' | tail -1)
+  field() { echo "$cl" | grep -o "{\"rail\":$1,[^}]*}" | grep -o "\"$2\":[0-9.]*" | cut -d: -f2; }
+  b0=$(field 0 bytes) b1=$(field 1 bytes) e0=$(field 0 rate_mbps) e1=$(field 1 rate_mbps)
+  share=$(awk -v x="${b0:-0}" -v y="${b1:-0}" 'BEGIN { printf "%.3f", (x + y > 0) ? x / (x + y) : 0 }')
+  ratio=$(awk -v a="${a:-0}" -v b="${b:-0}" -v f="${f:-0}" 'BEGIN { printf "%.2f", (a + b > 0) ? f / (a + b) : 0 }')
+  what="rails alone ${a:-?} + ${b:-?} Mbit/s, fused ${f:-?} (${ratio} x the sum); fast rail's share of the bytes $share (rates give $(awk -v x="$2" -v y="$3" 'BEGIN { printf "%.2f", x / (x + y) }')); estimates ${e0:-?} and ${e1:-?} Mbit/s"
+  if [ $rc -eq 0 ] && [ -n "$a" ] && [ -n "$b" ] && grep -q '^result status=ok receiver=ok.* sender=ok' "$O/$name.log" &&
+    awk -v s="$share" -v x="$2" -v y="$3" 'BEGIN { d = s - x / (x + y); exit !(d <= 0.1 && d >= -0.1) }'; then
+    echo "ok $name (${t} s; $what)" >>"$R"
+  else
+    echo "not ok $name (exit $rc after ${t} s; $what; see $name*.log)" >>"$R"
+    grep -hE '^(result|end|runner)|WARN' "$O/$name-rail0.log" "$O/$name-rail1.log" "$O/$name.log" | head -20 | cut -c1-300 | sed 's/^/#   /' >>"$R"
+  fi
+}
+# Rates well below what the emulation carries (about 140 Mbit/s for one
+# rail alone), so the links, not the CPU, are the limit.
+st_check stripe-4to1 80000 20000
+st_check stripe-2to1 60000 30000
+# A rail degraded mid-transfer: two rails at 60 Mbit/s, rail 1 cut to 6
+# at 2 s.  An htb class each, whose rate changes in place (changing a tbf
+# drops its queue, and every drop costs the emulated NIC a retransmit
+# timeout).  What rail 1 has queued at the cut drains at the new rate
+# first (the groups in flight wait for it; about 4 MB, 5 s at 6 Mbit/s,
+# so the QP timeout goes to 17 s here).  Decided by the receiver's netdev
+# counters: in the half-second samples from 9 s on, rail 0 carries at
+# least 0.8 of the bytes (its share of the new rates: 0.91; of an even
+# split, 0.5).  Throughput before and after is reported.
+st_htb() { # DEV KBIT
+  tc qdisc add dev "$1" root handle 1: htb default 1 &&
+    tc class add dev "$1" parent 1: classid 1:1 htb rate "${2}kbit" ceil "${2}kbit" burst 256k &&
+    tc qdisc add dev "$1" parent 1:1 handle 10: pfifo limit 100000
+}
+st_degrade() { # NAME
+  name=$1
+  picked "$name" || return 0
+  t0=$(date +%s)
+  st_shape 0
+  if ! st_htb veth1 60000 || ! st_htb veth3 60000; then
+    st_shape 0
+    echo "not ok $name (tc htb on veth1/veth3 failed)" >>"$R"
+    return
+  fi
+  ST_TIMEOUT=22 st_run "$O/$name.log" "$O/$name.stats" rxe0,rxe2 rxe1,rxe3 --vdev 0,1 \
+    --expect-rails 2 --rails veth0,veth2 --bytes 120M --interval 0.5 \
+    --at "2:tc class change dev veth3 parent 1: classid 1:1 htb rate 6000kbit ceil 6000kbit burst 256k"
+  rc=$?; t=$(( $(date +%s) - t0 ))
+  st_shape 0
+  set -- $(awk '/^series/ { t = 0; m = 0; a = 0; b = 0
+      for (i = 1; i <= NF; i++) { split($i, kv, "="); if (kv[1] == "t") t = kv[2]; if (kv[1] == "Mbps") m = kv[2]
+        if (kv[1] == "veth0") a = kv[2]; if (kv[1] == "veth2") b = kv[2] }
+      if (t <= 2) { bm += m; bn++ } else if (t > 9 && m > 0) { am += m; an++; x += a; y += b } }
+      END { printf "%.1f %.1f %.3f %d\n", bn ? bm / bn : 0, an ? am / an : 0, (x + y > 0) ? x / (x + y) : 0, an }' "$O/$name.log")
+  before=$1 after=$2 share=$3 n=$4
+  what="before the cut ${before} Mbit/s (nominal 120), from 9 s on ${after} (nominal 66, $(awk -v a="$after" 'BEGIN { printf "%.2f", a / 66 }') x), rail 0's share then $share over $n samples"
+  if [ $rc -eq 0 ] && [ "$n" -ge 2 ] && grep -q '^result status=ok receiver=ok.* sender=ok' "$O/$name.log" &&
+    awk -v s="$share" 'BEGIN { exit !(s >= 0.8) }'; then
+    echo "ok $name (${t} s; $what)" >>"$R"
+  else
+    echo "not ok $name (exit $rc after ${t} s; $what; see $name.log)" >>"$R"
+    grep -E '^(result|end|runner|series)|WARN' "$O/$name.log" | head -30 | cut -c1-300 | sed 's/^/#   /' >>"$R"
+  fi
+}
+st_degrade stripe-degrade
 fo_check failover-1of2 0 --expect-rails 2 --bytes 320M --at "0.5:ip link set veth2 down" \
   --at "3:ip link set veth2 up" --timeout 100
 fo_check failover-2of2 1 --expect-rails 2 --bytes 2G --at "0.5:ip link set veth2 down" \

@@ -43,9 +43,10 @@ rm -rf ird; mkdir -p ird/bin ird/lib/modules ird/proc ird/sys ird/dev ird/host
 cp "$(command -v busybox)" ird/bin/busybox; cp "$HERE/init" ird/init; chmod +x ird/init
 # sch_prio, cls_u32, act_gact: tc filters that drop one rail's RoCE packets
 # (ib-suite.sh's standby check) while its link, and the bootstrap socket
-# on it, stay up.
+# on it, stay up.  sch_tbf, sch_htb: rails shaped to unequal rates, and
+# one slowed down while it carries traffic (the striping checks).
 for m in virtio_pci 9pnet_virtio 9p overlay veth crc32_generic rdma_rxe ib_uverbs rdma_ucm \
-  sch_prio cls_u32 act_gact; do
+  sch_prio cls_u32 act_gact sch_tbf sch_htb; do
   modprobe -d "$D/kroot" -S "$KVER" --show-depends $m
 done | awk '$1=="insmod"{print $2}' | awk '!seen[$0]++' | while read -r ko; do
   cp "$ko" ird/lib/modules/; basename "$ko"; done > ird/modules.order
