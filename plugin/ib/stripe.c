@@ -21,14 +21,17 @@ void rn_ib_stripe_pick(int n, const double *rate, const uint64_t *load, size_t t
   double given[RN_IB_STRIPE_RAILS] = {0};
   int parts[RN_IB_STRIPE_RAILS] = {0};
   if (n > RN_IB_STRIPE_RAILS) n = RN_IB_STRIPE_RAILS;
-  double part = nused > 0 ? (double)total / nused : 0;
+  double part = nused > 0 ? (double)total / nused : 0, top = 0;
+  for (int p = 0; p < n; p++)
+    if (rate[p] > top) top = rate[p];
   for (int j = 0; j < nused; j++) {
     int best = -1;
     double best_t = 0;
     for (int i = 0; i < n; i++) {
       int p = (first + i) % n;
       if (parts[p] >= cap) continue;
-      double t = ((double)load[p] + given[p] + part) / rate[p];
+      double r = rate[p] < top / RN_IB_STRIPE_FLOOR ? top / RN_IB_STRIPE_FLOOR : rate[p];
+      double t = ((double)load[p] + given[p] + part) / r;
       if (best < 0 || t < best_t) best = p, best_t = t;
     }
     if (best < 0) best = first % n; /* nused > n * cap: the caller's error */

@@ -22,7 +22,8 @@ void rn_ib_stripe_bounds(size_t size, const uint32_t *w, int n, size_t *off);
  * total / nused bytes: every part goes to the rail where it would be
  * delivered first, (load + parts given to it so far + the part) / rate,
  * with at most cap parts per rail (one per QP); ties go to the first rail
- * from first on.  rate[p] > 0 (bytes/s), load[p] bytes in flight. */
+ * from first on.  rate[p] > 0 (bytes/s, floored as in the weights below),
+ * load[p] bytes in flight. */
 void rn_ib_stripe_pick(int n, const double *rate, const uint64_t *load, size_t total, int nused,
                        int cap, int first, int *pick);
 

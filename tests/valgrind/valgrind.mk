@@ -3,7 +3,7 @@
 # plugin's own code paths once each rather than the whole suite:
 #   conformance (v8 to v12 over TCP), fault, the optional entry points
 #   and knobs through the ABI, the core unit tests, the eager-oversize
-#   regression, the MR cache, and the conformance suite again with helper
+#   regression, the MR cache, the verbs striping arithmetic, and the conformance suite again with helper
 #   threads moving the TCP streams (tests/tcp/helpers.sh, through v11),
 #   the progress engine's churn, close-while-busy and fork test, connection
 #   reuse (kept connections, bytes out of turn, fork, bounds), data streams
@@ -17,7 +17,7 @@
 # (RN_TIMEOUT_SCALE, tests/common/test-env.sh).
 VALGRIND_PROGS += $(BUILD)/tests/conformance-test $(BUILD)/tests/fault-test \
   $(BUILD)/tests/core/test_vdev $(BUILD)/tests/core/test_make_vdevice \
-  $(BUILD)/tests/tcp/test_eager_oversize $(BUILD)/tests/ib/test_mr_cache \
+  $(BUILD)/tests/tcp/test_eager_oversize $(BUILD)/tests/ib/test_mr_cache $(BUILD)/tests/ib/test_stripe \
   $(BUILD)/tests/params/test_params $(BUILD)/tests/tcp/test_engine $(BUILD)/tests/tcp/test_pool \
   $(BUILD)/tests/tcp/test_lazy
 VALGRIND_SCRIPTS += tests/tcp/helpers.sh tests/core/v12-ids.sh
