@@ -431,7 +431,7 @@ void rn_ib_plan_posted(struct rn_ib_comm *c, const struct rn_ib_plan *p);
 void rn_ib_rate_posted(struct rn_ib_comm *c, int qi, uint64_t len);
 void rn_ib_rate_done(struct rn_ib_comm *c, int qi);
 /* QP room for one more chain's record (always, on a one-rail comm). */
-int rn_ib_rate_room(const struct rn_ib_comm *c, int qi);
+int rn_ib_rate_room(struct rn_ib_comm *c, int qi);
 /* A rebuild: nothing is in flight any more; the estimates stay. */
 void rn_ib_rate_reset(struct rn_ib_comm *c);
 /* failover.c */

@@ -231,7 +231,8 @@ static ncclResult_t rn_ib_progress(struct rn_ib_comm *c) {
 
 static ncclResult_t rn_ib_fifo_flush(struct rn_ib_comm *c, int force);
 static ncclResult_t rn_ib_post_group(struct rn_ib_comm *c, uint64_t seq, int slot,
-                                     struct rn_ib_send_group *g, struct rn_ib_req *lead, int err);
+                                     struct rn_ib_send_group *g, struct rn_ib_req *lead, int err,
+                                     const struct rn_ib_plan *plan);
 
 /* Sender, after REBUILT: the groups the receiver has whole complete; the
  * others are posted again in order over the new QPs (a full window fits
@@ -255,7 +256,7 @@ static ncclResult_t rn_ib_replay(struct rn_ib_comm *c) {
     int slot = (int)(s % RN_IB_SLOTS);
     if (c->sent_seq[slot] != s + 1 || c->sent_done[slot]) continue;
     struct rn_ib_send_group *g = &c->sent[slot];
-    ncclResult_t res = rn_ib_post_group(c, s, slot, g, &c->send_reqs[c->sent_lead[slot]], 0);
+    ncclResult_t res = rn_ib_post_group(c, s, slot, g, &c->send_reqs[c->sent_lead[slot]], 0, NULL);
     if (res != ncclSuccess) {
       c->replaying = 0;
       return res;
@@ -475,15 +476,16 @@ static int rn_ib_group_qps(const struct rn_ib_comm *c, size_t total) {
   return want < 1 ? 1 : want > (size_t)nq ? nq : (int)want;
 }
 
-/* Room for a group of total bytes over nused QPs on every QP it will use:
- * its WRs, and the record of its chain on a multi-rail sender. */
-static int rn_ib_group_room(struct rn_ib_comm *c, size_t total, int nused) {
-  struct rn_ib_plan p;
-  rn_ib_plan(c, c->seq, total, nused, &p);
+/* The next group's plan (*p, total bytes over nused QPs) and whether every
+ * QP it uses has room: for its WRs, and for the record of its chain on a
+ * multi-rail sender.  The caller posts with that plan before anything
+ * else changes the comm. */
+static int rn_ib_group_room(struct rn_ib_comm *c, size_t total, int nused, struct rn_ib_plan *p) {
+  rn_ib_plan(c, c->seq, total, nused, p);
   int rail;
-  for (int j = 0; j < p.nused; j++)
-    if (!rn_ib_sq_room(c, rn_ib_qp(c, p.qi[j], &rail), RN_IB_GROUP_WRS) ||
-        !rn_ib_rate_room(c, p.qi[j]))
+  for (int j = 0; j < p->nused; j++)
+    if (!rn_ib_sq_room(c, rn_ib_qp(c, p->qi[j], &rail), RN_IB_GROUP_WRS) ||
+        !rn_ib_rate_room(c, p->qi[j]))
       return 0;
   return 1;
 }
@@ -493,16 +495,21 @@ static int rn_ib_group_room(struct rn_ib_comm *c, size_t total, int nused) {
  * them) and an immediate per QP, each QP's WRs in one chained post.  A
  * small message is a single inline WRITE_WITH_IMM, a zero-byte one a
  * WRITE_WITH_IMM without data.  err: refuse the group, telling the
- * receiver through the immediate and the sizes. */
+ * receiver through the immediate and the sizes.  plan: the one
+ * rn_ib_group_room made, or NULL to make it here. */
 static ncclResult_t rn_ib_post_group(struct rn_ib_comm *c, uint64_t seq, int slot,
-                                     struct rn_ib_send_group *g, struct rn_ib_req *lead, int err) {
+                                     struct rn_ib_send_group *g, struct rn_ib_req *lead, int err,
+                                     const struct rn_ib_plan *plan) {
   size_t total = 0;
   for (int i = 0; i < g->n; i++) total += g->size[i];
   int nused = err ? 1 : rn_ib_group_qps(c, total);
-  struct rn_ib_plan p;
-  rn_ib_plan(c, seq, err ? 0 : total, nused, &p);
+  struct rn_ib_plan made;
+  if (!plan) {
+    rn_ib_plan(c, seq, err ? 0 : total, nused, &made);
+    plan = &made;
+  }
   size_t cut[RN_IB_MAX_RECVS][RN_MAX_RAILS * RN_IB_MAX_QPS + 1];
-  for (int i = 0; i < g->n && !err; i++) rn_ib_stripe_bounds(g->size[i], p.w, nused, cut[i]);
+  for (int i = 0; i < g->n && !err; i++) rn_ib_stripe_bounds(g->size[i], plan->w, nused, cut[i]);
   int sized = !err && g->n == 1 && g->size[0] <= RN_IB_IMM_SIZE_MAX;
   uint32_t imm = (uint32_t)slot | ((uint32_t)(nused - 1) << 5);
   if (sized) imm |= RN_IB_IMM_SIZED | ((uint32_t)g->size[0] << 13);
@@ -512,7 +519,7 @@ static ncclResult_t rn_ib_post_group(struct rn_ib_comm *c, uint64_t seq, int slo
   uint64_t rem_sizes = c->rem_ctl + (uint64_t)slot * sizeof(c->ctl->sizes[0]);
   uint32_t lead_idx = lead ? (uint32_t)(lead - c->send_reqs) + 1 : 0;
   for (int j = 0; j < nused; j++) {
-    int qi = p.qi[j], rail;
+    int qi = plan->qi[j], rail;
     rn_ib_qp(c, qi, &rail);
     struct rn_ib_rail *rl = &c->rail[rail];
     struct ibv_send_wr wr[RN_IB_GROUP_WRS];
@@ -565,7 +572,7 @@ static ncclResult_t rn_ib_post_group(struct rn_ib_comm *c, uint64_t seq, int slo
     RN_CHECK(rn_ib_post_chain(c, qi, wr, nwr, RN_IB_WR_SEND, lead_idx, 1));
     rn_ib_rate_posted(c, qi, mine);
   }
-  rn_ib_plan_posted(c, &p);
+  rn_ib_plan_posted(c, plan);
   if (lead) lead->expected = nused;
   return ncclSuccess;
 }
@@ -602,19 +609,22 @@ ncclResult_t rn_ib_isend(void *scomm, void *data, size_t size, int tag, void *mh
     for (int k = 0; k < g->n; k++)
       if (!g->req[k]) g->size[k] = 0;
     g->size[i] = size;
-    if (rn_ib_group_room(c, 0, 1)) (void)rn_ib_post_group(c, c->seq, slot, g, NULL, 1);
+    struct rn_ib_plan plan;
+    if (rn_ib_group_room(c, 0, 1, &plan)) (void)rn_ib_post_group(c, c->seq, slot, g, NULL, 1, &plan);
     rn_ib_fail(c, ncclInvalidUsage);
     return ncclInvalidUsage;
   }
+  struct rn_ib_plan plan;
+  plan.nused = 0; /* made below for the send that completes the group */
   if (g->matched + 1 == g->n) {
     /* This send completes the group: it is posted now, so every QP it
      * uses needs room; else the caller retries after completions. */
     size_t total = size;
     for (int k = 0; k < g->n; k++) total += g->req[k] ? g->size[k] : 0;
     int nused = rn_ib_group_qps(c, total);
-    if (!rn_ib_group_room(c, total, nused)) {
+    if (!rn_ib_group_room(c, total, nused, &plan)) {
       RN_CHECK(rn_ib_progress(c));
-      if (c->recovering || !rn_ib_group_room(c, total, nused)) return ncclSuccess;
+      if (c->recovering || !rn_ib_group_room(c, total, nused, &plan)) return ncclSuccess;
     }
   }
   struct rn_ib_req *r = rn_ib_send_req_get(c);
@@ -631,7 +641,7 @@ ncclResult_t rn_ib_isend(void *scomm, void *data, size_t size, int tag, void *mh
     lead->n = g->n;
     for (int k = 0; k < g->n; k++) lead->member[k] = (int)(g->req[k] - c->send_reqs);
     lead->seq = c->seq;
-    ncclResult_t res = rn_ib_post_group(c, c->seq, slot, g, lead, 0);
+    ncclResult_t res = rn_ib_post_group(c, c->seq, slot, g, lead, 0, plan.nused ? &plan : NULL);
     /* Kept for a failover until the slot's next group; a comm of one
      * rail and no standby has none, so it keeps nothing. */
     if (c->nrails > 1) {

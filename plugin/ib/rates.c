@@ -118,9 +118,10 @@ void rn_ib_rate_done(struct rn_ib_comm *c, int qi) {
   }
 }
 
-int rn_ib_rate_room(const struct rn_ib_comm *c, int qi) {
+int rn_ib_rate_room(struct rn_ib_comm *c, int qi) {
   if (!rn_ib_rate_kept(c)) return 1;
-  const struct rn_ib_qp *q = &c->rail[c->in_use[qi % c->nlive]].qp[qi / c->nlive];
+  int r;
+  const struct rn_ib_qp *q = rn_ib_qp(c, qi, &r);
   return q->chains_posted - q->chains_done < RN_IB_SLOTS;
 }
 
