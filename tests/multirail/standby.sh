@@ -23,6 +23,12 @@ XFER=$B/tests/multirail-xfer
 NAME=rbsb$$
 NAME0=rbsb$$o
 BOUND=20 # seconds after a cut; multirail-xfer scales it by RN_TIMEOUT_SCALE
+# A side with bytes in flight at a cut fails within RAILNET_RAIL_TIMEOUT_MS
+# (10 s); one with nothing in flight then (its receives' clear-to-send
+# already acknowledged, the next message never announced) learns it from
+# the control connection's keepalive, RAILNET_SOCKET_TIMEOUT_MS (30 s by
+# default): 10 s here, so both bounds fit in BOUND.
+SOCKET_TIMEOUT_MS=10000
 
 skip() {
   echo "1..0 # SKIP $*"
@@ -82,7 +88,7 @@ xfer() { # BED TOPO LOG NRAILS [args...]   ($XENV: more K=V,... for both sides)
   bed=$1 topo=$2 log=$3 nr=$4
   shift 4
   RN_CONF_VERBOSE=1 "$XFER" --railbed "$bed" \
-    --env "RAILNET_TRANSPORT=socket,RAILNET_SOCKET_IFNAME=veth,RAILNET_TOPO_FILE=$topo,RAILNET_STATS=$OUT/$log.stats,RAILNET_STATS_MS=250${XENV:+,$XENV}" \
+    --env "RAILNET_TRANSPORT=socket,RAILNET_SOCKET_IFNAME=veth,RAILNET_TOPO_FILE=$topo,RAILNET_STATS=$OUT/$log.stats,RAILNET_STATS_MS=250,RAILNET_SOCKET_TIMEOUT_MS=$SOCKET_TIMEOUT_MS${XENV:+,$XENV}" \
     --expect-rails "$nr" "$@" >"$OUT/$log.log" 2>"$OUT/$log.err"
 }
 # Wait (bounded) until both ends of a rail report state UP after up-link:
