@@ -562,12 +562,6 @@ static ncclResult_t rn_tcp_rx_done(struct rn_tcp_comm *c) {
 
 /* --------------------------------------------------------- input */
 
-/* Read without blocking (move.c: from whichever connection carries the
- * control bytes now): >0 bytes read, 0 nothing now, -1 orderly EOF, -2
- * error (errno set), -3 the comm failed. */
-static ssize_t rn_tcp_ctl_read(struct rn_tcp_comm *c, void *buf, size_t len) {
-  return rn_tcp_move_read(c, buf, len);
-}
 
 /* The connection ended: an orderly close between messages is the peer's
  * close (requests still incomplete fail in test()); anything else fails
@@ -729,27 +723,34 @@ ncclResult_t rn_tcp_progress(struct rn_tcp_comm *c) {
                            c->lazy.state == RN_TCP_STREAMS_CLOSING))
     rn_tcp_drive_streams(c);
   while (!atomic_load(&c->peer_closed)) {
-    if (c->rx_left > 0) {
-      ssize_t k = rn_tcp_ctl_read(c, c->rx_dst, c->rx_left);
-      if (k < 0) return rn_tcp_ctl_ended(c, k, 1);
-      c->rx_dst += k;
-      c->rx_left -= (size_t)k;
-      if (c->rx_left > 0) break;
-      RN_CHECK(rn_tcp_rx_done(c));
+    /* One system call (move.c, from whichever connection carries the
+     * control bytes now) reads the rest of a payload straight into its
+     * buffer and whatever follows it into c->in. */
+    struct iovec iov[2];
+    int niov = 0;
+    size_t want = 0, direct = c->rx_left;
+    if (direct > 0) iov[niov++] = (struct iovec){c->rx_dst, direct};
+    if (c->in_len < RN_TCP_IN_BUF)
+      iov[niov++] = (struct iovec){c->in + c->in_len, RN_TCP_IN_BUF - c->in_len};
+    for (int i = 0; i < niov; i++) want += iov[i].iov_len;
+    if (want == 0) break; /* c->in full of one partial message: cannot be (rn_tcp_parse) */
+    ssize_t k = rn_tcp_move_read(c, iov, niov);
+    if (k > 0) {
+      size_t d = (size_t)k < direct ? (size_t)k : direct;
+      c->rx_dst += d;
+      c->rx_left -= d;
+      c->in_len += (size_t)k - d;
+      if (d > 0 && c->rx_left == 0) RN_CHECK(rn_tcp_rx_done(c));
     }
-    const size_t room = RN_TCP_IN_BUF - c->in_len;
-    ssize_t k = rn_tcp_ctl_read(c, c->in + c->in_len, room);
-    if (k > 0) c->in_len += (size_t)k;
     size_t pos = 0;
     RN_CHECK(rn_tcp_parse(c, &pos));
     memmove(c->in, c->in + pos, c->in_len - pos);
     c->in_len -= pos;
     if (k < 0) RN_CHECK(rn_tcp_ctl_ended(c, k, c->in_len > 0 || c->rx_left > 0));
-    if (k <= 0 && c->rx_left == 0) break;
-    /* A short read emptied the socket: asking again now would only return
-     * EAGAIN, one system call more per message (the next call reads what
-     * arrives meanwhile, a payload's rest included). */
-    if (k > 0 && (size_t)k < room) break;
+    /* Nothing, or a short read that emptied the socket: asking again now
+     * would only return EAGAIN, one system call more per message (the
+     * next call reads what arrives meanwhile, a payload's rest included). */
+    if (k <= 0 || (size_t)k < want) break;
   }
   RN_CHECK(rn_tcp_failed(c, "progress"));
   if (c->is_recv) {

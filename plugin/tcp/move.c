@@ -262,14 +262,20 @@ void rn_tcp_move_wrote(struct rn_tcp_comm *c, const struct iovec *iov, int niov,
   if (m->tx - m->log_base > RN_TCP_MOVE_TRIM) rn_tcp_move_trim(c);
 }
 
-static ssize_t rn_tcp_recv_nb(int fd, void *buf, size_t len) {
+static ssize_t rn_tcp_recv_nbv(int fd, const struct iovec *iov, int niov) {
   for (;;) {
-    ssize_t k = recv(fd, buf, len, MSG_DONTWAIT);
+    struct msghdr mh = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)niov};
+    ssize_t k = recvmsg(fd, &mh, MSG_DONTWAIT);
     if (k > 0) return k;
     if (k == 0) return -1;
     if (errno == EINTR) continue;
     return (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -2;
   }
+}
+
+static ssize_t rn_tcp_recv_nb(int fd, void *buf, size_t len) {
+  const struct iovec iov = {buf, len};
+  return rn_tcp_recv_nbv(fd, &iov, 1);
 }
 
 /* The peer's RESUME arrived whole: check it. */
@@ -304,10 +310,10 @@ static void rn_tcp_move_revert(struct rn_tcp_comm *c, const char *why) {
   m->replay = m->tx;
 }
 
-ssize_t rn_tcp_move_read(struct rn_tcp_comm *c, void *buf, size_t len) {
+ssize_t rn_tcp_move_read(struct rn_tcp_comm *c, const struct iovec *iov, int niov) {
   struct rn_tcp_move *m = &c->move;
   if (!m->enabled) {
-    ssize_t k = rn_tcp_recv_nb(c->ctrl_fd, buf, len);
+    ssize_t k = rn_tcp_recv_nbv(c->ctrl_fd, iov, niov);
     if (k > 0) m->rx += (uint64_t)k; /* counted all the same (rn_tcp_move_init) */
     return k;
   }
@@ -316,7 +322,7 @@ ssize_t rn_tcp_move_read(struct rn_tcp_comm *c, void *buf, size_t len) {
     if (m->state == RN_TCP_CTL_LOST) {
       /* The lost connection gives what it still holds. */
       if (m->old_done) return 0;
-      k = rn_tcp_recv_nb(c->ctrl_fd, buf, len);
+      k = rn_tcp_recv_nbv(c->ctrl_fd, iov, niov);
       if (k > 0) {
         m->rx += (uint64_t)k;
         return k;
@@ -327,7 +333,7 @@ ssize_t rn_tcp_move_read(struct rn_tcp_comm *c, void *buf, size_t len) {
     if (m->state == RN_TCP_CTL_SWITCH) {
       const int resumed = m->resume_got == sizeof(m->in_resume);
       if (!m->old_done) {
-        k = rn_tcp_recv_nb(m->old_fd, buf, len);
+        k = rn_tcp_recv_nbv(m->old_fd, iov, niov);
         if (k > 0) {
           m->rx += (uint64_t)k;
           return k;
@@ -375,7 +381,7 @@ ssize_t rn_tcp_move_read(struct rn_tcp_comm *c, void *buf, size_t len) {
       if (k <= 0) return k;
       m->skip -= (uint64_t)k;
     }
-    k = rn_tcp_recv_nb(c->ctrl_fd, buf, len);
+    k = rn_tcp_recv_nbv(c->ctrl_fd, iov, niov);
     if (k > 0) m->rx += (uint64_t)k;
     return k;
   }

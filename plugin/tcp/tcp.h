@@ -730,9 +730,10 @@ void rn_tcp_move_stop(struct rn_tcp_comm *c);
 int rn_tcp_move_before_write(struct rn_tcp_comm *c, ncclResult_t *res);
 /* k control bytes from iov went out: keep them. */
 void rn_tcp_move_wrote(struct rn_tcp_comm *c, const struct iovec *iov, int niov, size_t k);
-/* Control input: read up to len bytes: > 0 read, 0 nothing now, -1 the
- * peer's orderly close, -2 an error (errno set), -3 the comm failed. */
-ssize_t rn_tcp_move_read(struct rn_tcp_comm *c, void *buf, size_t len);
+/* Control input: read into iov (filled in order, one system call): > 0
+ * bytes read, 0 nothing now, -1 the peer's orderly close, -2 an error
+ * (errno set), -3 the comm failed. */
+ssize_t rn_tcp_move_read(struct rn_tcp_comm *c, const struct iovec *iov, int niov);
 /* The control connection failed (cause; quiet: INFO, the caller WARNed):
  * 1 when it can move (the comm goes on), 0 when the comm has to fail. */
 int rn_tcp_move_lost(struct rn_tcp_comm *c, const char *cause, int quiet);
