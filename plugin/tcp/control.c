@@ -143,8 +143,10 @@ void rn_tcp_send_claim(struct rn_tcp_comm *c, uint64_t seq, int idx) {
 }
 
 ncclResult_t rn_tcp_match_eager(struct rn_tcp_comm *c) {
-  int kept = 0;
-  for (int k = 0; k < c->neager; k++) {
+  /* Claims only take buffers away; only a CTS brings new ones.  Without
+   * one since the last pass, only the messages sent since are tried. */
+  int kept = c->cts_tried == c->cts_next ? c->eager_tried : 0;
+  for (int k = kept; k < c->neager; k++) {
     struct rn_tcp_eager e = c->eager[k];
     uint64_t seq;
     int idx;
@@ -175,7 +177,8 @@ ncclResult_t rn_tcp_match_eager(struct rn_tcp_comm *c) {
                   (unsigned long long)e.size, e.tag, (unsigned long long)posted,
                   (unsigned long long)seq, idx);
   }
-  c->neager = kept;
+  c->neager = c->eager_tried = kept;
+  c->cts_tried = c->cts_next;
   return (ncclResult_t)atomic_load(&c->error);
 }
 

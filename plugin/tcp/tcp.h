@@ -465,6 +465,10 @@ struct rn_tcp_comm {
    * send_head is the oldest with a buffer no send has claimed */
   uint64_t send_head, cts_next;
   int neager;
+  /* eager[0 .. eager_tried - 1] found no buffer among the groups up to
+   * cts_tried: until a CTS adds a group, they still find none */
+  int eager_tried;
+  uint64_t cts_tried;
   uint64_t eager_bytes; /* their payload bytes: at most RN_TCP_EAGER_BYTES */
   /* control output: messages in order, payloads referenced, not copied */
   int out_head, out_tail;
