@@ -1,6 +1,13 @@
 /* Weighted striping of a verbs group (stripe.h): pure functions. */
 #include "stripe.h"
 
+/* A rail's rate as the split sees it: at least 1/RN_IB_STRIPE_FLOOR of the
+ * fastest, so a slow rail keeps getting bytes and keeps being measured. */
+static double rn_ib_stripe_floored(double rate, double top) {
+  const double least = top / RN_IB_STRIPE_FLOOR;
+  return rate < least ? least : rate;
+}
+
 void rn_ib_stripe_bounds(size_t size, const uint32_t *w, int n, size_t *off) {
   double sum = 0, cum = 0;
   for (int j = 0; j < n; j++) sum += w[j];
@@ -30,8 +37,7 @@ void rn_ib_stripe_pick(int n, const double *rate, const uint64_t *load, size_t t
     for (int i = 0; i < n; i++) {
       int p = (first + i) % n;
       if (parts[p] >= cap) continue;
-      double r = rate[p] < top / RN_IB_STRIPE_FLOOR ? top / RN_IB_STRIPE_FLOOR : rate[p];
-      double t = ((double)load[p] + given[p] + part) / r;
+      double t = ((double)load[p] + given[p] + part) / rn_ib_stripe_floored(rate[p], top);
       if (best < 0 || t < best_t) best = p, best_t = t;
     }
     if (best < 0) best = first % n; /* nused > n * cap: the caller's error */
@@ -54,7 +60,7 @@ void rn_ib_stripe_weights(int n, const double *rate, const uint64_t *load, size_
    * t * r[p] - load[p] bytes, none where its backlog alone reaches past
    * t (the rail is then left out and t found again). */
   for (int p = 0; p < n; p++) {
-    r[p] = rate[p] < top / RN_IB_STRIPE_FLOOR ? top / RN_IB_STRIPE_FLOOR : rate[p];
+    r[p] = rn_ib_stripe_floored(rate[p], top);
     in[p] = parts[p] > 0 && r[p] > 0;
   }
   for (int again = 1; again;) {
