@@ -565,7 +565,6 @@ static ncclResult_t rn_tcp_rx_done(struct rn_tcp_comm *c) {
 
 /* --------------------------------------------------------- input */
 
-
 /* The connection ended: an orderly close between messages is the peer's
  * close (requests still incomplete fail in test()); anything else fails
  * the comm. */
