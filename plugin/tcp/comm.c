@@ -316,7 +316,7 @@ ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv,
   else
     snprintf(c->peer, sizeof(c->peer), "(unknown peer)");
   c->inline_max = (size_t)p->socket_inline;
-  c->eager_max = c->inline_max < RN_TCP_EAGER_MAX ? c->inline_max : RN_TCP_EAGER_MAX;
+  c->eager_max = c->inline_max < RN_TCP_EAGER_WIRE_MAX ? c->inline_max : RN_TCP_EAGER_WIRE_MAX;
   c->chunk = (size_t)p->socket_chunk;
   c->in = c->in_space;
   c->discard = c->discard_space;

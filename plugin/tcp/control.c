@@ -161,16 +161,7 @@ ncclResult_t rn_tcp_match_eager(struct rn_tcp_comm *c) {
     rn_tcp_send_claim(c, seq, idx);
     c->eager_bytes -= e.size;
     uint64_t posted = c->group[seq % RN_TCP_RING].sizes[idx];
-    if (e.req != NULL) { /* its test() reports the outcome */
-      e.req->awaits_match = 0;
-      if (e.size > posted) {
-        RN_WARN(
-            "eager send of %llu bytes to %s exceeds the posted receive of %llu bytes (tag %d); "
-            "the receiver failed that receive",
-            (unsigned long long)e.size, c->peer, (unsigned long long)posted, e.tag);
-        e.req->error = ncclInvalidUsage;
-      }
-    } else if (e.size > posted)
+    if (e.size > posted) /* its send completed when written: the comm fails */
       rn_tcp_fail(c, ncclInvalidUsage,
                   "an eager send of %llu bytes (tag %d) exceeds the posted receive of %llu bytes "
                   "(group %llu buffer %d); the receiver failed that receive",
@@ -315,9 +306,8 @@ static void rn_tcp_recv_filled(struct rn_tcp_req *r, int idx) { r->filled |= 1u 
  * that receive fails (not the comm: the connection is sound). */
 static int rn_tcp_eager_fits(struct rn_tcp_req *r, int idx, uint64_t size) {
   if (size <= r->posted[idx]) return 1;
-  /* The sender learns of it (an eager send above 8 KiB completes, failing)
-   * only from this receive's clear-to-send: it leaves with the next flush,
-   * lazy or not. */
+  /* The sender learns of it (its comm fails) only from this receive's
+   * clear-to-send: it leaves with the next flush, lazy or not. */
   r->comm->lazy_polls = RN_TCP_CTS_POLLS;
   RN_WARN("peer %s sent %llu bytes but the posted receive (tag %d) holds only %zu bytes",
           r->comm->peer, (unsigned long long)size, r->tag[idx], r->posted[idx]);

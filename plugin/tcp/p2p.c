@@ -135,17 +135,15 @@ static ncclResult_t rn_tcp_isend_eager(struct rn_tcp_comm *c, void *data, size_t
   struct rn_tcp_req *r = rn_tcp_req_alloc(c, 0);
   if (r == NULL) return ncclSuccess;
   r->size = size;
-  r->awaits_match = size > c->eager_max;
   /* The receiver may batch clear-to-sends: ask for them now once half the
-   * credit is used, or when this send needs its own to complete. */
-  const int low = r->awaits_match || rn_tcp_eager_low(c, size);
+   * credit is used. */
+  const int low = rn_tcp_eager_low(c, size);
   struct rn_tcp_data d = {.size = size, .msg = c->msg_out, .tag = tag};
   rn_tcp_wire_seal(&d, RN_TCP_MSG_DATA, RN_TCP_DATA_EAGER | (low ? RN_TCP_DATA_CREDIT : 0),
                    (uint32_t)size);
   rn_tcp_ctl_queue(c, &d, sizeof(d), data, size, r);
   c->msg_out++;
-  c->eager[c->neager++] =
-      (struct rn_tcp_eager){.tag = tag, .size = size, .req = r->awaits_match ? r : NULL};
+  c->eager[c->neager++] = (struct rn_tcp_eager){.tag = tag, .size = size};
   c->eager_bytes += size;
   *req = r;
   RN_CHECK(rn_tcp_match_eager(c)); /* claims its buffer now if its CTS is here */
@@ -291,7 +289,7 @@ static int rn_tcp_req_complete(struct rn_tcp_req *r) {
   /* A streamed send completes when the receiver says every byte landed:
    * until then a failed rail's chunks can still be sent again. */
   if (!r->is_recv)
-    return !r->ctl_pending && !r->awaits_match &&
+    return !r->ctl_pending &&
            (r->awaits_ack ? atomic_load(&r->acked)
                           : atomic_load_explicit(&r->unsent, memory_order_acquire) == 0);
   /* Every buffer matched (its header seen) and all its bytes landed: with

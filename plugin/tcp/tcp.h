@@ -31,8 +31,9 @@
  *     a later group may bring it.  isend fails only when no group can ever
  *     come: the comm failed or the receiver closed it.
  *   - Eager sends are the one exception, and change no outcome: a message
- *     of at most min(RAILNET_SOCKET_INLINE, 8 KiB) bytes may leave before
- *     its CTS has been read (saving the sender a read on the round trip).
+ *     of at most min(RAILNET_SOCKET_INLINE, 64 KiB) bytes may leave before
+ *     its CTS has been read (saving the sender a read on the round trip),
+ *     and completes once written, as NCCL's socket transport's sends do.
  *     It carries only its tag; the receiver applies the same rule on
  *     arrival, or holds it (in arrival order) until a buffer with its tag
  *     is posted, and the sender applies it once the CTSs arrive, so both
@@ -41,10 +42,11 @@
  *     sender, which bounds what the receiver holds.  A send of a tag with
  *     an unmatched eager message waits (NULL) for the CTS that matches it,
  *     so per-tag order holds for every size.
- *   - A send larger than its buffer fails that send and that receive
- *     (ncclInvalidUsage, a WARN naming both sizes) whatever its size: a
- *     large one when it matches, an eager one when the receiver sees it and
- *     when the sender matches it (its comm then fails).
+ *   - A send larger than its buffer fails that receive (ncclInvalidUsage,
+ *     a WARN naming both sizes) whatever its size, and the sender too: a
+ *     large send in its own test() when it matches, an eager one (done
+ *     once written) by failing the sender's comm when the sender matches
+ *     it, so the sender's next call reports it.
  *   - Groups complete independently once every buffer is filled.
  *
  * Locking: c->lock guards the control state (request pool, control queues
@@ -126,7 +128,6 @@ struct rn_tcp_req {
   int ctl_pending;       /* control message (and inline payload) not yet written */
   _Atomic size_t unsent; /* bytes the data streams still have to write */
   int awaits_ack;        /* streamed with ACK: it completes with the receiver's ACK */
-  int awaits_match;      /* eager above RN_TCP_EAGER_MAX: it completes once matched */
   atomic_int acked;      /* the ACK arrived: no chunk of it is needed any more */
   /* recv: group `seq` */
   uint64_t seq;
@@ -251,7 +252,6 @@ struct rn_tcp_stream {
 struct rn_tcp_eager {
   int32_t tag;
   uint64_t size;
-  struct rn_tcp_req *req; /* larger than RN_TCP_EAGER_MAX: completes when matched; else NULL */
 };
 
 /* An eager message that arrived before a buffer with its tag was posted. */

@@ -52,9 +52,9 @@ enum {
   RN_TCP_DATA_STREAMED = 2, /* the payload follows as chunks on the data streams */
   RN_TCP_DATA_TOO_BIG = 4,  /* larger than the posted buffer: the receive fails */
   RN_TCP_DATA_ACK = 8,      /* with STREAMED only: acknowledge it (ACK) once it landed whole */
-  /* With any of the above: the sender's eager credit runs low, this eager
-   * message completes only once matched, or this message was too large to
-   * go eagerly: clear-to-sends should not wait for a batch.  Its absence
+  /* With any of the above: the sender's eager credit runs low, or this
+   * message was too large to go eagerly: clear-to-sends should not wait
+   * for a batch.  Its absence
    * says the sender does well without them for now. */
   RN_TCP_DATA_CREDIT = 16,
 };
@@ -62,11 +62,9 @@ enum {
 
 #define RN_TCP_RING 64         /* receive groups outstanding per comm (>= NCCL's 32) */
 #define RN_TCP_EAGER_WINDOW 64 /* eager messages not yet matched at the sender: < this */
-/* Eager sends of at most this many bytes complete once written; larger
- * ones (up to RN_TCP_EAGER_WIRE_MAX) complete once the sender has matched
- * them to their clear-to-send, so one too big for its buffer fails in its
- * own test(). */
-#define RN_TCP_EAGER_MAX 8192
+/* Eager sends complete once written, as NCCL's socket transport's sends
+ * do: one too big for its buffer fails that receive, and the sender's comm
+ * once the sender matches it to its clear-to-send. */
 #define RN_TCP_EAGER_WIRE_MAX 65536 /* largest eager payload */
 /* Eager payload bytes not yet matched at the sender: at most this, so a
  * receiver holds at most this much for buffers not yet posted. */

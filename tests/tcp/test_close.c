@@ -201,9 +201,10 @@ int main(void) {
   struct rn_net n;
   char err[256];
   /* Receives posted only after the close: the eager sizes, the only
-   * sends that can finish before their receive is posted. */
+   * sends that can finish before their receive is posted, of which at
+   * least one message fits LATE_BYTES. */
   int neager = 0;
-  while (neager < (int)NSIZES && sizes[neager] <= 8192) neager++;
+  while (neager < (int)NSIZES && sizes[neager] <= LATE_BYTES) neager++;
   tap_plan((int)NSIZES + neager + 1);
   if (rn_net_open(&n, 12, err, sizeof(err)) != 0 || rn_net_init(&n) != ncclSuccess) {
     for (int i = 0; i < (int)NSIZES + neager + 1; i++) tap_result(0, "load the plugin: %s", err);
