@@ -54,8 +54,8 @@ enum {
   RN_TCP_DATA_ACK = 8,      /* with STREAMED only: acknowledge it (ACK) once it landed whole */
   /* With any of the above: the sender's eager credit runs low, or this
    * message was too large to go eagerly: clear-to-sends should not wait
-   * for a batch.  Its absence
-   * says the sender does well without them for now. */
+   * for a batch.  Its absence says the sender does well without them for
+   * now. */
   RN_TCP_DATA_CREDIT = 16,
 };
 #define RN_TCP_DATA_FLAGS (RN_TCP_DATA_EAGER | RN_TCP_DATA_STREAMED | RN_TCP_DATA_TOO_BIG)

@@ -396,7 +396,8 @@ static int oversize(struct rn_peer *p) {
   int mine = err != ncclSuccess;
   note("%s: %s (done=%d, size %d, %d sends done before it); WARN naming both sizes: %s%s%s",
        is_recv ? "receiver" : "sender", rn_result_str(err), done, got, completed,
-       warned ? "yes" : "no", rn_log_warns() ? " last: " : "", rn_log_warns() ? rn_log_last_warn() : "");
+       warned ? "yes" : "no", rn_log_warns() ? " last: " : "",
+       rn_log_warns() ? rn_log_last_warn() : "");
   /* exchange outcomes: each side must fail, and one WARN must name both sizes */
   int out[2] = {mine, warned}, theirs[2] = {0, 0};
   if (peer_write(p, out, sizeof out) != 0 || peer_read(p, theirs, sizeof theirs, 20) != 0)
