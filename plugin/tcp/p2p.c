@@ -88,7 +88,7 @@ static ncclResult_t rn_tcp_isend_matched(struct rn_tcp_comm *c, void *data, size
   r->awaits_ack = !inline_send && c->ack; /* complete once the receiver acknowledges it */
   /* A message too large to go eagerly: the next like it needs its
    * clear-to-send as soon as its receive is posted. */
-  const int credit = size > c->inline_max || size > RN_TCP_EAGER_WIRE_MAX ? RN_TCP_DATA_CREDIT : 0;
+  const int credit = size > c->eager_max ? RN_TCP_DATA_CREDIT : 0;
   rn_tcp_wire_seal(&d, RN_TCP_MSG_DATA,
                    (too_big         ? RN_TCP_DATA_TOO_BIG
                     : inline_send   ? 0
@@ -164,8 +164,7 @@ static ncclResult_t rn_tcp_isend_try(struct rn_tcp_comm *c, void *data, size_t s
    * are collected in batches, at the latest when half the eager credit is
    * used.  One too big for a buffer already known waits for the head,
    * where it fails both sides at once. */
-  int eager_ok = size <= c->inline_max && size <= RN_TCP_EAGER_WIRE_MAX &&
-                 c->neager < RN_TCP_EAGER_WINDOW - 1 &&
+  int eager_ok = size <= c->eager_max && c->neager < RN_TCP_EAGER_WINDOW - 1 &&
                  c->eager_bytes + size <= RN_TCP_EAGER_BYTES &&
                  !(known && size > c->group[seq % RN_TCP_RING].sizes[idx]);
   if (eager_ok && (progressed || known || !rn_tcp_eager_low(c, size)))

@@ -418,7 +418,8 @@ struct rn_tcp_comm {
    * they have work: chunks queued (send) or streamed messages announced
    * and not yet filled (recv). */
   atomic_int stream_work;
-  size_t inline_max, chunk, eager_max;
+  size_t inline_max, chunk;
+  size_t eager_max; /* largest eager send: min(inline_max, RN_TCP_EAGER_WIRE_MAX) */
   uint32_t msg_out, msg_in; /* control message numbers, each direction */
   /* control input: headers are parsed from `in`; a payload is read
    * straight into its destination (rx_*) */
