@@ -240,6 +240,7 @@ static ncclResult_t rn_tcp_on_ack(struct rn_tcp_comm *c, const struct rn_tcp_ack
   atomic_store(&g->sreq[a->idx]->acked, 1);
   c->group[a->seq % RN_TCP_RING].sreq[a->idx] = NULL;
   c->msg_in++;
+  c->acks_in++;
   return ncclSuccess;
 }
 

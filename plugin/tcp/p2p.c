@@ -107,7 +107,10 @@ static ncclResult_t rn_tcp_isend_matched(struct rn_tcp_comm *c, void *data, size
   c->msg_out++;
   if (later) rn_tcp_lazy_defer(c, r, data, grid, seq, (uint32_t)idx);
   if (!inline_send) c->lazy.used_ms = rn_clock_ms();
-  if (r->awaits_ack) c->group[seq % RN_TCP_RING].sreq[idx] = r;
+  if (r->awaits_ack) {
+    c->group[seq % RN_TCP_RING].sreq[idx] = r;
+    c->acks_asked++;
+  }
   if (too_big) {
     RN_WARN("send of %zu bytes to %s exceeds the posted receive of %llu bytes (tag %d)", size,
             c->peer, (unsigned long long)m->sizes[idx], tag);

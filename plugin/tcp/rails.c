@@ -196,8 +196,38 @@ static void rn_tcp_ctl_sample(struct rn_tcp_comm *c, int64_t now, int64_t limit)
   }
 }
 
+/* Send: a streamed send awaiting its ACK once its header left and no
+ * rail has bytes queued or unacknowledged by the receiver's host waits on
+ * the receiver's plugin alone.  No ACK for the bound then fails the comm:
+ * a receiver that stopped acknowledging, or a header that lost its ACK
+ * flag on the way, must not hold the send for ever.  (Bytes still in
+ * flight are the rail checks' and TCP_USER_TIMEOUT's.)  The wait counts
+ * from the last ACK read or send announced, and only across samples no
+ * further apart than RN_TCP_ACK_GAP_MS: a caller that stopped calling has
+ * not read what arrived meanwhile. */
+#define RN_TCP_ACK_GAP_MS 1000
+static void rn_tcp_ack_sample(struct rn_tcp_comm *c, int64_t now, int64_t gap, int64_t limit) {
+  const uint64_t mark = c->acks_in + c->acks_asked;
+  int quiet = c->acks_in != c->acks_asked && c->out_head == c->out_tail;
+  for (int i = 0; i < c->nrails && quiet; i++) {
+    const struct rn_tcp_rail *r = &c->rail[i];
+    quiet =
+        atomic_load(&r->state) != RN_TCP_RAIL_UP || (r->outq == 0 && atomic_load(&r->pending) == 0);
+  }
+  if (!quiet || mark != c->acks_mark || gap > RN_TCP_ACK_GAP_MS) {
+    c->acks_mark = mark;
+    c->owed_ms = now;
+  } else if (now - c->owed_ms >= limit) {
+    rn_tcp_fail(c, ncclRemoteError,
+                "the receiver acknowledged none of %llu streamed sends for %lld ms although "
+                "every byte reached its host (RAILNET_RAIL_TIMEOUT_MS)",
+                (unsigned long long)(c->acks_asked - c->acks_in), (long long)(now - c->owed_ms));
+  }
+}
+
 static void rn_tcp_rails_sample(struct rn_tcp_comm *c, int64_t now) {
-  double dt = (double)(now - c->sample_ms) / 1000.0;
+  const int64_t gap = now - c->sample_ms;
+  double dt = (double)gap / 1000.0;
   c->sample_ms = now;
   if (dt <= 0) return;
   const int64_t limit = rn_params()->rail_timeout_ms;
@@ -258,6 +288,7 @@ static void rn_tcp_rails_sample(struct rn_tcp_comm *c, int64_t now) {
     if (delta[i] > 0 || !rn_tcp_rail_busy(r)) r->progress_ms = now;
     any_busy |= busy[i];
   }
+  rn_tcp_ack_sample(c, now, gap, limit);
   for (int i = 0; i < c->nrails; i++) {
     struct rn_tcp_rail *r = &c->rail[i];
     if (busy[i]) r->rate += RN_TCP_RATE_ALPHA * ((double)delta[i] / dt - r->rate);

@@ -419,7 +419,7 @@ struct rn_tcp_comm {
    * and not yet filled (recv). */
   atomic_int stream_work;
   size_t inline_max, chunk;
-  size_t eager_max; /* largest eager send: min(inline_max, RN_TCP_EAGER_WIRE_MAX) */
+  size_t eager_max;         /* largest eager send: min(inline_max, RN_TCP_EAGER_WIRE_MAX) */
   uint32_t msg_out, msg_in; /* control message numbers, each direction */
   /* control input: headers are parsed from `in`; a payload is read
    * straight into its destination (rx_*) */
@@ -461,6 +461,10 @@ struct rn_tcp_comm {
   struct rn_tcp_queued_chunk *backlog;
   int nbacklog;
   int ack;               /* send: streamed sends ask for an ACK (RAILNET_RAIL_ACK) */
+  uint64_t acks_asked;   /* send: streamed sends that asked for an ACK */
+  uint64_t acks_in;      /* send: ACKs read */
+  uint64_t acks_mark;    /* send: acks_in + acks_asked when owed_ms was last set */
+  int64_t owed_ms;       /* send: since when an ACK is owed with nothing in flight */
   uint32_t down_pending; /* send: streams taken out, DOWN not yet queued */
   /* send side: CTSs of groups send_head .. cts_next - 1, by seq % RN_TCP_RING;
    * send_head is the oldest with a buffer no send has claimed */

@@ -5,7 +5,8 @@
  * connection (control and data streams, both directions) and rewrites
  * one header of live traffic: the k-th message of one type, one field set
  * to a boundary value (0, 1, max, max-1, 2^(w-1), the real value +1 and
- * -1), or random bits flipped.  In "raw" trials the header checksum is
+ * -1), one bit of a flags field toggled (a flag dropped or added), or
+ * random bits flipped.  In "raw" trials the header checksum is
  * left as it was (corruption on the path); in "semantic" trials it is
  * recomputed, so the header is well formed and only the receiver's checks
  * against its own state stand between the value and the data (a peer that
@@ -32,7 +33,11 @@
  * Trials run in forked batches, so a crash names its trial.  A summary of
  * outcomes by class goes out as TAP notes.
  *
- *   test_corrupt [--trials N] [--seed N] [--verbose]
+ *   test_corrupt [--trials N] [--seed N] [--only K] [--verbose]
+ *
+ * --only K runs trial K of the list the seed and --trials give (the number
+ * a failure names), alone.  RN_CORRUPT_DUMP=1 prints each rewritten
+ * header, before and after, to stderr.
  */
 #include "../common/rn_test.h"
 
@@ -55,7 +60,7 @@
 #include "../../plugin/tcp/wire.h"
 
 /* ---- what a trial does ------------------------------------------------- */
-enum trial_kind { T_FIELD, T_FLIP };
+enum trial_kind { T_FIELD, T_FLIP, T_BIT };
 enum trial_mode { M_RAW, M_SEMANTIC };
 enum value_kind { V_ZERO, V_ONE, V_MAX, V_MAX1, V_HIGH, V_PLUS1, V_MINUS1, NVALUES };
 static const char *const value_name[] = {"0", "1", "max", "max-1", "2^(w-1)", "+1", "-1"};
@@ -172,6 +177,7 @@ struct trial {
   int occurrence;
   int field;             /* T_FIELD, and T_FLIP in semantic mode */
   enum value_kind value; /* T_FIELD */
+  int bit;               /* T_BIT: the flags bit toggled */
   uint64_t flip_seed;    /* T_FLIP */
 };
 
@@ -197,8 +203,9 @@ static void add_trial(struct trial t) {
 }
 
 /* Every field x boundary value x occurrence, raw and semantic (the
- * checksum field raw only); then random bit flips, raw anywhere in a
- * header and semantic within one field. */
+ * checksum field raw only); every bit of every flags field toggled alone
+ * (a flag dropped or added), likewise; then random bit flips, raw
+ * anywhere in a header and semantic within one field. */
 static void build_trials(uint64_t seed, int nflips_raw, int nflips_semantic) {
   for (int f = 0; f < NFIELDS; f++) {
     int nocc;
@@ -214,6 +221,20 @@ static void build_trials(uint64_t seed, int nflips_raw, int nflips_semantic) {
                                    .field = f,
                                    .value = (enum value_kind)v});
         }
+  }
+  for (int f = 0; f < NFIELDS; f++) {
+    if (strcmp(fields[f].name, "flags") != 0) continue;
+    int nocc;
+    const int *occ = occurrences(fields[f].type, &nocc);
+    for (int o = 0; o < nocc; o++)
+      for (int b = 0; b < fields[f].width * 8; b++)
+        for (int m = 0; m < 2; m++)
+          add_trial((struct trial){.kind = T_BIT,
+                                   .mode = (enum trial_mode)m,
+                                   .type = fields[f].type,
+                                   .occurrence = occ[o],
+                                   .field = f,
+                                   .bit = b});
   }
   uint64_t s = seed;
   for (int i = 0; i < nflips_raw + nflips_semantic; i++) {
@@ -240,6 +261,10 @@ static void describe(const struct trial *t, char *buf, size_t len) {
   if (t->kind == T_FIELD)
     snprintf(buf, len, "%s #%d field %s := %s, %s", type_name(t->type), t->occurrence,
              fields[t->field].name, value_name[t->value],
+             t->mode == M_RAW ? "raw (stale checksum)" : "semantic (checksum recomputed)");
+  else if (t->kind == T_BIT)
+    snprintf(buf, len, "%s #%d field %s bit %d toggled, %s", type_name(t->type), t->occurrence,
+             fields[t->field].name, t->bit,
              t->mode == M_RAW ? "raw (stale checksum)" : "semantic (checksum recomputed)");
   else
     snprintf(buf, len, "%s #%d random bits flipped%s%s (seed %llu), %s", type_name(t->type),
@@ -298,6 +323,8 @@ static void mutate(const struct trial *t, uint8_t *hdr, size_t hlen, struct muta
         break;
     }
     put_le(hdr + f->off, f->width, nv);
+  } else if (t->kind == T_BIT) {
+    hdr[fields[t->field].off + t->bit / 8] ^= (uint8_t)(1u << (t->bit % 8));
   } else {
     uint64_t s = t->flip_seed;
     int nbits = 1 + (int)(rng_next(&s) % 3);
@@ -324,6 +351,13 @@ static void mutate(const struct trial *t, uint8_t *hdr, size_t hlen, struct muta
   }
   res->applied = 1;
   res->unchanged = memcmp(before, hdr, hlen) == 0;
+  if (getenv("RN_CORRUPT_DUMP")) {
+    fprintf(stderr, "DUMP before:");
+    for (size_t i = 0; i < hlen; i++) fprintf(stderr, " %02x", before[i]);
+    fprintf(stderr, "\nDUMP after: ");
+    for (size_t i = 0; i < hlen; i++) fprintf(stderr, " %02x", hdr[i]);
+    fprintf(stderr, "\n");
+  }
 }
 
 /* ---- the proxy ---------------------------------------------------------- */
@@ -922,16 +956,18 @@ static void run_batch(int first, int last, int fd) {
 
 int main(int argc, char **argv) {
   uint64_t seed = 0x5eedc0de;
-  int limit = -1, nflips_raw = 900, nflips_sem = 450;
+  int limit = -1, only = -1, nflips_raw = 900, nflips_sem = 450;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--trials") && i + 1 < argc)
       limit = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
       seed = strtoull(argv[++i], NULL, 0);
+    else if (!strcmp(argv[i], "--only") && i + 1 < argc)
+      only = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--verbose"))
       g_verbose = 1;
     else {
-      fprintf(stderr, "usage: test_corrupt [--trials N] [--seed N] [--verbose]\n");
+      fprintf(stderr, "usage: test_corrupt [--trials N] [--seed N] [--only K] [--verbose]\n");
       return 2;
     }
   }
@@ -943,6 +979,8 @@ int main(int argc, char **argv) {
   setenv("RAILNET_SOCKET_CHUNK", "4096", 1); /* several chunks per streamed message */
   setenv("RAILNET_SOCKET_INLINE", "256", 1);
   setenv("RAILNET_RAIL_ACK", "1", 1); /* streamed sends acknowledged, as on multi-rail comms */
+  /* A sender whose ACK never comes fails within this, inside the bound. */
+  setenv("RAILNET_RAIL_TIMEOUT_MS", "2000", 0);
   build_trials(seed, nflips_raw, nflips_sem);
   if (limit >= 0 && limit < ntrials) {
     /* an even spread over the list */
@@ -951,6 +989,14 @@ int main(int argc, char **argv) {
     free(trials);
     trials = pick;
     ntrials = limit;
+  }
+  if (only >= 0) {
+    if (only >= ntrials) {
+      fprintf(stderr, "test_corrupt: --only %d: the list has trials 0..%d\n", only, ntrials - 1);
+      return 2;
+    }
+    trials[0] = trials[only];
+    ntrials = 1;
   }
   signal(SIGPIPE, SIG_IGN);
   tap_plan(1);
