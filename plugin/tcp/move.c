@@ -262,10 +262,13 @@ void rn_tcp_move_wrote(struct rn_tcp_comm *c, const struct iovec *iov, int niov,
   if (m->tx - m->log_base > RN_TCP_MOVE_TRIM) rn_tcp_move_trim(c);
 }
 
+/* One buffer goes through recv(): most polls find nothing, and recvmsg()
+ * would first copy in its header and iovec each time. */
 static ssize_t rn_tcp_recv_nbv(int fd, const struct iovec *iov, int niov) {
   for (;;) {
     struct msghdr mh = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)niov};
-    ssize_t k = recvmsg(fd, &mh, MSG_DONTWAIT);
+    ssize_t k = niov == 1 ? recv(fd, iov[0].iov_base, iov[0].iov_len, MSG_DONTWAIT)
+                          : recvmsg(fd, &mh, MSG_DONTWAIT);
     if (k > 0) return k;
     if (k == 0) return -1;
     if (errno == EINTR) continue;
