@@ -168,20 +168,20 @@ static int rn_tcp_rail_busy(const struct rn_tcp_rail *r) {
 
 /* Refresh every rail's estimate (send side: from TCP's acknowledgements
  * while busy; receive side: from the bytes that landed). */
-/* The control connection of a comm whose control connection cannot move
- * (one rail) carries messages of any size while its data streams open
- * (open.c), and between messages it alone has bytes in flight: the bound
- * on a rail that stopped delivering holds for it too.
+/* The control connection carries messages of any size while the data
+ * streams open (open.c), and between messages it alone has bytes in
+ * flight: the bound on a rail that stopped delivering holds for it too.
  * Either side: bytes written on it and none acknowledged since (a
- * message, a clear-to-send); receive: also a message half read, or a
- * streamed one announced before the streams opened, and no byte since. */
+ * message, a clear-to-send), or a message half read (a peer that hung in
+ * the middle of one); receive: also a streamed one announced before the
+ * streams opened, and no byte since. */
 static void rn_tcp_ctl_sample(struct rn_tcp_comm *c, int64_t now, int64_t limit) {
   struct rn_tcp_lazy *z = &c->lazy;
   uint64_t acked = 0, outq = 0;
   int busy = rn_tcp_fd_tx(c->ctrl_fd, &acked, &outq) == 0 && outq > 0;
+  busy |= c->rx_left > 0 || c->in_len > 0;
   if (c->is_recv)
-    busy |=
-        c->rx_left > 0 || c->in_len > 0 || (c->nrails == 0 && atomic_load(&c->stream_work) != 0);
+    busy |= c->nrails == 0 && atomic_load(&c->stream_work) != 0;
   else
     busy |= c->out_head != c->out_tail && c->out_lazy == 0;
   const uint64_t mark = acked + c->move.rx; /* moves when either direction does */
@@ -231,11 +231,14 @@ static void rn_tcp_rails_sample(struct rn_tcp_comm *c, int64_t now) {
   c->sample_ms = now;
   if (dt <= 0) return;
   const int64_t limit = rn_params()->rail_timeout_ms;
-  /* Also once its streams are up, for a comm whose control connection has
-   * no rail to move to: a link cut between messages leaves bytes in
-   * flight on the control connection alone (a clear-to-send, a WANT), and
-   * nothing on the streams for their bound to see. */
-  if (!c->move.enabled || (c->nrails <= 1 && c->standby < 0)) rn_tcp_ctl_sample(c, now, limit);
+  /* Also once its streams are up: a link cut between messages leaves
+   * bytes in flight on the control connection alone (a clear-to-send, a
+   * WANT), and nothing on the streams for their bound to see.  Where the
+   * control connection can move to another rail the bound is twice as
+   * long, so the move (itself bounded by RAILNET_RAIL_TIMEOUT_MS) goes
+   * first and this catches a peer that hung mid-message. */
+  const int movable = c->move.enabled && (c->nrails > 1 || c->standby >= 0);
+  rn_tcp_ctl_sample(c, now, movable ? 2 * limit : limit);
   if (c->nrails == 0) return;
   if (c->is_recv) {
     int live = 0, lost = 0;

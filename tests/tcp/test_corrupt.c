@@ -6,7 +6,8 @@
  * one header of live traffic: the k-th message of one type, one field set
  * to a boundary value (0, 1, max, max-1, 2^(w-1), the real value +1 and
  * -1), one bit of a flags field toggled (a flag dropped or added), or
- * random bits flipped.  In "raw" trials the header checksum is
+ * random bits flipped; or it passes half of one header and nothing more,
+ * the connection left open (a peer hung in the middle of a message).  In "raw" trials the header checksum is
  * left as it was (corruption on the path); in "semantic" trials it is
  * recomputed, so the header is well formed and only the receiver's checks
  * against its own state stand between the value and the data (a peer that
@@ -60,7 +61,7 @@
 #include "../../plugin/tcp/wire.h"
 
 /* ---- what a trial does ------------------------------------------------- */
-enum trial_kind { T_FIELD, T_FLIP, T_BIT };
+enum trial_kind { T_FIELD, T_FLIP, T_BIT, T_STALL };
 enum trial_mode { M_RAW, M_SEMANTIC };
 enum value_kind { V_ZERO, V_ONE, V_MAX, V_MAX1, V_HIGH, V_PLUS1, V_MINUS1, NVALUES };
 static const char *const value_name[] = {"0", "1", "max", "max-1", "2^(w-1)", "+1", "-1"};
@@ -236,6 +237,19 @@ static void build_trials(uint64_t seed, int nflips_raw, int nflips_semantic) {
                                    .field = f,
                                    .bit = b});
   }
+  /* Each message of the workload's types stopped half way through its
+   * header, the connection left open (a peer hung mid-message). */
+  for (int f = 0; f < NFIELDS; f++) {
+    if (strcmp(fields[f].name, "type") != 0) continue;
+    int nocc;
+    const int *occ = occurrences(fields[f].type, &nocc);
+    for (int o = 0; o < nocc; o++)
+      add_trial((struct trial){.kind = T_STALL,
+                               .mode = M_RAW,
+                               .type = fields[f].type,
+                               .occurrence = occ[o],
+                               .field = -1});
+  }
   uint64_t s = seed;
   for (int i = 0; i < nflips_raw + nflips_semantic; i++) {
     uint8_t type = (uint8_t)(1 + rng_next(&s) % 4);
@@ -262,6 +276,9 @@ static void describe(const struct trial *t, char *buf, size_t len) {
     snprintf(buf, len, "%s #%d field %s := %s, %s", type_name(t->type), t->occurrence,
              fields[t->field].name, value_name[t->value],
              t->mode == M_RAW ? "raw (stale checksum)" : "semantic (checksum recomputed)");
+  else if (t->kind == T_STALL)
+    snprintf(buf, len, "%s #%d: the peer stops half way through its header", type_name(t->type),
+             t->occurrence);
   else if (t->kind == T_BIT)
     snprintf(buf, len, "%s #%d field %s bit %d toggled, %s", type_name(t->type), t->occurrence,
              fields[t->field].name, t->bit,
@@ -372,6 +389,7 @@ struct pdir {
   size_t pre;         /* preamble bytes still to pass through */
   int preamble_known; /* set once the connection's role is known */
   int raw;            /* no framing on this direction */
+  int stalled;        /* T_STALL: nothing more passes (the peer hangs mid-message) */
   uint8_t hdr[128];
   size_t hgot;
   uint64_t pay; /* payload bytes still to pass */
@@ -414,6 +432,7 @@ static void pdir_emit(struct pdir *d, const void *b, size_t n) {
 /* Feed bytes from src through the framer into out. */
 static void pdir_feed(struct proxy *px, struct pconn *pc, int dir, const uint8_t *b, size_t n) {
   struct pdir *d = &pc->d[dir];
+  if (d->stalled) return;
   while (n > 0) {
     if (d->pre > 0) {
       size_t take = n < d->pre ? n : d->pre;
@@ -465,8 +484,16 @@ static void pdir_feed(struct proxy *px, struct pconn *pc, int dir, const uint8_t
       memcpy(&p, d->hdr, sizeof p);
       if (d->hgot < sizeof p || d->hgot < p.hlen) continue;
       /* A whole header: the trial's target? */
-      if (p.type == px->t->type && px->seen[p.type]++ == px->t->occurrence)
+      if (p.type == px->t->type && px->seen[p.type]++ == px->t->occurrence) {
+        if (px->t->kind == T_STALL) {
+          /* Half the header, then nothing, the connection left open. */
+          pdir_emit(d, d->hdr, p.hlen / 2);
+          px->res.applied = 1;
+          d->stalled = 1;
+          return;
+        }
         mutate(px->t, d->hdr, p.hlen, &px->res);
+      }
       pdir_emit(d, d->hdr, p.hlen);
       d->pay = p.plen; /* the original framing continues */
       d->hgot = 0;
