@@ -175,7 +175,7 @@ static int rn_tcp_rail_busy(const struct rn_tcp_rail *r) {
  * message, a clear-to-send), or a message half read (a peer that hung in
  * the middle of one); receive: also a streamed one announced before the
  * streams opened, and no byte since. */
-static void rn_tcp_ctl_sample(struct rn_tcp_comm *c, int64_t now, int64_t limit) {
+static void rn_tcp_ctl_sample(struct rn_tcp_comm *c, int64_t now, int away, int64_t limit) {
   struct rn_tcp_lazy *z = &c->lazy;
   uint64_t acked = 0, outq = 0;
   int busy = rn_tcp_fd_tx(c->ctrl_fd, &acked, &outq) == 0 && outq > 0;
@@ -185,7 +185,7 @@ static void rn_tcp_ctl_sample(struct rn_tcp_comm *c, int64_t now, int64_t limit)
   else
     busy |= c->out_head != c->out_tail && c->out_lazy == 0;
   const uint64_t mark = acked + c->move.rx; /* moves when either direction does */
-  if (!busy || mark != z->ctl_mark) {
+  if (!busy || mark != z->ctl_mark || away) {
     z->ctl_mark = mark;
     z->ctl_ms = now;
   } else if (now - z->ctl_ms >= limit) {
@@ -202,11 +202,8 @@ static void rn_tcp_ctl_sample(struct rn_tcp_comm *c, int64_t now, int64_t limit)
  * a receiver that stopped acknowledging, or a header that lost its ACK
  * flag on the way, must not hold the send for ever.  (Bytes still in
  * flight are the rail checks' and TCP_USER_TIMEOUT's.)  The wait counts
- * from the last ACK read or send announced, and only across samples no
- * further apart than RN_TCP_ACK_GAP_MS: a caller that stopped calling has
- * not read what arrived meanwhile. */
-#define RN_TCP_ACK_GAP_MS 1000
-static void rn_tcp_ack_sample(struct rn_tcp_comm *c, int64_t now, int64_t gap, int64_t limit) {
+ * from the last ACK read or send announced. */
+static void rn_tcp_ack_sample(struct rn_tcp_comm *c, int64_t now, int away, int64_t limit) {
   const uint64_t mark = c->acks_in + c->acks_asked;
   int quiet = c->acks_in != c->acks_asked && c->out_head == c->out_tail;
   for (int i = 0; i < c->nrails && quiet; i++) {
@@ -214,7 +211,7 @@ static void rn_tcp_ack_sample(struct rn_tcp_comm *c, int64_t now, int64_t gap, i
     quiet =
         atomic_load(&r->state) != RN_TCP_RAIL_UP || (r->outq == 0 && atomic_load(&r->pending) == 0);
   }
-  if (!quiet || mark != c->acks_mark || gap > RN_TCP_ACK_GAP_MS) {
+  if (!quiet || mark != c->acks_mark || away) {
     c->acks_mark = mark;
     c->owed_ms = now;
   } else if (now - c->owed_ms >= limit) {
@@ -225,11 +222,19 @@ static void rn_tcp_ack_sample(struct rn_tcp_comm *c, int64_t now, int64_t gap, i
   }
 }
 
+/* Samples further apart than this: the caller stopped calling for a
+ * while, so (without helper threads) nothing was read or written
+ * meanwhile, and what arrived is still unread when the sample runs
+ * (before rn_tcp_progress reads).  Every stall clock starts again rather
+ * than count the caller's absence as the peer's or the path's. */
+#define RN_TCP_AWAY_MS 1000
+
 static void rn_tcp_rails_sample(struct rn_tcp_comm *c, int64_t now) {
   const int64_t gap = now - c->sample_ms;
   double dt = (double)gap / 1000.0;
   c->sample_ms = now;
   if (dt <= 0) return;
+  const int away = gap > RN_TCP_AWAY_MS;
   const int64_t limit = rn_params()->rail_timeout_ms;
   /* Also once its streams are up: a link cut between messages leaves
    * bytes in flight on the control connection alone (a clear-to-send, a
@@ -238,7 +243,7 @@ static void rn_tcp_rails_sample(struct rn_tcp_comm *c, int64_t now) {
    * long, so the move (itself bounded by RAILNET_RAIL_TIMEOUT_MS) goes
    * first and this catches a peer that hung mid-message. */
   const int movable = c->move.enabled && (c->nrails > 1 || c->standby >= 0);
-  rn_tcp_ctl_sample(c, now, movable ? 2 * limit : limit);
+  rn_tcp_ctl_sample(c, now, away, movable ? 2 * limit : limit);
   if (c->nrails == 0) return;
   if (c->is_recv) {
     int live = 0, lost = 0;
@@ -253,7 +258,7 @@ static void rn_tcp_rails_sample(struct rn_tcp_comm *c, int64_t now) {
       live += !atomic_load(&c->stream[i].dead);
       lost += c->stream[i].lost;
     }
-    if (atomic_load(&c->stream_work) == 0) c->landed_ms = now;
+    if (atomic_load(&c->stream_work) == 0 || away) c->landed_ms = now;
     if (live == 0 && lost > 0 && atomic_load(&c->stream_work) != 0)
       rn_tcp_fail(c, ncclRemoteError, "every rail is gone (%d of %d streams lost)", lost,
                   c->nstreams);
@@ -288,10 +293,10 @@ static void rn_tcp_rails_sample(struct rn_tcp_comm *c, int64_t now) {
     r->acked_prev = acked;
     r->outq = outq;
     busy[i] = was_busy[i] && rn_tcp_rail_busy(r) && atomic_load(&r->state) == RN_TCP_RAIL_UP;
-    if (delta[i] > 0 || !rn_tcp_rail_busy(r)) r->progress_ms = now;
+    if (delta[i] > 0 || !rn_tcp_rail_busy(r) || away) r->progress_ms = now;
     any_busy |= busy[i];
   }
-  rn_tcp_ack_sample(c, now, gap, limit);
+  rn_tcp_ack_sample(c, now, away, limit);
   for (int i = 0; i < c->nrails; i++) {
     struct rn_tcp_rail *r = &c->rail[i];
     if (busy[i]) r->rate += RN_TCP_RATE_ALPHA * ((double)delta[i] / dt - r->rate);

@@ -14,6 +14,11 @@ TCP_EAGER_LARGE_TEST := $(BUILD)/tests/tcp/test_eager_large
 $(eval $(call rn_harness_prog,$(TCP_EAGER_LARGE_TEST),$(BUILD)/tests/tcp/test_eager_large.o))
 TEST_PROGS += $(TCP_EAGER_LARGE_TEST)
 
+# A sender away past RAILNET_RAIL_TIMEOUT_MS with its ACK unread is no stall.
+TCP_AWAY_TEST := $(BUILD)/tests/tcp/test_away
+$(eval $(call rn_harness_prog,$(TCP_AWAY_TEST),$(BUILD)/tests/tcp/test_away.o))
+TEST_PROGS += $(TCP_AWAY_TEST)
+
 # The corruption harness: an in-process proxy rewrites live TCP headers
 # (tests/tcp/test_corrupt.c); it links the transport's wire helpers.
 TCP_CORRUPT_TEST := $(BUILD)/tests/tcp/test_corrupt
