@@ -202,7 +202,7 @@ static void rn_tcp_ctl_sample(struct rn_tcp_comm *c, int64_t now, int away, int6
  * a receiver that stopped acknowledging, or a header that lost its ACK
  * flag on the way, must not hold the send for ever.  (Bytes still in
  * flight are the rail checks' and TCP_USER_TIMEOUT's.)  The wait counts
- * from the last ACK read or send announced. */
+ * from the last ACK read or the last send that asked for one. */
 static void rn_tcp_ack_sample(struct rn_tcp_comm *c, int64_t now, int away, int64_t limit) {
   const uint64_t mark = c->acks_in + c->acks_asked;
   int quiet = c->acks_in != c->acks_asked && c->out_head == c->out_tail;
