@@ -1,7 +1,7 @@
 #!/bin/sh
 # Runs INSIDE the Soft-RoCE VM (after rxe-test.sh made rxe0..rxe3 on two
 # veth pairs): the verbs numbers for scripts/softroce/bench.sh.
-# Usage: ib-bench.sh BUILD OUTDIR [ROUNDS [ITERS [BASE_BUILD]]]
+# Usage: ib-bench.sh BUILD OUTDIR [ROUNDS [ITERS [BASE_BUILD [YIELD]]]]
 #
 # Each round runs every anchor next to the plugin run it anchors, so load
 # that drifts on a shared host falls on both sides of each ratio:
@@ -11,10 +11,15 @@
 #   rate   ib_write_bw -s 4096                   | plugin 4 KiB, 8 in flight
 # plus the plugin with 4 QPs (no anchor of its own).  With BASE_BUILD the
 # plugin runs are repeated with that build's library (same driver), for a
-# before/after in one boot.  Every run leaves OUTDIR/rR-NAME.log and the
-# rxe hardware counters it moved in OUTDIR/rR-NAME.ctr; OUTDIR/results
-# lists "R NAME VALUE UNIT" lines for bench.sh.
-B=${1:-build}; O=${2:-/tmp}; ROUNDS=${3:-3}; ITERS=${4:-300}; BASE=${5:-}
+# before/after in one boot.  With YIELD=1 they are repeated once more with
+# this build and a driver that yields the CPU after a pass that moved
+# nothing, as NCCL's proxy thread does (RN_BENCH_IDLE=yield).  Every run
+# leaves OUTDIR/rR-NAME.log and the rxe hardware counters (and veth and
+# backlog drops) it moved in OUTDIR/rR-NAME.ctr; OUTDIR/results lists
+# "R NAME VALUE UNIT" lines for bench.sh.
+B=${1:-build}; O=${2:-/tmp}; ROUNDS=${3:-3}; ITERS=${4:-300}; BASE=${5:-}; YIELD=${6:-}
+# "-": not given (the VM's command line drops empty arguments)
+[ "$BASE" = - ] && BASE=; [ "$YIELD" = - ] && YIELD=
 R=$O/results; : >"$R"
 export RAILNET_TRANSPORT=ib RN_BUILD="$B"
 T=180
@@ -25,12 +30,21 @@ done
 ONE_R="RAILNET_NICS==rxe0"; ONE_S="RAILNET_NICS==rxe1"
 TWO_R="RAILNET_NICS==rxe0,rxe2"; TWO_S="RAILNET_NICS==rxe1,rxe3"
 
-counters() { # every rxe hw counter as "dev name value"
+counters() { # every rxe hw counter as "dev name value", and packets the veths or backlogs dropped
   for d in rxe0 rxe1 rxe2 rxe3; do
     for f in /sys/class/infiniband/$d/ports/1/hw_counters/*; do
       [ -r "$f" ] && echo "$d $(basename "$f") $(cat "$f")"
     done
   done
+  for v in veth0 veth1 veth2 veth3; do
+    for f in rx_dropped tx_dropped; do
+      [ -r /sys/class/net/$v/statistics/$f ] && echo "$v $f $(cat /sys/class/net/$v/statistics/$f)"
+    done
+  done
+  # /proc/net/softnet_stat: per CPU, hex; column 2 counts backlog overflows
+  n=0
+  while read -r _ dropped _; do n=$((n + 0x$dropped)); done </proc/net/softnet_stat
+  echo "cpus softnet_dropped $n"
 }
 # run NAME CMD...: the command (bounded by timeouts inside) with counters before and after; the
 # counters it moved (retransmits, sequence errors, RNR, drops) to NAME.ctr
@@ -114,6 +128,11 @@ while [ $r -le "$ROUNDS" ]; do
   result "$r" pt-rate "$(awk -v v="$v" 'BEGIN { if (v != "") printf "%.0f", v * 1048576 / 4096 }')" msg/s
   plugin_runs new "$B" $r
   [ -n "$BASE" ] && plugin_runs base "$BASE" $r
+  if [ -n "$YIELD" ]; then
+    export RN_BENCH_IDLE=yield
+    plugin_runs yield "$B" $r
+    unset RN_BENCH_IDLE
+  fi
   r=$((r + 1))
 done
 exit 0

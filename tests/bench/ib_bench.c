@@ -13,10 +13,14 @@
  * lat: 8-byte ping-pong, half the round trip (as ib_write_lat reports),
  *     with RN_BENCH_RECV_AHEAD receives posted ahead.
  * RN_IB_VDEV="0,1" fuses those devices with makeVDevice and runs on the
- * result (multi-rail).  Per-process env: RN_CONF_RECV_ENV / RN_CONF_SEND_ENV.
+ * result (multi-rail).  RN_BENCH_IDLE=yield yields after an idle pass (as
+ * NCCL's proxy does); RN_BENCH_CPU=N pins a side to CPU N.  Per-process
+ * env: RN_CONF_RECV_ENV / RN_CONF_SEND_ENV.
  * Results also go to stdout as "# RESULT name value" for scripts. */
 #include "../common/rn_test.h"
 
+#include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +30,16 @@
 #define TMO 120.0
 
 static int pick_dev(struct rn_peer *p) {
+  /* RN_BENCH_CPU=N (per side, through RN_CONF_RECV_ENV / RN_CONF_SEND_ENV):
+   * this side runs on CPU N only. */
+  const char *cpu = getenv("RN_BENCH_CPU");
+  if (cpu && *cpu) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(atoi(cpu), &set);
+    if (sched_setaffinity(0, sizeof(set), &set) != 0)
+      return peer_fail(p, "RN_BENCH_CPU=%s: %s", cpu, strerror(errno));
+  }
   const char *v = getenv("RN_IB_VDEV");
   p->dev = 0;
   if (!v || !*v) return 0;
@@ -231,6 +245,16 @@ static uint64_t ticks(void) { return __rdtsc(); }
 static uint64_t ticks(void) { return (uint64_t)(now_s() * 1e9); }
 #endif
 
+/* A pass of the loop that moved nothing: by default the driver polls on,
+ * as perftest does.  RN_BENCH_IDLE=yield yields the CPU then, as NCCL's
+ * proxy thread does (proxy.cc: std::this_thread::yield() after a progress
+ * pass with no request progressed and no new op).  Under emulation the
+ * yield bought nothing (README, verbs section). */
+static int idle_yield; /* set in main before any side runs */
+static void idle_pass(void) {
+  if (idle_yield) sched_yield();
+}
+
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;
@@ -267,6 +291,7 @@ static int bw_side(struct rn_peer *p) {
     uint64_t c0 = ticks();
     long spins = 0, tests = 0, post_tries = 0;
     while (done < n) {
+      int moved = 0;
       if (++spins % CLOCK_EVERY == 0 && now_s() > end) {
         peer_fail(p, "bandwidth run timed out (%d/%d)", done, n);
         goto out_free;
@@ -293,6 +318,7 @@ static int bw_side(struct rn_peer *p) {
         if (rep == 1) t_post[posted] = ticks();
         reqs[posted % win] = req;
         posted++;
+        moved = 1;
       }
       if (done < posted) {
         int fin = 0, sz[8];
@@ -304,7 +330,9 @@ static int bw_side(struct rn_peer *p) {
         }
         if (fin && rep == 1) lifetime[done] = (double)(ticks() - t_post[done]);
         if (fin) done++;
+        moved |= fin;
       }
+      if (!moved) idle_pass();
     }
     double dt = now_s() - t0;
     if (rep == 1) {
@@ -359,7 +387,9 @@ static ncclResult_t post_one(struct rn_peer *p, int send, void *comm, struct buf
       r = rn_net_irecv(&p->net, comm, 1, d, s, t, mm, req);
     }
     if (r != ncclSuccess) return r;
-    if (!*req && spins % CLOCK_EVERY == 0 && past(&end)) return ncclInternalError;
+    if (*req) break;
+    if (spins % CLOCK_EVERY == 0 && past(&end)) return ncclInternalError;
+    idle_pass();
   }
   return ncclSuccess;
 }
@@ -370,7 +400,9 @@ static ncclResult_t wait_one(struct rn_peer *p, void *req) {
   for (long spins = 1; !done; spins++) {
     ncclResult_t r = rn_net_test(&p->net, req, &done, sz);
     if (r != ncclSuccess) return r;
-    if (!done && spins % CLOCK_EVERY == 0 && past(&end)) return ncclInternalError;
+    if (done) break;
+    if (spins % CLOCK_EVERY == 0 && past(&end)) return ncclInternalError;
+    idle_pass();
   }
   return ncclSuccess;
 }
@@ -484,6 +516,8 @@ int main(int argc, char **argv) {
     for (int k = 0; k < 3; k++)
       if (strcmp(argv[i], names[k]) == 0) want[k] = 1;
   rn_default_env();
+  const char *idle = getenv("RN_BENCH_IDLE");
+  idle_yield = idle && strcmp(idle, "yield") == 0;
   int n = want[0] + want[1] + want[2];
   tap_plan(n);
   const char *vdev = getenv("RN_IB_VDEV");
