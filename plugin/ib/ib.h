@@ -10,11 +10,11 @@
  * receiver's control block.  The receiver keeps RECVs posted on every QP
  * and counts immediates per slot.
  *
- * Per message: the FIFO write is one inline, mostly unsignaled WR, and
- * while at least half of the receives in flight are announced the next
- * ones wait to go out together in one chained post; a small
- * send is one inline WRITE_WITH_IMM (a zero-byte one carries only the
- * immediate); each QP's WRs of a group go in one chained post.  Every
+ * Per message: the FIFO write is one mostly unsignaled WR (inline when it
+ * fits), and while at least half of the receives in flight are announced
+ * the next ones wait to go out together, consecutive slots as one write;
+ * a small send is one inline WRITE_WITH_IMM (a zero-byte one carries only
+ * the immediate); each QP's WRs of a group go in one chained post.  Every
  * field a peer writes (FIFO slots, sizes, immediates, the out-of-band
  * connection info) is checked against our own state before use. */
 #ifndef RN_IB_PRIV_H

@@ -663,36 +663,47 @@ ncclResult_t rn_ib_isend(void *scomm, void *data, size_t size, int tag, void *mh
 
 /* --- receive ------------------------------------------------------------ */
 
-/* Send the FIFO elements written since the last flush, one WR per slot,
- * chained in one post on the QP of the first: when force is set, else
- * once fewer than half of the receives in flight are announced (so the
- * sender always holds at least half of them) or a batch is full.  With
- * receives posted ahead this sends several slots per doorbell.  A full
- * send queue leaves them for a later call; every call that waits on the
- * comm flushes (rn_ib_test), so a posted receive is never starved. */
+/* Send the FIFO elements written since the last flush: when force is set,
+ * else once fewer than half of the receives in flight are announced (so
+ * the sender always holds at least half of them) or a batch is full.
+ * Consecutive slots are one RDMA write (one packet up to 4 KiB), from the
+ * first slot's start to the last one's used elements; the unused
+ * elements between go along and the sender never reads them (it reads
+ * n elements of a slot, each checked by its sequence).  The slots wrap
+ * once at most: two writes, chained in one post on the QP of the first.
+ * A full send queue leaves them for a later call; every call that waits
+ * on the comm flushes (rn_ib_test), so a posted receive is never starved. */
 static ncclResult_t rn_ib_fifo_flush(struct rn_ib_comm *c, int force) {
   int pending = (int)(c->seq - c->fifo_posted);
   /* During a failover they wait: the rebuild sends what the sender lacks. */
   if (pending == 0 || c->recovering || c->dead) return c->error;
   if (!force && pending < RN_IB_FIFO_BATCH && 2 * c->fifo_live >= c->fifo_live + pending)
     return ncclSuccess;
+  int first = (int)(c->fifo_posted % RN_IB_SLOTS);
+  int run[2] = {pending, 0}; /* slots before and after the wrap */
+  if (first + pending > RN_IB_SLOTS) {
+    run[0] = RN_IB_SLOTS - first;
+    run[1] = pending - run[0];
+  }
+  int nwr = run[1] ? 2 : 1;
   int qi = (int)(c->fifo_posted % (uint64_t)rn_ib_qp_count(c)), rail;
   struct rn_ib_qp *q = rn_ib_qp(c, qi, &rail);
-  if (!rn_ib_sq_room(c, q, pending)) {
+  if (!rn_ib_sq_room(c, q, nwr)) {
     RN_CHECK(rn_ib_progress(c));
-    if (!rn_ib_sq_room(c, q, pending)) return ncclSuccess;
+    if (!rn_ib_sq_room(c, q, nwr)) return ncclSuccess;
   }
   struct rn_ib_rail *rl = &c->rail[rail];
-  struct ibv_send_wr wr[RN_IB_SLOTS];
-  struct ibv_sge sge[RN_IB_SLOTS];
-  for (int k = 0; k < pending; k++) {
-    int slot = (int)((c->fifo_posted + (uint64_t)k) % RN_IB_SLOTS);
-    struct rn_ib_fifo_elem *e = c->ctl->fifo[slot];
-    rn_ib_wr_data(&wr[k], &sge[k], (uintptr_t)e, (uint32_t)(sizeof(*e) * e[0].n),
+  struct ibv_send_wr wr[2];
+  struct ibv_sge sge[2];
+  for (int k = 0, slot = first; k < nwr; slot = 0, k++) {
+    int last = slot + run[k] - 1;
+    size_t len = (size_t)(last - slot) * sizeof(c->ctl->fifo[0]) +
+                 sizeof(struct rn_ib_fifo_elem) * c->ctl->fifo[last][0].n;
+    rn_ib_wr_data(&wr[k], &sge[k], (uintptr_t)c->ctl->fifo[slot], (uint32_t)len,
                   rl->local_mr->lkey, c->rem_ctl + (uint64_t)slot * sizeof(c->ctl->fifo[0]),
                   rl->rem_rkey, c->max_inline);
   }
-  ncclResult_t res = rn_ib_post_chain(c, qi, wr, pending, RN_IB_WR_FIFO, 0, 0);
+  ncclResult_t res = rn_ib_post_chain(c, qi, wr, nwr, RN_IB_WR_FIFO, 0, 0);
   if (res != ncclSuccess) {
     rn_ib_fail(c, res);
     return res;
