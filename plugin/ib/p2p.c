@@ -666,11 +666,12 @@ ncclResult_t rn_ib_isend(void *scomm, void *data, size_t size, int tag, void *mh
 /* Send the FIFO elements written since the last flush: when force is set,
  * else once fewer than half of the receives in flight are announced (so
  * the sender always holds at least half of them) or a batch is full.
- * Consecutive slots are one RDMA write (one packet up to 4 KiB), from the
- * first slot's start to the last one's used elements; the unused
- * elements between go along and the sender never reads them (it reads
- * n elements of a slot, each checked by its sequence).  The slots wrap
- * once at most: two writes, chained in one post on the QP of the first.
+ * Consecutive slots are one RDMA write, from the first slot's start to
+ * the last one's used elements (512 bytes a slot, 64 an element: eight
+ * one-buffer slots fit one 4 KiB MTU packet); the unused elements between
+ * go along and the sender never reads them (it reads n elements of a
+ * slot, each checked by its sequence).  The slots wrap once at most: two
+ * writes, chained in one post on the QP of the first.
  * A full send queue leaves them for a later call; every call that waits
  * on the comm flushes (rn_ib_test), so a posted receive is never starved. */
 static ncclResult_t rn_ib_fifo_flush(struct rn_ib_comm *c, int force) {
