@@ -347,9 +347,9 @@ ncclResult_t rn_tcp_drain_held(struct rn_tcp_comm *c) {
     if (e->credit) c->lazy_polls = RN_TCP_CTS_POLLS;
     c->held_bytes -= e->size;
     /* Slots keep their buffers for the next message (no allocation per
-     * message) while all of them together stay within twice the bound of
-     * what may be held at once. */
-    if (c->held_cap > 2 * RN_TCP_EAGER_BYTES) {
+     * message) while all of them together stay within the bound of what
+     * may be held at once. */
+    if (c->held_cap > RN_TCP_EAGER_BYTES) {
       c->held_cap -= e->cap;
       free(e->data);
       e->data = NULL;

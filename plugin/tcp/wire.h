@@ -67,8 +67,12 @@ enum {
  * once the sender matches it to its clear-to-send. */
 #define RN_TCP_EAGER_WIRE_MAX 65536 /* largest eager payload */
 /* Eager payload bytes not yet matched at the sender: at most this, so a
- * receiver holds at most this much for buffers not yet posted. */
-#define RN_TCP_EAGER_BYTES 262144
+ * receiver holds at most this much for buffers not yet posted.  The
+ * sender asks for clear-to-sends (CREDIT) at half of it, so half must
+ * hold a batch of them (RN_TCP_CTS_BATCH) for 32 KiB messages and two
+ * for 16 KiB ones, or every message carries CREDIT and each
+ * clear-to-send costs a sendmsg of its own. */
+#define RN_TCP_EAGER_BYTES 524288
 #define RN_TCP_MAX_CHUNKS 1024 /* chunks of one streamed message */
 #define RN_TCP_CHUNK_WORDS (RN_TCP_MAX_CHUNKS / 64)
 /* A CTS's size entries past n: no buffer ever has this size (posted sizes
