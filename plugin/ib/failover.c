@@ -378,9 +378,9 @@ ncclResult_t rn_ib_fo_answer(struct rn_ib_comm *c) {
     r->imm_size = -1;
     r->error = 0;
   }
-  /* FIFO elements the sender has not taken go out again on the new QPs. */
-  c->fifo_live -= (int)(c->fifo_posted - m->seq);
-  c->fifo_posted = m->seq;
+  /* FIFO elements the sender has not taken go out again on the new QPs
+   * (it may have them already: they stay announced). */
+  c->fifo_again = m->seq;
   c->epoch = m->epoch;
   c->recovering = 1;
   RN_CHECK(rn_ib_fo_renew(c, m->rails));

@@ -340,8 +340,12 @@ struct rn_ib_comm {
   uint64_t seq;       /* next group */
   /* receiver: FIFO elements of sequences [fifo_posted, seq) are written
    * locally but not yet sent; fifo_live receives were announced and are
-   * not complete (see rn_ib_fifo_flush) */
+   * not complete (see rn_ib_fifo_flush).  After a rebuild the sender may
+   * lack those of [fifo_again, fifo_posted) (written on QPs that failed),
+   * so the next flush writes them again; any it already has stay valid
+   * (the same elements), so an immediate may name them. */
   uint64_t fifo_posted;
+  uint64_t fifo_again;
   int fifo_live;
   int64_t next_alive_ms; /* rn_clock_ms() of the next liveness check */
   int alive_calls;       /* calls until the clock is read again */

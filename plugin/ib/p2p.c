@@ -675,19 +675,21 @@ ncclResult_t rn_ib_isend(void *scomm, void *data, size_t size, int tag, void *mh
  * A full send queue leaves them for a later call; every call that waits
  * on the comm flushes (rn_ib_test), so a posted receive is never starved. */
 static ncclResult_t rn_ib_fifo_flush(struct rn_ib_comm *c, int force) {
-  int pending = (int)(c->seq - c->fifo_posted);
+  int fresh = (int)(c->seq - c->fifo_posted);
+  int pending = (int)(c->seq - c->fifo_again);
   /* During a failover they wait: the rebuild sends what the sender lacks. */
   if (pending == 0 || c->recovering || c->dead) return c->error;
-  if (!force && pending < RN_IB_FIFO_BATCH && 2 * c->fifo_live >= c->fifo_live + pending)
+  if (!force && c->fifo_again == c->fifo_posted && pending < RN_IB_FIFO_BATCH &&
+      2 * c->fifo_live >= c->fifo_live + pending)
     return ncclSuccess;
-  int first = (int)(c->fifo_posted % RN_IB_SLOTS);
+  int first = (int)(c->fifo_again % RN_IB_SLOTS);
   int run[2] = {pending, 0}; /* slots before and after the wrap */
   if (first + pending > RN_IB_SLOTS) {
     run[0] = RN_IB_SLOTS - first;
     run[1] = pending - run[0];
   }
   int nwr = run[1] ? 2 : 1;
-  int qi = (int)(c->fifo_posted % (uint64_t)rn_ib_qp_count(c)), rail;
+  int qi = (int)(c->fifo_again % (uint64_t)rn_ib_qp_count(c)), rail;
   struct rn_ib_qp *q = rn_ib_qp(c, qi, &rail);
   if (!rn_ib_sq_room(c, q, nwr)) {
     RN_CHECK(rn_ib_progress(c));
@@ -709,8 +711,8 @@ static ncclResult_t rn_ib_fifo_flush(struct rn_ib_comm *c, int force) {
     rn_ib_fail(c, res);
     return res;
   }
-  c->fifo_posted = c->seq;
-  c->fifo_live += pending;
+  c->fifo_posted = c->fifo_again = c->seq;
+  c->fifo_live += fresh;
   return ncclSuccess;
 }
 
@@ -858,8 +860,8 @@ ncclResult_t rn_ib_test(void *req, int *done, size_t *sizes, int *nsizes) {
   if (res == ncclSuccess && !rn_ib_req_done(r)) {
     /* Waiting on a receive: unannounced ones go out now if this is one
      * of them or too few are announced. */
-    if (r->kind == RN_IB_REQ_RECV && c->seq != c->fifo_posted)
-      res = rn_ib_fifo_flush(c, r->seq >= c->fifo_posted);
+    if (r->kind == RN_IB_REQ_RECV && c->seq != c->fifo_again)
+      res = rn_ib_fifo_flush(c, r->seq >= c->fifo_again);
     if (res == ncclSuccess) res = rn_ib_progress(c);
     int dead = 0;
     if (res == ncclSuccess && !rn_ib_req_done(r)) res = rn_ib_ctrl(c, &dead);
