@@ -299,13 +299,6 @@ static void rn_tcp_stream_recv_end(struct rn_tcp_comm *c, struct rn_tcp_stream *
   rn_tcp_rails_stream_ended(c, s);
 }
 
-/* A chunk header failed its checks: nothing more is read from s. */
-static int rn_tcp_stream_bad(struct rn_tcp_stream *s) {
-  s->rx_req = NULL;
-  atomic_store(&s->dead, 1);
-  return -1;
-}
-
 /* Read chunks into their receive buffers.  Returns 0 when the socket is
  * drained, -1 on error or EOF. */
 static int rn_tcp_stream_recv(struct rn_tcp_comm *c, struct rn_tcp_stream *s, size_t budget) {
@@ -324,14 +317,7 @@ static int rn_tcp_stream_recv(struct rn_tcp_comm *c, struct rn_tcp_stream *s, si
       dst = s->rx_dst + (s->off - hl);
       want = s->rx_hdr.p.plen - (s->off - hl);
     }
-    /* The rest of a payload and whatever of the next chunk's header
-     * follows it come in one read: a stream of chunks costs one read per
-     * chunk, not one for its header and one for its payload. */
-    struct rn_tcp_chunk next;
-    const int whole = s->off >= hl && want == s->rx_hdr.p.plen - (s->off - hl);
-    struct iovec iov[2] = {{dst, want}, {&next, hl}};
-    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 2};
-    ssize_t k = whole ? recvmsg(s->fd, &mh, MSG_DONTWAIT) : recv(s->fd, dst, want, MSG_DONTWAIT);
+    ssize_t k = recv(s->fd, dst, want, MSG_DONTWAIT);
     if (k < 0 && errno == EINTR) continue;
     if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
     if (atomic_load(&c->stop)) return -1;
@@ -345,16 +331,14 @@ static int rn_tcp_stream_recv(struct rn_tcp_comm *c, struct rn_tcp_stream *s, si
       rn_tcp_stream_recv_end(c, s, s->off != 0, "closed in the middle of a chunk");
       return -1;
     }
-    const size_t ahead = (size_t)k > want ? (size_t)k - want : 0;
-    s->off += (size_t)k - ahead;
+    s->off += (size_t)k;
     moved += (size_t)k;
-    if (s->off == hl && rn_tcp_chunk_begin(c, s) != ncclSuccess) return rn_tcp_stream_bad(s);
-    if (s->off >= hl && s->off == hl + s->rx_hdr.p.plen) rn_tcp_chunk_end(c, s);
-    if (ahead > 0) { /* the next chunk began: its header so far */
-      memcpy(&s->rx_hdr, &next, ahead);
-      s->off = ahead;
-      if (s->off == hl && rn_tcp_chunk_begin(c, s) != ncclSuccess) return rn_tcp_stream_bad(s);
+    if (s->off == hl && rn_tcp_chunk_begin(c, s) != ncclSuccess) {
+      s->rx_req = NULL;
+      atomic_store(&s->dead, 1);
+      return -1;
     }
+    if (s->off >= hl && s->off == hl + s->rx_hdr.p.plen) rn_tcp_chunk_end(c, s);
   }
   return 0;
 }
