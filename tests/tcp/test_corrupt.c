@@ -7,7 +7,9 @@
  * to a boundary value (0, 1, max, max-1, 2^(w-1), the real value +1 and
  * -1), one bit of a flags field toggled (a flag dropped or added), or
  * random bits flipped; or it passes half of one header and nothing more,
- * the connection left open (a peer hung in the middle of a message).  In "raw" trials the header checksum is
+ * the connection left open (a peer hung in the middle of a message); or
+ * it leaves one whole message out (header and payload), or passes one
+ * whole message twice (a peer that skips or repeats a message).  In "raw" trials the header checksum is
  * left as it was (corruption on the path); in "semantic" trials it is
  * recomputed, so the header is well formed and only the receiver's checks
  * against its own state stand between the value and the data (a peer that
@@ -61,7 +63,7 @@
 #include "../../plugin/tcp/wire.h"
 
 /* ---- what a trial does ------------------------------------------------- */
-enum trial_kind { T_FIELD, T_FLIP, T_BIT, T_STALL };
+enum trial_kind { T_FIELD, T_FLIP, T_BIT, T_STALL, T_DROP, T_DUP };
 enum trial_mode { M_RAW, M_SEMANTIC };
 enum value_kind { V_ZERO, V_ONE, V_MAX, V_MAX1, V_HIGH, V_PLUS1, V_MINUS1, NVALUES };
 static const char *const value_name[] = {"0", "1", "max", "max-1", "2^(w-1)", "+1", "-1"};
@@ -180,6 +182,7 @@ struct trial {
   enum value_kind value; /* T_FIELD */
   int bit;               /* T_BIT: the flags bit toggled */
   uint64_t flip_seed;    /* T_FLIP */
+  int no_ack;            /* run with RAILNET_RAIL_ACK=0 (a one-rail comm's default) */
 };
 
 static struct trial *trials;
@@ -250,6 +253,28 @@ static void build_trials(uint64_t seed, int nflips_raw, int nflips_semantic) {
                                .occurrence = occ[o],
                                .field = -1});
   }
+  /* Each of them left out whole, and passed twice (a peer that skips or
+   * repeats a message: the checksum holds, only sequence and state checks
+   * can tell). */
+  for (int f = 0; f < NFIELDS; f++) {
+    if (strcmp(fields[f].name, "type") != 0) continue;
+    int nocc;
+    const int *occ = occurrences(fields[f].type, &nocc);
+    for (int o = 0; o < nocc; o++)
+      for (int k = T_DROP; k <= T_DUP; k++)
+        for (int a = 0; a < 2; a++) {
+          /* without acknowledgements too, where the receiver alone must
+           * notice (the sends it carries complete when they leave) */
+          if (a == 1 && fields[f].type != RN_TCP_MSG_DATA && fields[f].type != RN_TCP_MSG_CHUNK)
+            continue;
+          add_trial((struct trial){.kind = (enum trial_kind)k,
+                                   .mode = M_SEMANTIC,
+                                   .type = fields[f].type,
+                                   .occurrence = occ[o],
+                                   .field = -1,
+                                   .no_ack = a});
+        }
+  }
   uint64_t s = seed;
   for (int i = 0; i < nflips_raw + nflips_semantic; i++) {
     uint8_t type = (uint8_t)(1 + rng_next(&s) % 4);
@@ -279,6 +304,10 @@ static void describe(const struct trial *t, char *buf, size_t len) {
   else if (t->kind == T_STALL)
     snprintf(buf, len, "%s #%d: the peer stops half way through its header", type_name(t->type),
              t->occurrence);
+  else if (t->kind == T_DROP || t->kind == T_DUP)
+    snprintf(buf, len, "%s #%d: the whole message %s%s", type_name(t->type), t->occurrence,
+             t->kind == T_DROP ? "left out" : "passed twice",
+             t->no_ack ? ", sends not acknowledged" : "");
   else if (t->kind == T_BIT)
     snprintf(buf, len, "%s #%d field %s bit %d toggled, %s", type_name(t->type), t->occurrence,
              fields[t->field].name, t->bit,
@@ -392,8 +421,13 @@ struct pdir {
   int stalled;        /* T_STALL: nothing more passes (the peer hangs mid-message) */
   uint8_t hdr[128];
   size_t hgot;
-  uint64_t pay; /* payload bytes still to pass */
-  uint8_t out[PBUF];
+  uint64_t pay;  /* payload bytes still to pass */
+  uint64_t skip; /* T_DROP: payload bytes still to leave out */
+  /* T_DUP: the message passed once so far, to pass again when whole */
+  uint8_t *dup;
+  size_t dup_len, dup_got;
+  int dup_armed;
+  uint8_t out[4 * PBUF];
   size_t olen;
   uint8_t hello[sizeof(struct rn_hello)];
   size_t hello_got;
@@ -429,6 +463,14 @@ static void pdir_emit(struct pdir *d, const void *b, size_t n) {
   d->olen += n;
 }
 
+/* T_DUP: the message has passed whole once; pass it again. */
+static void pdir_dup_emit(struct pdir *d) {
+  pdir_emit(d, d->dup, d->dup_len);
+  free(d->dup);
+  d->dup = NULL;
+  d->dup_armed = 0;
+}
+
 /* Feed bytes from src through the framer into out. */
 static void pdir_feed(struct proxy *px, struct pconn *pc, int dir, const uint8_t *b, size_t n) {
   struct pdir *d = &pc->d[dir];
@@ -456,10 +498,18 @@ static void pdir_feed(struct proxy *px, struct pconn *pc, int dir, const uint8_t
     } else if (d->raw) {
       pdir_emit(d, b, n);
       n = 0;
+    } else if (d->skip > 0) {
+      size_t take = n < d->skip ? n : (size_t)d->skip;
+      d->skip -= take, b += take, n -= take;
     } else if (d->pay > 0) {
       size_t take = n < d->pay ? n : (size_t)d->pay;
       pdir_emit(d, b, take);
+      if (d->dup_armed) {
+        memcpy(d->dup + d->dup_got, b, take);
+        d->dup_got += take;
+      }
       d->pay -= take, b += take, n -= take;
+      if (d->pay == 0 && d->dup_armed) pdir_dup_emit(d);
     } else {
       size_t need = sizeof(struct rn_tcp_prefix);
       if (d->hgot >= need) {
@@ -492,9 +542,26 @@ static void pdir_feed(struct proxy *px, struct pconn *pc, int dir, const uint8_t
           d->stalled = 1;
           return;
         }
-        mutate(px->t, d->hdr, p.hlen, &px->res);
+        if (px->t->kind == T_DROP) {
+          px->res.applied = 1;
+          d->skip = p.plen;
+          d->hgot = 0;
+          continue;
+        }
+        if (px->t->kind == T_DUP) {
+          px->res.applied = 1;
+          d->dup_len = p.hlen + (size_t)p.plen;
+          d->dup = malloc(d->dup_len);
+          if (d->dup == NULL || d->dup_len > PBUF) abort(); /* the workload's are small */
+          memcpy(d->dup, d->hdr, p.hlen);
+          d->dup_got = p.hlen;
+          d->dup_armed = 1;
+        } else {
+          mutate(px->t, d->hdr, p.hlen, &px->res);
+        }
       }
       pdir_emit(d, d->hdr, p.hlen);
+      if (d->dup_armed && p.plen == 0) pdir_dup_emit(d);
       d->pay = p.plen; /* the original framing continues */
       d->hgot = 0;
     }
@@ -503,6 +570,8 @@ static void pdir_feed(struct proxy *px, struct pconn *pc, int dir, const uint8_t
 
 static void pconn_close(struct pconn *pc) {
   if (!pc->used) return;
+  free(pc->d[0].dup);
+  free(pc->d[1].dup);
   close(pc->a);
   close(pc->b);
   pc->used = 0;
@@ -822,7 +891,25 @@ static void cause_of(char *buf, size_t len) {
              rn_log_first_warn("holds only", w, sizeof w)) {
     snprintf(buf, len, "message larger than its buffer");
   } else if (rn_log_first_warn(NULL, w, sizeof w)) {
-    snprintf(buf, len, "other: %.60s", w);
+    /* "<side> comm to <peer> failed (error N): <why>": the why, its
+     * numbers as N, so that one cause counts once */
+    const char *why = strstr(w, " failed (error ");
+    why = why != NULL ? strstr(why, "): ") : NULL;
+    if (why != NULL) {
+      size_t o = (size_t)snprintf(buf, len, "%s failed: ",
+                                  strstr(w, "receive comm") != NULL ? "receiver" : "sender");
+      for (const char *q = why + 3; *q != '\0' && o + 1 < len && o < 64; q++) {
+        if (*q >= '0' && *q <= '9') {
+          while (q[1] >= '0' && q[1] <= '9') q++;
+          buf[o++] = 'N';
+        } else {
+          buf[o++] = *q;
+        }
+      }
+      buf[o < len ? o : len - 1] = '\0';
+    } else {
+      snprintf(buf, len, "other: %.60s", w);
+    }
   } else {
     snprintf(buf, len, "none");
   }
@@ -955,6 +1042,9 @@ static void run_batch(int first, int last, int fd) {
   memset(&p, 0, sizeof p);
   char err[256];
   setenv("RAILNET_SOCKET_LAZY", lazy_type(trials[first].type) ? "1" : "0", 1);
+  /* streamed sends acknowledged, as on multi-rail comms, unless the trial
+   * says otherwise */
+  setenv("RAILNET_RAIL_ACK", trials[first].no_ack ? "0" : "1", 1);
   if (rn_net_open(&p.net, 8, err, sizeof err) != 0 || rn_net_init(&p.net) != ncclSuccess ||
       rn_net_devices(&p.net, &p.ndev) != ncclSuccess || p.ndev < 1) {
     diag("plugin not usable: %s", err);
@@ -1005,7 +1095,6 @@ int main(int argc, char **argv) {
   setenv("RAILNET_SOCKET_NSTREAMS", "2", 0);
   setenv("RAILNET_SOCKET_CHUNK", "4096", 1); /* several chunks per streamed message */
   setenv("RAILNET_SOCKET_INLINE", "256", 1);
-  setenv("RAILNET_RAIL_ACK", "1", 1); /* streamed sends acknowledged, as on multi-rail comms */
   /* A sender whose ACK never comes fails within this, inside the bound. */
   setenv("RAILNET_RAIL_TIMEOUT_MS", "2000", 0);
   build_trials(seed, nflips_raw, nflips_sem);
@@ -1044,7 +1133,9 @@ int main(int argc, char **argv) {
     int last = first + batch < ntrials ? first + batch : ntrials;
     /* a batch runs in one mode (run_batch) */
     for (int i = first + 1; i < last; i++)
-      if (lazy_type(trials[i].type) != lazy_type(trials[first].type)) last = i;
+      if (lazy_type(trials[i].type) != lazy_type(trials[first].type) ||
+          trials[i].no_ack != trials[first].no_ack)
+        last = i;
     int pfd[2];
     if (pipe(pfd) != 0) return 1;
     fflush(stdout);
