@@ -8,8 +8,9 @@
  * -1), one bit of a flags field toggled (a flag dropped or added), or
  * random bits flipped; or it passes half of one header and nothing more,
  * the connection left open (a peer hung in the middle of a message); or
- * it leaves one whole message out (header and payload), or passes one
- * whole message twice (a peer that skips or repeats a message).  In "raw" trials the header checksum is
+ * it leaves one whole message out (header and payload), passes one
+ * whole message twice, or passes it after the next message on its
+ * connection (a peer that skips, repeats or reorders a message).  In "raw" trials the header checksum is
  * left as it was (corruption on the path); in "semantic" trials it is
  * recomputed, so the header is well formed and only the receiver's checks
  * against its own state stand between the value and the data (a peer that
@@ -63,7 +64,7 @@
 #include "../../plugin/tcp/wire.h"
 
 /* ---- what a trial does ------------------------------------------------- */
-enum trial_kind { T_FIELD, T_FLIP, T_BIT, T_STALL, T_DROP, T_DUP };
+enum trial_kind { T_FIELD, T_FLIP, T_BIT, T_STALL, T_DROP, T_DUP, T_SWAP };
 enum trial_mode { M_RAW, M_SEMANTIC };
 enum value_kind { V_ZERO, V_ONE, V_MAX, V_MAX1, V_HIGH, V_PLUS1, V_MINUS1, NVALUES };
 static const char *const value_name[] = {"0", "1", "max", "max-1", "2^(w-1)", "+1", "-1"};
@@ -253,15 +254,15 @@ static void build_trials(uint64_t seed, int nflips_raw, int nflips_semantic) {
                                .occurrence = occ[o],
                                .field = -1});
   }
-  /* Each of them left out whole, and passed twice (a peer that skips or
-   * repeats a message: the checksum holds, only sequence and state checks
-   * can tell). */
+  /* Each of them left out whole, passed twice, and passed after the next
+   * message (a peer that skips, repeats or reorders a message: the
+   * checksum holds, only sequence and state checks can tell). */
   for (int f = 0; f < NFIELDS; f++) {
     if (strcmp(fields[f].name, "type") != 0) continue;
     int nocc;
     const int *occ = occurrences(fields[f].type, &nocc);
     for (int o = 0; o < nocc; o++)
-      for (int k = T_DROP; k <= T_DUP; k++)
+      for (int k = T_DROP; k <= T_SWAP; k++)
         for (int a = 0; a < 2; a++) {
           /* without acknowledgements too, where the receiver alone must
            * notice (the sends it carries complete when they leave) */
@@ -304,9 +305,11 @@ static void describe(const struct trial *t, char *buf, size_t len) {
   else if (t->kind == T_STALL)
     snprintf(buf, len, "%s #%d: the peer stops half way through its header", type_name(t->type),
              t->occurrence);
-  else if (t->kind == T_DROP || t->kind == T_DUP)
+  else if (t->kind == T_DROP || t->kind == T_DUP || t->kind == T_SWAP)
     snprintf(buf, len, "%s #%d: the whole message %s%s", type_name(t->type), t->occurrence,
-             t->kind == T_DROP ? "left out" : "passed twice",
+             t->kind == T_DROP  ? "left out"
+             : t->kind == T_DUP ? "passed twice"
+                                : "passed after the next one",
              t->no_ack ? ", sends not acknowledged" : "");
   else if (t->kind == T_BIT)
     snprintf(buf, len, "%s #%d field %s bit %d toggled, %s", type_name(t->type), t->occurrence,
@@ -423,10 +426,12 @@ struct pdir {
   size_t hgot;
   uint64_t pay;  /* payload bytes still to pass */
   uint64_t skip; /* T_DROP: payload bytes still to leave out */
-  /* T_DUP: the message passed once so far, to pass again when whole */
+  /* T_DUP, T_SWAP: a copy of the target message, taken as it passes */
   uint8_t *dup;
   size_t dup_len, dup_got;
-  int dup_armed;
+  int dup_armed; /* taking the copy */
+  int withhold;  /* T_SWAP: the target itself does not pass */
+  int held;      /* T_SWAP: the copy passes once the next message has */
   uint8_t out[4 * PBUF];
   size_t olen;
   uint8_t hello[sizeof(struct rn_hello)];
@@ -463,12 +468,25 @@ static void pdir_emit(struct pdir *d, const void *b, size_t n) {
   d->olen += n;
 }
 
-/* T_DUP: the message has passed whole once; pass it again. */
+/* The copy of the target passes. */
 static void pdir_dup_emit(struct pdir *d) {
   pdir_emit(d, d->dup, d->dup_len);
   free(d->dup);
   d->dup = NULL;
-  d->dup_armed = 0;
+  d->dup_armed = d->held = 0;
+}
+
+/* A whole message (header and payload) went by. */
+static void pdir_msg_end(struct pdir *d) {
+  if (d->held) { /* the one after the target: now the target */
+    pdir_dup_emit(d);
+  } else if (d->dup_armed) { /* the target: again now, or after the next */
+    d->dup_armed = 0;
+    if (d->withhold)
+      d->withhold = 0, d->held = 1;
+    else
+      pdir_dup_emit(d);
+  }
 }
 
 /* Feed bytes from src through the framer into out. */
@@ -503,13 +521,13 @@ static void pdir_feed(struct proxy *px, struct pconn *pc, int dir, const uint8_t
       d->skip -= take, b += take, n -= take;
     } else if (d->pay > 0) {
       size_t take = n < d->pay ? n : (size_t)d->pay;
-      pdir_emit(d, b, take);
+      if (!d->withhold) pdir_emit(d, b, take);
       if (d->dup_armed) {
         memcpy(d->dup + d->dup_got, b, take);
         d->dup_got += take;
       }
       d->pay -= take, b += take, n -= take;
-      if (d->pay == 0 && d->dup_armed) pdir_dup_emit(d);
+      if (d->pay == 0) pdir_msg_end(d);
     } else {
       size_t need = sizeof(struct rn_tcp_prefix);
       if (d->hgot >= need) {
@@ -548,8 +566,9 @@ static void pdir_feed(struct proxy *px, struct pconn *pc, int dir, const uint8_t
           d->hgot = 0;
           continue;
         }
-        if (px->t->kind == T_DUP) {
+        if (px->t->kind == T_DUP || px->t->kind == T_SWAP) {
           px->res.applied = 1;
+          d->withhold = px->t->kind == T_SWAP;
           d->dup_len = p.hlen + (size_t)p.plen;
           d->dup = malloc(d->dup_len);
           if (d->dup == NULL || d->dup_len > PBUF) abort(); /* the workload's are small */
@@ -560,10 +579,10 @@ static void pdir_feed(struct proxy *px, struct pconn *pc, int dir, const uint8_t
           mutate(px->t, d->hdr, p.hlen, &px->res);
         }
       }
-      pdir_emit(d, d->hdr, p.hlen);
-      if (d->dup_armed && p.plen == 0) pdir_dup_emit(d);
+      if (!d->withhold) pdir_emit(d, d->hdr, p.hlen);
       d->pay = p.plen; /* the original framing continues */
       d->hgot = 0;
+      if (p.plen == 0) pdir_msg_end(d);
     }
   }
 }
