@@ -665,7 +665,11 @@ ncclResult_t rn_ib_isend(void *scomm, void *data, size_t size, int tag, void *mh
 
 /* Send the FIFO elements written since the last flush: when force is set,
  * else once fewer than half of the receives in flight are announced (so
- * the sender always holds at least half of them) or a batch is full.
+ * the sender always holds at least half of them), fewer than two (so the
+ * slot after the sender's next one is there before that send completes:
+ * with two or three receives in flight, waiting for half would hold each
+ * new slot until the receive before it completed, and put its write just
+ * ahead of whatever the caller sends next), or a batch is full.
  * Consecutive slots are one RDMA write, from the first slot's start to
  * the last one's used elements (512 bytes a slot, 64 an element: eight
  * one-buffer slots fit one 4 KiB MTU packet); the unused elements between
@@ -680,7 +684,7 @@ static ncclResult_t rn_ib_fifo_flush(struct rn_ib_comm *c, int force) {
   /* During a failover they wait: the rebuild sends what the sender lacks. */
   if (pending == 0 || c->recovering || c->dead) return c->error;
   if (!force && c->fifo_again == c->fifo_posted && pending < RN_IB_FIFO_BATCH &&
-      2 * c->fifo_live >= c->fifo_live + pending)
+      c->fifo_live >= pending && c->fifo_live >= 2)
     return ncclSuccess;
   int first = (int)(c->fifo_again % RN_IB_SLOTS);
   int run[2] = {pending, 0}; /* slots before and after the wrap */
