@@ -17,9 +17,6 @@
 # Skips (before any test) only without root, ip, tc, network namespaces,
 # veth or tbf.  Every testbed is removed on exit, also on failure.
 cd "$(dirname "$0")/../.." || exit 1
-B=${RN_BUILD:-build}
-RB=scripts/railbed/railbed.sh
-XFER=$B/tests/multirail-xfer
 NAME=rbsb$$
 NAME0=rbsb$$o
 BOUND=20 # seconds after a cut; multirail-xfer scales it by RN_TIMEOUT_SCALE
@@ -29,91 +26,8 @@ BOUND=20 # seconds after a cut; multirail-xfer scales it by RN_TIMEOUT_SCALE
 # the control connection's keepalive, RAILNET_SOCKET_TIMEOUT_MS (30 s by
 # default): 10 s here, so both bounds fit in BOUND.
 SOCKET_TIMEOUT_MS=10000
-
-skip() {
-  echo "1..0 # SKIP $*"
-  exit 0
-}
-[ "$(id -u)" -eq 0 ] || skip "not root: network namespaces need it"
-command -v ip >/dev/null 2>&1 || skip "no ip (iproute2)"
-command -v tc >/dev/null 2>&1 || skip "no tc (iproute2)"
-probe=rbprobe$$
-if ! err=$(ip netns add $probe 2>&1); then
-  skip "no network namespace support: $err"
-fi
-cap=''
-ip -n $probe link add p0 type veth peer name p1 2>/dev/null || cap="no veth"
-[ -z "$cap" ] && { tc -n $probe qdisc add dev p0 root tbf rate 100mbit burst 128k latency 20ms \
-  2>/dev/null || cap="no tc tbf"; }
-ip netns del $probe
-[ -z "$cap" ] || skip "$cap"
-for f in "$B/libnccl-net-railnet.so" "$XFER" "$B/railnet-topo"; do
-  [ -e "$f" ] || { echo "1..1"; echo "not ok 1 - $f not built (run make first)"; exit 1; }
-done
-
-OUT=$(mktemp -d /tmp/rn-standby.XXXXXX) || skip "no temp dir"
-cleanup() {
-  "$RB" --name "$NAME" clean
-  "$RB" --name "$NAME0" clean
-  rm -rf "$OUT"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-links() { ip -o link show | awk -F': ' '{sub(/@.*/, "", $2); print $2}' | sort; }
-links >"$OUT/links.before"
-
-n=0
-result() { # OK|NOTOK DESCRIPTION [DIRECTIVE]
-  n=$((n + 1))
-  if [ "$1" = OK ]; then echo "ok $n - $2${3:+ # $3}"; else echo "not ok $n - $2${3:+ # $3}"; fi
-}
-details() { sed 's/^/#   /' "$@"; }
-
-# The plugin's counters: the last RAILNET_STATS line of EVENT from SIDE in
-# FILE, one rail's FIELD ("bytes", "state", "failures", "share", ...).
-stat_line() { # FILE SIDE EVENT
-  grep "\"event\":\"$3\"" "$1" 2>/dev/null | grep "\"side\":\"$2\"" | tail -1
-}
-rail_field() { # LINE RAIL-NAME FIELD
-  echo "$1" | grep -o "{\"rail\":[0-9]*,\"name\":\"$2\"[^}]*}" |
-    sed -n "s/.*\"$3\":\"\{0,1\}\([^,\"}]*\).*/\1/p"
-}
-# awk's comparison of two decimal numbers: exits 0 when "A OP B" holds
-holds() { awk "BEGIN { exit !($1) }"; }
-
-# multirail-xfer on testbed BED with the fused device of its rails; the
-# plugin's counters go to $OUT/LOG.stats
-xfer() { # BED TOPO LOG NRAILS [args...]   ($XENV: more K=V,... for both sides)
-  bed=$1 topo=$2 log=$3 nr=$4
-  shift 4
-  RN_CONF_VERBOSE=1 "$XFER" --railbed "$bed" \
-    --env "RAILNET_TRANSPORT=socket,RAILNET_SOCKET_IFNAME=veth,RAILNET_TOPO_FILE=$topo,RAILNET_STATS=$OUT/$log.stats,RAILNET_STATS_MS=250,RAILNET_SOCKET_TIMEOUT_MS=$SOCKET_TIMEOUT_MS${XENV:+,$XENV}" \
-    --expect-rails "$nr" "$@" >"$OUT/$log.log" 2>"$OUT/$log.err"
-}
-# Wait (bounded) until both ends of a rail report state UP after up-link:
-# the kernel may report carrier a moment later, and a process that starts
-# meanwhile would find a device without that rail.
-link_up() { # BED RAIL
-  t=0
-  while [ $t -lt 50 ]; do
-    if ip -n "$1-a" -o link show "veth$2" 2>/dev/null | grep -q 'state UP' &&
-      ip -n "$1-b" -o link show "veth$2" 2>/dev/null | grep -q 'state UP'; then
-      return 0
-    fi
-    sleep 0.1
-    t=$((t + 1))
-  done
-  return 1
-}
-# multirail-xfer's verdict in $OUT/LOG.log: both sides ended with an error
-both_error() { # LOG
-  grep -q '^result status=error receiver=error.* sender=error' "$OUT/$1.log"
-}
-show() { # LOG
-  grep -E '^(result|event|end|rails)' "$OUT/$1.log" | details
-  grep -E 'WARN' "$OUT/$1.err" | tail -5 | cut -c1-300 | details
-}
+BEDS="$NAME $NAME0" OUT_TAG=standby XFER_ENV=RAILNET_SOCKET_TIMEOUT_MS=$SOCKET_TIMEOUT_MS
+. tests/multirail/lib.sh
 
 echo "1..10"
 
