@@ -40,12 +40,19 @@ struct scfg {
   int want_inflight;    /* receiver must reach this many posted at once */
   int accept_delay_ms;  /* receiver starts polling accept this late */
   int connect_delay_ms; /* sender starts polling connect this late */
+  const size_t *list;   /* sizes in this order, again and again (fixed, maxrand ignored) */
+  int nlist;
+  int recv_delay_ms; /* receiver posts its first receive this late (sends go ahead of it) */
 };
 
 static size_t *make_sizes(const struct scfg *c, uint64_t seed, int comm) {
   size_t *s = calloc((size_t)c->nmsg, sizeof *s);
   uint64_t st = seed * 31 + (uint64_t)comm * 1000003u;
   for (int i = 0; s != NULL && i < c->nmsg; i++) {
+    if (c->list != NULL) {
+      s[i] = c->list[i % c->nlist];
+      continue;
+    }
     if (c->maxrand == 0) {
       s[i] = c->fixed;
       continue;
@@ -128,6 +135,8 @@ static int stream_case(struct rn_peer *p) {
         break;
       }
     }
+    if (rc == 0 && p->role == RN_RECEIVER && c->recv_delay_ms > 0)
+      usleep((useconds_t)c->recv_delay_ms * 1000);
     double end = rn_deadline(60);
     int left = rc == 0 ? n : 0;
     int state[64] = {0};
@@ -469,30 +478,32 @@ static int case_group_send(struct rn_peer *p) {
 }
 
 /* Both processes send and receive at once, each from one thread. */
-static int case_bidir(struct rn_peer *p) {
-  char mine[NCCL_NET_HANDLE_MAXSIZE] = {0}, theirs[NCCL_NET_HANDLE_MAXSIZE];
-  void *lc = NULL, *sc = NULL, *rcm = NULL;
-  ncclResult_t r = rn_net_listen(&p->net, p->dev, mine, &lc);
-  if (r != ncclSuccess) return peer_fail(p, "listen: %s", rn_result_str(r));
-  if (peer_write(p, mine, sizeof mine) != 0 || peer_read(p, theirs, sizeof theirs, 30) != 0)
-    return peer_fail(p, "handle exchange failed");
+/* One round on a listen comm that is already open: connect with a fresh
+ * copy of the peer's handle (connect may keep state in it) and accept,
+ * nmsg random sizes each way at once, every byte checked, then close the
+ * send and receive comms. */
+static int bidir_round(struct rn_peer *p, void *lc, const char *handle, int nmsg, int round) {
+  char theirs[NCCL_NET_HANDLE_MAXSIZE];
+  void *sc = NULL, *rcm = NULL;
+  ncclResult_t r;
+  memcpy(theirs, handle, sizeof theirs);
   double end = rn_deadline(30);
   while (sc == NULL || rcm == NULL) {
     if (sc == NULL && (r = rn_net_connect(&p->net, p->dev, theirs, &sc)) != ncclSuccess)
-      return peer_fail(p, "connect: %s", rn_result_str(r));
+      return peer_fail(p, "round %d: connect: %s", round, rn_result_str(r));
     if (rcm == NULL && (r = rn_net_accept(&p->net, lc, &rcm)) != ncclSuccess)
-      return peer_fail(p, "accept: %s", rn_result_str(r));
-    if (now_s() > end) return peer_fail(p, "bidirectional setup not done after 30 s");
+      return peer_fail(p, "round %d: accept: %s", round, rn_result_str(r));
+    if (now_s() > end) return peer_fail(p, "round %d: setup not done after 30 s", round);
   }
-  struct scfg c = {.nmsg = 64, .maxrand = 2 * MB};
+  struct scfg c = {.nmsg = nmsg, .maxrand = 2 * MB};
   /* my sends use my role's seed, my receives the peer's */
-  uint64_t sseed = p->seed + (uint64_t)p->role * 101,
-           rseed = p->seed + (uint64_t)(1 - p->role) * 101;
+  uint64_t sseed = p->seed + (uint64_t)round * 1009 + (uint64_t)p->role * 101,
+           rseed = p->seed + (uint64_t)round * 1009 + (uint64_t)(1 - p->role) * 101;
   size_t *ss = make_sizes(&c, sseed, 0), *rs = make_sizes(&c, rseed, 0);
   struct rn_stream s = {.p = p,
                         .comm = sc,
                         .is_send = 1,
-                        .nmsg = 64,
+                        .nmsg = nmsg,
                         .sizes = ss,
                         .window = 8,
                         .verify = 1,
@@ -500,14 +511,14 @@ static int case_bidir(struct rn_peer *p) {
   struct rn_stream q = {.p = p,
                         .comm = rcm,
                         .is_send = 0,
-                        .nmsg = 64,
+                        .nmsg = nmsg,
                         .sizes = rs,
                         .window = 8,
                         .verify = 1,
                         .seed = rseed,
                         .order = RN_ORDER_RANDOM};
   int rc = 0;
-  if (rn_stream_setup(&s) != 0 || rn_stream_setup(&q) != 0) return -1;
+  if (rn_stream_setup(&s) != 0 || rn_stream_setup(&q) != 0) rc = -1;
   int ds = 0, dq = 0;
   end = rn_deadline(60);
   while (!(ds && dq) && rc == 0) {
@@ -515,21 +526,43 @@ static int case_bidir(struct rn_peer *p) {
     int b = dq ? 1 : rn_stream_step(&q);
     if (a < 0 || b < 0) rc = -1;
     ds = a, dq = b;
-    if (rc == 0 && now_s() > end) rc = peer_fail(p, "bidirectional streams not done after 60 s");
+    if (rc == 0 && now_s() > end)
+      rc = peer_fail(p, "round %d: bidirectional streams not done after 60 s", round);
   }
   if (rn_stream_teardown(&s) != 0) rc = -1;
   if (rn_stream_teardown(&q) != 0) rc = -1;
   free(ss);
   free(rs);
-  if (peer_sync(p, 30) != 0 && rc == 0) rc = peer_fail(p, "peer gone");
+  if (peer_sync(p, 30) != 0 && rc == 0) rc = peer_fail(p, "round %d: peer gone", round);
   if ((r = rn_net_close_send(&p->net, sc)) != ncclSuccess && rc == 0)
-    rc = peer_fail(p, "closeSend: %s", rn_result_str(r));
+    rc = peer_fail(p, "round %d: closeSend: %s", round, rn_result_str(r));
   if ((r = rn_net_close_recv(&p->net, rcm)) != ncclSuccess && rc == 0)
-    rc = peer_fail(p, "closeRecv: %s", rn_result_str(r));
+    rc = peer_fail(p, "round %d: closeRecv: %s", round, rn_result_str(r));
+  return rc;
+}
+
+/* Each side listens once and both connect to each other: `rounds` pairs of
+ * comms in turn over the same listen comms and handles. */
+static int bidir_rounds(struct rn_peer *p, int rounds, int nmsg) {
+  char mine[NCCL_NET_HANDLE_MAXSIZE] = {0}, theirs[NCCL_NET_HANDLE_MAXSIZE];
+  void *lc = NULL;
+  ncclResult_t r = rn_net_listen(&p->net, p->dev, mine, &lc);
+  if (r != ncclSuccess) return peer_fail(p, "listen: %s", rn_result_str(r));
+  if (peer_write(p, mine, sizeof mine) != 0 || peer_read(p, theirs, sizeof theirs, 30) != 0)
+    return peer_fail(p, "handle exchange failed");
+  int rc = 0;
+  for (int k = 0; k < rounds && rc == 0; k++) rc = bidir_round(p, lc, theirs, nmsg, k);
   if ((r = rn_net_close_listen(&p->net, lc)) != ncclSuccess && rc == 0)
     rc = peer_fail(p, "closeListen: %s", rn_result_str(r));
   return rc;
 }
+
+static int case_bidir(struct rn_peer *p) { return bidir_rounds(p, 1, 64); }
+
+/* A listen comm serves more than one accept, and a handle more than one
+ * connect (other plugins' test suites check this; NCCL may keep a listen
+ * comm for a peer's later connections). */
+static int case_reuse_listen(struct rn_peer *p) { return bidir_rounds(p, 5, 8); }
 
 /* Repeated and overlapping registrations of one buffer, deregistered in a
  * different order, each still usable. */
@@ -1056,6 +1089,19 @@ static const struct scfg c_thr = {.nmsg = 64,
 static const struct scfg c_one = {.nmsg = 32, .maxrand = 2 * MB, .window = 8, .ncomms = 4};
 static const struct scfg c_many = {.nmsg = 4, .maxrand = 256 * KB, .window = 2, .ncomms = 16};
 static const struct scfg c_64c = {.nmsg = 2, .maxrand = 64 * KB, .window = 2, .ncomms = 64};
+/* Each size on either side of where a transport changes how it moves a
+ * message: verbs inline sends, the page, TCP's eager/inline limit (64 KiB),
+ * its smallest chunk and chunk grid (64 and 512 KiB), the 4 MiB that goes
+ * inline while data streams open. */
+static const size_t edge_sizes[] = {
+    1,          2,          63,          64,          65,          255,        256,
+    257,        4095,       4096,        4097,        8191,        8192,       8193,
+    65535,      65536,      65537,       131071,      131072,      131073,     524287,
+    524288,     524289,     1048575,     1048577,     4194303,     4194304,    4194305};
+#define N_EDGE ((int)(sizeof(edge_sizes) / sizeof(edge_sizes[0])))
+static const struct scfg c_edge = {.nmsg = N_EDGE, .list = edge_sizes, .nlist = N_EDGE, .window = 4};
+static const struct scfg c_edge_late = {
+    .nmsg = N_EDGE, .list = edge_sizes, .nlist = N_EDGE, .window = 8, .recv_delay_ms = 300};
 static const struct scfg c_lateacc = {
     .nmsg = 8, .maxrand = 1 * MB, .window = 4, .ncomms = 2, .accept_delay_ms = 1500};
 static const struct scfg c_lateconn = {
@@ -1071,6 +1117,10 @@ static const struct tcase cases[] = {
     {"1 MiB messages", stream_case, stream_case, &c_1m, 60, 8, 0, 1},
     {"64 MiB messages", stream_case, stream_case, &c_64m, 120, 8, 0, 1},
     {"random sizes 0..4 MiB", stream_case, stream_case, &c_rand, 120, 8, 1, 1},
+    {"sizes on either side of each transport threshold (1 B .. 4 MiB + 1)", stream_case,
+     stream_case, &c_edge, 120, 8, 0, 1},
+    {"the same sizes sent before their receives are posted (receiver 0.3 s late)", stream_case,
+     stream_case, &c_edge_late, 120, 8, 0, 1},
     {"receive buffer larger than the send: test() reports the sent size", stream_case, stream_case,
      &c_bigger, 60, 8, 1, 1},
     {"test() with sizes == NULL", stream_case, stream_case, &c_nullsz, 60, 8, 0, 1},
@@ -1088,6 +1138,8 @@ static const struct tcase cases[] = {
     {"connect first polled 1.5 s after the receiver started accepting", stream_case, stream_case,
      &c_lateconn, 60, 8, 0, 1},
     {"both processes send and receive at once", case_bidir, case_bidir, NULL, 90, 8, 0, 1},
+    {"one listen comm and handle per side serve five connect/accept rounds in turn",
+     case_reuse_listen, case_reuse_listen, NULL, 120, 8, 0, 1},
     {"repeated and overlapping regMr, deregMr in another order", case_regmr, case_regmr, NULL, 60,
      8, 0, 1},
     {"irecv with *request == 0x1 returns a real request", case_req_preset_recv,
