@@ -1017,6 +1017,135 @@ static int half_open_fn(struct rn_peer *p) {
 
 static void run_version(int version, const char *only, uint64_t seed);
 
+/* ---- abort: everything closed mid-transfer on both sides ----------------- */
+/* ncclCommAbort's pattern: two processes, each with a send and a receive
+ * comm to the other, ABORT_MSGS messages of 4 MiB in flight each way,
+ * tested a round-dependent number of times (0, 8, 64, 512, 4096), then
+ * deregistered and closed at once on both sides, the requests abandoned.
+ * Every close must succeed within CLOSE_BOUND_S; a test() may fail once
+ * the peer has closed.  Then a fresh pair of comms moves 4 MiB each way,
+ * verified: nothing an abandoned comm left behind (kept connections,
+ * progress-engine state, registrations) may reach the next. */
+#define ABORT_ROUNDS 5
+#define ABORT_MSGS 4
+#define ABORT_SIZE (4 * MB)
+
+static int abort_round(struct rn_peer *p, unsigned char *sbuf, unsigned char *rbuf, int round) {
+  void *lc = NULL, *sc = NULL, *rcm = NULL, *smh = NULL, *rmh = NULL;
+  void *req[2 * ABORT_MSGS] = {0};
+  int done[2 * ABORT_MSGS] = {0};
+  const size_t len = (size_t)ABORT_MSGS * ABORT_SIZE;
+  if (peer_both_ways(p, &lc, &sc, &rcm, 30) != 0) return -1;
+  if (peer_check(p, rn_net_regmr(&p->net, sc, sbuf, len, NCCL_PTR_HOST, &smh), "regMr") ||
+      peer_check(p, rn_net_regmr(&p->net, rcm, rbuf, len, NCCL_PTR_HOST, &rmh), "regMr"))
+    return -1;
+  /* Post what goes at once (a send may wait for its clear-to-send), then
+   * test.  The peer may have closed already: from then on a call may fail,
+   * with a peer error only, and nothing more is called but the closes. */
+  ncclResult_t e = ncclSuccess;
+  for (int k = 0; k < ABORT_MSGS && e == ncclSuccess; k++) {
+    void *d = rbuf + (size_t)k * ABORT_SIZE;
+    size_t sz = ABORT_SIZE;
+    int tag = 1;
+    e = rn_net_irecv(&p->net, rcm, 1, &d, &sz, &tag, &rmh, &req[k]);
+    if (e == ncclSuccess)
+      e = rn_net_isend(&p->net, sc, sbuf + (size_t)k * ABORT_SIZE, ABORT_SIZE, 1, smh,
+                       &req[ABORT_MSGS + k]);
+  }
+  const int tests = round == 0 ? 0 : 1 << (3 * round);
+  for (int t = 0; t < tests && e == ncclSuccess; t++)
+    for (int k = 0; k < 2 * ABORT_MSGS && e == ncclSuccess; k++) {
+      int size = 0;
+      if (req[k] == NULL || done[k]) continue;
+      e = rn_net_test(&p->net, req[k], &done[k], &size);
+    }
+  if (e != ncclSuccess && !is_peer_error(e))
+    return peer_fail(p, "round %d: %s before any close of this side, want a peer error", round,
+                     rn_result_str(e));
+  const int failed = e != ncclSuccess;
+  double t0 = now_s();
+  ncclResult_t r[5] = {rn_net_deregmr(&p->net, sc, smh), rn_net_deregmr(&p->net, rcm, rmh),
+                       rn_net_close_send(&p->net, sc), rn_net_close_recv(&p->net, rcm),
+                       rn_net_close_listen(&p->net, lc)};
+  double dt = now_s() - t0;
+  static const char *const what[5] = {"deregMr (send)", "deregMr (receive)", "closeSend",
+                                      "closeRecv", "closeListen"};
+  for (int i = 0; i < 5; i++)
+    if (r[i] != ncclSuccess)
+      return peer_fail(p, "round %d: %s with requests in flight: %s", round, what[i],
+                       rn_result_str(r[i]));
+  note("%s: round %d: %d tests%s, then everything closed in %.3f s",
+       p->role == RN_SENDER ? "sender" : "receiver", round, tests,
+       failed ? " (one failed: the peer closed first)" : "", dt);
+  if (dt > rn_bound_s(CLOSE_BOUND_S))
+    return peer_fail(p, "round %d: closing took %.1f s, bound %.0f s", round, dt,
+                     rn_bound_s(CLOSE_BOUND_S));
+  return peer_sync(p, 30) != 0 ? peer_fail(p, "round %d: peer gone", round) : 0;
+}
+
+static int abort_side(struct rn_peer *p) {
+  const size_t len = (size_t)ABORT_MSGS * ABORT_SIZE;
+  unsigned char *sbuf = malloc(len), *rbuf = malloc(len);
+  void *lc = NULL, *sc = NULL, *rcm = NULL, *smh = NULL, *rmh = NULL, *sreq = NULL, *rreq = NULL;
+  int rc = -1, size = 0;
+  if (sbuf == NULL || rbuf == NULL) {
+    peer_fail(p, "out of memory");
+    goto out;
+  }
+  memset(sbuf, 0x5a, len);
+  for (int round = 0; round < ABORT_ROUNDS; round++)
+    if (abort_round(p, sbuf, rbuf, round) != 0) goto out;
+  /* The next pair: my message's key is my role's, the peer's its own. */
+  const uint64_t mine = pattern_key(p->seed, (uint64_t)p->role, ABORT_SIZE),
+                 theirs = pattern_key(p->seed, (uint64_t)(1 - p->role), ABORT_SIZE);
+  pattern_fill(sbuf, ABORT_SIZE, mine);
+  memset(rbuf, 0, ABORT_SIZE);
+  if (peer_both_ways(p, &lc, &sc, &rcm, 30) != 0 ||
+      peer_check(p, rn_net_regmr(&p->net, sc, sbuf, len, NCCL_PTR_HOST, &smh), "regMr") ||
+      peer_check(p, rn_net_regmr(&p->net, rcm, rbuf, len, NCCL_PTR_HOST, &rmh), "regMr"))
+    goto out;
+  if (post_retry(p, 0, rcm, rbuf, ABORT_SIZE, 1, rmh, &rreq, 10) != 0 ||
+      post_retry(p, 1, sc, sbuf, ABORT_SIZE, 1, smh, &sreq, 10) != 0) {
+    peer_fail(p, "after the aborted rounds: a fresh pair's send or receive not posted");
+    goto out;
+  }
+  /* Both tested in turn until both are done, as NCCL's proxy tests every
+   * request it has outstanding. */
+  int sdone = 0, rdone = 0;
+  double end = rn_deadline(30);
+  while (!(sdone && rdone)) {
+    if (!rdone && peer_check(p, rn_net_test(&p->net, rreq, &rdone, &size),
+                             "test (receive after the aborts)"))
+      goto out;
+    if (!sdone && peer_check(p, rn_net_test(&p->net, sreq, &sdone, NULL),
+                             "test (send after the aborts)"))
+      goto out;
+    if (now_s() > end) {
+      peer_fail(p, "after the aborted rounds: a fresh pair's 4 MiB not through in %.0f s",
+                rn_bound_s(30));
+      goto out;
+    }
+  }
+  if (size != (int)ABORT_SIZE || pattern_check(rbuf, ABORT_SIZE, theirs) != (size_t)-1) {
+    peer_fail(p, "after the aborted rounds: %d bytes or wrong bytes", size);
+    goto out;
+  }
+  if (peer_sync(p, 30) != 0) {
+    peer_fail(p, "peer gone at the end");
+    goto out;
+  }
+  rc = 0;
+out:
+  if (smh != NULL) rn_net_deregmr(&p->net, sc, smh);
+  if (rmh != NULL) rn_net_deregmr(&p->net, rcm, rmh);
+  if (sc != NULL) rn_net_close_send(&p->net, sc);
+  if (rcm != NULL) rn_net_close_recv(&p->net, rcm);
+  if (lc != NULL) rn_net_close_listen(&p->net, lc);
+  free(sbuf);
+  free(rbuf);
+  return rc;
+}
+
 /* ---- the table ----------------------------------------------------------- */
 struct fcase {
   const char *name;
@@ -1094,6 +1223,15 @@ static const struct fcase fcases[] = {
      close_send_s,
      NULL,
      60,
+     {0, 0},
+     NULL,
+     NULL},
+    {"abort: both sides close every comm with 4 x 4 MiB in flight each way, five times; "
+     "a fresh pair then moves verified data",
+     abort_side,
+     abort_side,
+     NULL,
+     90,
      {0, 0},
      NULL,
      NULL},
