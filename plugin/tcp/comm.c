@@ -55,6 +55,43 @@ void rn_tcp_comm_flush_deferred(void) {
   pthread_mutex_unlock(&rn_tcp_deferred.lock);
 }
 
+/* Comms with requests outstanding (p2p.c), each at most once; a comm
+ * leaves when a sweep finds it with none, or when freed (which waits out a
+ * sweep visiting it). */
+static struct rn_shared_list rn_tcp_waiting = RN_SHARED_LIST_INIT(rn_tcp_waiting);
+static _Atomic int64_t rn_tcp_next_wait_sweep_ms;
+
+void rn_tcp_comm_waiting(struct rn_tcp_comm *c) {
+  pthread_mutex_lock(&rn_tcp_waiting.lock);
+  if (c->waiting.next == NULL) rn_list_add_tail(&rn_tcp_waiting.head, &c->waiting);
+  pthread_mutex_unlock(&rn_tcp_waiting.lock);
+}
+
+void rn_tcp_comm_sweep_waiting(void) {
+  int64_t now = rn_clock_ms(),
+          next = atomic_load_explicit(&rn_tcp_next_wait_sweep_ms, memory_order_relaxed);
+  if (now < next) return;
+  if (!atomic_compare_exchange_strong(&rn_tcp_next_wait_sweep_ms, &next,
+                                      now + RN_TCP_WAIT_SWEEP_MS))
+    return;
+  pthread_mutex_lock(&rn_tcp_waiting.lock);
+  struct rn_list *node = rn_tcp_waiting.head.next, *nx;
+  for (; node != &rn_tcp_waiting.head; node = nx) {
+    nx = node->next;
+    struct rn_tcp_comm *c = RN_LIST_ENTRY(node, struct rn_tcp_comm, waiting);
+    if (pthread_mutex_trylock(&c->lock) != 0) continue; /* its own caller is in it */
+    if (c->nactive == 0) {
+      rn_list_del(node);
+    } else if (c->touched) {
+      c->touched = 0; /* its caller tests it: nothing to do here */
+    } else if (atomic_load(&c->error) == 0) {
+      (void)rn_tcp_progress(c); /* an error surfaces through the comm's own calls */
+    }
+    pthread_mutex_unlock(&c->lock);
+  }
+  pthread_mutex_unlock(&rn_tcp_waiting.lock);
+}
+
 /* Comms whose data streams were opened (open.c), so the idle sweep visits
  * only those; the sweep drops those whose streams closed since.  A comm
  * leaves it when freed, which waits out a sweep visiting it. */
@@ -220,6 +257,7 @@ void rn_tcp_comm_free(struct rn_tcp_comm *c) {
   rn_shared_list_del(&rn_tcp_deferred, &c->deferred); /* waits out a flush visiting it */
   rn_shared_list_del(&rn_tcp_live, &c->open);
   rn_shared_list_del(&rn_tcp_streamy, &c->streamy); /* waits out a sweep visiting it */
+  rn_shared_list_del(&rn_tcp_waiting, &c->waiting); /* the same */
   if (c->nrails > 0) rn_tcp_rails_close(c);
   atomic_store(&c->stop, 1);
   /* No engine thread touches the comm after this, whatever it had queued. */

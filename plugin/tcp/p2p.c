@@ -21,6 +21,8 @@ static struct rn_tcp_req *rn_tcp_req_alloc(struct rn_tcp_comm *c, int is_recv) {
     r->comm = c;
     r->state = RN_TCP_REQ_ACTIVE;
     r->is_recv = is_recv;
+    /* The sweep takes a comm off its list only under c->lock, as here. */
+    if (c->nactive++ == 0 && c->waiting.next == NULL) rn_tcp_comm_waiting(c);
     return r;
   }
   return NULL;
@@ -29,6 +31,7 @@ static struct rn_tcp_req *rn_tcp_req_alloc(struct rn_tcp_comm *c, int is_recv) {
 static void rn_tcp_req_free(struct rn_tcp_req *r) {
   rn_req_base_end(&r->base);
   r->state = RN_TCP_REQ_FREE;
+  r->comm->nactive--;
 }
 
 /* Enter isend/irecv/test: refuse a comm that already failed, else take
@@ -36,6 +39,7 @@ static void rn_tcp_req_free(struct rn_tcp_req *r) {
 static ncclResult_t rn_tcp_comm_lock(struct rn_tcp_comm *c, const char *what) {
   RN_CHECK(rn_tcp_failed(c, what));
   pthread_mutex_lock(&c->lock);
+  c->touched = 1;
   return ncclSuccess;
 }
 
@@ -48,7 +52,10 @@ static ncclResult_t rn_tcp_comm_lock(struct rn_tcp_comm *c, const char *what) {
 static _Thread_local unsigned rn_tcp_idle_calls;
 
 static void rn_tcp_idle_call(void) {
-  if (++rn_tcp_idle_calls % RN_TCP_CTS_POLLS == 0) rn_tcp_comm_flush_deferred();
+  if (++rn_tcp_idle_calls % RN_TCP_CTS_POLLS == 0) {
+    rn_tcp_comm_flush_deferred();
+    rn_tcp_comm_sweep_waiting();
+  }
 }
 
 /* Every 64 calls of a thread, whatever they found, look for data streams

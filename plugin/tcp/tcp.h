@@ -389,6 +389,9 @@ struct rn_tcp_comm {
   struct rn_list open;     /* in comm.c's list of open comms, under its lock */
   struct rn_list deferred; /* in comm.c's list of comms holding a deferred clear-to-send */
   struct rn_list streamy;  /* in comm.c's list of comms whose data streams opened */
+  struct rn_list waiting;  /* in comm.c's list of comms with requests outstanding */
+  int nactive;             /* requests outstanding (c->lock) */
+  int touched;             /* called since the last sweep of waiting comms (c->lock) */
   pthread_mutex_t lock;
   int is_recv;
   int ctrl_fd;
@@ -690,6 +693,15 @@ void rn_tcp_comm_sweep_idle(void);
 /* A receive deferred its clear-to-send: a thread's many incomplete tests send it. */
 void rn_tcp_comm_defer_cts(struct rn_tcp_comm *c);
 void rn_tcp_comm_flush_deferred(void);
+/* A comm got its first outstanding request: the sweep below may move it. */
+void rn_tcp_comm_waiting(struct rn_tcp_comm *c);
+/* Move the comms with requests outstanding that no call reached since the
+ * last sweep (at most every RN_TCP_WAIT_SWEEP_MS, from threads whose calls
+ * keep finding nothing to do): a caller that waits on one request while
+ * another comm's send or receive must move first (each side tests only
+ * its receive, its own send still unwritten) is served. */
+void rn_tcp_comm_sweep_waiting(void);
+#define RN_TCP_WAIT_SWEEP_MS 10
 /* fail.c */
 /* Fail the comm: the first error sticks and every later isend, irecv and
  * test returns it.  WARNs the reason (the first failure of a comm only)

@@ -59,6 +59,10 @@ TEST_PROGS += $(TCP_WANT_TEST)
 TCP_MUTUAL_TEST := $(BUILD)/tests/tcp/test_mutual_wait
 $(eval $(call rn_harness_prog,$(TCP_MUTUAL_TEST),$(BUILD)/tests/tcp/test_mutual_wait.o))
 TEST_PROGS += $(TCP_MUTUAL_TEST)
+# Each side tests only its receive while its own send has yet to move.
+TCP_WAIT_OTHER_TEST := $(BUILD)/tests/tcp/test_wait_other
+$(eval $(call rn_harness_prog,$(TCP_WAIT_OTHER_TEST),$(BUILD)/tests/tcp/test_wait_other.o))
+TEST_PROGS += $(TCP_WAIT_OTHER_TEST)
 
 # Data streams opened at the first large message and closed when idle,
 # with helper threads off and on (tests/tcp/test_lazy.c).
