@@ -428,6 +428,15 @@ int peer_both_ways(struct rn_peer *p, void **lc, void **sc, void **rcomm, double
   return connect_and_accept(p, theirs, *lc, sc, rcomm, timeout_s, "comms both ways");
 }
 
+void peer_both_ways_close(struct rn_peer *p, void *lc, void *sc, void *rcomm, void *smh,
+                          void *rmh) {
+  if (smh != NULL) rn_net_deregmr(&p->net, sc, smh);
+  if (rmh != NULL) rn_net_deregmr(&p->net, rcomm, rmh);
+  if (sc != NULL) rn_net_close_send(&p->net, sc);
+  if (rcomm != NULL) rn_net_close_recv(&p->net, rcomm);
+  if (lc != NULL) rn_net_close_listen(&p->net, lc);
+}
+
 int rn_tap_socket_pair(rn_peer_fn side, uint64_t seed, const char *what) {
   rn_default_env();
   setenv("RAILNET_TRANSPORT", "socket", 1);

@@ -266,6 +266,10 @@ int peer_loopback(struct rn_peer *p, void **lc, void **sc, void **rcomm, double 
 /* Comms both ways, as two ranks of a ring of two have: each side listens,
  * the handles cross, and each connects to the other while accepting. */
 int peer_both_ways(struct rn_peer *p, void **lc, void **sc, void **rcomm, double timeout_s);
+/* Undo peer_both_ways and the registrations on its comms, whatever is set
+ * (NULL: never made); results are not checked (a failed test's cleanup). */
+void peer_both_ways_close(struct rn_peer *p, void *lc, void *sc, void *rcomm, void *smh,
+                          void *rmh);
 /* A whole test program of one case: `side` in both processes of a pair
  * over the TCP transport (v12, helper threads off, so each process's calls
  * are all its progress); prints the plan and the result (what, and why on

@@ -1136,11 +1136,7 @@ static int abort_side(struct rn_peer *p) {
   }
   rc = 0;
 out:
-  if (smh != NULL) rn_net_deregmr(&p->net, sc, smh);
-  if (rmh != NULL) rn_net_deregmr(&p->net, rcm, rmh);
-  if (sc != NULL) rn_net_close_send(&p->net, sc);
-  if (rcm != NULL) rn_net_close_recv(&p->net, rcm);
-  if (lc != NULL) rn_net_close_listen(&p->net, lc);
+  peer_both_ways_close(p, lc, sc, rcm, smh, rmh);
   free(sbuf);
   free(rbuf);
   return rc;

@@ -86,11 +86,7 @@ static int side(struct rn_peer *p) {
   }
   rc_ = peer_sync(p, 30);
 out:
-  if (smh != NULL) rn_net_deregmr(&p->net, sc, smh);
-  if (rmh != NULL) rn_net_deregmr(&p->net, rc, rmh);
-  if (sc != NULL) rn_net_close_send(&p->net, sc);
-  if (rc != NULL) rn_net_close_recv(&p->net, rc);
-  if (lc != NULL) rn_net_close_listen(&p->net, lc);
+  peer_both_ways_close(p, lc, sc, rc, smh, rmh);
   free(sbuf);
   free(rbuf);
   return rc_;

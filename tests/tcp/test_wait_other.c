@@ -54,11 +54,7 @@ static int one_size(struct rn_peer *p, size_t size, int round) {
   if (peer_check(p, peer_wait(p, sreq, NULL, 30), "test (the send, after)")) goto out;
   ret = peer_sync(p, 30);
 out:
-  if (smh != NULL) rn_net_deregmr(&p->net, sc, smh);
-  if (rmh != NULL) rn_net_deregmr(&p->net, rc, rmh);
-  if (sc != NULL) rn_net_close_send(&p->net, sc);
-  if (rc != NULL) rn_net_close_recv(&p->net, rc);
-  if (lc != NULL) rn_net_close_listen(&p->net, lc);
+  peer_both_ways_close(p, lc, sc, rc, smh, rmh);
   free(sbuf);
   free(rbuf);
   return ret;
