@@ -693,7 +693,8 @@ void rn_tcp_comm_sweep_idle(void);
 /* A receive deferred its clear-to-send: a thread's many incomplete tests send it. */
 void rn_tcp_comm_defer_cts(struct rn_tcp_comm *c);
 void rn_tcp_comm_flush_deferred(void);
-/* A comm got its first outstanding request: the sweep below may move it. */
+/* A comm not on the list got its first outstanding request (c->lock held,
+ * under which alone a comm enters or leaves it): the sweep below may move it. */
 void rn_tcp_comm_waiting(struct rn_tcp_comm *c);
 /* Move the comms with requests outstanding that no call reached since the
  * last sweep (at most every RN_TCP_WAIT_SWEEP_MS, from threads whose calls
