@@ -77,6 +77,8 @@ static void rn_ib_live_add(struct rn_ib_live *l, int is_listen) {
 
 static void rn_ib_live_del(struct rn_ib_live *l) { rn_shared_list_del(&rn_ib_live, &l->link); }
 
+struct rn_shared_list rn_ib_held = RN_SHARED_LIST_INIT(rn_ib_held);
+
 /* --- addresses ---------------------------------------------------------- */
 
 struct rn_ib_addr_pick {
@@ -261,6 +263,7 @@ void rn_ib_rail_free(struct rn_ib_comm *c, int r) {
 static void rn_ib_comm_free(struct rn_ib_comm *c) {
   if (!c) return;
   rn_ib_live_del(&c->live);
+  rn_shared_list_del(&rn_ib_held, &c->held); /* waits out a sweep visiting it */
   for (int r = c->nlocal - 1; r >= 0; r--) {
     struct rn_ib_rail *rl = &c->rail[r];
     rn_ib_rail_free(c, r);

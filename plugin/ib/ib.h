@@ -22,6 +22,7 @@
 
 #include <assert.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 #include "ibvwrap.h"
@@ -44,6 +45,8 @@
 #define RN_IB_FIFO_BATCH 8       /* FIFO elements held back at most before they are sent */
 #define RN_IB_ALIVE_CHECK_MS 100 /* how often a waiting comm looks at the peer's control socket */
 #define RN_IB_ALIVE_CHECK_CALLS 128 /* ... counted in idle calls between clock reads */
+#define RN_IB_HELD_SWEEP_CALLS 1024 /* a thread's idle calls between looks at held FIFO elements */
+#define RN_IB_HELD_SWEEP_MS 10      /* ... and at most this often in a process */
 #define RN_IB_INLINE_PROBE 512       /* largest inline size asked of a device (a full FIFO group) */
 
 static_assert((RN_IB_SLOTS & (RN_IB_SLOTS - 1)) == 0 && RN_IB_SLOTS <= 32,
@@ -347,6 +350,12 @@ struct rn_ib_comm {
   uint64_t fifo_posted;
   uint64_t fifo_again;
   int fifo_live;
+  /* Held FIFO elements also leave through other comms' idle calls
+   * (p2p.c, rn_ib_sweep_held): the comm is on rn_ib_held while it may
+   * hold some, and busy is set by each API call and by a sweep visiting
+   * it, so the two never run at once. */
+  struct rn_list held;
+  atomic_int busy;
   int64_t next_alive_ms; /* rn_clock_ms() of the next liveness check */
   int alive_calls;       /* calls until the clock is read again */
   /* sender */
@@ -394,6 +403,9 @@ struct rn_ib_port *rn_ib_port_of(const struct rn_nic *nic);
 /* gdr.c: probes, run once per device at init. */
 int rn_ib_probe_ptr_support(struct rn_ib_device *device, char *why, size_t whylen);
 /* connect.c */
+/* Receive comms that may hold FIFO elements back (p2p.c adds and sweeps;
+ * freeing a comm takes it off, waiting out a sweep visiting it). */
+extern struct rn_shared_list rn_ib_held;
 ncclResult_t rn_ib_listen(const struct rn_rails *r, struct rn_handle *h, void **lcomm);
 ncclResult_t rn_ib_connect(const struct rn_rails *r, const struct rn_handle *h, int tc,
                            void **state, void **scomm);

@@ -10,6 +10,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <limits.h>
+#include <sched.h>
 #include <stddef.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -577,8 +578,8 @@ static ncclResult_t rn_ib_post_group(struct rn_ib_comm *c, uint64_t seq, int slo
   return ncclSuccess;
 }
 
-ncclResult_t rn_ib_isend(void *scomm, void *data, size_t size, int tag, void *mhp, void **req) {
-  struct rn_ib_comm *c = scomm;
+static ncclResult_t rn_ib_isend_in(struct rn_ib_comm *c, void *data, size_t size, int tag,
+                                   void *mhp, void **req) {
   *req = NULL;
   if (c->error) return c->error;
   /* A failover under way: nothing is posted until it is done. */
@@ -663,6 +664,24 @@ ncclResult_t rn_ib_isend(void *scomm, void *data, size_t size, int tag, void *mh
 
 /* --- receive ------------------------------------------------------------ */
 
+/* A comm's API calls and a sweep visiting it (below) exclude each other:
+ * NCCL drives a comm from one thread at a time, so the flag is only ever
+ * contended by a sweep, which holds it for one flush. */
+static void rn_ib_enter(struct rn_ib_comm *c) {
+  while (atomic_exchange_explicit(&c->busy, 1, memory_order_acquire)) sched_yield();
+}
+
+static void rn_ib_leave(struct rn_ib_comm *c) {
+  atomic_store_explicit(&c->busy, 0, memory_order_release);
+}
+
+/* The comm holds FIFO elements back: a sweep may send them.  It joins
+ * the list once and stays until a sweep finds none held (only a sweep
+ * that owns busy takes it off, so the check needs no lock). */
+static void rn_ib_held_add(struct rn_ib_comm *c) {
+  if (c->held.next == NULL) rn_shared_list_add_tail(&rn_ib_held, &c->held);
+}
+
 /* Send the FIFO elements written since the last flush: when force is set,
  * else once fewer than half of the receives in flight are announced (so
  * the sender always holds at least half of them), fewer than two (so the
@@ -684,8 +703,10 @@ static ncclResult_t rn_ib_fifo_flush(struct rn_ib_comm *c, int force) {
   /* During a failover they wait: the rebuild sends what the sender lacks. */
   if (pending == 0 || c->recovering || c->dead) return c->error;
   if (!force && c->fifo_again == c->fifo_posted && pending < RN_IB_FIFO_BATCH &&
-      c->fifo_live >= pending && c->fifo_live >= 2)
+      c->fifo_live >= pending && c->fifo_live >= 2) {
+    rn_ib_held_add(c);
     return ncclSuccess;
+  }
   int first = (int)(c->fifo_again % RN_IB_SLOTS);
   int run[2] = {pending, 0}; /* slots before and after the wrap */
   if (first + pending > RN_IB_SLOTS) {
@@ -697,7 +718,10 @@ static ncclResult_t rn_ib_fifo_flush(struct rn_ib_comm *c, int force) {
   struct rn_ib_qp *q = rn_ib_qp(c, qi, &rail);
   if (!rn_ib_sq_room(c, q, nwr)) {
     RN_CHECK(rn_ib_progress(c));
-    if (!rn_ib_sq_room(c, q, nwr)) return ncclSuccess;
+    if (!rn_ib_sq_room(c, q, nwr)) {
+      rn_ib_held_add(c);
+      return ncclSuccess;
+    }
   }
   struct rn_ib_rail *rl = &c->rail[rail];
   struct ibv_send_wr wr[2];
@@ -720,9 +744,39 @@ static ncclResult_t rn_ib_fifo_flush(struct rn_ib_comm *c, int force) {
   return ncclSuccess;
 }
 
-ncclResult_t rn_ib_irecv(void *rcomm, int n, void **data, const size_t *sizes, const int *tags,
-                         void **mhs, void **req) {
-  struct rn_ib_comm *c = rcomm;
+/* Held FIFO elements wait for their comm's next call, which may never
+ * come: a caller that posted receives and then sends, and tests only its
+ * sends (the peer doing the same), waits for a FIFO slot the peer's
+ * receive comm holds.  Every RN_IB_HELD_SWEEP_CALLS of a thread's calls
+ * that find nothing to do, at most every RN_IB_HELD_SWEEP_MS per
+ * process, the held elements of comms no call is in go out; a comm with
+ * none leaves the list.  Errors surface through the comm's own calls. */
+static void rn_ib_sweep_held(void) {
+  static _Atomic int64_t next_ms;
+  if (!rn_clock_turn(&next_ms, rn_clock_ms(), RN_IB_HELD_SWEEP_MS)) return;
+  pthread_mutex_lock(&rn_ib_held.lock);
+  struct rn_list *node = rn_ib_held.head.next, *nx;
+  for (; node != &rn_ib_held.head; node = nx) {
+    nx = node->next;
+    struct rn_ib_comm *c = RN_LIST_ENTRY(node, struct rn_ib_comm, held);
+    if (atomic_exchange_explicit(&c->busy, 1, memory_order_acquire)) continue; /* a call is in it */
+    if (c->error != ncclSuccess || c->seq == c->fifo_again)
+      rn_list_del(node);
+    else
+      (void)rn_ib_fifo_flush(c, 1); /* waits during a failover: the rebuild sends them */
+    rn_ib_leave(c);
+  }
+  pthread_mutex_unlock(&rn_ib_held.lock);
+}
+
+static _Thread_local unsigned rn_ib_idle_calls;
+
+static void rn_ib_idle_call(void) {
+  if (++rn_ib_idle_calls % RN_IB_HELD_SWEEP_CALLS == 0) rn_ib_sweep_held();
+}
+
+static ncclResult_t rn_ib_irecv_in(struct rn_ib_comm *c, int n, void **data, const size_t *sizes,
+                                   const int *tags, void **mhs, void **req) {
   *req = NULL;
   if (c->error) return c->error;
   int slot = (int)(c->seq % RN_IB_SLOTS);
@@ -765,9 +819,8 @@ ncclResult_t rn_ib_irecv(void *rcomm, int n, void **data, const size_t *sizes, c
   return ncclSuccess;
 }
 
-ncclResult_t rn_ib_iflush(void *rcomm, int n, void **data, const int *sizes, void **mhs,
-                          void **req) {
-  struct rn_ib_comm *c = rcomm;
+static ncclResult_t rn_ib_iflush_in(struct rn_ib_comm *c, int n, void **data, const int *sizes,
+                                    void **mhs, void **req) {
   *req = NULL;
   if (c->error) return c->error;
   int last = -1;
@@ -856,8 +909,7 @@ static ncclResult_t rn_ib_recv_sizes(struct rn_ib_comm *c, struct rn_ib_req *r, 
   return res;
 }
 
-ncclResult_t rn_ib_test(void *req, int *done, size_t *sizes, int *nsizes) {
-  struct rn_ib_req *r = req;
+static ncclResult_t rn_ib_test_in(struct rn_ib_req *r, int *done, size_t *sizes, int *nsizes) {
   struct rn_ib_comm *c = r->comm;
   *done = 0;
   ncclResult_t res = c->error;
@@ -895,5 +947,45 @@ ncclResult_t rn_ib_test(void *req, int *done, size_t *sizes, int *nsizes) {
   }
   rn_ib_req_end(r);
   *done = 1;
+  return res;
+}
+
+/* --- the entry points ----------------------------------------------------- */
+
+ncclResult_t rn_ib_isend(void *scomm, void *data, size_t size, int tag, void *mhp, void **req) {
+  struct rn_ib_comm *c = scomm;
+  rn_ib_enter(c);
+  ncclResult_t res = rn_ib_isend_in(c, data, size, tag, mhp, req);
+  rn_ib_leave(c);
+  if (res == ncclSuccess && *req == NULL) rn_ib_idle_call();
+  return res;
+}
+
+ncclResult_t rn_ib_irecv(void *rcomm, int n, void **data, const size_t *sizes, const int *tags,
+                         void **mhs, void **req) {
+  struct rn_ib_comm *c = rcomm;
+  rn_ib_enter(c);
+  ncclResult_t res = rn_ib_irecv_in(c, n, data, sizes, tags, mhs, req);
+  rn_ib_leave(c);
+  if (res == ncclSuccess && *req == NULL) rn_ib_idle_call();
+  return res;
+}
+
+ncclResult_t rn_ib_iflush(void *rcomm, int n, void **data, const int *sizes, void **mhs,
+                          void **req) {
+  struct rn_ib_comm *c = rcomm;
+  rn_ib_enter(c);
+  ncclResult_t res = rn_ib_iflush_in(c, n, data, sizes, mhs, req);
+  rn_ib_leave(c);
+  return res;
+}
+
+ncclResult_t rn_ib_test(void *req, int *done, size_t *sizes, int *nsizes) {
+  struct rn_ib_req *r = req;
+  struct rn_ib_comm *c = r->comm;
+  rn_ib_enter(c);
+  ncclResult_t res = rn_ib_test_in(r, done, sizes, nsizes);
+  rn_ib_leave(c);
+  if (res == ncclSuccess && !*done) rn_ib_idle_call();
   return res;
 }

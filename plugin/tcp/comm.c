@@ -55,14 +55,6 @@ void rn_tcp_comm_flush_deferred(void) {
   pthread_mutex_unlock(&rn_tcp_deferred.lock);
 }
 
-/* One caller of many wins the turn of a sweep that is due (time now,
- * *next the earliest next turn) and moves *next `every` ms on; 0 for the
- * others, and before it is due. */
-static int rn_tcp_sweep_due(_Atomic int64_t *next_ms, int64_t now, int64_t every) {
-  int64_t next = atomic_load_explicit(next_ms, memory_order_relaxed);
-  return now >= next && atomic_compare_exchange_strong(next_ms, &next, now + every);
-}
-
 /* Comms with requests outstanding (p2p.c), each at most once; a comm
  * leaves when a sweep finds it with none, or when freed (which waits out a
  * sweep visiting it). */
@@ -74,7 +66,7 @@ void rn_tcp_comm_waiting(struct rn_tcp_comm *c) {
 }
 
 void rn_tcp_comm_sweep_waiting(void) {
-  if (!rn_tcp_sweep_due(&rn_tcp_next_wait_sweep_ms, rn_clock_ms(), RN_TCP_WAIT_SWEEP_MS)) return;
+  if (!rn_clock_turn(&rn_tcp_next_wait_sweep_ms, rn_clock_ms(), RN_TCP_WAIT_SWEEP_MS)) return;
   pthread_mutex_lock(&rn_tcp_waiting.lock);
   struct rn_list *node = rn_tcp_waiting.head.next, *nx;
   for (; node != &rn_tcp_waiting.head; node = nx) {
@@ -116,7 +108,7 @@ void rn_tcp_comm_streamy(struct rn_tcp_comm *c) {
 void rn_tcp_comm_sweep_idle(void) {
   const int64_t idle = rn_params()->socket_idle_ms, now = rn_clock_ms();
   const int64_t every = idle == 0 ? 2500 : idle / 4 > 100 ? idle / 4 : 100;
-  if (!rn_tcp_sweep_due(&rn_tcp_next_sweep_ms, now, every)) return;
+  if (!rn_clock_turn(&rn_tcp_next_sweep_ms, now, every)) return;
   rn_tcp_pool_sweep();
   if (idle == 0) return;
   pthread_mutex_lock(&rn_tcp_streamy.lock);

@@ -559,6 +559,78 @@ static int bidir_rounds(struct rn_peer *p, int rounds, int nmsg) {
 
 static int case_bidir(struct rn_peer *p) { return bidir_rounds(p, 1, 64); }
 
+/* Both processes post eight receives, then eight sends, then test only
+ * their sends until all are done, and only then the receives (MPI-style
+ * code: Irecv x8, Isend x8, Waitall on the sends first).  A send may need
+ * what only the peer's receive comm sends (a clear-to-send, a FIFO
+ * slot), while the peer's caller tests its send comm alone: a transport
+ * that moves a receive comm's announcements only in that comm's own calls
+ * waits for ever here.  Sizes cross the transports' thresholds; every
+ * byte is checked; the bound turns a hang into a failure. */
+static int case_sends_first(struct rn_peer *p) {
+  static const size_t sz[] = {1, 4096, 65537, 524288, 8, 131072, 1048576, 3};
+  enum { N = sizeof sz / sizeof sz[0] };
+  size_t off[N + 1] = {0};
+  for (int i = 0; i < N; i++) off[i + 1] = off[i] + sz[i];
+  char *sbuf = malloc(off[N]), *rbuf = calloc(1, off[N]);
+  void *lc = NULL, *sc = NULL, *rc = NULL, *smh = NULL, *rmh = NULL, *sreq[N] = {0}, *rreq[N] = {0};
+  int ret = -1;
+  if (sbuf == NULL || rbuf == NULL) {
+    peer_fail(p, "out of memory");
+    goto out;
+  }
+  for (int i = 0; i < N; i++)
+    pattern_fill(sbuf + off[i], sz[i], pattern_key(p->seed, (uint64_t)(2 * i + p->role), sz[i]));
+  if (peer_both_ways(p, &lc, &sc, &rc, 30) != 0) goto out;
+  if (peer_check(p, rn_net_regmr(&p->net, sc, sbuf, off[N], NCCL_PTR_HOST, &smh), "regMr") ||
+      peer_check(p, rn_net_regmr(&p->net, rc, rbuf, off[N], NCCL_PTR_HOST, &rmh), "regMr"))
+    goto out;
+  double end = rn_deadline(30);
+  for (int i = 0; i < N; i++) {
+    void *d = rbuf + off[i];
+    size_t n = sz[i];
+    int tag = 7;
+    while (rreq[i] == NULL && now_s() < end)
+      if (peer_check(p, rn_net_irecv(&p->net, rc, 1, &d, &n, &tag, &rmh, &rreq[i]), "irecv"))
+        goto out;
+    if (rreq[i] == NULL) {
+      peer_fail(p, "receive %d not posted after 30 s", i);
+      goto out;
+    }
+  }
+  /* isend may say "later" until the peer's receive comm announced the
+   * receive; the peer is in this same loop, calling only its send comm. */
+  for (int i = 0; i < N; i++) {
+    while (sreq[i] == NULL && now_s() < end)
+      if (peer_check(p, rn_net_isend(&p->net, sc, sbuf + off[i], sz[i], 7, smh, &sreq[i]),
+                     "isend"))
+        goto out;
+    if (sreq[i] == NULL) {
+      peer_fail(p, "send %d of %zu B not posted after 30 s, testing only the send comm", i, sz[i]);
+      goto out;
+    }
+  }
+  for (int i = 0; i < N; i++)
+    if (peer_check(p, peer_wait(p, sreq[i], NULL, 30), "test (sends, before any receive)"))
+      goto out;
+  for (int i = 0; i < N; i++) {
+    int got = -1;
+    if (peer_check(p, peer_wait(p, rreq[i], &got, 30), "test (receives, after the sends)"))
+      goto out;
+    uint64_t key = pattern_key(p->seed, (uint64_t)(2 * i + 1 - p->role), sz[i]);
+    if (got != (int)sz[i] || pattern_check(rbuf + off[i], sz[i], key) != (size_t)-1) {
+      peer_fail(p, "receive %d: %d bytes of %zu, or wrong bytes", i, got, sz[i]);
+      goto out;
+    }
+  }
+  ret = peer_sync(p, 30);
+out:
+  peer_both_ways_close(p, lc, sc, rc, smh, rmh);
+  free(sbuf);
+  free(rbuf);
+  return ret;
+}
+
 /* A listen comm serves more than one accept, and a handle more than one
  * connect (other plugins' test suites check this; NCCL may keep a listen
  * comm for a peer's later connections). */
@@ -1138,6 +1210,8 @@ static const struct tcase cases[] = {
     {"connect first polled 1.5 s after the receiver started accepting", stream_case, stream_case,
      &c_lateconn, 60, 8, 0, 1},
     {"both processes send and receive at once", case_bidir, case_bidir, NULL, 90, 8, 0, 1},
+    {"eight receives and eight sends posted, the sends tested first (MPI-style wait order)",
+     case_sends_first, case_sends_first, NULL, 90, 8, 0, 1},
     {"one listen comm and handle per side serve five connect/accept rounds in turn",
      case_reuse_listen, case_reuse_listen, NULL, 120, 8, 0, 1},
     {"repeated and overlapping regMr, deregMr in another order", case_regmr, case_regmr, NULL, 60,
