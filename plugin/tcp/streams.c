@@ -299,25 +299,33 @@ static void rn_tcp_stream_recv_end(struct rn_tcp_comm *c, struct rn_tcp_stream *
   rn_tcp_rails_stream_ended(c, s);
 }
 
-/* Read chunks into their receive buffers.  Returns 0 when the socket is
- * drained, -1 on error or EOF. */
+/* Read chunks into their receive buffers.  The rest of a payload is read
+ * with whatever the socket holds of the next chunk's header, into a
+ * buffer of our own (where the next payload goes is known only once its
+ * header is checked), so a stream of chunks costs one read per chunk, not
+ * two.  Returns 0 when the socket is drained, -1 on error or EOF. */
 static int rn_tcp_stream_recv(struct rn_tcp_comm *c, struct rn_tcp_stream *s, size_t budget) {
   const size_t hl = sizeof(s->rx_hdr);
+  struct rn_tcp_chunk next;
   for (size_t moved = 0; moved < budget;) {
-    char *dst;
+    struct iovec iov[2];
     size_t want;
+    int niov = 1;
     if (s->off < hl) {
-      dst = (char *)&s->rx_hdr + s->off;
       want = hl - s->off;
-    } else if (s->rx_discard) {
-      dst = c->scratch;
-      want = s->rx_hdr.p.plen - (s->off - hl);
-      if (want > RN_TCP_SCRATCH) want = RN_TCP_SCRATCH;
+      iov[0] = (struct iovec){(char *)&s->rx_hdr + s->off, want};
     } else {
-      dst = s->rx_dst + (s->off - hl);
       want = s->rx_hdr.p.plen - (s->off - hl);
+      if (s->rx_discard && want > RN_TCP_SCRATCH) {
+        want = RN_TCP_SCRATCH;
+      } else {
+        iov[1] = (struct iovec){&next, hl};
+        niov = 2;
+      }
+      iov[0] = (struct iovec){s->rx_discard ? c->scratch : s->rx_dst + (s->off - hl), want};
     }
-    ssize_t k = recv(s->fd, dst, want, MSG_DONTWAIT);
+    struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)niov};
+    ssize_t k = recvmsg(s->fd, &m, MSG_DONTWAIT);
     if (k < 0 && errno == EINTR) continue;
     if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
     if (atomic_load(&c->stop)) return -1;
@@ -331,14 +339,26 @@ static int rn_tcp_stream_recv(struct rn_tcp_comm *c, struct rn_tcp_stream *s, si
       rn_tcp_stream_recv_end(c, s, s->off != 0, "closed in the middle of a chunk");
       return -1;
     }
-    s->off += (size_t)k;
     moved += (size_t)k;
+    size_t ahead = (size_t)k > want ? (size_t)k - want : 0;
+    s->off += (size_t)k - ahead;
     if (s->off == hl && rn_tcp_chunk_begin(c, s) != ncclSuccess) {
       s->rx_req = NULL;
       atomic_store(&s->dead, 1);
       return -1;
     }
-    if (s->off >= hl && s->off == hl + s->rx_hdr.p.plen) rn_tcp_chunk_end(c, s);
+    if (s->off >= hl && s->off == hl + s->rx_hdr.p.plen) {
+      rn_tcp_chunk_end(c, s); /* s->off = 0 */
+      if (ahead > 0) {
+        memcpy(&s->rx_hdr, &next, ahead);
+        s->off = ahead;
+        if (s->off == hl && rn_tcp_chunk_begin(c, s) != ncclSuccess) {
+          s->rx_req = NULL;
+          atomic_store(&s->dead, 1);
+          return -1;
+        }
+      }
+    }
   }
   return 0;
 }
