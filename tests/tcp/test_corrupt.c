@@ -32,7 +32,9 @@
  * reporting it on later calls.  Never a crash (the SAN build runs it under
  * ASan+UBSan, each receive buffer its own allocation), a hang (bounded by
  * RN_CORRUPT_BOUND_S x rn_timeout_scale(), default 5 s), or a receive
- * reported complete with wrong data.
+ * reported complete with wrong data.  Trials with no attack pass every
+ * connection's bytes on in small pieces of random size: each must end
+ * delivered.
  *
  * Trials run in forked batches, so a crash names its trial.  A summary of
  * outcomes by class goes out as TAP notes.
@@ -64,7 +66,7 @@
 #include "../../plugin/tcp/wire.h"
 
 /* ---- what a trial does ------------------------------------------------- */
-enum trial_kind { T_FIELD, T_FLIP, T_BIT, T_STALL, T_DROP, T_DUP, T_SWAP };
+enum trial_kind { T_FIELD, T_FLIP, T_BIT, T_STALL, T_DROP, T_DUP, T_SWAP, T_DRIBBLE };
 enum trial_mode { M_RAW, M_SEMANTIC };
 enum value_kind { V_ZERO, V_ONE, V_MAX, V_MAX1, V_HIGH, V_PLUS1, V_MINUS1, NVALUES };
 static const char *const value_name[] = {"0", "1", "max", "max-1", "2^(w-1)", "+1", "-1"};
@@ -181,8 +183,8 @@ struct trial {
   int occurrence;
   int field;             /* T_FIELD, and T_FLIP in semantic mode */
   enum value_kind value; /* T_FIELD */
-  int bit;               /* T_BIT: the flags bit toggled */
-  uint64_t flip_seed;    /* T_FLIP */
+  int bit;               /* T_BIT: the flags bit toggled; T_DRIBBLE: the largest piece */
+  uint64_t flip_seed;    /* T_FLIP; T_DRIBBLE: the piece sizes' seed */
   int no_ack;            /* run with RAILNET_RAIL_ACK=0 (a one-rail comm's default) */
 };
 
@@ -276,6 +278,19 @@ static void build_trials(uint64_t seed, int nflips_raw, int nflips_semantic) {
                                    .no_ack = a});
         }
   }
+  /* No attack: every connection's bytes passed on in pieces of 1..max
+   * bytes, so headers and payloads reach each reader cut at every offset
+   * (a chunk's payload read together with part of the next header among
+   * them).  These must all deliver. */
+  static const int max_piece[] = {1, 2, 5, 13, 55, 57};
+  for (int m = 0; m < (int)(sizeof max_piece / sizeof max_piece[0]); m++)
+    for (int k = 0; k < 2; k++)
+      add_trial((struct trial){.kind = T_DRIBBLE,
+                               .mode = M_RAW,
+                               .type = RN_TCP_MSG_CHUNK,
+                               .field = -1,
+                               .bit = max_piece[m],
+                               .flip_seed = seed * 31 + (uint64_t)(2 * m + k) + 1});
   uint64_t s = seed;
   for (int i = 0; i < nflips_raw + nflips_semantic; i++) {
     uint8_t type = (uint8_t)(1 + rng_next(&s) % 4);
@@ -311,6 +326,9 @@ static void describe(const struct trial *t, char *buf, size_t len) {
              : t->kind == T_DUP ? "passed twice"
                                 : "passed after the next one",
              t->no_ack ? ", sends not acknowledged" : "");
+  else if (t->kind == T_DRIBBLE)
+    snprintf(buf, len, "no attack: every byte passed in pieces of 1..%d bytes (seed %llu)", t->bit,
+             (unsigned long long)t->flip_seed);
   else if (t->kind == T_BIT)
     snprintf(buf, len, "%s #%d field %s bit %d toggled, %s", type_name(t->type), t->occurrence,
              fields[t->field].name, t->bit,
@@ -455,6 +473,7 @@ struct proxy {
   int seen[256]; /* headers of each type forwarded so far, by type */
   struct mutation_result res;
   int broken;
+  uint64_t piece_rng; /* T_DRIBBLE */
 };
 
 static int set_nonblock(int fd) {
@@ -552,7 +571,8 @@ static void pdir_feed(struct proxy *px, struct pconn *pc, int dir, const uint8_t
       memcpy(&p, d->hdr, sizeof p);
       if (d->hgot < sizeof p || d->hgot < p.hlen) continue;
       /* A whole header: the trial's target? */
-      if (p.type == px->t->type && px->seen[p.type]++ == px->t->occurrence) {
+      if (p.type == px->t->type && px->seen[p.type]++ == px->t->occurrence &&
+          px->t->kind != T_DRIBBLE) {
         if (px->t->kind == T_STALL) {
           /* Half the header, then nothing, the connection left open. */
           pdir_emit(d, d->hdr, p.hlen / 2);
@@ -629,7 +649,13 @@ static void proxy_pump(struct proxy *px) {
     for (int dir = 0; dir < 2; dir++) {
       struct pdir *d = &pc->d[dir];
       if (d->olen > 0) {
-        ssize_t w = send(d->dst, d->out, d->olen, MSG_DONTWAIT | MSG_NOSIGNAL);
+        size_t n = d->olen;
+        if (px->t->kind == T_DRIBBLE) {
+          size_t piece = 1 + (size_t)(rng_next(&px->piece_rng) % (uint64_t)px->t->bit);
+          if (n > piece) n = piece;
+          px->res.applied = 1;
+        }
+        ssize_t w = send(d->dst, d->out, n, MSG_DONTWAIT | MSG_NOSIGNAL);
         if (w > 0) {
           memmove(d->out, d->out + w, d->olen - (size_t)w);
           d->olen -= (size_t)w;
@@ -681,6 +707,7 @@ static void proxy_reset(struct proxy *px, const struct trial *t) {
   memset(&px->res, 0, sizeof px->res);
   px->t = t;
   px->broken = 0;
+  px->piece_rng = t->flip_seed;
 }
 
 /* The handle the sender connects with: every address the proxy's. */
@@ -861,6 +888,7 @@ enum outcome {
   O_UNCHANGED,   /* the rewrite wrote the value that was there */
   O_NOT_REACHED, /* the workload never sent that message */
   O_FAIL_HANG,
+  O_FAIL_HONEST, /* no attack (T_DRIBBLE), yet a side failed */
   O_FAIL_CORRUPT,
   O_FAIL_NOT_STICKY,
   O_FAIL_SILENT, /* the peer failed, the attacked side never reported it */
@@ -875,6 +903,7 @@ static const char *const outcome_name[] = {
     "no-op (value unchanged)",
     "target not reached",
     "FAIL: hang",
+    "FAIL: an honest peer's bytes in pieces failed",
     "FAIL: wrong data reported as success",
     "FAIL: error not sticky",
     "FAIL: attacked side never saw the error",
@@ -1031,6 +1060,9 @@ static int run_trial(struct rn_peer *p, void *lcomm, const struct rn_handle *via
     snprintf(rec->detail, sizeof rec->detail,
              "after %.1f s: %d of %d sends done, %d of %d groups posted, target %s", bound,
              x.next_send, NSENDS, x.posted, NGROUPS, px->res.applied ? "rewritten" : "not seen");
+  if (t->kind == T_DRIBBLE && rec->outcome < O_FAIL_HANG && rec->outcome != O_DELIVERED)
+    rec->outcome = O_FAIL_HONEST, snprintf(rec->detail, sizeof rec->detail, "sender %s, receiver %s",
+                                           rn_result_str(x.tx.err), rn_result_str(x.rx.err));
   if (rec->outcome == O_DELIVERED && px->res.crc_only)
     rec->outcome = O_FAIL_CORRUPT,
     snprintf(rec->detail, sizeof rec->detail, "a stale checksum went unnoticed");
