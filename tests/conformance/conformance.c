@@ -1163,7 +1163,7 @@ static const struct scfg c_many = {.nmsg = 4, .maxrand = 256 * KB, .window = 2, 
 static const struct scfg c_64c = {.nmsg = 2, .maxrand = 64 * KB, .window = 2, .ncomms = 64};
 /* Each size on either side of where a transport changes how it moves a
  * message: verbs inline sends, the page, TCP's eager/inline limit (64 KiB),
- * its smallest chunk and chunk grid (64 and 512 KiB), the 4 MiB that goes
+ * its smallest chunk and chunk grid (128 and 512 KiB), the 4 MiB that goes
  * inline while data streams open. */
 static const size_t edge_sizes[] = {
     1,          2,          63,          64,          65,          255,        256,
