@@ -79,6 +79,7 @@ ncclResult_t rn_tcp_lazy_want(struct rn_tcp_comm *c, size_t size) {
   c->msg_out++;
   z->state = RN_TCP_STREAMS_ASKED;
   z->since_ms = rn_clock_ms();
+  z->u.tx.open_inline = 0;
   RN_INFO(NCCL_NET,
           "send comm to %s (dev %d): opening its data streams for a message of %zu bytes "
           "(above RAILNET_SOCKET_INLINE, %zu)",

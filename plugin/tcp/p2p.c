@@ -77,13 +77,19 @@ static ncclResult_t rn_tcp_isend_matched(struct rn_tcp_comm *c, void *data, size
    * at most RN_TCP_OPEN_INLINE goes inline, now, needing of the receiver
    * no more than a streamed one did (it fits the sockets' buffers); a
    * larger one is announced at once and its chunks follow once the
-   * streams are there.  Either way the send has its request at once. */
+   * streams are there.  Either way the send has its request at once.  On
+   * a device of several rails only the first goes inline: the control
+   * connection is one rail, and a window of them sent there would keep
+   * the others idle until it drained (on four rails of 150 Mbit/s, the
+   * first 0.5 s); the rest wait the streams' round trip and are striped. */
   int later = !inline_send && c->lazy.state != RN_TCP_STREAMS_UP;
   if (later) RN_CHECK(rn_tcp_lazy_want(c, size));
-  if (later && size <= RN_TCP_OPEN_INLINE) {
+  const int striped = c->lazy.u.tx.nlocals - c->lazy.u.tx.local_standby > 1;
+  if (later && size <= RN_TCP_OPEN_INLINE && !(striped && c->lazy.u.tx.open_inline > 0)) {
     later = 0;
     inline_send = 1;
     c->lazy.inline_bytes += size;
+    c->lazy.u.tx.open_inline++;
   }
   struct rn_tcp_req *r = rn_tcp_req_alloc(c, 0);
   if (r == NULL) return ncclSuccess;

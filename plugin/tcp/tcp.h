@@ -369,6 +369,7 @@ struct rn_tcp_lazy {
       uint64_t nonce;
       struct rn_rdv_dial *dial;
       int64_t retry_ms;
+      int open_inline; /* messages sent inline since the streams were asked for */
     } tx;
     struct {                               /* recv */
       union rn_sockaddr lis[RN_MAX_RAILS]; /* where the listen comm listened, its standby last */
