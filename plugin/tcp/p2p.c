@@ -84,7 +84,7 @@ static ncclResult_t rn_tcp_isend_matched(struct rn_tcp_comm *c, void *data, size
    * first 0.5 s); the rest wait the streams' round trip and are striped. */
   int later = !inline_send && c->lazy.state != RN_TCP_STREAMS_UP;
   if (later) RN_CHECK(rn_tcp_lazy_want(c, size));
-  const int striped = c->lazy.u.tx.nlocals - c->lazy.u.tx.local_standby > 1;
+  const int striped = c->lazy.u.tx.nlocals > 1; /* its rails, the standby not counted */
   if (later && size <= RN_TCP_OPEN_INLINE && !(striped && c->lazy.u.tx.open_inline > 0)) {
     later = 0;
     inline_send = 1;

@@ -364,7 +364,7 @@ struct rn_tcp_lazy {
   union {
     struct {                                  /* send */
       union rn_sockaddr locals[RN_MAX_RAILS]; /* the device's rails, its standby last */
-      int nlocals, local_standby;
+      int nlocals, local_standby; /* nlocals: its rails; the standby, if any, at [nlocals] */
       struct rn_tcp_plan plan; /* from STREAMS */
       uint64_t nonce;
       struct rn_rdv_dial *dial;

@@ -258,7 +258,14 @@ static void child_main(enum rn_role role, rn_peer_fn fn, struct rn_pair_opts *o,
   }
   rc = fn(&p);
   if (rc != 0 && rc != RN_EXIT_SKIP) rc = 1;
-  if (rc == 1) diag("%s: %s", role_name(role), p.why[0] ? p.why : "failed");
+  if (rc == 1) {
+    /* the plugin's first WARN says why, where the failed call only says
+     * what (a flaky failure in CI leaves nothing else behind) */
+    char w[320] = "";
+    if (rn_log_warns() != 0) rn_log_first_warn("", w, sizeof w);
+    diag("%s: %s%s%s", role_name(role), p.why[0] ? p.why : "failed", w[0] ? "; first WARN: " : "",
+         w);
+  }
   if (rc == RN_EXIT_SKIP && p.why[0]) note("%s: %s", role_name(role), p.why);
   if (p.net.inited) {
     ncclResult_t r = rn_net_finalize(&p.net);
