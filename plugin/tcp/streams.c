@@ -299,6 +299,15 @@ static void rn_tcp_stream_recv_end(struct rn_tcp_comm *c, struct rn_tcp_stream *
   rn_tcp_rails_stream_ended(c, s);
 }
 
+/* A chunk header has all arrived: check and claim it (rn_tcp_chunk_begin).
+ * Returns -1, the stream ended, when the peer broke the protocol. */
+static int rn_tcp_stream_header_in(struct rn_tcp_comm *c, struct rn_tcp_stream *s) {
+  if (rn_tcp_chunk_begin(c, s) == ncclSuccess) return 0;
+  s->rx_req = NULL;
+  atomic_store(&s->dead, 1);
+  return -1;
+}
+
 /* Read chunks into their receive buffers.  The rest of a payload is read
  * with whatever the socket holds of the next chunk's header, into a
  * buffer of our own (where the next payload goes is known only once its
@@ -342,21 +351,13 @@ static int rn_tcp_stream_recv(struct rn_tcp_comm *c, struct rn_tcp_stream *s, si
     moved += (size_t)k;
     size_t ahead = (size_t)k > want ? (size_t)k - want : 0;
     s->off += (size_t)k - ahead;
-    if (s->off == hl && rn_tcp_chunk_begin(c, s) != ncclSuccess) {
-      s->rx_req = NULL;
-      atomic_store(&s->dead, 1);
-      return -1;
-    }
+    if (s->off == hl && rn_tcp_stream_header_in(c, s) != 0) return -1;
     if (s->off >= hl && s->off == hl + s->rx_hdr.p.plen) {
       rn_tcp_chunk_end(c, s); /* s->off = 0 */
       if (ahead > 0) {
         memcpy(&s->rx_hdr, &next, ahead);
         s->off = ahead;
-        if (s->off == hl && rn_tcp_chunk_begin(c, s) != ncclSuccess) {
-          s->rx_req = NULL;
-          atomic_store(&s->dead, 1);
-          return -1;
-        }
+        if (s->off == hl && rn_tcp_stream_header_in(c, s) != 0) return -1;
       }
     }
   }
