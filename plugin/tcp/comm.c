@@ -26,6 +26,14 @@ static struct rn_shared_list rn_tcp_live = RN_SHARED_LIST_INIT(rn_tcp_live);
 static struct rn_shared_list rn_tcp_deferred = RN_SHARED_LIST_INIT(rn_tcp_deferred);
 static atomic_int rn_tcp_any_deferred;
 
+/* Send comms of a latency-critical traffic class (RAILNET_TRAFFIC_CLASS_URGENT
+ * and up) open in this process, and when one was last called: while one
+ * was called within RN_TCP_URGENT_RECENT_MS, the others yield
+ * (rn_tcp_drive_streams).  One that is open but idle costs nothing. */
+static atomic_int rn_tcp_urgent;
+static _Atomic int64_t rn_tcp_urgent_ms;
+#define RN_TCP_URGENT_RECENT_MS 100 /* the 100 ms RAILNET_TRAFFIC_CLASS_URGENT names */
+
 /* Send the clear-to-sends that receives deferred.  Called every
  * RN_TCP_CTS_POLLS incomplete tests of a thread, without the caller's comm
  * lock (a deferred one also leaves with progress on its own comm: a batch,
@@ -244,6 +252,7 @@ static void rn_tcp_comm_cache_drain(void) {
 #endif
 
 void rn_tcp_comm_free(struct rn_tcp_comm *c) {
+  if (c->urgent) atomic_fetch_sub(&rn_tcp_urgent, 1);
   rn_shared_list_del(&rn_tcp_deferred, &c->deferred); /* waits out a flush visiting it */
   rn_shared_list_del(&rn_tcp_live, &c->open);
   rn_shared_list_del(&rn_tcp_streamy, &c->streamy); /* waits out a sweep visiting it */
@@ -481,6 +490,16 @@ static int rn_tcp_sock_set_class(int fd, const union rn_sockaddr *local, int tc,
   return setsockopt(fd, SOL_SOCKET, SO_PRIORITY, &prio, sizeof(prio));
 }
 
+void rn_tcp_urgent_called(void) {
+  atomic_store_explicit(&rn_tcp_urgent_ms, rn_clock_ms(), memory_order_relaxed);
+}
+
+int rn_tcp_yields(const struct rn_tcp_comm *c) {
+  return !c->urgent && atomic_load_explicit(&rn_tcp_urgent, memory_order_relaxed) > 0 &&
+         rn_clock_ms() - atomic_load_explicit(&rn_tcp_urgent_ms, memory_order_relaxed) <
+             RN_TCP_URGENT_RECENT_MS;
+}
+
 ncclResult_t rn_tcp_comm_set_class(struct rn_tcp_comm *c, int tc, int streams_only) {
   int prio = (int)rn_params()->socket_priority;
   if (prio < 0) prio = tc >> 5;
@@ -496,9 +515,17 @@ ncclResult_t rn_tcp_comm_set_class(struct rn_tcp_comm *c, int tc, int streams_on
       return errno == EPERM || errno == EACCES ? ncclInvalidUsage : ncclSystemError;
     }
   }
-  if (!streams_only)
-    RN_INFO(NCCL_NET, "send comm to %s: traffic class %d (DSCP %d), SO_PRIORITY %d on %d sockets",
-            c->peer, tc, tc >> 2, prio, c->nstreams + 1);
+  if (streams_only) return ncclSuccess;
+  const int urgent = (int)rn_params()->traffic_class_urgent;
+  if (!c->urgent && urgent >= 0 && tc >= urgent) {
+    c->urgent = 1;
+    atomic_fetch_add(&rn_tcp_urgent, 1);
+  }
+  RN_INFO(NCCL_NET, "send comm to %s: traffic class %d (DSCP %d), SO_PRIORITY %d on %d sockets%s",
+          c->peer, tc, tc >> 2, prio, c->nstreams + 1,
+          c->urgent ? "; latency-critical (RAILNET_TRAFFIC_CLASS_URGENT): for 100 ms after each "
+                      "of its calls, this process's other comms move at most one chunk per call"
+                    : "");
   return ncclSuccess;
 }
 

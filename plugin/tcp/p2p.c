@@ -193,6 +193,7 @@ ncclResult_t rn_tcp_isend(void *scomm, void *data, size_t size, int tag, void *m
   (void)mh;
   struct rn_tcp_comm *c = scomm;
   ncclResult_t res = ncclSuccess;
+  if (c->urgent) rn_tcp_urgent_called();
   RN_CHECK(rn_tcp_comm_lock(c, "isend"));
   if (atomic_load(&c->peer_closed)) {
     /* No group can be posted any more: this send can never match. */
@@ -331,6 +332,7 @@ ncclResult_t rn_tcp_test(void *request, int *done, size_t *sizes, int *nsizes) {
   struct rn_tcp_comm *c = r->comm;
   ncclResult_t res = ncclSuccess;
   *done = 0;
+  if (c->urgent) rn_tcp_urgent_called();
   RN_CHECK(rn_tcp_comm_lock(c, "test"));
   if (r->state != RN_TCP_REQ_ACTIVE) {
     RN_WARN("test on a request that is not active");

@@ -39,12 +39,12 @@ static int rn_tcp_stream_broke(struct rn_tcp_comm *c, struct rn_tcp_stream *s, c
   return -1;
 }
 
-/* Write as much as the socket takes, up to about budget bytes; chunks
- * whose send was acknowledged meanwhile (a copy landed over another rail)
- * are dropped unwritten.  Returns 1 when the stream has more to send, 0
- * when idle, -1 on error. */
-static int rn_tcp_stream_send(struct rn_tcp_comm *c, struct rn_tcp_stream *s, size_t budget) {
-  size_t moved = 0;
+/* Write as much as the socket takes, until *moved (which counts what was
+ * written) reaches about budget bytes; chunks whose send was acknowledged
+ * meanwhile (a copy landed over another rail) are dropped unwritten.
+ * Returns 1 when the stream has more to send, 0 when idle, -1 on error. */
+static int rn_tcp_stream_send(struct rn_tcp_comm *c, struct rn_tcp_stream *s, size_t budget,
+                              size_t *moved) {
   for (;;) {
     pthread_mutex_lock(&s->queue_lock);
     if (atomic_load(&s->dead)) {
@@ -80,7 +80,7 @@ static int rn_tcp_stream_send(struct rn_tcp_comm *c, struct rn_tcp_stream *s, si
       ssize_t k = sendmsg(s->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (k > 0) {
         s->off += (size_t)k;
-        if ((moved += (size_t)k) >= budget && s->off < total) return 1;
+        if ((*moved += (size_t)k) >= budget && s->off < total) return 1;
         continue;
       }
       if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 1;
@@ -106,7 +106,7 @@ static int rn_tcp_stream_send(struct rn_tcp_comm *c, struct rn_tcp_stream *s, si
     s->off = 0;
     s->queue_head = (s->queue_head + 1) % RN_TCP_STREAM_QUEUE;
     pthread_mutex_unlock(&s->queue_lock);
-    if (moved >= budget) return 1;
+    if (*moved >= budget) return 1;
   }
 }
 
@@ -312,11 +312,13 @@ static int rn_tcp_stream_header_in(struct rn_tcp_comm *c, struct rn_tcp_stream *
  * with whatever the socket holds of the next chunk's header, into a
  * buffer of our own (where the next payload goes is known only once its
  * header is checked), so a stream of chunks costs one read per chunk, not
- * two.  Returns 0 when the socket is drained, -1 on error or EOF. */
-static int rn_tcp_stream_recv(struct rn_tcp_comm *c, struct rn_tcp_stream *s, size_t budget) {
+ * two; *moved counts what was read, up to about budget.  Returns 0 when
+ * the socket is drained (or the budget is used), -1 on error or EOF. */
+static int rn_tcp_stream_recv(struct rn_tcp_comm *c, struct rn_tcp_stream *s, size_t budget,
+                              size_t *moved) {
   const size_t hl = sizeof(s->rx_hdr);
   struct rn_tcp_chunk next;
-  for (size_t moved = 0; moved < budget;) {
+  while (*moved < budget) {
     struct iovec iov[2];
     size_t want;
     int niov = 1;
@@ -348,7 +350,7 @@ static int rn_tcp_stream_recv(struct rn_tcp_comm *c, struct rn_tcp_stream *s, si
       rn_tcp_stream_recv_end(c, s, s->off != 0, "closed in the middle of a chunk");
       return -1;
     }
-    moved += (size_t)k;
+    *moved += (size_t)k;
     size_t ahead = (size_t)k > want ? (size_t)k - want : 0;
     s->off += (size_t)k - ahead;
     if (s->off == hl && rn_tcp_stream_header_in(c, s) != 0) return -1;
@@ -364,18 +366,20 @@ static int rn_tcp_stream_recv(struct rn_tcp_comm *c, struct rn_tcp_stream *s, si
   return 0;
 }
 
-void rn_tcp_stream_step(struct rn_tcp_comm *c, struct rn_tcp_stream *s, short re, size_t budget) {
+size_t rn_tcp_stream_step(struct rn_tcp_comm *c, struct rn_tcp_stream *s, short re,
+                          size_t budget) {
   int rc = 0;
-  if (s->dead) return;
+  size_t moved = 0;
+  if (s->dead) return 0;
   if (c->is_recv && atomic_load(&s->retire)) {
     /* The sender gave it up: a chunk it was reading is sent again
      * elsewhere, and nothing it still holds may land any more. */
     shutdown(s->fd, SHUT_RDWR);
     rn_tcp_stream_recv_end(c, s, 1, "taken out by the sender");
-    return;
+    return 0;
   }
   if (c->is_recv) {
-    if (re & (POLLIN | POLLHUP | POLLERR)) rc = rn_tcp_stream_recv(c, s, budget);
+    if (re & (POLLIN | POLLHUP | POLLERR)) rc = rn_tcp_stream_recv(c, s, budget, &moved);
   } else if ((re & POLLIN) && !(re & POLLOUT)) {
     /* The receiver never writes on data streams: readable means EOF.
      * (Edge-triggered, both may come at once: the write then sees it.) */
@@ -390,23 +394,39 @@ void rn_tcp_stream_step(struct rn_tcp_comm *c, struct rn_tcp_stream *s, short re
     }
   } else {
     /* Writable, or new work may have been queued since poll() was armed. */
-    rc = rn_tcp_stream_send(c, s, budget);
+    rc = rn_tcp_stream_send(c, s, budget, &moved);
   }
   /* A stream that ended was marked dead where it ended, and from then on
    * belongs to the caller, which may give it a new connection (rails.c):
    * nothing here touches it after that. */
   if (rc < 0 && atomic_load(&c->stop)) atomic_store(&s->dead, 1);
+  return moved;
 }
 
 /* The caller moves at most this many bytes per stream per call, so a
  * proxy thread that also serves latency-critical comms (a communicator
  * split with shared resources) returns to them soon: their small messages
- * do not wait behind a socket buffer's worth of bulk chunks. */
+ * do not wait behind a socket buffer's worth of bulk chunks.  While a
+ * latency-critical send comm is open in the process (a traffic class of
+ * RAILNET_TRAFFIC_CLASS_URGENT or more), the others move that much over
+ * all their streams together (at least one system call's worth, a chunk),
+ * each call starting at the stream after the one the last call ended
+ * with; their throughput then gives way to its latency. */
 #define RN_TCP_DRIVE_BUDGET ((size_t)131072)
 
 void rn_tcp_drive_streams(struct rn_tcp_comm *c) {
+  const short re = c->is_recv ? POLLIN : POLLOUT;
+  if (c->nstreams > 0 && rn_tcp_yields(c)) {
+    size_t moved = 0;
+    for (int k = 0; k < c->nstreams && moved < RN_TCP_DRIVE_BUDGET; k++) {
+      int i = c->drive_next % c->nstreams;
+      c->drive_next = (i + 1) % c->nstreams;
+      moved += rn_tcp_stream_step(c, &c->stream[i], re, RN_TCP_DRIVE_BUDGET - moved);
+    }
+    return;
+  }
   for (int i = 0; i < c->nstreams; i++)
-    rn_tcp_stream_step(c, &c->stream[i], c->is_recv ? POLLIN : POLLOUT, RN_TCP_DRIVE_BUDGET);
+    rn_tcp_stream_step(c, &c->stream[i], re, RN_TCP_DRIVE_BUDGET);
 }
 
 uint32_t rn_tcp_chunk_grid(const struct rn_tcp_comm *c, size_t size) {

@@ -423,6 +423,8 @@ struct rn_tcp_comm {
   uint32_t bye_msg, bye_received;
   uint32_t pool_token;
   int tc;
+  int urgent;     /* a latency-critical send comm, counted in comm.c */
+  int drive_next; /* the stream rn_tcp_drive_streams starts at when it yields */
   /* Without helper threads the caller polls the data streams only while
    * they have work: chunks queued (send) or streamed messages announced
    * and not yet filled (recv). */
@@ -688,6 +690,10 @@ void rn_tcp_comm_free(struct rn_tcp_comm *c);
  * tc >> 5); one INFO.  streams_only: the data streams just opened, no
  * INFO.  A socket that refuses WARNs and fails. */
 ncclResult_t rn_tcp_comm_set_class(struct rn_tcp_comm *c, int tc, int streams_only);
+/* A latency-critical send comm (RAILNET_TRAFFIC_CLASS_URGENT) of this
+ * process was called lately and c is not one; such a comm's calls say so. */
+int rn_tcp_yields(const struct rn_tcp_comm *c);
+void rn_tcp_urgent_called(void);
 /* At fini: frees every comm still open, and the mappings kept for new
  * ones; returns how many comms. */
 int rn_tcp_comm_free_all(void);
@@ -775,8 +781,10 @@ void rn_tcp_drive_streams(struct rn_tcp_comm *c);
 /* Progress one stream after poll() or epoll said what it can do (re: poll
  * flags), or blindly (re = 0: a send stream writes what is queued),
  * moving at most about `budget` bytes (SIZE_MAX: as much as the socket
- * takes; the calling thread passes less, see rn_tcp_drive_streams). */
-void rn_tcp_stream_step(struct rn_tcp_comm *c, struct rn_tcp_stream *s, short re, size_t budget);
+ * takes; the calling thread passes less, see rn_tcp_drive_streams).
+ * Returns the bytes it moved. */
+size_t rn_tcp_stream_step(struct rn_tcp_comm *c, struct rn_tcp_stream *s, short re,
+                          size_t budget);
 /* The chunk grid for a streamed message of `size` bytes. */
 uint32_t rn_tcp_chunk_grid(const struct rn_tcp_comm *c, size_t size);
 int rn_tcp_enqueue(struct rn_tcp_comm *c, struct rn_tcp_req *r, const char *data, size_t size,

@@ -2,8 +2,12 @@
  * in init's config, v10 in connect's) or RAILNET_TRAFFIC_CLASS becomes the
  * IP TOS byte and SO_PRIORITY of every socket of the send comm, read back
  * here with getsockopt; default off; one INFO per comm; a class outside
- * 0..255 gets a WARN and ncclInvalidArgument.  Listen, connect and accept
- * run in this process, so its own descriptors are the comm's sockets. */
+ * 0..255 gets a WARN and ncclInvalidArgument.  A send comm of class
+ * RAILNET_TRAFFIC_CLASS_URGENT or more says in that INFO that it is
+ * latency-critical, and another comm moving data next to it (yielding:
+ * one chunk per call over its streams) delivers every byte.  Listen,
+ * connect and accept run in this process, so its own descriptors are the
+ * comm's sockets. */
 #include <dirent.h>
 #include <netinet/in.h>
 #include <stdarg.h>
@@ -17,6 +21,7 @@
 
 static int infos;  /* INFO lines naming a traffic class */
 static int warned; /* WARNs naming a traffic class */
+static int urgent; /* INFO lines naming a comm latency-critical */
 static void logger(ncclDebugLogLevel l, unsigned long f, const char *file, int line,
                    const char *fmt, ...) {
   (void)f, (void)file, (void)line;
@@ -28,6 +33,7 @@ static void logger(ncclDebugLogLevel l, unsigned long f, const char *file, int l
   if (strstr(msg, "traffic class") == NULL && strstr(msg, "TRAFFIC_CLASS") == NULL) return;
   if (l == NCCL_LOG_WARN) warned++;
   if (l == NCCL_LOG_INFO && strstr(msg, "traffic class") != NULL) infos++;
+  if (l == NCCL_LOG_INFO && strstr(msg, "latency-critical") != NULL) urgent++;
   note("%s %s", l == NCCL_LOG_WARN ? "WARN" : "INFO", msg);
 }
 
@@ -110,6 +116,35 @@ static int v11_case(struct rn_net *n, int tc, int tos, int prio) {
   return count;
 }
 
+/* Two v11 communicators side by side: one of class tc, one without a
+ * class.  Eight rounds of an 8-byte message over the first, each followed
+ * by 4 MiB over the second on 4 streams, every byte verified: while the
+ * first is latency-critical and was just called, the second moves one
+ * chunk per call.  1 when every call and every byte was right. */
+static int urgent_case(struct rn_net *n, int tc) {
+  static uint64_t id = 0x7e00;
+  ncclNetCommConfig_v11_t cfg = {tc}, none = {NCCL_NET_TRAFFIC_CLASS_UNDEF};
+  void *cu = NULL, *cb = NULL;
+  struct pair u = {0}, b = {0};
+  int ok = n->t.v11->init(&cu, ++id, &cfg, logger, NULL) == ncclSuccess &&
+           n->t.v11->init(&cb, ++id, &none, logger, NULL) == ncclSuccess;
+  n->ctx = cu;
+  ok = ok && connect_pair(n, tc, &u) == ncclSuccess;
+  n->ctx = cb;
+  ok = ok && connect_pair(n, NCCL_NET_TRAFFIC_CLASS_UNDEF, &b) == ncclSuccess;
+  for (int i = 0; i < 8 && ok; i++) {
+    ok = rn_net_pair_transfer(n, u.sc, u.rc, 8, 100 + i) == 0 &&
+         rn_net_pair_transfer(n, b.sc, b.rc, 4 << 20, 200 + i) == 0;
+    if (!ok) note("round %d: a transfer failed", i);
+  }
+  ok &= close_pair(n, &u);
+  ok &= close_pair(n, &b);
+  if (cu != NULL) ok &= n->t.v11->finalize(cu) == ncclSuccess;
+  if (cb != NULL) ok &= n->t.v11->finalize(cb) == ncclSuccess;
+  n->ctx = NULL;
+  return ok;
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   rn_default_env();
@@ -118,7 +153,7 @@ int main(void) {
   unsetenv("RAILNET_TRAFFIC_CLASS");
   unsetenv("RAILNET_TRAFFIC_CLASS_NCCL");
   unsetenv("RAILNET_SOCKET_PRIORITY");
-  tap_plan(10);
+  tap_plan(12);
   char err[256];
   struct rn_net n11 = {0}, n10 = {0};
   if (rn_net_open(&n11, 11, err, sizeof err) != 0 || rn_net_open(&n10, 10, err, sizeof err) != 0) {
@@ -171,6 +206,28 @@ int main(void) {
              "RAILNET_TRAFFIC_CLASS=999: a WARN (%d) and no class set (%d)", warned, k);
   unsetenv("RAILNET_TRAFFIC_CLASS");
 
+  /* Latency-critical comms (RAILNET_TRAFFIC_CLASS_URGENT, 128 by default):
+   * EF (184) is one; with the variable at -1 nothing is. */
+  setenv("RAILNET_TRAFFIC_CLASS_NCCL", "1", 1);
+  setenv("RAILNET_SOCKET_NSTREAMS", "4", 1);
+  setenv("RAILNET_SOCKET_NTHREADS", "0", 1);
+  urgent = warned = 0;
+  int ok = urgent_case(&n11, 184);
+  tap_result(ok && urgent == 1 && warned == 0,
+             "class 184: its INFO says latency-critical (%d), and 8 x 4 MiB over a comm "
+             "without a class next to it arrive verified",
+             urgent);
+  setenv("RAILNET_TRAFFIC_CLASS_URGENT", "-1", 1);
+  urgent = 0;
+  ok = urgent_case(&n11, 184);
+  tap_result(ok && urgent == 0 && warned == 0,
+             "RAILNET_TRAFFIC_CLASS_URGENT=-1: class 184 is not latency-critical (%d INFO), the "
+             "same transfers verified",
+             urgent);
+  unsetenv("RAILNET_TRAFFIC_CLASS_URGENT");
+  unsetenv("RAILNET_SOCKET_NTHREADS");
+  setenv("RAILNET_SOCKET_NSTREAMS", "2", 1);
+
   /* v10: the class travels in connect's config. */
   setenv("RAILNET_TRAFFIC_CLASS_NCCL", "1", 1);
   r = n10.t.v10->init(logger, NULL);
@@ -190,5 +247,6 @@ int main(void) {
              "v10 connect with class -5: ncclInvalidArgument (%d) and a WARN (%d)", (int)rc,
              warned);
   if (lc != NULL && rn_net_close_listen(&n10, lc) != ncclSuccess) diag("close_listen failed");
+
   return tap_failed() ? 1 : 0;
 }
