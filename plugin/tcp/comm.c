@@ -524,7 +524,8 @@ ncclResult_t rn_tcp_comm_set_class(struct rn_tcp_comm *c, int tc, int streams_on
   RN_INFO(NCCL_NET, "send comm to %s: traffic class %d (DSCP %d), SO_PRIORITY %d on %d sockets%s",
           c->peer, tc, tc >> 2, prio, c->nstreams + 1,
           c->urgent ? "; latency-critical (RAILNET_TRAFFIC_CLASS_URGENT): for 100 ms after each "
-                      "of its calls, this process's other comms move at most one chunk per call"
+                      "of its calls, this process's other comms move at most one chunk per call "
+                      "and yield the CPU after an incomplete test"
                     : "");
   return ncclSuccess;
 }

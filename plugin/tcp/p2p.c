@@ -356,8 +356,9 @@ ncclResult_t rn_tcp_test(void *request, int *done, size_t *sizes, int *nsizes) {
                       r->is_recv ? "receive" : "send");
     pthread_mutex_unlock(&c->lock);
     /* NCCL polls test() in a tight loop; on small hosts the helper threads
-     * need that core to move the data. */
-    if (res == ncclSuccess && c->nthreads > 0) sched_yield();
+     * need that core to move the data, and a latency-critical comm's
+     * thread (rn_tcp_yields) needs it to answer. */
+    if (res == ncclSuccess && (c->nthreads > 0 || rn_tcp_yields(c))) sched_yield();
     if (res == ncclSuccess) rn_tcp_idle_call();
     rn_tcp_any_call();
     return res;
