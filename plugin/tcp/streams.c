@@ -407,11 +407,12 @@ size_t rn_tcp_stream_step(struct rn_tcp_comm *c, struct rn_tcp_stream *s, short 
  * proxy thread that also serves latency-critical comms (a communicator
  * split with shared resources) returns to them soon: their small messages
  * do not wait behind a socket buffer's worth of bulk chunks.  While a
- * latency-critical send comm is open in the process (a traffic class of
- * RAILNET_TRAFFIC_CLASS_URGENT or more), the others move that much over
- * all their streams together (at least one system call's worth, a chunk),
- * each call starting at the stream after the one the last call ended
- * with; their throughput then gives way to its latency. */
+ * latency-critical send comm of the process (a traffic class of
+ * RAILNET_TRAFFIC_CLASS_URGENT or more) was called lately (rn_tcp_yields),
+ * the others move that much over all their streams together (at least one
+ * system call's worth, a chunk), each call starting at the stream after
+ * the one the last call ended with; their throughput then gives way to
+ * its latency. */
 #define RN_TCP_DRIVE_BUDGET ((size_t)131072)
 
 void rn_tcp_drive_streams(struct rn_tcp_comm *c) {
