@@ -32,7 +32,7 @@ static atomic_int rn_tcp_any_deferred;
  * (rn_tcp_drive_streams).  One that is open but idle costs nothing. */
 static atomic_int rn_tcp_urgent;
 static _Atomic int64_t rn_tcp_urgent_ms;
-#define RN_TCP_URGENT_RECENT_MS 100 /* the 100 ms RAILNET_TRAFFIC_CLASS_URGENT names */
+#define RN_TCP_URGENT_RECENT_MS 100 /* params.def's text for RAILNET_TRAFFIC_CLASS_URGENT says 100 ms */
 
 /* Send the clear-to-sends that receives deferred.  Called every
  * RN_TCP_CTS_POLLS incomplete tests of a thread, without the caller's comm
@@ -521,12 +521,16 @@ ncclResult_t rn_tcp_comm_set_class(struct rn_tcp_comm *c, int tc, int streams_on
     c->urgent = 1;
     atomic_fetch_add(&rn_tcp_urgent, 1);
   }
-  RN_INFO(NCCL_NET, "send comm to %s: traffic class %d (DSCP %d), SO_PRIORITY %d on %d sockets%s",
-          c->peer, tc, tc >> 2, prio, c->nstreams + 1,
-          c->urgent ? "; latency-critical (RAILNET_TRAFFIC_CLASS_URGENT): for 100 ms after each "
-                      "of its calls, this process's other comms move at most one chunk per call "
-                      "and yield the CPU after an incomplete test"
-                    : "");
+  if (c->urgent)
+    RN_INFO(NCCL_NET,
+            "send comm to %s: traffic class %d (DSCP %d), SO_PRIORITY %d on %d sockets; "
+            "latency-critical (RAILNET_TRAFFIC_CLASS_URGENT): for %d ms after each of its calls, "
+            "this process's other comms move at most one chunk per call and yield the CPU after "
+            "an incomplete test",
+            c->peer, tc, tc >> 2, prio, c->nstreams + 1, RN_TCP_URGENT_RECENT_MS);
+  else
+    RN_INFO(NCCL_NET, "send comm to %s: traffic class %d (DSCP %d), SO_PRIORITY %d on %d sockets",
+            c->peer, tc, tc >> 2, prio, c->nstreams + 1);
   return ncclSuccess;
 }
 
