@@ -491,7 +491,12 @@ static int rn_tcp_sock_set_class(int fd, const union rn_sockaddr *local, int tc,
 }
 
 void rn_tcp_urgent_called(void) {
-  atomic_store_explicit(&rn_tcp_urgent_ms, rn_clock_ms(), memory_order_relaxed);
+  /* Stored only when the millisecond changed: latency-critical comms
+   * called from several threads would otherwise pass this cache line
+   * between their cores on every call. */
+  const int64_t now = rn_clock_ms();
+  if (atomic_load_explicit(&rn_tcp_urgent_ms, memory_order_relaxed) != now)
+    atomic_store_explicit(&rn_tcp_urgent_ms, now, memory_order_relaxed);
 }
 
 int rn_tcp_yields(const struct rn_tcp_comm *c) {
