@@ -2,6 +2,7 @@
  * echoed under NCCL_ENV.  The table is include/railnet/params.def. */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,7 +11,10 @@
 
 static pthread_mutex_t rn_params_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct rn_params rn_params_val;
-static int rn_params_loaded;
+/* Set (release) once the values are parsed: from then on rn_params()
+ * takes no lock, so the data path's calls cost a load, not a mutex that
+ * every proxy thread would pass between its cores. */
+static atomic_int rn_params_loaded;
 
 static int64_t rn_param_int(const char *name, int64_t def, int64_t lo, int64_t hi) {
   char var[64];
@@ -56,13 +60,15 @@ static void rn_params_parse(void) {
 #include "railnet/params.def"
 #undef RN_PARAM_INT
 #undef RN_PARAM_STR
-  rn_params_loaded = 1;
+  atomic_store_explicit(&rn_params_loaded, 1, memory_order_release);
 }
 
 const struct rn_params *rn_params(void) {
-  pthread_mutex_lock(&rn_params_lock);
-  if (!rn_params_loaded) rn_params_parse();
-  pthread_mutex_unlock(&rn_params_lock);
+  if (!atomic_load_explicit(&rn_params_loaded, memory_order_acquire)) {
+    pthread_mutex_lock(&rn_params_lock);
+    if (!atomic_load_explicit(&rn_params_loaded, memory_order_relaxed)) rn_params_parse();
+    pthread_mutex_unlock(&rn_params_lock);
+  }
   return &rn_params_val;
 }
 

@@ -1,5 +1,6 @@
 /* Parsed knobs.  rn_params() parses the environment once (under a lock),
- * echoes every value under NCCL_ENV, and returns a read-only view. */
+ * echoes every value under NCCL_ENV, and returns a read-only view; once
+ * parsed it takes no lock (the data path calls it). */
 #ifndef RN_PARAM_H
 #define RN_PARAM_H
 
@@ -14,7 +15,8 @@ struct rn_params {
 };
 
 const struct rn_params *rn_params(void);
-/* Re-read the environment (tests and re-init after a full finalize). */
+/* Re-read the environment (tests and re-init after a full finalize): only
+ * while no other thread reads the values, which it rewrites in place. */
 void rn_params_reload(void);
 
 #endif
