@@ -526,16 +526,15 @@ ncclResult_t rn_tcp_comm_set_class(struct rn_tcp_comm *c, int tc, int streams_on
     c->urgent = 1;
     atomic_fetch_add(&rn_tcp_urgent, 1);
   }
+  char note[256] = "";
   if (c->urgent)
-    RN_INFO(NCCL_NET,
-            "send comm to %s: traffic class %d (DSCP %d), SO_PRIORITY %d on %d sockets; "
-            "latency-critical (RAILNET_TRAFFIC_CLASS_URGENT): for %d ms after each of its calls, "
-            "this process's other comms move at most one chunk per call and yield the CPU after "
-            "an incomplete test",
-            c->peer, tc, tc >> 2, prio, c->nstreams + 1, RN_TCP_URGENT_RECENT_MS);
-  else
-    RN_INFO(NCCL_NET, "send comm to %s: traffic class %d (DSCP %d), SO_PRIORITY %d on %d sockets",
-            c->peer, tc, tc >> 2, prio, c->nstreams + 1);
+    snprintf(note, sizeof(note),
+             "; latency-critical (RAILNET_TRAFFIC_CLASS_URGENT): for %d ms after each of its "
+             "calls, this process's other comms move at most one chunk per call and yield the "
+             "CPU after an incomplete test",
+             RN_TCP_URGENT_RECENT_MS);
+  RN_INFO(NCCL_NET, "send comm to %s: traffic class %d (DSCP %d), SO_PRIORITY %d on %d sockets%s",
+          c->peer, tc, tc >> 2, prio, c->nstreams + 1, note);
   return ncclSuccess;
 }
 
