@@ -288,6 +288,8 @@ void rn_tcp_comm_free(struct rn_tcp_comm *c) {
   for (int i = 0; c->unexpected != NULL && i < RN_TCP_EAGER_WINDOW; i++)
     free(c->unexpected[i].data);
   free(c->unexpected);
+  rn_tcp_tagcount_free(&c->posted_tags);
+  rn_tcp_tagcount_free(&c->sent_tags);
   rn_tcp_comm_unmap(c);
 }
 

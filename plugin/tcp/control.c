@@ -9,7 +9,49 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include "railnet/check.h"
+#include "railnet/clock.h"
 #include "tcp.h"
+
+static uint32_t rn_tcp_taghash(int32_t tag, uint32_t cap) {
+  return ((uint32_t)tag * 2654435761u) >> 16 & (cap - 1);
+}
+
+uint32_t rn_tcp_tagcount_get(const struct rn_tcp_tagcount *m, int32_t tag) {
+  if (m->cap == 0) return 0;
+  for (uint32_t i = rn_tcp_taghash(tag, m->cap); m->slot[i].used; i = (i + 1) & (m->cap - 1))
+    if (m->slot[i].tag == tag) return m->slot[i].count;
+  return 0;
+}
+
+uint32_t *rn_tcp_tagcount(struct rn_tcp_tagcount *m, int32_t tag) {
+  if (m->cap > 0)
+    for (uint32_t i = rn_tcp_taghash(tag, m->cap); m->slot[i].used; i = (i + 1) & (m->cap - 1))
+      if (m->slot[i].tag == tag) return &m->slot[i].count;
+  if (2 * (m->n + 1) > m->cap) { /* at most half full */
+    uint32_t cap = m->cap ? 2 * m->cap : 8;
+    struct rn_tcp_tagslot *t = calloc(cap, sizeof(*t));
+    if (t == NULL) return NULL;
+    for (uint32_t k = 0; k < m->cap; k++) {
+      if (!m->slot[k].used) continue;
+      uint32_t i = rn_tcp_taghash(m->slot[k].tag, cap);
+      while (t[i].used) i = (i + 1) & (cap - 1);
+      t[i] = m->slot[k];
+    }
+    free(m->slot);
+    m->slot = t;
+    m->cap = cap;
+  }
+  uint32_t i = rn_tcp_taghash(tag, m->cap);
+  while (m->slot[i].used) i = (i + 1) & (m->cap - 1);
+  m->slot[i] = (struct rn_tcp_tagslot){.tag = tag, .count = 0, .used = 1};
+  m->n++;
+  return &m->slot[i].count;
+}
+
+void rn_tcp_tagcount_free(struct rn_tcp_tagcount *m) {
+  free(m->slot);
+  *m = (struct rn_tcp_tagcount){0};
+}
 
 /* Write queued control messages, as many per sendmsg as fit in one iovec
  * array, so a clear-to-send and the data behind it leave in one segment. */
@@ -107,6 +149,22 @@ void rn_tcp_ctl_queue_lazy(struct rn_tcp_comm *c, const struct rn_tcp_cts *m) {
 }
 
 /* ------------------------------------------------------- sender side */
+
+ncclResult_t rn_tcp_send_numbers(struct rn_tcp_comm *c, int32_t tag, uint32_t *nth,
+                                 uint32_t *claim) {
+  uint32_t *k = rn_tcp_tagcount(&c->sent_tags, tag);
+  if (k == NULL)
+    return rn_tcp_fail(c, ncclSystemError, "out of memory for the send counts of a comm to %s",
+                       c->peer);
+  *nth = *k;
+  *claim = c->claim_out;
+  return ncclSuccess;
+}
+
+void rn_tcp_sent(struct rn_tcp_comm *c, int32_t tag) {
+  (*rn_tcp_tagcount(&c->sent_tags, tag))++; /* there since rn_tcp_send_numbers */
+  c->claim_out++;
+}
 
 static int rn_tcp_eager_pending(const struct rn_tcp_comm *c, int32_t tag) {
   for (int k = 0; k < c->neager; k++)
@@ -274,15 +332,15 @@ ncclResult_t rn_tcp_queue_acks(struct rn_tcp_comm *c) {
   return ncclSuccess;
 }
 
-static uint32_t rn_tcp_full(const struct rn_tcp_req *r) { return (1u << r->n) - 1; }
-
-/* The first buffer with `tag` no message has claimed, in posting order. */
-static struct rn_tcp_req *rn_tcp_recv_target(struct rn_tcp_comm *c, int32_t tag, int *idx) {
+/* The posted buffer of `tag` whose rank among that tag's buffers is nth,
+ * if no message has claimed it yet (rx_lock held). */
+static struct rn_tcp_req *rn_tcp_recv_find(struct rn_tcp_comm *c, int32_t tag, uint32_t nth,
+                                           int *idx) {
   for (uint64_t g = c->match_head; g < c->recv_seq; g++) {
     struct rn_tcp_req *r = c->ring[g % RN_TCP_RING];
     if (r == NULL || r->seq != g) continue; /* completed and retired */
     for (int i = 0; i < r->n; i++) {
-      if ((r->claimed & (1u << i)) || r->tag[i] != tag) continue;
+      if ((r->claimed & (1u << i)) || r->tag[i] != tag || r->ord[i] != nth) continue;
       *idx = i;
       return r;
     }
@@ -290,14 +348,10 @@ static struct rn_tcp_req *rn_tcp_recv_target(struct rn_tcp_comm *c, int32_t tag,
   return NULL;
 }
 
-/* A message claimed buffer idx of r (rx_lock held). */
-static void rn_tcp_recv_claim(struct rn_tcp_comm *c, struct rn_tcp_req *r, int idx) {
-  r->claimed |= 1u << idx;
-  while (c->match_head < c->recv_seq) {
-    const struct rn_tcp_req *h = c->ring[c->match_head % RN_TCP_RING];
-    if (h != NULL && h->seq == c->match_head && h->claimed != rn_tcp_full(h)) break;
-    c->match_head++;
-  }
+/* Whether the buffer of `tag` ranked nth is posted yet: ranks count up
+ * from 0 per tag, modulo 2^32. */
+static int rn_tcp_rank_posted(const struct rn_tcp_comm *c, int32_t tag, uint32_t nth) {
+  return (int32_t)(nth - rn_tcp_tagcount_get(&c->posted_tags, tag)) < 0;
 }
 
 /* Buffer idx of r holds its whole message (rx_lock held). */
@@ -316,24 +370,22 @@ static int rn_tcp_eager_fits(struct rn_tcp_req *r, int idx, uint64_t size) {
   return 0;
 }
 
-static int rn_tcp_held_tag(const struct rn_tcp_comm *c, int32_t tag) {
-  for (int k = 0; k < c->nheld; k++)
-    if (c->unexpected[c->held[k]].tag == tag) return 1;
-  return 0;
-}
-
 ncclResult_t rn_tcp_drain_held(struct rn_tcp_comm *c) {
   int kept = 0;
   for (int k = 0; k < c->nheld; k++) {
     struct rn_tcp_unexpected *e = &c->unexpected[c->held[k]];
     int idx = 0;
-    struct rn_tcp_req *r = e->ready ? rn_tcp_recv_target(c, e->tag, &idx) : NULL;
-    if (r == NULL) {
+    if (!e->ready || !rn_tcp_rank_posted(c, e->tag, e->nth)) {
       c->held[kept++] = c->held[k];
       continue;
     }
     pthread_mutex_lock(&c->rx_lock);
-    ncclResult_t res = rn_tcp_buf_shape(c, r, idx, RN_TCP_BUF_INLINE, e->size, 0, "eager data");
+    struct rn_tcp_req *r = rn_tcp_recv_find(c, e->tag, e->nth, &idx);
+    ncclResult_t res =
+        r == NULL ? RN_TCP_VIOLATION(c, "eager data", "nth",
+                                     "%u of tag %d: another message filled that buffer", e->nth,
+                                     e->tag)
+                  : rn_tcp_buf_shape(c, r, idx, RN_TCP_BUF_INLINE, e->size, 0, "eager data");
     if (res == ncclSuccess) {
       rn_tcp_recv_claim(c, r, idx);
       if (rn_tcp_eager_fits(r, idx, e->size)) {
@@ -393,6 +445,7 @@ static ncclResult_t rn_tcp_hold(struct rn_tcp_comm *c, const struct rn_tcp_data 
   }
   c->held_bytes += d->size;
   e->tag = d->tag;
+  e->nth = d->nth;
   e->size = d->size;
   e->credit = (d->p.flags & RN_TCP_DATA_CREDIT) != 0;
   e->ready = 0;
@@ -431,33 +484,56 @@ static ncclResult_t rn_tcp_on_data(struct rn_tcp_comm *c, const struct rn_tcp_da
       return RN_TCP_VIOLATION(c, what, "size/plen", "%llu/%u, expected equal and <= %d",
                               (unsigned long long)d->size, d->p.plen, RN_TCP_EAGER_WIRE_MAX);
     c->msg_in++;
+    /* Matched by its rank among its tag's sends: the buffer of that rank,
+     * held until it is posted. */
     int idx = 0;
-    struct rn_tcp_req *r = rn_tcp_held_tag(c, d->tag) ? NULL : rn_tcp_recv_target(c, d->tag, &idx);
-    if (r == NULL) return rn_tcp_hold(c, d);
+    const int posted = rn_tcp_rank_posted(c, d->tag, d->nth);
     pthread_mutex_lock(&c->rx_lock);
-    ncclResult_t res = rn_tcp_buf_shape(c, r, idx, RN_TCP_BUF_INLINE, d->size, 0, what);
-    if (res == ncclSuccess) rn_tcp_recv_claim(c, r, idx);
+    ncclResult_t res = rn_tcp_claim_seen(c, d->claim, what);
+    struct rn_tcp_req *r = NULL;
+    if (res == ncclSuccess && posted) {
+      r = rn_tcp_recv_find(c, d->tag, d->nth, &idx);
+      if (r == NULL)
+        res = RN_TCP_VIOLATION(c, what, "nth", "%u of tag %d: another message filled that buffer",
+                               d->nth, d->tag);
+      else if ((res = rn_tcp_buf_shape(c, r, idx, RN_TCP_BUF_INLINE, d->size, 0, what)) ==
+               ncclSuccess)
+        rn_tcp_recv_claim(c, r, idx);
+    }
     pthread_mutex_unlock(&c->rx_lock);
     RN_CHECK(res);
+    if (r == NULL) return rn_tcp_hold(c, d);
     c->rx_req = r;
     c->rx_idx = (uint32_t)idx;
     c->rx_dst = rn_tcp_eager_fits(r, idx, d->size) ? (char *)r->buf[idx] : c->discard;
     c->rx_left = d->size;
     return ncclSuccess;
   }
-  /* Matched at the sender: it must name the buffer this side's rule gives. */
-  int idx = 0;
-  struct rn_tcp_req *r = rn_tcp_held_tag(c, d->tag) ? NULL : rn_tcp_recv_target(c, d->tag, &idx);
-  if (r == NULL)
-    return RN_TCP_VIOLATION(c, what, "tag", "%d: no posted buffer with this tag is free", d->tag);
-  if (d->seq != r->seq || d->idx != (uint32_t)idx)
-    return RN_TCP_VIOLATION(c, what, "seq/idx", "%llu/%u, expected %llu/%d for tag %d",
-                            (unsigned long long)d->seq, d->idx, (unsigned long long)r->seq, idx,
-                            d->tag);
-  const uint64_t posted = r->posted[idx];
+  /* Matched at the sender: it names a posted buffer of its tag, free, of
+   * the rank the rule gives its send (its nth send fills the nth buffer). */
+  const uint32_t idx = d->idx;
   ncclResult_t res = ncclSuccess;
   c->msg_in++;
   pthread_mutex_lock(&c->rx_lock);
+  struct rn_tcp_req *r = c->ring[d->seq % RN_TCP_RING];
+  if (r == NULL || r->seq != d->seq || d->seq >= c->recv_seq)
+    res = RN_TCP_VIOLATION(c, what, "seq", "%llu: no such group is posted",
+                           (unsigned long long)d->seq);
+  else if (idx >= (uint32_t)r->n)
+    res = RN_TCP_VIOLATION(c, what, "idx", "%u, expected < %d", idx, r->n);
+  else if (r->tag[idx] != d->tag || r->ord[idx] != d->nth || (r->claimed & (1u << idx)))
+    res = RN_TCP_VIOLATION(c, what, "tag/nth",
+                           "%d/%u for group %llu buffer %u, expected %d/%u%s", d->tag, d->nth,
+                           (unsigned long long)d->seq, idx, r->tag[idx], r->ord[idx],
+                           (r->claimed & (1u << idx)) ? " and a free buffer (it was filled)" : "");
+  else
+    res = rn_tcp_claim_seen(c, d->claim, what);
+  if (res != ncclSuccess) {
+    pthread_mutex_unlock(&c->rx_lock);
+    return res;
+  }
+  r->claimno[idx] = d->claim; /* chunks with CLAIM for it must name this message */
+  const uint64_t posted = r->posted[idx];
   if (f == RN_TCP_DATA_STREAMED) {
     if (d->p.plen != 0) {
       res = RN_TCP_VIOLATION(c, what, "plen", "%u, expected 0 with STREAMED", d->p.plen);
@@ -620,6 +696,7 @@ static ncclResult_t rn_tcp_parse(struct rn_tcp_comm *c, size_t *pos) {
       if (b.msg != c->msg_in)
         return RN_TCP_VIOLATION(c, "BYE", "msg", "%u, expected %u", b.msg, c->msg_in);
       c->peer_bye = 1;
+      c->bye_ms = rn_clock_ms();
       c->bye_msg = b.msg;
       c->bye_received = b.received;
       atomic_store(&c->peer_closed, 1);
@@ -747,7 +824,12 @@ ncclResult_t rn_tcp_progress(struct rn_tcp_comm *c) {
   }
   RN_CHECK(rn_tcp_failed(c, "progress"));
   if (c->is_recv) {
-    if (c->nthreads == 0 && atomic_load(&c->stream_work) != 0) rn_tcp_drive_streams(c);
+    /* With the data streams open a chunk may claim any buffer not yet
+     * claimed: they are read while one waits, as while announced
+     * messages arrive. */
+    if (c->nthreads == 0 && (atomic_load(&c->stream_work) != 0 ||
+                             (c->nstreams > 0 && atomic_load(&c->unclaimed) > 0)))
+      rn_tcp_drive_streams(c);
     RN_CHECK(rn_tcp_queue_acks(c));
     rn_tcp_rails_readmit(c);
     /* Streams asked for while parsing: listen now; closed: let them go. */

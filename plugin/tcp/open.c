@@ -109,7 +109,8 @@ static void rn_tcp_lazy_launch(struct rn_tcp_comm *c) {
   struct rn_tcp_lazy *z = &c->lazy;
   while (z->later != NULL) {
     struct rn_tcp_req *r = z->later;
-    if (!rn_tcp_enqueue(c, r, r->later_data, r->size, r->later_grid, r->later_seq, r->later_idx))
+    if (!rn_tcp_enqueue(c, r, r->later_data, r->size, r->later_grid, r->later_seq, r->later_idx,
+                        NULL))
       return; /* full: again at the next progress */
     z->later = r->later_next;
     if (z->later == NULL) z->later_tail = NULL;

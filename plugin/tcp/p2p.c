@@ -6,6 +6,7 @@
 #include <string.h>
 #include "railnet/check.h"
 #include "railnet/clock.h"
+#include "railnet/param.h"
 #include "tcp.h"
 
 /* The lowest free request: those ever used stay a prefix of the pool,
@@ -91,12 +92,20 @@ static ncclResult_t rn_tcp_isend_matched(struct rn_tcp_comm *c, void *data, size
     c->lazy.inline_bytes += size;
     c->lazy.u.tx.open_inline++;
   }
+  uint32_t nth, claim;
+  RN_CHECK(rn_tcp_send_numbers(c, tag, &nth, &claim));
   struct rn_tcp_req *r = rn_tcp_req_alloc(c, 0);
   if (r == NULL) return ncclSuccess;
   r->size = size;
   uint32_t grid = inline_send ? 0 : rn_tcp_chunk_grid(c, size);
-  struct rn_tcp_data d = {
-      .seq = seq, .size = size, .msg = c->msg_out, .tag = tag, .idx = (uint32_t)idx, .grid = grid};
+  struct rn_tcp_data d = {.seq = seq,
+                          .size = size,
+                          .msg = c->msg_out,
+                          .tag = tag,
+                          .idx = (uint32_t)idx,
+                          .grid = grid,
+                          .nth = nth,
+                          .claim = claim};
   uint32_t plen = (inline_send && !too_big) ? (uint32_t)size : 0;
   r->awaits_ack = !inline_send && c->ack; /* complete once the receiver acknowledges it */
   /* A message too large to go eagerly: the next like it needs its
@@ -109,15 +118,25 @@ static ncclResult_t rn_tcp_isend_matched(struct rn_tcp_comm *c, void *data, size
                                     : RN_TCP_DATA_STREAMED) |
                        credit,
                    plen);
-  /* The header always goes on the control connection: it carries inline
-   * payloads, and announces streamed ones so the receiver knows to poll. */
-  if (!rn_tcp_ctl_room(c) ||
-      (!inline_send && !later && !rn_tcp_enqueue(c, r, data, size, grid, seq, (uint32_t)idx))) {
+  /* With the data streams open a streamed message needs no header on the
+   * control connection: its chunks claim the buffer (CLAIM), so each
+   * costs the sender one write and the receiver one read, on one stream.
+   * Otherwise the header goes on the control connection: it carries
+   * inline payloads, and announces chunks that follow once the streams
+   * are open. */
+  const int claims = !inline_send && !later;
+  struct rn_tcp_chunk ch = {.tag = tag, .nth = nth, .claim = claim};
+  ch.p.flags = RN_TCP_CHUNK_CLAIM | (r->awaits_ack ? RN_TCP_CHUNK_ACK : 0);
+  if ((!claims && !rn_tcp_ctl_room(c)) ||
+      (claims && !rn_tcp_enqueue(c, r, data, size, grid, seq, (uint32_t)idx, &ch))) {
     rn_tcp_req_free(r); /* queues full: retry later */
     return ncclSuccess;
   }
-  rn_tcp_ctl_queue(c, &d, sizeof(d), data, plen, r);
-  c->msg_out++;
+  if (!claims) {
+    rn_tcp_ctl_queue(c, &d, sizeof(d), data, plen, r);
+    c->msg_out++;
+  }
+  rn_tcp_sent(c, tag);
   if (later) rn_tcp_lazy_defer(c, r, data, grid, seq, (uint32_t)idx);
   if (!inline_send) c->lazy.used_ms = rn_clock_ms();
   if (r->awaits_ack) {
@@ -148,17 +167,20 @@ static int rn_tcp_eager_low(const struct rn_tcp_comm *c, size_t size) {
 static ncclResult_t rn_tcp_isend_eager(struct rn_tcp_comm *c, void *data, size_t size, int tag,
                                        void **req) {
   if (!rn_tcp_ctl_room(c)) return ncclSuccess;
+  uint32_t nth, claim;
+  RN_CHECK(rn_tcp_send_numbers(c, tag, &nth, &claim));
   struct rn_tcp_req *r = rn_tcp_req_alloc(c, 0);
   if (r == NULL) return ncclSuccess;
   r->size = size;
   /* The receiver may batch clear-to-sends: ask for them now once half the
    * credit is used. */
   const int low = rn_tcp_eager_low(c, size);
-  struct rn_tcp_data d = {.size = size, .msg = c->msg_out, .tag = tag};
+  struct rn_tcp_data d = {.size = size, .msg = c->msg_out, .tag = tag, .nth = nth, .claim = claim};
   rn_tcp_wire_seal(&d, RN_TCP_MSG_DATA, RN_TCP_DATA_EAGER | (low ? RN_TCP_DATA_CREDIT : 0),
                    (uint32_t)size);
   rn_tcp_ctl_queue(c, &d, sizeof(d), data, size, r);
   c->msg_out++;
+  rn_tcp_sent(c, tag);
   c->eager[c->neager++] = (struct rn_tcp_eager){.tag = tag, .size = size};
   c->eager_bytes += size;
   *req = r;
@@ -234,6 +256,15 @@ ncclResult_t rn_tcp_irecv(void *rcomm, int n, void **data, const size_t *sizes, 
   int slot = (int)(c->recv_seq % RN_TCP_RING);
   if (c->ring[slot] != NULL) goto out_unlock; /* too many in flight: retry */
   if (!rn_tcp_ctl_room(c)) goto out_unlock;
+  /* Each buffer's rank among its tag's (the matching rule's k): the tag
+   * counts are grown before anything else changes. */
+  for (int i = 0; i < n; i++) {
+    if (rn_tcp_tagcount(&c->posted_tags, tags[i]) == NULL) {
+      res = rn_tcp_fail(c, ncclSystemError, "out of memory for the receive counts of a comm from %s",
+                        c->peer);
+      goto out_unlock;
+    }
+  }
   struct rn_tcp_req *r = rn_tcp_req_alloc(c, 1);
   if (r == NULL) goto out_unlock;
   struct rn_tcp_cts m = {.seq = c->recv_seq, .msg = c->msg_out, .n = (uint32_t)n};
@@ -244,6 +275,8 @@ ncclResult_t rn_tcp_irecv(void *rcomm, int n, void **data, const size_t *sizes, 
     r->buf[i] = data[i];
     r->posted[i] = sizes[i];
     r->tag[i] = tags[i];
+    r->ord[i] = (*rn_tcp_tagcount(&c->posted_tags, tags[i]))++;
+    if (sizes[i] > 0) atomic_fetch_add(&c->unclaimed, 1);
     m.sizes[i] = sizes[i];
     m.tags[i] = tags[i];
   }
@@ -255,6 +288,10 @@ ncclResult_t rn_tcp_irecv(void *rcomm, int n, void **data, const size_t *sizes, 
    * A sender that needs one says so (CREDIT, WANT), and from then on they
    * leave at once; a thread whose calls keep finding nothing to do sends
    * them too (rn_tcp_idle_call). */
+  if (atomic_exchange(&c->chunk_credit, 0)) { /* as a DATA header with CREDIT would */
+    c->peer_low = 1;
+    c->peer_first = 0;
+  }
   int small = 1;
   for (int i = 0; i < n; i++) small &= sizes[i] <= c->eager_max;
   small |= !c->peer_low;
@@ -264,10 +301,10 @@ ncclResult_t rn_tcp_irecv(void *rcomm, int n, void **data, const size_t *sizes, 
   else
     rn_tcp_ctl_queue(c, &m, sizeof(m), NULL, 0, NULL);
   c->msg_out++;
-  pthread_mutex_lock(&c->rx_lock);
+  pthread_mutex_lock(&c->rx_lock); /* a helper's chunk may claim in it at once */
   c->ring[slot] = r;
-  pthread_mutex_unlock(&c->rx_lock);
   c->recv_seq++;
+  pthread_mutex_unlock(&c->rx_lock);
   /* Held eager messages of this group's tags land before its CTS leaves. */
   RN_CHECK_GOTO(rn_tcp_drain_held(c), res, out_unlock);
   if (small && c->lazy_polls < RN_TCP_CTS_POLLS) {
@@ -285,20 +322,25 @@ out_unlock:
 
 /* Nothing more can arrive for an incomplete request: the peer closed the
  * control connection and, on the receive side, every data stream too, or
- * sent its BYE (after which no message starts) before any message
- * claimed one of r's buffers. */
+ * sent its BYE (after which no message starts) and no chunk claimed the
+ * rest of r's buffers within the bound below. */
 static int rn_tcp_peer_gone(struct rn_tcp_comm *c, struct rn_tcp_req *r) {
   if (!atomic_load(&c->peer_closed)) return 0;
   if (!c->is_recv) return 1;
+  int alive = 0;
+  for (int i = 0; i < c->nstreams; i++) alive |= !atomic_load(&c->stream[i].dead);
+  if (!alive) return 1;
+  /* After a BYE no message starts, but a chunk claiming a buffer may
+   * still be on a data stream, which the peer closes with its comm: a
+   * buffer still unclaimed once they ended, or after the rail timeout,
+   * never fills. */
   if (c->peer_bye) {
     pthread_mutex_lock(&c->rx_lock);
     int unclaimed = r->claimed != (1u << r->n) - 1;
     pthread_mutex_unlock(&c->rx_lock);
-    if (unclaimed) return 1;
+    if (unclaimed && rn_clock_ms() - c->bye_ms >= rn_params()->rail_timeout_ms) return 1;
   }
-  for (int i = 0; i < c->nstreams; i++)
-    if (!atomic_load(&c->stream[i].dead)) return 0;
-  return 1;
+  return 0;
 }
 
 static int rn_tcp_req_complete(struct rn_tcp_req *r) {

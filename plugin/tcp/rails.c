@@ -547,7 +547,7 @@ static ncclResult_t rn_tcp_rail_take_out(struct rn_tcp_comm *c, int ri, const ch
       if (!unwritten) atomic_fetch_add(&c->stream_work, 1);
       if (started) {
         q.hdr.attempt++;
-        rn_tcp_wire_seal(&q.hdr, RN_TCP_MSG_CHUNK, 0, q.hdr.p.plen);
+        rn_tcp_wire_seal(&q.hdr, RN_TCP_MSG_CHUNK, q.hdr.p.flags, q.hdr.p.plen);
         again++;
       }
       c->backlog[c->nbacklog++] = q;

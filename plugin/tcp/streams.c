@@ -110,6 +110,47 @@ static int rn_tcp_stream_send(struct rn_tcp_comm *c, struct rn_tcp_stream *s, si
   }
 }
 
+void rn_tcp_recv_claim(struct rn_tcp_comm *c, struct rn_tcp_req *r, int idx) {
+  r->claimed |= 1u << idx;
+  if (r->posted[idx] > 0) atomic_fetch_sub(&c->unclaimed, 1);
+  while (c->match_head < c->recv_seq) {
+    const struct rn_tcp_req *h = c->ring[c->match_head % RN_TCP_RING];
+    if (h != NULL && h->seq == c->match_head && h->claimed != (1u << h->n) - 1) break;
+    c->match_head++;
+  }
+}
+
+ncclResult_t rn_tcp_claim_seen(struct rn_tcp_comm *c, uint32_t claim, const char *what) {
+  const uint32_t off = claim - (uint32_t)c->claim_low;
+  const uint64_t n = c->claim_low + off;
+  uint64_t *word = &c->claim_seen[(n / 64) % (RN_TCP_CLAIM_WINDOW / 64)];
+  if (off >= RN_TCP_CLAIM_WINDOW || (*word & (1ull << (n % 64))))
+    return RN_TCP_VIOLATION(c, what, "claim",
+                            "%u, expected one not seen before, from %u up to %u (message %llu "
+                            "and on%s)",
+                            claim, (uint32_t)c->claim_low,
+                            (uint32_t)(c->claim_low + RN_TCP_CLAIM_WINDOW - 1),
+                            (unsigned long long)c->claim_low,
+                            off < RN_TCP_CLAIM_WINDOW ? ": this one came twice" : "");
+  /* Messages known to be on their way: numbered below the highest seen,
+   * not seen yet.  They count as streamed work (awaited, their stall
+   * bounded) until they arrive. */
+  const int64_t before = (int64_t)(c->claim_hi - c->claim_low) - c->claim_ahead;
+  *word |= 1ull << (n % 64);
+  c->claim_ahead++;
+  if (n >= c->claim_hi) c->claim_hi = n + 1;
+  for (;;) {
+    uint64_t *w = &c->claim_seen[(c->claim_low / 64) % (RN_TCP_CLAIM_WINDOW / 64)];
+    if (!(*w & (1ull << (c->claim_low % 64)))) break;
+    *w &= ~(1ull << (c->claim_low % 64));
+    c->claim_low++;
+    c->claim_ahead--;
+  }
+  const int64_t after = (int64_t)(c->claim_hi - c->claim_low) - c->claim_ahead;
+  if (after != before) atomic_fetch_add(&c->stream_work, (int)(after - before));
+  return ncclSuccess;
+}
+
 ncclResult_t rn_tcp_buf_shape(struct rn_tcp_comm *c, struct rn_tcp_req *r, int idx,
                               enum rn_tcp_buf_mode mode, uint64_t size, uint32_t grid,
                               const char *what) {
@@ -162,6 +203,29 @@ static ncclResult_t rn_tcp_discard_to(struct rn_tcp_comm *c, struct rn_tcp_strea
   return ncclSuccess;
 }
 
+/* A chunk with CLAIM for buffer idx of r (its shape checked): the first of
+ * its message's chunks to arrive claims the buffer, as a DATA header
+ * would; the others must name the same message.  rx_lock held. */
+static ncclResult_t rn_tcp_chunk_claim(struct rn_tcp_comm *c, struct rn_tcp_req *r, int idx,
+                                       const struct rn_tcp_chunk *h, const char *what) {
+  const uint32_t bit = 1u << idx;
+  if (r->tag[idx] != h->tag || r->ord[idx] != h->nth ||
+      ((r->claimed & bit) && r->claimno[idx] != h->claim))
+    return RN_TCP_VIOLATION(c, what, "tag/nth/claim",
+                            "%d/%u/%u for group %llu buffer %d, expected %d/%u%s", h->tag, h->nth,
+                            h->claim, (unsigned long long)r->seq, idx, r->tag[idx], r->ord[idx],
+                            (r->claimed & bit) ? " and the claim of the message that filled it"
+                                               : "");
+  if (r->claimed & bit) return ncclSuccess;
+  RN_CHECK(rn_tcp_claim_seen(c, h->claim, what));
+  rn_tcp_recv_claim(c, r, idx);
+  r->claimno[idx] = h->claim;
+  if (h->p.flags & RN_TCP_CHUNK_ACK) r->ack_wanted |= bit;
+  atomic_fetch_add(&c->stream_work, 1); /* this chunk is new: not filled yet */
+  atomic_store(&c->chunk_credit, 1);
+  return ncclSuccess;
+}
+
 /* A chunk header arrived: check every field against the posted group and
  * what earlier headers fixed, and claim its place on the grid, under
  * rx_lock so the caller cannot retire the group meanwhile.  Sets where
@@ -174,9 +238,13 @@ static ncclResult_t rn_tcp_chunk_begin(struct rn_tcp_comm *c, struct rn_tcp_stre
   if (h->p.hlen != sizeof(*h))
     return RN_TCP_VIOLATION(c, what, "hlen", "%u, expected %zu", h->p.hlen, sizeof(*h));
   if (!rn_tcp_wire_crc_ok(h, sizeof(*h))) return RN_TCP_VIOLATION(c, what, "crc", "%s", "mismatch");
-  if (h->p.flags != 0 || h->reserved != 0)
-    return RN_TCP_VIOLATION(c, what, "flags/reserved", "%u/%u, expected 0", h->p.flags,
-                            h->reserved);
+  const int claims = (h->p.flags & RN_TCP_CHUNK_CLAIM) != 0;
+  if ((h->p.flags & ~RN_TCP_CHUNK_FLAGS) != 0 || (!claims && h->p.flags != 0))
+    return RN_TCP_VIOLATION(c, what, "flags", "0x%x, expected 0, CLAIM 0x%x, or CLAIM with ACK 0x%x",
+                            h->p.flags, RN_TCP_CHUNK_CLAIM, RN_TCP_CHUNK_ACK);
+  if (!claims && (h->tag != 0 || h->nth != 0 || h->claim != 0))
+    return RN_TCP_VIOLATION(c, what, "tag/nth/claim", "%d/%u/%u, expected 0 without CLAIM", h->tag,
+                            h->nth, h->claim);
   if (h->attempt > RN_TCP_MAX_ATTEMPT)
     return RN_TCP_VIOLATION(c, what, "attempt", "%u, expected <= %d", h->attempt,
                             RN_TCP_MAX_ATTEMPT);
@@ -233,6 +301,7 @@ static ncclResult_t rn_tcp_chunk_begin(struct rn_tcp_comm *c, struct rn_tcp_stre
                              (unsigned long long)h->seq, h->idx);
     } else if (*word & bit) {
       res = rn_tcp_discard_to(c, s);
+    } else if (claims && (res = rn_tcp_chunk_claim(c, r, (int)h->idx, h, what)) != ncclSuccess) {
     } else {
       *busy |= bit;
       r->writers++;
@@ -467,7 +536,7 @@ static ncclResult_t rn_tcp_alloc_queues(struct rn_tcp_comm *c) {
  * rn_tcp_rails_pick says it is delivered first.  Returns 0 when the queues
  * are full (nothing is queued then: a message goes whole or not at all). */
 int rn_tcp_enqueue(struct rn_tcp_comm *c, struct rn_tcp_req *r, const char *data, size_t size,
-                   uint32_t grid, uint64_t seq, uint32_t idx) {
+                   uint32_t grid, uint64_t seq, uint32_t idx, const struct rn_tcp_chunk *claim) {
   size_t nchunks = (size + grid - 1) / grid;
   int used[RN_TCP_MAX_STREAMS];
   uint64_t load[RN_MAX_RAILS];
@@ -499,7 +568,12 @@ int rn_tcp_enqueue(struct rn_tcp_comm *c, struct rn_tcp_req *r, const char *data
                                             .index = (uint32_t)k,
                                             .grid = grid},
                                     .data = data + off};
-    rn_tcp_wire_seal(&q.hdr, RN_TCP_MSG_CHUNK, 0, (uint32_t)len);
+    if (claim != NULL) {
+      q.hdr.tag = claim->tag;
+      q.hdr.nth = claim->nth;
+      q.hdr.claim = claim->claim;
+    }
+    rn_tcp_wire_seal(&q.hdr, RN_TCP_MSG_CHUNK, claim ? claim->p.flags : 0, (uint32_t)len);
     atomic_fetch_add_explicit(&c->rail[s->rail].pending, len, memory_order_relaxed);
     pthread_mutex_lock(&s->queue_lock);
     s->queue[s->queue_tail] = q;

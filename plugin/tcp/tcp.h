@@ -22,8 +22,12 @@
  * sends of one tag arrive in order but tags interleave freely.  A send
  * with tag t fills the first buffer with tag t, in posting order (group,
  * then buffer index), that no earlier send has filled: the k-th send with
- * tag t fills the k-th posted buffer with tag t.  Both sides compute it
- * from the tag alone.
+ * tag t fills the k-th posted buffer with tag t.  The sender computes it
+ * from the CTSs; every message that fills a buffer also carries its k
+ * (nth: PROTOCOL.md, Ranks and claim numbers), and the receiver, which
+ * ranks its own buffers the same way, checks or applies it, so messages
+ * may reach it in any order (a streamed one's chunks on the data streams
+ * can pass headers on the control connection).
  *   - isend returns a request only when its buffer is in the head group
  *     (the oldest group with a buffer not yet filled, as the sender knows
  *     the groups from their CTSs), and *request = NULL ("retry later")
@@ -34,10 +38,10 @@
  *     of at most min(RAILNET_SOCKET_INLINE, 64 KiB) bytes may leave before
  *     its CTS has been read (saving the sender a read on the round trip),
  *     and completes once written, as NCCL's socket transport's sends do.
- *     It carries only its tag; the receiver applies the same rule on
- *     arrival, or holds it (in arrival order) until a buffer with its tag
- *     is posted, and the sender applies it once the CTSs arrive, so both
- *     fill the same buffer.  At most RN_TCP_EAGER_WINDOW - 1 eager
+ *     It names no buffer; the receiver fills the buffer of its tag and
+ *     rank on arrival, or holds it until that buffer is posted, and the
+ *     sender applies the rule once the CTSs arrive, so both fill the same
+ *     buffer.  At most RN_TCP_EAGER_WINDOW - 1 eager
  *     messages, and RN_TCP_EAGER_BYTES of payload, are unmatched at the
  *     sender, which bounds what the receiver holds.  A send of a tag with
  *     an unmatched eager message waits (NULL) for the CTS that matches it,
@@ -121,6 +125,23 @@ enum rn_tcp_buf_mode { RN_TCP_BUF_UNKNOWN = 0, RN_TCP_BUF_INLINE, RN_TCP_BUF_STR
 /* Owner: the comm's pool.  A receive's buffer state is under the comm's
  * rx_lock (see tcp.h's locking note); `unsent` is shared with the send
  * streams. */
+/* How many sends (sender) or posted buffers (receiver) each tag has had,
+ * the matching rule's k (control.c).  Open addressing; NCCL uses a few
+ * tags per comm (its peers' ranks).  Only local calls add tags. */
+struct rn_tcp_tagslot {
+  int32_t tag;
+  uint32_t count;
+  int used;
+};
+struct rn_tcp_tagcount {
+  struct rn_tcp_tagslot *slot;
+  uint32_t cap, n;
+};
+/* A filling message's claim number is within this many of the oldest one
+ * not yet seen: at most RN_TCP_RING x RN_MAX_RECVS posted buffers and
+ * RN_TCP_EAGER_WINDOW held messages are waiting for one at a time. */
+#define RN_TCP_CLAIM_WINDOW 1024
+
 struct rn_tcp_req {
   struct rn_req_base base;
   struct rn_tcp_comm *comm;
@@ -140,6 +161,8 @@ struct rn_tcp_req {
   void *buf[RN_MAX_RECVS];
   size_t posted[RN_MAX_RECVS];
   int32_t tag[RN_MAX_RECVS];
+  uint32_t ord[RN_MAX_RECVS];     /* its rank among the comm's posted buffers of its tag */
+  uint32_t claimno[RN_MAX_RECVS]; /* the claim number of the message that filled it */
   uint32_t claimed; /* buffers a message was matched to (its header seen) */
   uint32_t filled;  /* buffers whose bytes have all landed */
   enum rn_tcp_buf_mode mode[RN_MAX_RECVS];
@@ -262,6 +285,7 @@ struct rn_tcp_eager {
 /* An eager message that arrived before a buffer with its tag was posted. */
 struct rn_tcp_unexpected {
   int32_t tag;
+  uint32_t nth; /* the send of its tag it is: it fills the buffer of that rank */
   int ready;  /* payload complete */
   int credit; /* it came with CREDIT: its group's clear-to-send may not wait */
   uint64_t size;
@@ -426,9 +450,15 @@ struct rn_tcp_comm {
   int urgent;     /* a latency-critical send comm, counted in comm.c */
   int drive_next; /* the stream rn_tcp_drive_streams starts at when it yields */
   /* Without helper threads the caller polls the data streams only while
-   * they have work: chunks queued (send) or streamed messages announced
-   * and not yet filled (recv). */
+   * they have work: chunks queued (send), or streamed messages announced
+   * or claimed and not yet filled, and messages known to be missing by
+   * their claim numbers (recv). */
   atomic_int stream_work;
+  /* recv: posted buffers (of at least one byte) no message has claimed;
+   * with the data streams open a chunk may claim any of them, so the
+   * caller polls the streams while there are some */
+  atomic_int unclaimed;
+  atomic_int chunk_credit; /* recv: a chunk claimed a buffer (its message did not go eagerly) */
   size_t inline_max, chunk;
   size_t eager_max;         /* largest eager send: min(inline_max, RN_TCP_EAGER_WIRE_MAX) */
   uint32_t msg_out, msg_in; /* control message numbers, each direction */
@@ -446,6 +476,18 @@ struct rn_tcp_comm {
    * ring; match_head is the oldest with a buffer no message has claimed */
   pthread_mutex_t rx_lock;
   uint64_t recv_seq, match_head;
+  /* Filling messages seen, by claim number (under rx_lock): every one
+   * below claim_low, and claim_ahead of those from there up to
+   * claim_hi - 1 (bit n % RN_TCP_CLAIM_WINDOW of claim_seen).  The
+   * numbers in between that are not seen are messages known to be on
+   * their way: they count in stream_work. */
+  uint64_t claim_low, claim_hi;
+  uint32_t claim_ahead;
+  uint64_t claim_seen[RN_TCP_CLAIM_WINDOW / 64];
+  struct rn_tcp_tagcount posted_tags; /* recv: buffers posted per tag (the caller's) */
+  struct rn_tcp_tagcount sent_tags;   /* send: sends per tag */
+  uint32_t claim_out;                 /* send: filling messages sent */
+  int64_t bye_ms;                     /* recv: when the peer's BYE arrived */
   /* What comm creation writes ends here, within the first page; an idle
    * comm's pages of the fields after it are never touched (the comm is
    * mapped zero-filled, see comm.c). */
@@ -749,6 +791,17 @@ void rn_tcp_send_claim(struct rn_tcp_comm *c, uint64_t seq, int idx);
 ncclResult_t rn_tcp_match_eager(struct rn_tcp_comm *c);
 /* Receiver: a group was posted: deliver held eager messages it matches. */
 ncclResult_t rn_tcp_drain_held(struct rn_tcp_comm *c);
+/* The counter of `tag` in m, added at 0 when new; NULL when out of memory. */
+uint32_t *rn_tcp_tagcount(struct rn_tcp_tagcount *m, int32_t tag);
+/* The counter of `tag` in m, 0 when it has none (adds nothing). */
+uint32_t rn_tcp_tagcount_get(const struct rn_tcp_tagcount *m, int32_t tag);
+void rn_tcp_tagcount_free(struct rn_tcp_tagcount *m);
+/* Sender: the next filling message of `tag` is its *nth send and the
+ * comm's *claim-th filling message; rn_tcp_sent counts it once it went.
+ * ncclSystemError when the table cannot grow. */
+ncclResult_t rn_tcp_send_numbers(struct rn_tcp_comm *c, int32_t tag, uint32_t *nth,
+                                 uint32_t *claim);
+void rn_tcp_sent(struct rn_tcp_comm *c, int32_t tag);
 
 /* move.c: the control connection over another rail */
 /* At creation, after the rails are known: keep control bytes on a
@@ -787,8 +840,17 @@ size_t rn_tcp_stream_step(struct rn_tcp_comm *c, struct rn_tcp_stream *s, short 
                           size_t budget);
 /* The chunk grid for a streamed message of `size` bytes. */
 uint32_t rn_tcp_chunk_grid(const struct rn_tcp_comm *c, size_t size);
+/* Queue a streamed message's chunks; with claim (its p.flags, tag, nth and
+ * claim; NULL: none) every chunk claims the buffer (RN_TCP_CHUNK_CLAIM).
+ * 0 when the queues are full. */
 int rn_tcp_enqueue(struct rn_tcp_comm *c, struct rn_tcp_req *r, const char *data, size_t size,
-                   uint32_t grid, uint64_t seq, uint32_t idx);
+                   uint32_t grid, uint64_t seq, uint32_t idx, const struct rn_tcp_chunk *claim);
+/* Receiver, rx_lock held: a message claimed buffer idx of r. */
+void rn_tcp_recv_claim(struct rn_tcp_comm *c, struct rn_tcp_req *r, int idx);
+/* Receiver, rx_lock held: a filling message numbered `claim` arrived
+ * (what: the message, for the WARN); a number seen before, or beyond the
+ * window, breaks the protocol. */
+ncclResult_t rn_tcp_claim_seen(struct rn_tcp_comm *c, uint32_t claim, const char *what);
 /* Receiver, rx_lock held: fix buffer idx's message shape, or check it
  * against the one fixed before; ncclSuccess or the comm's failure. */
 ncclResult_t rn_tcp_buf_shape(struct rn_tcp_comm *c, struct rn_tcp_req *r, int idx,

@@ -100,15 +100,23 @@ struct rn_tcp_cts {
   uint32_t crc;
 };
 
-/* Sender -> receiver: one message.  plen inline payload bytes follow. */
+/* Sender -> receiver: one message.  plen inline payload bytes follow.
+ * Every message that fills a buffer (a DATA header, or a chunk with
+ * CLAIM) says which send of its tag it is (nth: the matching rule's k)
+ * and which of the comm's filling messages (claim: 0, 1, 2, ... in send
+ * order), so the receiver can check each against its own posted buffers
+ * whatever order the control connection and the data streams deliver
+ * them in, and can tell that an earlier one is still missing. */
 struct rn_tcp_data {
   struct rn_tcp_prefix p;
   uint64_t seq;  /* group; 0 when EAGER */
   uint64_t size; /* message bytes */
   uint32_t msg;  /* control messages in this direction count from 0 */
   int32_t tag;
-  uint32_t idx;  /* buffer in the group; 0 when EAGER */
-  uint32_t grid; /* STREAMED: bytes per chunk; else 0 */
+  uint32_t idx;   /* buffer in the group; 0 when EAGER */
+  uint32_t grid;  /* STREAMED: bytes per chunk; else 0 */
+  uint32_t nth;   /* sends of this tag before it, modulo 2^32 */
+  uint32_t claim; /* filling messages of the comm before it, modulo 2^32 */
   uint32_t reserved;
   uint32_t crc;
 };
@@ -125,9 +133,23 @@ struct rn_tcp_chunk {
   uint32_t index;
   uint32_t grid;
   uint32_t attempt; /* 0 the first copy; n > 0 the n-th re-send after a rail failed */
-  uint32_t reserved;
+  /* With CLAIM: the message's tag, nth and claim as a DATA header would
+   * carry them; 0 without. */
+  int32_t tag;
+  uint32_t nth;
+  uint32_t claim;
   uint32_t crc;
 };
+
+/* CHUNK flags. */
+enum {
+  /* The chunk claims its buffer: no DATA header announces the message
+   * (the sender's data streams were open when it was sent), and the
+   * first of its chunks to arrive matches it. */
+  RN_TCP_CHUNK_CLAIM = 1,
+  RN_TCP_CHUNK_ACK = 2, /* with CLAIM only: acknowledge the message (ACK) once it landed whole */
+};
+#define RN_TCP_CHUNK_FLAGS (RN_TCP_CHUNK_CLAIM | RN_TCP_CHUNK_ACK)
 
 /* Receiver -> sender: every byte of the streamed message in buffer idx of
  * group seq has landed; the send completes (its buffer is free) only now,
@@ -226,8 +248,8 @@ struct rn_tcp_streams {
 /* The sizes are wire format; no compiler padding may hide in them. */
 _Static_assert(sizeof(struct rn_tcp_prefix) == 8, "prefix is 8 bytes");
 _Static_assert(sizeof(struct rn_tcp_cts) == 128, "CTS header is 128 bytes");
-_Static_assert(sizeof(struct rn_tcp_data) == 48, "DATA header is 48 bytes");
-_Static_assert(sizeof(struct rn_tcp_chunk) == 56, "CHUNK header is 56 bytes");
+_Static_assert(sizeof(struct rn_tcp_data) == 56, "DATA header is 56 bytes");
+_Static_assert(sizeof(struct rn_tcp_chunk) == 64, "CHUNK header is 64 bytes");
 _Static_assert(sizeof(struct rn_tcp_ack) == 32, "ACK header is 32 bytes");
 _Static_assert(sizeof(struct rn_tcp_down) == 24, "DOWN header is 24 bytes");
 _Static_assert(sizeof(struct rn_tcp_offer) == 48, "OFFER header is 48 bytes");

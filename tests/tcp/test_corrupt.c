@@ -111,6 +111,8 @@ static const struct field fields[] = {
     F(data, DATA, tag, 4, 2 /* app only when EAGER */),
     F(data, DATA, idx, 4, 0),
     F(data, DATA, grid, 4, 0),
+    F(data, DATA, nth, 4, 2 /* app only when EAGER */),
+    F(data, DATA, claim, 4, 0),
     F(data, DATA, reserved, 4, 0),
     {"crc", RN_TCP_MSG_DATA, offsetof(struct rn_tcp_data, crc), 4, 0, 1},
     FP(CHUNK, type, 1),
@@ -124,7 +126,9 @@ static const struct field fields[] = {
     F(chunk, CHUNK, index, 4, 0),
     F(chunk, CHUNK, grid, 4, 0),
     F(chunk, CHUNK, attempt, 4, 0),
-    F(chunk, CHUNK, reserved, 4, 0),
+    F(chunk, CHUNK, tag, 4, 0),
+    F(chunk, CHUNK, nth, 4, 0),
+    F(chunk, CHUNK, claim, 4, 0),
     {"crc", RN_TCP_MSG_CHUNK, offsetof(struct rn_tcp_chunk, crc), 4, 0, 1},
     FP(ACK, type, 1),
     FP(ACK, flags, 1),
@@ -171,10 +175,11 @@ static const char *type_name(uint8_t t) {
 }
 
 /* Which occurrence of each type a trial rewrites: the workload below has
- * 5 CTS, 8 DATA, 14 CHUNK and (every streamed send acknowledged:
- * RAILNET_RAIL_ACK=1) 4 ACK messages. */
-static const int occ_cts[] = {0, 1, 3, 4}, occ_data[] = {0, 1, 2, 4, 6},
-                 occ_chunk[] = {0, 2, 4, 12}, occ_ack[] = {0, 1, 3}, occ_once[] = {0};
+ * 5 CTS, 4 DATA (the streamed sends' chunks claim their buffers), 14 CHUNK
+ * and (every streamed send acknowledged: RAILNET_RAIL_ACK=1) 4 ACK
+ * messages. */
+static const int occ_cts[] = {0, 1, 3, 4}, occ_data[] = {0, 1, 2, 3},
+                 occ_chunk[] = {0, 2, 4, 5, 12}, occ_ack[] = {0, 1, 3}, occ_once[] = {0};
 
 struct trial {
   enum trial_kind kind;
@@ -193,10 +198,10 @@ static int ntrials;
 
 static const int *occurrences(uint8_t type, int *n) {
   if (type == RN_TCP_MSG_CTS) return *n = 4, occ_cts;
-  if (type == RN_TCP_MSG_DATA) return *n = 5, occ_data;
+  if (type == RN_TCP_MSG_DATA) return *n = 4, occ_data;
   if (type == RN_TCP_MSG_ACK) return *n = 3, occ_ack;
   if (lazy_type(type)) return *n = 1, occ_once; /* one each per comm */
-  return *n = 4, occ_chunk;
+  return *n = 5, occ_chunk;
 }
 
 static void add_trial(struct trial t) {
