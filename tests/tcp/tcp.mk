@@ -13,6 +13,11 @@ TEST_PROGS += $(TCP_CTS_BATCH_TEST)
 TCP_EAGER_LARGE_TEST := $(BUILD)/tests/tcp/test_eager_large
 $(eval $(call rn_harness_prog,$(TCP_EAGER_LARGE_TEST),$(BUILD)/tests/tcp/test_eager_large.o))
 TEST_PROGS += $(TCP_EAGER_LARGE_TEST)
+# Messages of one tag reaching the receiver out of send order (a streamed
+# one's claiming chunks behind a later header) fill the buffers of their rank.
+TCP_CLAIM_ORDER_TEST := $(BUILD)/tests/tcp/test_claim_order
+$(eval $(call rn_harness_prog,$(TCP_CLAIM_ORDER_TEST),$(BUILD)/tests/tcp/test_claim_order.o))
+TEST_PROGS += $(TCP_CLAIM_ORDER_TEST)
 
 # A sender away past RAILNET_RAIL_TIMEOUT_MS with its ACK unread is no stall.
 TCP_AWAY_TEST := $(BUILD)/tests/tcp/test_away
