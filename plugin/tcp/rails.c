@@ -196,11 +196,12 @@ static void rn_tcp_ctl_sample(struct rn_tcp_comm *c, int64_t now, int away, int6
   }
 }
 
-/* Send: a streamed send awaiting its ACK once its header left and no
- * rail has bytes queued or unacknowledged by the receiver's host waits on
- * the receiver's plugin alone.  No ACK for the bound then fails the comm:
- * a receiver that stopped acknowledging, or a header that lost its ACK
- * flag on the way, must not hold the send for ever.  (Bytes still in
+/* Send: a streamed send awaiting its ACK once its header (or its
+ * claiming chunks) left and no rail has bytes queued or unacknowledged by
+ * the receiver's host waits on the receiver's plugin alone.  No ACK for
+ * the bound then fails the comm: a receiver that stopped acknowledging, or
+ * a header or chunk that lost its ACK flag on the way, must not hold the
+ * send for ever.  (Bytes still in
  * flight are the rail checks' and TCP_USER_TIMEOUT's.)  The wait counts
  * from the last ACK read or the last send that asked for one. */
 static void rn_tcp_ack_sample(struct rn_tcp_comm *c, int64_t now, int away, int64_t limit) {
