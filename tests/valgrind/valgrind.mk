@@ -7,7 +7,8 @@
 #   threads moving the TCP streams (tests/tcp/helpers.sh, through v11),
 #   the progress engine's churn, close-while-busy and fork test, connection
 #   reuse (kept connections, bytes out of turn, fork, bounds), data streams
-#   opened on demand and closed idle (helpers off and on),
+#   opened on demand and closed idle (helpers off and on), messages of one
+#   tag read out of send order (claiming chunks, eager ones held by rank),
 #   and the v12 rail/plane ids and 8-device fusion (tests/core/v12-ids.sh).
 # Not under memcheck: the IPv6, tiny-chunk and small-message-flood variants
 # (the same code as above with other parameters), the topo tests (pure
@@ -19,7 +20,7 @@ VALGRIND_PROGS += $(BUILD)/tests/conformance-test $(BUILD)/tests/fault-test \
   $(BUILD)/tests/core/test_vdev $(BUILD)/tests/core/test_make_vdevice \
   $(BUILD)/tests/tcp/test_eager_oversize $(BUILD)/tests/ib/test_mr_cache $(BUILD)/tests/ib/test_stripe \
   $(BUILD)/tests/params/test_params $(BUILD)/tests/tcp/test_engine $(BUILD)/tests/tcp/test_pool \
-  $(BUILD)/tests/tcp/test_lazy
+  $(BUILD)/tests/tcp/test_lazy $(BUILD)/tests/tcp/test_claim_order
 VALGRIND_SCRIPTS += tests/tcp/helpers.sh tests/core/v12-ids.sh
 
 .PHONY: valgrind
