@@ -122,9 +122,6 @@ enum rn_tcp_req_state { RN_TCP_REQ_FREE = 0, RN_TCP_REQ_ACTIVE };
 /* How a receive buffer's message travels, once the first header says. */
 enum rn_tcp_buf_mode { RN_TCP_BUF_UNKNOWN = 0, RN_TCP_BUF_INLINE, RN_TCP_BUF_STREAMED };
 
-/* Owner: the comm's pool.  A receive's buffer state is under the comm's
- * rx_lock (see tcp.h's locking note); `unsent` is shared with the send
- * streams. */
 /* How many sends (sender) or posted buffers (receiver) each tag has had,
  * the matching rule's k (control.c).  Open addressing; NCCL uses a few
  * tags per comm (its peers' ranks).  Only local calls add tags. */
@@ -138,10 +135,15 @@ struct rn_tcp_tagcount {
   uint32_t cap, n;
 };
 /* A filling message's claim number is within this many of the oldest one
- * not yet seen: at most RN_TCP_RING x RN_MAX_RECVS posted buffers and
- * RN_TCP_EAGER_WINDOW held messages are waiting for one at a time. */
+ * not yet seen: every message numbered after that one fills a buffer of
+ * the RN_TCP_RING groups the ring holds while that one's group is posted
+ * (at most RN_TCP_RING x RN_MAX_RECVS = 512) or is a held eager message
+ * (fewer than RN_TCP_EAGER_WINDOW). */
 #define RN_TCP_CLAIM_WINDOW 1024
 
+/* Owner: the comm's pool.  A receive's buffer state is under the comm's
+ * rx_lock (see tcp.h's locking note); `unsent` is shared with the send
+ * streams. */
 struct rn_tcp_req {
   struct rn_req_base base;
   struct rn_tcp_comm *comm;
