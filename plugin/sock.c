@@ -73,6 +73,11 @@ union rn_sockaddr rn_sockaddr_no_port(union rn_sockaddr a) {
   return a;
 }
 
+int rn_sockaddr_port(const union rn_sockaddr *a) {
+  if (a->sa.sa_family == AF_INET6) return ntohs(a->in6.sin6_port);
+  return a->sa.sa_family == AF_INET ? ntohs(a->in.sin_port) : 0;
+}
+
 int rn_sockaddr_same_host(const union rn_sockaddr *a, const union rn_sockaddr *b) {
   if (a->sa.sa_family != b->sa.sa_family) return 0;
   if (a->sa.sa_family == AF_INET) return a->in.sin_addr.s_addr == b->in.sin_addr.s_addr;

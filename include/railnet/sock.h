@@ -29,6 +29,8 @@ int rn_sockaddr_from_wire(const struct rn_wire_addr *w, union rn_sockaddr *sa); 
 const char *rn_sockaddr_str(const union rn_sockaddr *sa, char *buf, size_t len);
 /* 1 when a and b are the same host address (ports aside). */
 int rn_sockaddr_same_host(const union rn_sockaddr *a, const union rn_sockaddr *b);
+/* The port, in host order (0 for neither family). */
+int rn_sockaddr_port(const union rn_sockaddr *a);
 /* a with port 0: the address alone, to bind to or compare. */
 union rn_sockaddr rn_sockaddr_no_port(union rn_sockaddr a);
 

@@ -117,13 +117,19 @@ static void rn_tcp_lazy_launch(struct rn_tcp_comm *c) {
   }
 }
 
-/* Receiver: listen where the listen comm listened, and say where.  A
- * kept listener on each address first (pool.c), then the address's own
- * port: NCCL closes a listen comm once it accepted,
- * and the port then serves the streams too (its accepted sockets hold it
- * anyway), so opening them takes no port more than connect did; with the
- * listen comm still open, a fresh port.  The rendezvous admits only this
- * comm's fresh nonce, with the bounds and rules of every listener. */
+/* Receiver: listen where the listen comm listened, and say where.  NCCL
+ * closes a listen comm once it accepted, and its port then serves the
+ * streams too (its accepted sockets hold it anyway), so opening them takes
+ * no port more than connect did: the listen comm's socket when the pool
+ * kept it (pool.c), else a new one on that port.  With the listen comm
+ * still open, another kept listener on the address, else a fresh port.
+ * Each comm's streams thus go to a port of their own: were they all to
+ * go to the few kept listeners, every comm's connections would come from
+ * the sender's one address to one port, and the sender's ephemeral ports,
+ * each usable once per destination (and for a minute after its close, in
+ * TIME_WAIT), would run out at the range's size.  The rendezvous admits
+ * only this comm's fresh nonce, with the bounds and rules of every
+ * listener. */
 static ncclResult_t rn_tcp_lazy_listen(struct rn_tcp_comm *c) {
   struct rn_tcp_lazy *z = &c->lazy;
   if (!rn_tcp_ctl_room(c)) {
@@ -137,9 +143,10 @@ static ncclResult_t rn_tcp_lazy_listen(struct rn_tcp_comm *c) {
   for (int i = 0; i < z->u.rx.nlis; i++) {
     union rn_sockaddr bound;
     char s[64];
+    union rn_sockaddr a = rn_sockaddr_no_port(z->u.rx.lis[i]);
     if (!rn_tcp_pool_take_listener(&z->u.rx.lis[i], &z->u.rx.lfd[i], &bound) &&
-        rn_sock_listen_quiet(&z->u.rx.lis[i], &z->u.rx.lfd[i], &bound) != 0) {
-      union rn_sockaddr a = rn_sockaddr_no_port(z->u.rx.lis[i]);
+        rn_sock_listen_quiet(&z->u.rx.lis[i], &z->u.rx.lfd[i], &bound) != 0 &&
+        !rn_tcp_pool_take_listener(&a, &z->u.rx.lfd[i], &bound)) {
       if (rn_sock_listen(&a, &z->u.rx.lfd[i], &bound) != ncclSuccess) {
         for (int k = 0; k < i; k++) close(z->u.rx.lfd[k]);
         return rn_tcp_fail(c, ncclSystemError, "cannot listen on %s for its data streams",

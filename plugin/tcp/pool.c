@@ -560,11 +560,13 @@ int rn_tcp_pool_put_listener(int fd, const union rn_sockaddr *bound) {
 
 int rn_tcp_pool_take_listener(const union rn_sockaddr *addr, int *fd, union rn_sockaddr *bound) {
   if (rn_params()->socket_pool == 0) return 0;
+  const int port = rn_sockaddr_port(addr);
   int got = 0;
   pthread_mutex_lock(&rn_tcp_pool_lock);
   rn_tcp_lis_expire(rn_clock_ms());
   for (int i = rn_tcp_lis.n - 1; i >= 0 && !got; i--) {
     if (!rn_sockaddr_same_host(&rn_tcp_lis.e[i].bound, addr)) continue;
+    if (port != 0 && rn_sockaddr_port(&rn_tcp_lis.e[i].bound) != port) continue;
     *fd = rn_tcp_lis.e[i].fd;
     *bound = rn_tcp_lis.e[i].bound;
     rn_tcp_lis_remove(i);

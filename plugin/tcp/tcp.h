@@ -699,7 +699,8 @@ int rn_tcp_pool_take_accept(uint64_t nonce, const union rn_sockaddr *lis, int nl
  * needs no socket, bind or listen.  put: 1 when kept (its backlog emptied:
  * what waited there was for a closed listener and is reset, as close(2)
  * would), else the caller closes it.  take: 1 with *fd listening on
- * addr's address (any port) and *bound its address. */
+ * addr's address (on addr's port, or any when it is 0) and *bound its
+ * address. */
 #define RN_TCP_POOL_LISTENERS 4
 int rn_tcp_pool_put_listener(int fd, const union rn_sockaddr *bound);
 int rn_tcp_pool_take_listener(const union rn_sockaddr *addr, int *fd, union rn_sockaddr *bound);
