@@ -354,6 +354,21 @@ static int rn_tcp_rank_posted(const struct rn_tcp_comm *c, int32_t tag, uint32_t
   return (int32_t)(nth - rn_tcp_tagcount_get(&c->posted_tags, tag)) < 0;
 }
 
+/* An eager message of `size` bytes, ranked nth among `tag`'s sends, claims
+ * the posted buffer of that rank: *r and *idx, or a violation when another
+ * message filled it or it cannot take an inline message (rx_lock held). */
+static ncclResult_t rn_tcp_eager_claim(struct rn_tcp_comm *c, int32_t tag, uint32_t nth,
+                                       uint64_t size, const char *what, struct rn_tcp_req **r,
+                                       int *idx) {
+  *r = rn_tcp_recv_find(c, tag, nth, idx);
+  if (*r == NULL)
+    return RN_TCP_VIOLATION(c, what, "nth", "%u of tag %d: another message filled that buffer",
+                            nth, tag);
+  ncclResult_t res = rn_tcp_buf_shape(c, *r, *idx, RN_TCP_BUF_INLINE, size, 0, what);
+  if (res == ncclSuccess) rn_tcp_recv_claim(c, *r, *idx);
+  return res;
+}
+
 /* Buffer idx of r holds its whole message (rx_lock held). */
 static void rn_tcp_recv_filled(struct rn_tcp_req *r, int idx) { r->filled |= 1u << idx; }
 
@@ -380,17 +395,10 @@ ncclResult_t rn_tcp_drain_held(struct rn_tcp_comm *c) {
       continue;
     }
     pthread_mutex_lock(&c->rx_lock);
-    struct rn_tcp_req *r = rn_tcp_recv_find(c, e->tag, e->nth, &idx);
-    ncclResult_t res =
-        r == NULL ? RN_TCP_VIOLATION(c, "eager data", "nth",
-                                     "%u of tag %d: another message filled that buffer", e->nth,
-                                     e->tag)
-                  : rn_tcp_buf_shape(c, r, idx, RN_TCP_BUF_INLINE, e->size, 0, "eager data");
+    struct rn_tcp_req *r = NULL;
+    ncclResult_t res = rn_tcp_eager_claim(c, e->tag, e->nth, e->size, "eager data", &r, &idx);
     if (res == ncclSuccess) {
-      rn_tcp_recv_claim(c, r, idx);
-      if (rn_tcp_eager_fits(r, idx, e->size)) {
-        if (e->size) memcpy(r->buf[idx], e->data, e->size);
-      }
+      if (rn_tcp_eager_fits(r, idx, e->size) && e->size) memcpy(r->buf[idx], e->data, e->size);
       rn_tcp_recv_filled(r, idx);
     }
     pthread_mutex_unlock(&c->rx_lock);
@@ -491,15 +499,8 @@ static ncclResult_t rn_tcp_on_data(struct rn_tcp_comm *c, const struct rn_tcp_da
     pthread_mutex_lock(&c->rx_lock);
     ncclResult_t res = rn_tcp_claim_seen(c, d->claim, what);
     struct rn_tcp_req *r = NULL;
-    if (res == ncclSuccess && posted) {
-      r = rn_tcp_recv_find(c, d->tag, d->nth, &idx);
-      if (r == NULL)
-        res = RN_TCP_VIOLATION(c, what, "nth", "%u of tag %d: another message filled that buffer",
-                               d->nth, d->tag);
-      else if ((res = rn_tcp_buf_shape(c, r, idx, RN_TCP_BUF_INLINE, d->size, 0, what)) ==
-               ncclSuccess)
-        rn_tcp_recv_claim(c, r, idx);
-    }
+    if (res == ncclSuccess && posted)
+      res = rn_tcp_eager_claim(c, d->tag, d->nth, d->size, what, &r, &idx);
     pthread_mutex_unlock(&c->rx_lock);
     RN_CHECK(res);
     if (r == NULL) return rn_tcp_hold(c, d);
