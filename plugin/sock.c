@@ -267,7 +267,14 @@ ncclResult_t rn_sock_connect_start(const union rn_sockaddr *addr, const union rn
     }
   }
   if (connect(s, &addr->sa, rn_sockaddr_len(addr)) != 0 && errno != EINPROGRESS && errno != EINTR) {
-    RN_WARN("connect to %s failed: %s", rn_sockaddr_str(addr, str, sizeof(str)), strerror(errno));
+    /* EADDRNOTAVAIL: mostly every local port of the range taken toward
+     * this destination (open connections, and closed ones in TIME_WAIT),
+     * else the local address gone. */
+    RN_WARN("connect to %s failed: %s%s", rn_sockaddr_str(addr, str, sizeof(str)), strerror(errno),
+            errno == EADDRNOTAVAIL
+                ? " (no local port of net.ipv4.ip_local_port_range left toward it, counting "
+                  "connections in TIME_WAIT, or the local address is gone)"
+                : "");
     close(s);
     return ncclRemoteError;
   }
