@@ -123,9 +123,10 @@ static void rn_tcp_lazy_launch(struct rn_tcp_comm *c) {
  * no port more than connect did: the listen comm's socket when the pool
  * kept it (pool.c), else a new one on that port.  With the listen comm
  * still open, another kept listener on the address, else a fresh port.
- * Each comm's streams thus go to a port of their own: were they all to
- * go to the few kept listeners, every comm's connections would come from
- * the sender's one address to one port, and the sender's ephemeral ports,
+ * Each comm's streams thus go to its listen comm's port, which serves at
+ * most RN_TCP_POOL_PORT_COMMS comms (tcp.h): were they all to go to the
+ * few kept listeners, every comm's connections would come from the
+ * sender's one address to one port, and the sender's ephemeral ports,
  * each usable once per destination (and for a minute after its close, in
  * TIME_WAIT), would run out at the range's size.  The rendezvous admits
  * only this comm's fresh nonce, with the bounds and rules of every
@@ -144,14 +145,22 @@ static ncclResult_t rn_tcp_lazy_listen(struct rn_tcp_comm *c) {
     union rn_sockaddr bound;
     char s[64];
     union rn_sockaddr a = rn_sockaddr_no_port(z->u.rx.lis[i]);
-    if (!rn_tcp_pool_take_listener(&z->u.rx.lis[i], &z->u.rx.lfd[i], &bound) &&
-        rn_sock_listen_quiet(&z->u.rx.lis[i], &z->u.rx.lfd[i], &bound) != 0 &&
-        !rn_tcp_pool_take_listener(&a, &z->u.rx.lfd[i], &bound)) {
-      if (rn_sock_listen(&a, &z->u.rx.lfd[i], &bound) != ncclSuccess) {
-        for (int k = 0; k < i; k++) close(z->u.rx.lfd[k]);
-        return rn_tcp_fail(c, ncclSystemError, "cannot listen on %s for its data streams",
-                           rn_sockaddr_str(&a, s, sizeof(s)));
-      }
+    int *comms = &z->u.rx.lcomms[i];
+    /* Its own port's count has this comm already; a new socket there
+     * does not know the count, and is not kept. */
+    const int own = rn_tcp_pool_take_listener(&z->u.rx.lis[i], &z->u.rx.lfd[i], &bound, comms);
+    if (own) {
+      /* as counted */
+    } else if (rn_sock_listen_quiet(&z->u.rx.lis[i], &z->u.rx.lfd[i], &bound) == 0) {
+      *comms = RN_TCP_POOL_PORT_COMMS;
+    } else if (rn_tcp_pool_take_listener(&a, &z->u.rx.lfd[i], &bound, comms)) {
+      ++*comms;
+    } else if (rn_sock_listen(&a, &z->u.rx.lfd[i], &bound) == ncclSuccess) {
+      *comms = 1;
+    } else {
+      for (int k = 0; k < i; k++) close(z->u.rx.lfd[k]);
+      return rn_tcp_fail(c, ncclSystemError, "cannot listen on %s for its data streams",
+                         rn_sockaddr_str(&a, s, sizeof(s)));
     }
     z->u.rx.lbound[i] = bound;
     rn_sockaddr_to_wire(&bound, &m.addr[i]);
@@ -177,7 +186,8 @@ static void rn_tcp_lazy_unlisten(struct rn_tcp_comm *c) {
   if (z->u.rx.rdv != NULL) rn_rdv_destroy(z->u.rx.rdv);
   z->u.rx.rdv = NULL;
   for (int k = 0; k < z->u.rx.nlfd; k++)
-    if (!rn_tcp_pool_put_listener(z->u.rx.lfd[k], &z->u.rx.lbound[k])) close(z->u.rx.lfd[k]);
+    if (!rn_tcp_pool_put_listener(z->u.rx.lfd[k], &z->u.rx.lbound[k], z->u.rx.lcomms[k]))
+      close(z->u.rx.lfd[k]);
   z->u.rx.nlfd = 0;
 }
 

@@ -76,6 +76,7 @@ static struct {
   struct {
     int fd;
     union rn_sockaddr bound;
+    int comms; /* its port has served */
     int64_t since_ms;
   } e[RN_TCP_POOL_LISTENERS];
 } rn_tcp_lis;
@@ -537,8 +538,8 @@ void rn_tcp_pool_sweep(void) {
   pthread_mutex_unlock(&rn_tcp_pool_lock);
 }
 
-int rn_tcp_pool_put_listener(int fd, const union rn_sockaddr *bound) {
-  if (rn_params()->socket_pool == 0) return 0;
+int rn_tcp_pool_put_listener(int fd, const union rn_sockaddr *bound, int comms) {
+  if (rn_params()->socket_pool == 0 || comms >= RN_TCP_POOL_PORT_COMMS) return 0;
   /* Connections that reached the closed listener and were never taken. */
   if (rn_tcp_lis_reset_backlog(fd) != 0) return 0; /* closed by the caller */
   pthread_mutex_lock(&rn_tcp_pool_lock);
@@ -551,6 +552,7 @@ int rn_tcp_pool_put_listener(int fd, const union rn_sockaddr *bound) {
     while (rn_tcp_lis.n >= most) rn_tcp_lis_drop(0);
     rn_tcp_lis.e[rn_tcp_lis.n].fd = fd;
     rn_tcp_lis.e[rn_tcp_lis.n].bound = *bound;
+    rn_tcp_lis.e[rn_tcp_lis.n].comms = comms;
     rn_tcp_lis.e[rn_tcp_lis.n].since_ms = now;
     rn_tcp_lis.n++;
   }
@@ -558,7 +560,8 @@ int rn_tcp_pool_put_listener(int fd, const union rn_sockaddr *bound) {
   return kept;
 }
 
-int rn_tcp_pool_take_listener(const union rn_sockaddr *addr, int *fd, union rn_sockaddr *bound) {
+int rn_tcp_pool_take_listener(const union rn_sockaddr *addr, int *fd, union rn_sockaddr *bound,
+                              int *comms) {
   if (rn_params()->socket_pool == 0) return 0;
   const int port = rn_sockaddr_port(addr);
   int got = 0;
@@ -569,6 +572,7 @@ int rn_tcp_pool_take_listener(const union rn_sockaddr *addr, int *fd, union rn_s
     if (port != 0 && rn_sockaddr_port(&rn_tcp_lis.e[i].bound) != port) continue;
     *fd = rn_tcp_lis.e[i].fd;
     *bound = rn_tcp_lis.e[i].bound;
+    *comms = rn_tcp_lis.e[i].comms;
     rn_tcp_lis_remove(i);
     got = 1;
   }

@@ -402,6 +402,7 @@ struct rn_tcp_lazy {
       int nlis, lis_standby;
       int lfd[RN_MAX_RAILS], nlfd;            /* listening for the streams */
       union rn_sockaddr lbound[RN_MAX_RAILS]; /* ... on these addresses */
+      int lcomms[RN_MAX_RAILS];               /* ... whose ports have served (pool.c) */
       struct rn_rdv *rdv;
     } rx;
   } u;
@@ -699,11 +700,23 @@ int rn_tcp_pool_take_accept(uint64_t nonce, const union rn_sockaddr *lis, int nl
  * needs no socket, bind or listen.  put: 1 when kept (its backlog emptied:
  * what waited there was for a closed listener and is reset, as close(2)
  * would), else the caller closes it.  take: 1 with *fd listening on
- * addr's address (on addr's port, or any when it is 0) and *bound its
- * address. */
+ * addr's address (on addr's port, or any when it is 0), *bound its
+ * address and *comms how many comms its port has served.
+ *
+ * A port serves RN_TCP_POOL_PORT_COMMS comms at most (put refuses a
+ * socket that has served as many): a listen comm that takes a kept socket
+ * listens on the port of the comms before it, and so do their data
+ * streams, so comms set up one after another, as NCCL sets them up, would
+ * otherwise all come to one port, and a sender with many comms, whose
+ * ephemeral ports each serve one connection per destination (and a
+ * closed one for a minute more, in TIME_WAIT), would run out of ports
+ * toward it: with 4 data streams, at some 5,000 comms of the default
+ * range. */
 #define RN_TCP_POOL_LISTENERS 4
-int rn_tcp_pool_put_listener(int fd, const union rn_sockaddr *bound);
-int rn_tcp_pool_take_listener(const union rn_sockaddr *addr, int *fd, union rn_sockaddr *bound);
+#define RN_TCP_POOL_PORT_COMMS 8
+int rn_tcp_pool_put_listener(int fd, const union rn_sockaddr *bound, int comms);
+int rn_tcp_pool_take_listener(const union rn_sockaddr *addr, int *fd, union rn_sockaddr *bound,
+                              int *comms);
 /* Now and then (comm.c's sweep): read and expire the kept connections,
  * expire the kept listeners and reset what reached them; skipped when
  * another thread holds the pool. */

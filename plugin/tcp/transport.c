@@ -25,6 +25,7 @@ struct rn_tcp_listen {
   struct rn_rdv *rdv;
   int has_standby;                      /* fd[nfds - 1] listens on the device's standby NIC */
   union rn_sockaddr addr[RN_MAX_RAILS]; /* where fd[i] listens */
+  int comms[RN_MAX_RAILS];              /* fd[i]'s port has served, this one's included */
   uint64_t nonce;                       /* the handle's: a kept connection asked for it is ours */
 };
 
@@ -140,8 +141,10 @@ static ncclResult_t rn_tcp_listen(const struct rn_rails *r, struct rn_handle *h,
   struct rn_wire_addr *w = (struct rn_wire_addr *)h->payload;
   for (int i = 0; i < n; i++) {
     union rn_sockaddr a = rn_sockaddr_no_port(rn_tcp_ifs[r->nic[i]->table_index].addr), bound;
-    if (!rn_tcp_pool_take_listener(&a, &l->fd[i], &bound))
+    int comms = 0;
+    if (!rn_tcp_pool_take_listener(&a, &l->fd[i], &bound, &comms))
       RN_CHECK_GOTO(rn_sock_listen(&a, &l->fd[i], &bound), res, out_close);
+    l->comms[l->nfds] = comms + 1;
     l->addr[l->nfds++] = bound;
     rn_sockaddr_to_wire(&bound, &w[i]);
   }
@@ -150,8 +153,10 @@ static ncclResult_t rn_tcp_listen(const struct rn_rails *r, struct rn_handle *h,
    * entry of family 0 is none), under the same nonce and admission. */
   if (r->standby != NULL && n == r->n && n < RN_TCP_MAX_ADDRS && n < RN_RDV_MAX_LFDS) {
     union rn_sockaddr bound, a = rn_sockaddr_no_port(rn_tcp_ifs[r->standby->table_index].addr);
-    if (rn_tcp_pool_take_listener(&a, &l->fd[n], &bound) ||
+    int comms = 0;
+    if (rn_tcp_pool_take_listener(&a, &l->fd[n], &bound, &comms) ||
         rn_sock_listen(&a, &l->fd[n], &bound) == ncclSuccess) {
+      l->comms[l->nfds] = comms + 1;
       l->addr[l->nfds++] = bound;
       l->has_standby = 1;
       rn_sockaddr_to_wire(&bound, &w[n]);
@@ -410,7 +415,7 @@ static ncclResult_t rn_tcp_close_listen(void *lcomm) {
   rn_shared_list_del(&rn_tcp_live_listens, &l->open);
   rn_rdv_destroy(l->rdv);
   for (int i = 0; i < l->nfds; i++)
-    if (!rn_tcp_pool_put_listener(l->fd[i], &l->addr[i])) close(l->fd[i]);
+    if (!rn_tcp_pool_put_listener(l->fd[i], &l->addr[i], l->comms[i])) close(l->fd[i]);
   free(l);
   return ncclSuccess;
 }

@@ -270,6 +270,49 @@ static int child_bound(struct rn_net *n) {
   return rn_log_seen(w_reused) == 2 && rn_log_warns() == 0 ? 0 : 1;
 }
 
+/* Comms set up one after another, as NCCL sets them up (listen, connect
+ * and accept, close the listen comm), all kept open: each listen may take
+ * the socket the one before closed, with its port, but a port serves at
+ * most 8 comms, so a sender's connections to one destination port stay
+ * bounded however many comms there are (it has one ephemeral port per
+ * connection to each destination).  Messages of 4 KiB, below the inline
+ * limit: no data streams, a control connection per comm.  A fresh
+ * process: no connection kept by another test is reused. */
+#define CHAIN 48
+#define CHAIN_PORT_COMMS 8
+static int child_chain(struct rn_net *n) {
+  char why[256] = "";
+  static struct pair p[CHAIN];
+  for (int k = 0; k < CHAIN; k++) {
+    char handle[NCCL_NET_HANDLE_MAXSIZE];
+    memset(&p[k], 0, sizeof(p[k]));
+    if (rn_net_listen(n, 0, handle, &p[k].lc) != ncclSuccess)
+      return fprintf(stderr, "listen %d\n", k), 1;
+    p[k].port = rn_handle_port(handle);
+    if (join(n, &p[k], handle) != ncclSuccess || rn_net_close_listen(n, p[k].lc) != ncclSuccess)
+      return fprintf(stderr, "comm %d\n", k), 1;
+    p[k].lc = NULL;
+    if (!xfer(n, &p[k], 4096, 1, 300 + (uint64_t)k, why, sizeof why))
+      return fprintf(stderr, "comm %d: %s\n", k, why), 1;
+  }
+  int most = 0, ports = 0, reused = 0;
+  for (int k = 0; k < CHAIN; k++) {
+    int first = 1;
+    for (int j = 0; j < k && first; j++) first = p[j].port != p[k].port;
+    if (!first) continue;
+    int socks[CHAIN], nf = sockets_of(p[k].port, 0, socks, CHAIN);
+    ports++;
+    reused += nf > 1;
+    if (nf > most) most = nf;
+  }
+  int ok = 1;
+  for (int k = 0; k < CHAIN; k++) ok = close_pair(n, &p[k], 1) && ok;
+  fprintf(stderr, "%d comms: %d ports, %d serving more than one comm, at most %d comms a port\n",
+          CHAIN, ports, reused, most);
+  /* The kept sockets did serve (else this checks nothing), within bound. */
+  return ok && reused > 0 && most <= CHAIN_PORT_COMMS && rn_log_warns() == 0 ? 0 : 1;
+}
+
 /* Two processes, five rounds of two comms each: set up (handles through
  * the runner's pipe), a verified mix on each (100 B, 70 kB, 1 MiB, 0 B),
  * both sides closed, a barrier.  Every transfer must be verified; each
@@ -333,14 +376,15 @@ int main(int argc, char **argv) {
     int rc = strcmp(argv[1], "nopool") == 0  ? child_nopool(&n)
              : strcmp(argv[1], "idle") == 0  ? child_idle(&n)
              : strcmp(argv[1], "sweep") == 0 ? child_sweep(&n)
+             : strcmp(argv[1], "chain") == 0 ? child_chain(&n)
                                              : child_bound(&n);
     rn_net_finalize(&n);
     rn_net_close(&n);
     return rc;
   }
-  tap_plan(17);
+  tap_plan(18);
   if (sbuf == NULL || rbuf == NULL || open_net(&n) != 0) {
-    for (int i = 0; i < 17; i++) tap_result(0, "load the plugin");
+    for (int i = 0; i < 18; i++) tap_result(0, "load the plugin");
     return 1;
   }
   char why[256] = "";
@@ -670,6 +714,11 @@ int main(int argc, char **argv) {
   tap_result(run_child(self, "bound", "RAILNET_SOCKET_POOL=2,RAILNET_SOCKET_NTHREADS=0"),
              "with RAILNET_SOCKET_POOL=2, five pairs closed at once keep two connections per side "
              "(and their descriptors), and the next pair reuses one");
+  tap_result(run_child(self, "chain", "RAILNET_SOCKET_NTHREADS=0"),
+             "%d comms set up one after another and kept open, each moving 4 KiB verified: "
+             "listen comms take the sockets of those before them, and no port serves more than "
+             "%d comms, no WARN",
+             CHAIN, CHAIN_PORT_COMMS);
   free(sbuf);
   free(rbuf);
   return tap_failed() ? 1 : 0;
