@@ -238,11 +238,13 @@ static int rn_hwc_object(struct rn_hwc *c, struct rn_topo_xml_node *n,
   int numa = strcmp(type, "NUMANode") == 0 || strcmp(type, "Node") == 0;
   if (numa && c->major < 2) {
     /* hwloc compares a v1 NUMA node's sets with its parent's before any
-     * check: both must exist. */
+     * check, and sets its bit in the nodeset of a top object it hangs
+     * from directly: all of them must exist (hwloc 1.x writes them). */
     if (!rn_topo_xml_attr(n, "cpuset") || !rn_topo_xml_attr(n, "nodeset"))
       return rn_hwc_fail(c, n, "NUMANode without cpuset and nodeset", NULL);
-    if (parent_obj && !rn_topo_xml_attr(parent_obj, "cpuset"))
-      return rn_hwc_fail(c, n, "NUMANode under an object without a cpuset", NULL);
+    if (parent_obj &&
+        (!rn_topo_xml_attr(parent_obj, "cpuset") || !rn_topo_xml_attr(parent_obj, "nodeset")))
+      return rn_hwc_fail(c, n, "NUMANode under an object without a cpuset and a nodeset", NULL);
   }
   /* Normal objects carry both sets in every format hwloc writes; without
    * them hwloc's importer rejects the object and leaks it. */

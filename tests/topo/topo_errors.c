@@ -100,6 +100,12 @@ int main(void) {
               "<topology version=\"1.0\">\n<object type=\"Machine\" cpuset=\"0x1\">\n"
               "<object type=\"NUMANode\" os_index=\"0\"/>\n</object>\n</topology>\n",
               ":3:", "NUMANode without cpuset and nodeset");
+  expect_fail("v1 NUMANode right under a Machine without a nodeset (crashes libhwloc 2.9)",
+              "hw-v1-numa-top.xml",
+              "<topology>\n<object type=\"Machine\" cpuset=\"0x1\">\n"
+              "<object type=\"NUMANode\" os_index=\"0\" cpuset=\"0x1\" nodeset=\"0x1\"/>\n"
+              "</object>\n</topology>\n",
+              ":3:", "NUMANode under an object without a cpuset and a nodeset");
   expect_fail("hwloc object of an unknown type", "hw-type.xml",
               "<topology version=\"2.0\">\n<object type=\"Blob\" cpuset=\"0x1\"/>\n</topology>\n",
               ":2:", "unknown hwloc object type \"Blob\"");
