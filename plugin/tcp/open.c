@@ -146,21 +146,17 @@ static ncclResult_t rn_tcp_lazy_listen(struct rn_tcp_comm *c) {
     char s[64];
     union rn_sockaddr a = rn_sockaddr_no_port(z->u.rx.lis[i]);
     int *comms = &z->u.rx.lcomms[i];
-    /* Its own port's count has this comm already; a new socket there
-     * does not know the count, and is not kept. */
-    const int own = rn_tcp_pool_take_listener(&z->u.rx.lis[i], &z->u.rx.lfd[i], &bound, comms);
-    if (own) {
-      /* as counted */
-    } else if (rn_sock_listen_quiet(&z->u.rx.lis[i], &z->u.rx.lfd[i], &bound) == 0) {
-      *comms = RN_TCP_POOL_PORT_COMMS;
-    } else if (rn_tcp_pool_take_listener(&a, &z->u.rx.lfd[i], &bound, comms)) {
-      ++*comms;
-    } else if (rn_sock_listen(&a, &z->u.rx.lfd[i], &bound) == ncclSuccess) {
-      *comms = 1;
-    } else {
-      for (int k = 0; k < i; k++) close(z->u.rx.lfd[k]);
-      return rn_tcp_fail(c, ncclSystemError, "cannot listen on %s for its data streams",
-                         rn_sockaddr_str(&a, s, sizeof(s)));
+    /* Its own port's kept socket comes with a count that has this comm
+     * already; a new socket there does not know the count, and is not
+     * kept. */
+    if (!rn_tcp_pool_take_listener(&z->u.rx.lis[i], &z->u.rx.lfd[i], &bound, comms)) {
+      if (rn_sock_listen_quiet(&z->u.rx.lis[i], &z->u.rx.lfd[i], &bound) == 0) {
+        *comms = RN_TCP_POOL_PORT_COMMS;
+      } else if (rn_tcp_pool_listen(&a, &z->u.rx.lfd[i], &bound, comms) != ncclSuccess) {
+        for (int k = 0; k < i; k++) close(z->u.rx.lfd[k]);
+        return rn_tcp_fail(c, ncclSystemError, "cannot listen on %s for its data streams",
+                           rn_sockaddr_str(&a, s, sizeof(s)));
+      }
     }
     z->u.rx.lbound[i] = bound;
     rn_sockaddr_to_wire(&bound, &m.addr[i]);

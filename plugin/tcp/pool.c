@@ -580,6 +580,16 @@ int rn_tcp_pool_take_listener(const union rn_sockaddr *addr, int *fd, union rn_s
   return got;
 }
 
+ncclResult_t rn_tcp_pool_listen(const union rn_sockaddr *addr, int *fd, union rn_sockaddr *bound,
+                                int *comms) {
+  if (rn_tcp_pool_take_listener(addr, fd, bound, comms)) {
+    ++*comms;
+    return ncclSuccess;
+  }
+  *comms = 1;
+  return rn_sock_listen(addr, fd, bound);
+}
+
 void rn_tcp_pool_fini(void) {
   pthread_mutex_lock(&rn_tcp_pool_lock);
   rn_tcp_pool.closed = 1;

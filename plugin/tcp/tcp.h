@@ -717,6 +717,11 @@ int rn_tcp_pool_take_accept(uint64_t nonce, const union rn_sockaddr *lis, int nl
 int rn_tcp_pool_put_listener(int fd, const union rn_sockaddr *bound, int comms);
 int rn_tcp_pool_take_listener(const union rn_sockaddr *addr, int *fd, union rn_sockaddr *bound,
                               int *comms);
+/* A listening socket on addr's address (any port) for one more comm: a
+ * kept one, else a new one (a WARN when that fails); *comms counts this
+ * comm too. */
+ncclResult_t rn_tcp_pool_listen(const union rn_sockaddr *addr, int *fd, union rn_sockaddr *bound,
+                                int *comms);
 /* Now and then (comm.c's sweep): read and expire the kept connections,
  * expire the kept listeners and reset what reached them; skipped when
  * another thread holds the pool. */

@@ -141,10 +141,7 @@ static ncclResult_t rn_tcp_listen(const struct rn_rails *r, struct rn_handle *h,
   struct rn_wire_addr *w = (struct rn_wire_addr *)h->payload;
   for (int i = 0; i < n; i++) {
     union rn_sockaddr a = rn_sockaddr_no_port(rn_tcp_ifs[r->nic[i]->table_index].addr), bound;
-    int comms = 0;
-    if (!rn_tcp_pool_take_listener(&a, &l->fd[i], &bound, &comms))
-      RN_CHECK_GOTO(rn_sock_listen(&a, &l->fd[i], &bound), res, out_close);
-    l->comms[l->nfds] = comms + 1;
+    RN_CHECK_GOTO(rn_tcp_pool_listen(&a, &l->fd[i], &bound, &l->comms[l->nfds]), res, out_close);
     l->addr[l->nfds++] = bound;
     rn_sockaddr_to_wire(&bound, &w[i]);
   }
@@ -153,10 +150,7 @@ static ncclResult_t rn_tcp_listen(const struct rn_rails *r, struct rn_handle *h,
    * entry of family 0 is none), under the same nonce and admission. */
   if (r->standby != NULL && n == r->n && n < RN_TCP_MAX_ADDRS && n < RN_RDV_MAX_LFDS) {
     union rn_sockaddr bound, a = rn_sockaddr_no_port(rn_tcp_ifs[r->standby->table_index].addr);
-    int comms = 0;
-    if (rn_tcp_pool_take_listener(&a, &l->fd[n], &bound, &comms) ||
-        rn_sock_listen(&a, &l->fd[n], &bound) == ncclSuccess) {
-      l->comms[l->nfds] = comms + 1;
+    if (rn_tcp_pool_listen(&a, &l->fd[n], &bound, &l->comms[l->nfds]) == ncclSuccess) {
       l->addr[l->nfds++] = bound;
       l->has_standby = 1;
       rn_sockaddr_to_wire(&bound, &w[n]);
