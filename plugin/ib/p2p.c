@@ -6,7 +6,8 @@
  * What a peer writes into our memory (FIFO slots on the sender, sizes and
  * immediates on the receiver) is checked against our own state before it
  * is used; a violation fails the comm with a WARN naming the field, and
- * every later call returns that error. */
+ * every later test() returns that error (a later isend/irecv hands out a
+ * request that fails there: rn_ib_post_end). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <limits.h>
@@ -913,7 +914,11 @@ static ncclResult_t rn_ib_test_in(struct rn_ib_req *r, int *done, size_t *sizes,
   struct rn_ib_comm *c = r->comm;
   *done = 0;
   ncclResult_t res = c->error;
-  if (res == ncclSuccess && !rn_ib_req_done(r)) {
+  if (res != ncclSuccess) {
+    RN_WARN("test on a comm to %s that already failed (error %d)", c->peer, (int)res);
+    return res;
+  }
+  if (!rn_ib_req_done(r)) {
     /* Waiting on a receive: unannounced ones go out now if this is one
      * of them or too few are announced. */
     if (r->kind == RN_IB_REQ_RECV && c->seq != c->fifo_again)
@@ -952,10 +957,37 @@ static ncclResult_t rn_ib_test_in(struct rn_ib_req *r, int *done, size_t *sizes,
 
 /* --- the entry points ----------------------------------------------------- */
 
+/* After isend/irecv.  A comm that had failed before the call, or that the
+ * call found broken (the peer gone, a failed completion; not this call's
+ * own bad arguments or sizes), still hands out a request: its test()
+ * returns the comm's error, as NCCL's own transports report a broken peer
+ * at test(), so a caller that posts and closes without testing (a
+ * teardown with requests in flight) sees no error.  With no request free,
+ * the error itself.  The request is a send one whatever the call: test()
+ * looks no further than the comm's error. */
+static ncclResult_t rn_ib_post_end(struct rn_ib_comm *c, int failed_before, ncclResult_t res,
+                                   const char *call, void **req) {
+  if (c->error == ncclSuccess) return res;
+  if (!failed_before &&
+      (res == ncclSuccess || res == ncclInvalidUsage || res == ncclInvalidArgument))
+    return res;
+  if (*req == NULL) {
+    struct rn_ib_req *r = rn_ib_send_req_get(c);
+    if (r == NULL) {
+      RN_WARN("%s on a comm to %s that already failed (error %d)", call, c->peer, (int)c->error);
+      return c->error;
+    }
+    *req = r;
+  }
+  return ncclSuccess;
+}
+
 ncclResult_t rn_ib_isend(void *scomm, void *data, size_t size, int tag, void *mhp, void **req) {
   struct rn_ib_comm *c = scomm;
   rn_ib_enter(c);
+  int failed_before = c->error != ncclSuccess;
   ncclResult_t res = rn_ib_isend_in(c, data, size, tag, mhp, req);
+  res = rn_ib_post_end(c, failed_before, res, "isend", req);
   rn_ib_leave(c);
   if (res == ncclSuccess && *req == NULL) rn_ib_idle_call();
   return res;
@@ -965,7 +997,9 @@ ncclResult_t rn_ib_irecv(void *rcomm, int n, void **data, const size_t *sizes, c
                          void **mhs, void **req) {
   struct rn_ib_comm *c = rcomm;
   rn_ib_enter(c);
+  int failed_before = c->error != ncclSuccess;
   ncclResult_t res = rn_ib_irecv_in(c, n, data, sizes, tags, mhs, req);
+  res = rn_ib_post_end(c, failed_before, res, "irecv", req);
   rn_ib_leave(c);
   if (res == ncclSuccess && *req == NULL) rn_ib_idle_call();
   return res;

@@ -1,4 +1,5 @@
-/* Failing a TCP comm: the sticky error every later call returns, one WARN
+/* Failing a TCP comm: the sticky error every later test() returns (later
+ * isend/irecv hand out requests that fail there, p2p.c), one WARN
  * with the reason, and the sockets shut down so the peer learns at once.
  * Called from the caller's thread and from helper threads alike. */
 #include <stdarg.h>

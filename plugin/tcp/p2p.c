@@ -35,12 +35,32 @@ static void rn_tcp_req_free(struct rn_tcp_req *r) {
   r->comm->nactive--;
 }
 
-/* Enter isend/irecv/test: refuse a comm that already failed, else take
- * its lock. */
+/* Enter test: refuse a comm that already failed, else take its lock. */
 static ncclResult_t rn_tcp_comm_lock(struct rn_tcp_comm *c, const char *what) {
   RN_CHECK(rn_tcp_failed(c, what));
   pthread_mutex_lock(&c->lock);
   c->touched = 1;
+  return ncclSuccess;
+}
+
+/* Leave isend/irecv (c->lock held).  A comm that had failed before the
+ * call, or that the call found broken (the peer gone, a socket error; not
+ * this call's own bad arguments or sizes), still hands out a request: its
+ * test() returns the comm's error, as the failures of a peer surface in
+ * NCCL's own transports, so a caller that posts and closes without
+ * testing (a teardown with requests in flight) sees no error, and one
+ * that tests sees it at once.  With no request free, the error itself. */
+static ncclResult_t rn_tcp_post_end(struct rn_tcp_comm *c, int failed_before, ncclResult_t res,
+                                    int is_recv, const char *call, void **req) {
+  if (atomic_load(&c->error) == ncclSuccess) return res;
+  if (!failed_before && (res == ncclSuccess || res == ncclInvalidUsage ||
+                         res == ncclInvalidArgument))
+    return res;
+  if (*req == NULL) {
+    struct rn_tcp_req *r = rn_tcp_req_alloc(c, is_recv);
+    if (r == NULL) return rn_tcp_failed(c, call);
+    *req = r;
+  }
   return ncclSuccess;
 }
 
@@ -216,12 +236,15 @@ ncclResult_t rn_tcp_isend(void *scomm, void *data, size_t size, int tag, void *m
   struct rn_tcp_comm *c = scomm;
   ncclResult_t res = ncclSuccess;
   if (c->urgent) rn_tcp_urgent_called();
-  RN_CHECK(rn_tcp_comm_lock(c, "isend"));
+  *req = NULL;
+  pthread_mutex_lock(&c->lock);
+  c->touched = 1;
+  int failed_before = atomic_load(&c->error) != ncclSuccess;
+  if (failed_before) goto out_unlock;
   if (atomic_load(&c->peer_closed)) {
     /* No group can be posted any more: this send can never match. */
-    RN_WARN("isend (tag %d, %zu bytes) to %s: the receiver closed the connection", tag, size,
-            c->peer);
-    res = ncclRemoteError;
+    res = rn_tcp_fail(c, ncclRemoteError,
+                      "isend (tag %d, %zu bytes): the receiver closed the connection", tag, size);
     goto out_unlock;
   }
   int want_cts = 0;
@@ -241,6 +264,7 @@ ncclResult_t rn_tcp_isend(void *scomm, void *data, size_t size, int tag, void *m
     }
   }
 out_unlock:
+  res = rn_tcp_post_end(c, failed_before, res, 0, "isend", req);
   pthread_mutex_unlock(&c->lock);
   if (res == ncclSuccess && *req == NULL) rn_tcp_idle_call();
   rn_tcp_any_call();
@@ -252,7 +276,11 @@ ncclResult_t rn_tcp_irecv(void *rcomm, int n, void **data, const size_t *sizes, 
   (void)mhs;
   struct rn_tcp_comm *c = rcomm;
   ncclResult_t res = ncclSuccess;
-  RN_CHECK(rn_tcp_comm_lock(c, "irecv"));
+  *req = NULL;
+  pthread_mutex_lock(&c->lock);
+  c->touched = 1;
+  int failed_before = atomic_load(&c->error) != ncclSuccess;
+  if (failed_before) goto out_unlock;
   int slot = (int)(c->recv_seq % RN_TCP_RING);
   if (c->ring[slot] != NULL) goto out_unlock; /* too many in flight: retry */
   if (!rn_tcp_ctl_room(c)) goto out_unlock;
@@ -314,6 +342,7 @@ ncclResult_t rn_tcp_irecv(void *rcomm, int n, void **data, const size_t *sizes, 
   }
   *req = r;
 out_unlock:
+  res = rn_tcp_post_end(c, failed_before, res, 1, "irecv", req);
   pthread_mutex_unlock(&c->lock);
   if (res == ncclSuccess && *req == NULL) rn_tcp_idle_call();
   rn_tcp_any_call();

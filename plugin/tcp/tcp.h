@@ -32,8 +32,9 @@
  *     (the oldest group with a buffer not yet filled, as the sender knows
  *     the groups from their CTSs), and *request = NULL ("retry later")
  *     until then.  A send whose tag is in no posted group also gets NULL:
- *     a later group may bring it.  isend fails only when no group can ever
- *     come: the comm failed or the receiver closed it.
+ *     a later group may bring it.  When no group can ever come (the comm
+ *     failed or the receiver closed it), isend hands out a request that
+ *     fails in test() (rn_tcp_post_end).
  *   - Eager sends are the one exception, and change no outcome: a message
  *     of at most min(RAILNET_SOCKET_INLINE, 64 KiB) bytes may leave before
  *     its CTS has been read (saving the sender a read on the round trip),
@@ -440,7 +441,7 @@ struct rn_tcp_comm {
   int64_t sample_ms;  /* the rails' estimates were last refreshed */
   int64_t stats_ms;   /* the telemetry line was last written */
   atomic_int stop;
-  _Atomic int error;      /* first error (ncclResult_t): every later call returns it */
+  _Atomic int error;      /* first error (ncclResult_t): every later test returns it */
   atomic_int peer_closed; /* orderly EOF (or the peer's BYE) seen on the control connection */
   /* Connection reuse (pool.c).  peer_bye: the peer's BYE was read, its
    * fields in bye_msg / bye_received.  pool_token: send comm: the
@@ -779,8 +780,8 @@ void rn_tcp_comm_waiting(struct rn_tcp_comm *c);
 void rn_tcp_comm_sweep_waiting(void);
 #define RN_TCP_WAIT_SWEEP_MS 10
 /* fail.c */
-/* Fail the comm: the first error sticks and every later isend, irecv and
- * test returns it.  WARNs the reason (the first failure of a comm only)
+/* Fail the comm: the first error sticks and every later test returns it
+ * (a later isend or irecv hands out a request that fails there).  WARNs the reason (the first failure of a comm only)
  * and shuts its sockets down, so the peer fails too instead of waiting.
  * Returns res.  Safe from any thread. */
 ncclResult_t rn_tcp_fail(struct rn_tcp_comm *c, ncclResult_t res, const char *fmt, ...)

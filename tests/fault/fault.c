@@ -1083,19 +1083,16 @@ static int abort_round(struct rn_peer *p, unsigned char *sbuf, unsigned char *rb
   return peer_sync(p, 30) != 0 ? peer_fail(p, "round %d: peer gone", round) : 0;
 }
 
-static int abort_side(struct rn_peer *p) {
-  const size_t len = (size_t)ABORT_MSGS * ABORT_SIZE;
-  unsigned char *sbuf = malloc(len), *rbuf = malloc(len);
+/* After comms were abandoned: a fresh pair of comms moves ABORT_SIZE each
+ * way, verified, so nothing the abandoned ones left behind (kept
+ * connections, progress-engine state, registrations) reaches the next.
+ * sbuf and rbuf hold len bytes.  after: what came before, for the
+ * messages. */
+static int fresh_pair(struct rn_peer *p, unsigned char *sbuf, unsigned char *rbuf, size_t len,
+                      const char *after) {
   void *lc = NULL, *sc = NULL, *rcm = NULL, *smh = NULL, *rmh = NULL, *sreq = NULL, *rreq = NULL;
   int rc = -1, size = 0;
-  if (sbuf == NULL || rbuf == NULL) {
-    peer_fail(p, "out of memory");
-    goto out;
-  }
-  memset(sbuf, 0x5a, len);
-  for (int round = 0; round < ABORT_ROUNDS; round++)
-    if (abort_round(p, sbuf, rbuf, round) != 0) goto out;
-  /* The next pair: my message's key is my role's, the peer's its own. */
+  /* My message's key is my role's, the peer's its own. */
   const uint64_t mine = pattern_key(p->seed, (uint64_t)p->role, ABORT_SIZE),
                  theirs = pattern_key(p->seed, (uint64_t)(1 - p->role), ABORT_SIZE);
   pattern_fill(sbuf, ABORT_SIZE, mine);
@@ -1106,7 +1103,7 @@ static int abort_side(struct rn_peer *p) {
     goto out;
   if (post_retry(p, 0, rcm, rbuf, ABORT_SIZE, 1, rmh, &rreq, 10) != 0 ||
       post_retry(p, 1, sc, sbuf, ABORT_SIZE, 1, smh, &sreq, 10) != 0) {
-    peer_fail(p, "after the aborted rounds: a fresh pair's send or receive not posted");
+    peer_fail(p, "after %s: a fresh pair's send or receive not posted", after);
     goto out;
   }
   /* Both tested in turn until both are done, as NCCL's proxy tests every
@@ -1114,20 +1111,17 @@ static int abort_side(struct rn_peer *p) {
   int sdone = 0, rdone = 0;
   double end = rn_deadline(30);
   while (!(sdone && rdone)) {
-    if (!rdone && peer_check(p, rn_net_test(&p->net, rreq, &rdone, &size),
-                             "test (receive after the aborts)"))
+    if (!rdone && peer_check(p, rn_net_test(&p->net, rreq, &rdone, &size), "test (fresh receive)"))
       goto out;
-    if (!sdone && peer_check(p, rn_net_test(&p->net, sreq, &sdone, NULL),
-                             "test (send after the aborts)"))
+    if (!sdone && peer_check(p, rn_net_test(&p->net, sreq, &sdone, NULL), "test (fresh send)"))
       goto out;
     if (now_s() > end) {
-      peer_fail(p, "after the aborted rounds: a fresh pair's 4 MiB not through in %.0f s",
-                rn_bound_s(30));
+      peer_fail(p, "after %s: a fresh pair's 4 MiB not through in %.0f s", after, rn_bound_s(30));
       goto out;
     }
   }
   if (size != (int)ABORT_SIZE || pattern_check(rbuf, ABORT_SIZE, theirs) != (size_t)-1) {
-    peer_fail(p, "after the aborted rounds: %d bytes or wrong bytes", size);
+    peer_fail(p, "after %s: %d bytes or wrong bytes", after, size);
     goto out;
   }
   if (peer_sync(p, 30) != 0) {
@@ -1137,7 +1131,121 @@ static int abort_side(struct rn_peer *p) {
   rc = 0;
 out:
   peer_both_ways_close(p, lc, sc, rcm, smh, rmh);
+  return rc;
+}
+
+static int abort_side(struct rn_peer *p) {
+  const size_t len = (size_t)ABORT_MSGS * ABORT_SIZE;
+  unsigned char *sbuf = malloc(len), *rbuf = malloc(len);
+  int rc = -1;
+  if (sbuf == NULL || rbuf == NULL) {
+    peer_fail(p, "out of memory");
+    goto out;
+  }
+  memset(sbuf, 0x5a, len);
+  for (int round = 0; round < ABORT_ROUNDS; round++)
+    if (abort_round(p, sbuf, rbuf, round) != 0) goto out;
+  rc = fresh_pair(p, sbuf, rbuf, len, "the aborted rounds");
+out:
   free(sbuf);
+  free(rbuf);
+  return rc;
+}
+
+/* ---- a receiver that posts and closes at once ---------------------------- */
+/* Another plugin project's test of closing with requests in flight: one
+ * side posts INFLIGHT_MSGS receives of 1 MiB and closes everything at
+ * once, untested, while the other posts as many sends, each retried until
+ * it gives a request, and closes them untested too.  The peer's close
+ * must not fail a post: a send on a comm whose receiver left gets a
+ * request, and its test() reports the error (as NCCL's own transports
+ * report a broken peer).  Even rounds race the two; odd rounds post the
+ * sends only after the receiver closed, then test each until it ends: a
+ * send may complete (written before the close was seen), else it fails
+ * with a peer error and a WARN; 32 MiB cannot all complete into a closed
+ * comm.  Closes within CLOSE_BOUND_S; then a fresh pair moves verified
+ * data. */
+#define INFLIGHT_ROUNDS 6
+#define INFLIGHT_MSGS 32
+#define INFLIGHT_SIZE MB
+
+static int inflight_round(struct rn_peer *p, unsigned char *buf, int round) {
+  void *lc = NULL, *sc = NULL, *rcm = NULL, *mh = NULL;
+  void *req[INFLIGHT_MSGS] = {0};
+  const int sender = p->role == RN_SENDER, after_close = round % 2;
+  const size_t len = (size_t)INFLIGHT_MSGS * INFLIGHT_SIZE;
+  if (peer_both_ways(p, &lc, &sc, &rcm, 30) != 0) return -1;
+  void *comm = sender ? sc : rcm;
+  if (peer_check(p, rn_net_regmr(&p->net, comm, buf, len, NCCL_PTR_HOST, &mh), "regMr")) return -1;
+  if (sender && after_close && peer_sync(p, 30) != 0)
+    return peer_fail(p, "round %d: receiver gone", round);
+  rn_log_reset();
+  for (int k = 0; k < INFLIGHT_MSGS; k++) {
+    int r = post_retry(p, sender, comm, buf + (size_t)k * INFLIGHT_SIZE, INFLIGHT_SIZE, 1, mh,
+                       &req[k], 20);
+    if (r != 0)
+      return peer_fail(p, "round %d: %s %d of %d: %s", round, sender ? "isend" : "irecv", k,
+                       INFLIGHT_MSGS,
+                       r < 0 ? "no request in 20 s" : rn_result_str((ncclResult_t)r));
+  }
+  int failed = 0, completed = 0;
+  if (sender && after_close) {
+    double end = rn_deadline(20);
+    for (int k = 0; k < INFLIGHT_MSGS; k++) {
+      int done = 0, size = 0;
+      ncclResult_t e = ncclSuccess;
+      while (!done && (e = rn_net_test(&p->net, req[k], &done, &size)) == ncclSuccess)
+        if (now_s() > end)
+          return peer_fail(p, "round %d: send %d neither failed nor completed in %.0f s", round,
+                           k, rn_bound_s(20));
+      if (e != ncclSuccess && !is_peer_error(e))
+        return peer_fail(p, "round %d: send %d: %s, want a peer error", round, k,
+                         rn_result_str(e));
+      if (e != ncclSuccess && !rn_log_has_warn(NULL, NULL))
+        return peer_fail(p, "round %d: send %d failed (%s) without a WARN", round, k,
+                         rn_result_str(e));
+      failed += e != ncclSuccess;
+      completed += e == ncclSuccess;
+    }
+    if (failed == 0)
+      return peer_fail(p, "round %d: all %d sends of 1 MiB completed into a closed comm", round,
+                       INFLIGHT_MSGS);
+  }
+  double t0 = now_s();
+  ncclResult_t r[4] = {rn_net_deregmr(&p->net, comm, mh), rn_net_close_send(&p->net, sc),
+                       rn_net_close_recv(&p->net, rcm), rn_net_close_listen(&p->net, lc)};
+  double dt = now_s() - t0;
+  static const char *const what[4] = {"deregMr", "closeSend", "closeRecv", "closeListen"};
+  for (int i = 0; i < 4; i++)
+    if (r[i] != ncclSuccess)
+      return peer_fail(p, "round %d: %s with requests in flight: %s", round, what[i],
+                       rn_result_str(r[i]));
+  if (dt > rn_bound_s(CLOSE_BOUND_S))
+    return peer_fail(p, "round %d: closing took %.1f s, bound %.0f s", round, dt,
+                     rn_bound_s(CLOSE_BOUND_S));
+  if (sender && after_close)
+    note("sender: round %d: %d sends posted after the receiver closed: %d completed, %d failed "
+         "with a peer error at test()",
+         round, INFLIGHT_MSGS, completed, failed);
+  if (!(sender && after_close) && peer_sync(p, 30) != 0)
+    return peer_fail(p, "round %d: peer gone", round);
+  return peer_sync(p, 30) != 0 ? peer_fail(p, "round %d: peer gone", round) : 0;
+}
+
+static int inflight_side(struct rn_peer *p) {
+  const size_t len = (size_t)INFLIGHT_MSGS * INFLIGHT_SIZE;
+  unsigned char *buf = malloc(len), *rbuf = malloc(len);
+  int rc = -1;
+  if (buf == NULL || rbuf == NULL) {
+    peer_fail(p, "out of memory");
+    goto out;
+  }
+  memset(buf, 0x3c, len);
+  for (int round = 0; round < INFLIGHT_ROUNDS; round++)
+    if (inflight_round(p, buf, round) != 0) goto out;
+  rc = fresh_pair(p, buf, rbuf, len, "the closes with requests in flight");
+out:
+  free(buf);
   free(rbuf);
   return rc;
 }
@@ -1228,6 +1336,15 @@ static const struct fcase fcases[] = {
      abort_side,
      NULL,
      90,
+     {0, 0},
+     NULL,
+     NULL},
+    {"a receiver posts 32 receives and closes at once: every send still gets a request, "
+     "failing only at test(); closes are quick; a fresh pair then moves verified data",
+     inflight_side,
+     inflight_side,
+     NULL,
+     120,
      {0, 0},
      NULL,
      NULL},

@@ -1031,20 +1031,27 @@ static int run_trial(struct rn_peer *p, void *lcomm, const struct rn_handle *via
     proxy_pump(px);
     probe(&x, attacked_tx);
   }
-  /* A failed comm keeps failing.  (A send or receive too big for its
-   * buffer fails just that request: a usage error, the comm stays up.) */
+  /* A failed comm keeps failing: a later isend/irecv returns the error,
+   * or a request whose test() does (never a retry, never a success).  (A
+   * send or receive too big for its buffer fails just that request: a
+   * usage error, the comm stays up.) */
   int sticky = 1;
   if (att->err != ncclSuccess && att->err != ncclInvalidUsage) {
     ncclResult_t r;
+    void *req = NULL;
     if (attacked_tx) {
       static unsigned char one;
-      void *req = NULL;
       r = rn_net_isend(&p->net, att->comm, &one, 1, 5, x.mh_tx, &req);
     } else {
-      void *d = x.rbuf[0][0], *req = NULL;
+      void *d = x.rbuf[0][0];
       size_t sz = 1;
       int tag = 5;
       r = rn_net_irecv(&p->net, att->comm, 1, &d, &sz, &tag, &x.mh_rx, &req);
+    }
+    if (r == ncclSuccess && req != NULL) {
+      int done = 0, got = 0;
+      r = rn_net_test(&p->net, req, &done, &got);
+      if (done) r = ncclSuccess;
     }
     sticky = r != ncclSuccess;
   }
