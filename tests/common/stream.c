@@ -97,6 +97,9 @@ static int complete(struct rn_stream *s, int slot, int got) {
   struct rn_peer *p = s->p;
   int seq = s->req_seq[slot];
   size_t sz = s->sizes[seq];
+  /* a send reports its own size, as NCCL's transports do */
+  if (s->is_send && !s->null_sizes && (size_t)got != sz)
+    return peer_fail(p, "seq %d: test() of a send of %zu bytes reported %d", seq, sz, got);
   if (!s->is_send) {
     if (!s->null_sizes && (size_t)got != sz)
       return peer_fail(p, "seq %d: test() reported %d bytes, sent %zu", seq, got, sz);
