@@ -84,6 +84,19 @@ static inline void rn_req_base_start(struct rn_req_base *b, const struct rn_comm
 /* Take it back: the core refuses it from now on. */
 static inline void rn_req_base_end(struct rn_req_base *b) { b->magic = 0; }
 
+/* Every transport's rule for an isend/irecv on a comm that has failed
+ * (comm_failed), had failed before the call (failed_before), and whose
+ * call returned res: whether the call hands out a request that fails in
+ * test() instead of returning the error.  A broken peer surfaces in
+ * test(), as in NCCL's own transports, so a caller that posts and closes
+ * without testing (a teardown with requests in flight) sees no error;
+ * only a call's own bad arguments or sizes fail the call itself. */
+static inline int rn_req_doomed(int comm_failed, int failed_before, ncclResult_t res) {
+  if (!comm_failed) return 0;
+  return failed_before ||
+         !(res == ncclSuccess || res == ncclInvalidUsage || res == ncclInvalidArgument);
+}
+
 /* A virtual device's rails, handed to listen/connect, and its standby:
  * the NIC outside the rails the planner chose to carry the device's
  * traffic only while every rail is down (NULL: none). */

@@ -957,20 +957,13 @@ static ncclResult_t rn_ib_test_in(struct rn_ib_req *r, int *done, size_t *sizes,
 
 /* --- the entry points ----------------------------------------------------- */
 
-/* After isend/irecv.  A comm that had failed before the call, or that the
- * call found broken (the peer gone, a failed completion; not this call's
- * own bad arguments or sizes), still hands out a request: its test()
- * returns the comm's error, as NCCL's own transports report a broken peer
- * at test(), so a caller that posts and closes without testing (a
- * teardown with requests in flight) sees no error.  With no request free,
- * the error itself.  The request is a send one whatever the call: test()
- * looks no further than the comm's error. */
+/* After isend/irecv: on a failed comm, a request whose test() returns the
+ * comm's error (rn_req_doomed says when); with no request free, the error
+ * itself.  The request is a send one whatever the call: test() looks no
+ * further than the comm's error. */
 static ncclResult_t rn_ib_post_end(struct rn_ib_comm *c, int failed_before, ncclResult_t res,
                                    const char *call, void **req) {
-  if (c->error == ncclSuccess) return res;
-  if (!failed_before &&
-      (res == ncclSuccess || res == ncclInvalidUsage || res == ncclInvalidArgument))
-    return res;
+  if (!rn_req_doomed(c->error != ncclSuccess, failed_before, res)) return res;
   if (*req == NULL) {
     struct rn_ib_req *r = rn_ib_send_req_get(c);
     if (r == NULL) {

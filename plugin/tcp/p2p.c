@@ -43,19 +43,12 @@ static ncclResult_t rn_tcp_comm_lock(struct rn_tcp_comm *c, const char *what) {
   return ncclSuccess;
 }
 
-/* Leave isend/irecv (c->lock held).  A comm that had failed before the
- * call, or that the call found broken (the peer gone, a socket error; not
- * this call's own bad arguments or sizes), still hands out a request: its
- * test() returns the comm's error, as the failures of a peer surface in
- * NCCL's own transports, so a caller that posts and closes without
- * testing (a teardown with requests in flight) sees no error, and one
- * that tests sees it at once.  With no request free, the error itself. */
+/* Leave isend/irecv (c->lock held): on a failed comm, a request whose
+ * test() returns the comm's error (rn_req_doomed says when); with no
+ * request free, the error itself. */
 static ncclResult_t rn_tcp_post_end(struct rn_tcp_comm *c, int failed_before, ncclResult_t res,
                                     int is_recv, const char *call, void **req) {
-  if (atomic_load(&c->error) == ncclSuccess) return res;
-  if (!failed_before && (res == ncclSuccess || res == ncclInvalidUsage ||
-                         res == ncclInvalidArgument))
-    return res;
+  if (!rn_req_doomed(atomic_load(&c->error) != ncclSuccess, failed_before, res)) return res;
   if (*req == NULL) {
     struct rn_tcp_req *r = rn_tcp_req_alloc(c, is_recv);
     if (r == NULL) return rn_tcp_failed(c, call);
