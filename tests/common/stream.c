@@ -97,12 +97,11 @@ static int complete(struct rn_stream *s, int slot, int got) {
   struct rn_peer *p = s->p;
   int seq = s->req_seq[slot];
   size_t sz = s->sizes[seq];
-  /* a send reports its own size, as NCCL's transports do */
-  if (s->is_send && !s->null_sizes && (size_t)got != sz)
-    return peer_fail(p, "seq %d: test() of a send of %zu bytes reported %d", seq, sz, got);
+  /* a receive reports the size sent, a send its own, as NCCL's transports do */
+  if (!s->null_sizes && (size_t)got != sz)
+    return peer_fail(p, "seq %d: test() of a %s reported %d bytes, sent %zu", seq,
+                     s->is_send ? "send" : "receive", got, sz);
   if (!s->is_send) {
-    if (!s->null_sizes && (size_t)got != sz)
-      return peer_fail(p, "seq %d: test() reported %d bytes, sent %zu", seq, got, sz);
     if (s->verify) {
       unsigned char *buf = s->arena + (size_t)slot * s->slot_bytes;
       size_t bad = pattern_check(buf, sz, pattern_key(s->seed, (uint64_t)seq, sz));

@@ -1134,22 +1134,32 @@ out:
   return rc;
 }
 
-static int abort_side(struct rn_peer *p) {
-  const size_t len = (size_t)ABORT_MSGS * ABORT_SIZE;
+/* One side of a case: nrounds rounds (round(p, sbuf, rbuf, k), both
+ * buffers len bytes, the send buffer filled with fill), then a fresh pair
+ * (fresh_pair). */
+typedef int (*round_fn)(struct rn_peer *p, unsigned char *sbuf, unsigned char *rbuf, int round);
+
+static int rounds_then_fresh(struct rn_peer *p, round_fn round, int nrounds, size_t len, int fill,
+                             const char *after) {
   unsigned char *sbuf = malloc(len), *rbuf = malloc(len);
   int rc = -1;
   if (sbuf == NULL || rbuf == NULL) {
     peer_fail(p, "out of memory");
     goto out;
   }
-  memset(sbuf, 0x5a, len);
-  for (int round = 0; round < ABORT_ROUNDS; round++)
-    if (abort_round(p, sbuf, rbuf, round) != 0) goto out;
-  rc = fresh_pair(p, sbuf, rbuf, len, "the aborted rounds");
+  memset(sbuf, fill, len);
+  for (int k = 0; k < nrounds; k++)
+    if (round(p, sbuf, rbuf, k) != 0) goto out;
+  rc = fresh_pair(p, sbuf, rbuf, len, after);
 out:
   free(sbuf);
   free(rbuf);
   return rc;
+}
+
+static int abort_side(struct rn_peer *p) {
+  return rounds_then_fresh(p, abort_round, ABORT_ROUNDS, (size_t)ABORT_MSGS * ABORT_SIZE, 0x5a,
+                           "the aborted rounds");
 }
 
 /* ---- a receiver that posts and closes at once ---------------------------- */
@@ -1169,13 +1179,15 @@ out:
 #define INFLIGHT_MSGS 32
 #define INFLIGHT_SIZE MB
 
-static int inflight_round(struct rn_peer *p, unsigned char *buf, int round) {
+static int inflight_round(struct rn_peer *p, unsigned char *sbuf, unsigned char *rbuf,
+                          int round) {
   void *lc = NULL, *sc = NULL, *rcm = NULL, *mh = NULL;
   void *req[INFLIGHT_MSGS] = {0};
   const int sender = p->role == RN_SENDER, after_close = round % 2;
   const size_t len = (size_t)INFLIGHT_MSGS * INFLIGHT_SIZE;
   if (peer_both_ways(p, &lc, &sc, &rcm, 30) != 0) return -1;
   void *comm = sender ? sc : rcm;
+  unsigned char *buf = sender ? sbuf : rbuf;
   if (peer_check(p, rn_net_regmr(&p->net, comm, buf, len, NCCL_PTR_HOST, &mh), "regMr")) return -1;
   if (sender && after_close && peer_sync(p, 30) != 0)
     return peer_fail(p, "round %d: receiver gone", round);
@@ -1233,21 +1245,9 @@ static int inflight_round(struct rn_peer *p, unsigned char *buf, int round) {
 }
 
 static int inflight_side(struct rn_peer *p) {
-  const size_t len = (size_t)INFLIGHT_MSGS * INFLIGHT_SIZE;
-  unsigned char *buf = malloc(len), *rbuf = malloc(len);
-  int rc = -1;
-  if (buf == NULL || rbuf == NULL) {
-    peer_fail(p, "out of memory");
-    goto out;
-  }
-  memset(buf, 0x3c, len);
-  for (int round = 0; round < INFLIGHT_ROUNDS; round++)
-    if (inflight_round(p, buf, round) != 0) goto out;
-  rc = fresh_pair(p, buf, rbuf, len, "the closes with requests in flight");
-out:
-  free(buf);
-  free(rbuf);
-  return rc;
+  return rounds_then_fresh(p, inflight_round, INFLIGHT_ROUNDS,
+                           (size_t)INFLIGHT_MSGS * INFLIGHT_SIZE, 0x3c,
+                           "the closes with requests in flight");
 }
 
 /* ---- the table ----------------------------------------------------------- */
