@@ -21,7 +21,9 @@
 #   5. every railnet log must say "NET/Plugin: Loaded net plugin railnet"
 #      and "via NET/railnet"; every Socket log "via NET/Socket" and no
 #      railnet
-#   6. one table of railnet / Socket ratios
+#   6. railnet-kvbench's W1 and W4 goal rows on this host's CPUs (no GPU:
+#      railnet against plain TCP over loopback, traffic classes on)
+#   7. one table of railnet / Socket ratios, then the kvbench goal rows
 #
 # Exit status: 0 when every railnet run that ran passed on the right
 # transport; 1 when one failed or used the wrong transport; 2 on bad usage;
@@ -35,6 +37,7 @@
 #   --parse nccl-tests|nccl-sendrecv LOG [SIZE|max|min]   prints "busbw time wrong"
 #   --parse torch-sendrecv LOG     prints "gbps us_per_iter verified"
 #   --parse torch-kv LOG MODE      prints "p50_ms gbps verified"
+#   --parse kvbench LOG            prints railnet-kvbench's goal rows
 #   --table FILE                   the ratio table from a results file
 #                                  (check, metric, railnet, socket, transports; tab-separated)
 #
@@ -127,6 +130,11 @@ parse_torch() {
     ;;
   *) return 2 ;;
   esac
+}
+
+# parse_kvbench LOG: the goal rows railnet-kvbench printed ("W1 ...: met")
+parse_kvbench() {
+  grep -E '^#   W[0-9] .*(met|NOT met)' "$1" | sed 's/^#   //' | grep . || return 1
 }
 
 # print_table FILE: rows "check<TAB>metric<TAB>railnet<TAB>socket<TAB>note";
@@ -249,6 +257,7 @@ case ${1:-} in
   case $2 in
   nccl-tests | nccl-sendrecv) parse_table "$2" "$3" "${4:-max}" ;;
   torch-*) parse_torch "$2" "$3" "${4:-}" ;;
+  kvbench) parse_kvbench "$3" ;;
   *) warn "unknown kind $2"; exit 2 ;;
   esac
   exit $?
@@ -536,10 +545,43 @@ if [ -n "$torch_ok" ] && wanted torch-kv; then
   done
 fi
 
+# railnet-kvbench: the KV goals that a 2-core host cannot decide (W4's
+# small stream next to bulk wants CPUs for both), on this machine's CPUs;
+# plugin level, so no GPU and no NCCL: railnet against plain TCP
+kvrows=
+if wanted kvbench; then
+  kvb=$build/railnet-kvbench
+  l=$(left)
+  if [ ! -x "$kvb" ]; then
+    say "# kvbench: skipped (no $kvb: make builds it)"
+  elif [ "$l" -lt 60 ]; then
+    say "# kvbench: skipped, the time budget is spent"
+  else
+    secs=$((l - 10 < 150 ? l - 10 : 150))
+    t0=$(date +%s)
+    RN_PLUGIN=$plugin RAILNET_TRAFFIC_CLASS_NCCL=1 timeout "$secs" "$kvb" --workloads w1,w4 \
+      --models 70b --tokens 12288 --tc-small 184 --no-verify \
+      $([ $quick -eq 1 ] && echo --requests 2) >"$work/kvbench.log" 2>&1
+    rc=$?
+    say "# kvbench (railnet and plain TCP): exit $rc after $(($(date +%s) - t0)) s"
+    ran=$((ran + 1))
+    kvrows=$(parse_kvbench "$work/kvbench.log")
+    if [ $rc -ne 0 ] || [ -z "$kvrows" ]; then
+      say "#   kvbench failed (exit $rc$([ $rc -eq 124 ] && echo ': timeout'); log $work/kvbench.log):"
+      tail -8 "$work/kvbench.log" | sed 's/^/#     /'
+      failed=1
+    fi
+  fi
+fi
+
 say "#"
 say "# railnet / NCCL Socket, same run: $gpu; NCCL ${ncclver:-?}; 2 ranks on GPU 0 with a host id each;" \
   "Socket $([ $socket_tuned -eq 1 ] && echo 'tuned: 4 threads x 4 sockets' || echo 'NCCL defaults'); $(($(date +%s) - start)) s"
 print_table "$results"
+if [ -n "$kvrows" ]; then
+  say "# railnet-kvbench on this host's $(nproc 2>/dev/null) CPUs, railnet / plain TCP in the same run (loopback, no GPU):"
+  printf '%s\n' "$kvrows" | sed 's/^/  /'
+fi
 [ -n "$keep" ] && say "# logs in $work"
 if [ $ran -eq 0 ]; then
   say "gpu-check: no railnet run could be made (see the skips above)"

@@ -2,7 +2,8 @@
 # TAP: the parts of scripts/gpu-check.sh that need no GPU — dependency
 # detection, the syntax of its scripts, the torch scripts compiling, and its
 # log checks, parsers and ratio table run on short logs written here by hand
-# in the formats NCCL's INFO log, nccl-tests and the torch scripts print.
+# in the formats NCCL's INFO log, nccl-tests, the torch scripts and
+# railnet-kvbench print.
 # The GPU run itself is skipped, with the reason, where there is no GPU.
 here=$(cd "$(dirname "$0")/../.." && pwd)
 gc=$here/scripts/gpu-check.sh
@@ -14,7 +15,7 @@ notok() { n=$((n + 1)); echo "not ok $n - $*"; }
 check() { # check DESCRIPTION EXPECTED ACTUAL
   if [ "$2" = "$3" ]; then ok "$1"; else notok "$1 (expected '$2', got '$3')"; fi
 }
-echo "1..18"
+echo "1..20"
 
 # ---- canned logs (hand-written in the documented formats) ---------------------
 cat >"$tmp/railnet.log" <<'EOF'
@@ -65,6 +66,17 @@ RESULT torch_sendrecv bytes=256000000 iters=20 us_per_iter=50000.0 gbps=5.120 ve
 RESULT torch_kv model=70b-tp8 tokens=12288 mode=ungrouped layers=80 request_bytes=503316480 requests=3 p50_ms=120.50 min_ms=118.00 gbps=4.177 verified=1 wrong=0
 RESULT torch_kv model=70b-tp8 tokens=12288 mode=grouped layers=80 request_bytes=503316480 requests=3 p50_ms=99.25 min_ms=98.00 gbps=5.071 verified=1 wrong=0
 EOF
+# railnet-kvbench's closing lines (a real run's, W1 and W4)
+cat >"$tmp/kvbench.log" <<'EOF'
+#   plain TCP: p99 with bulk / alone 127.24x (own thread), 3.61x (shared); bulk 4.96 GB/s alone
+#
+# goals (railnet against the anchor measured in this run)
+#   W1 70B/TP8 12k-token request (grouped): transfer time 0.83x plain TCP (goal <= 1.1x): met
+#   W1 70B/TP8 12k-token request (ungrouped): transfer time 0.86x plain TCP (goal <= 1.1x): met
+#   W4 small-stream p99 with bulk / alone (own proxy thread): 26.64x (goal <= 2x): NOT met; plain TCP itself 1.55x
+#   W4 small-stream p99 with bulk / alone (shared proxy thread): 2.82x (goal <= 2x): NOT met; plain TCP itself 2.52x
+# snd/rcv us/m: proxy-thread CPU time per plugin message, sender / receiver (busy polling included, as NCCL's proxy polls)
+EOF
 printf 'sendrecv_perf 256 MiB\tbusbw GB/s\t5.16\t1.29\trailnet ok, Socket ok\nsendrecv_perf 8 B\ttime us\t41.5\t2260\trailnet ok, Socket ok\ntorch KV grouped\tms/request\t99.25\t-\trailnet ok, Socket failed\n' >"$tmp/results.tsv"
 
 # ---- 1-3: scripts parse, Python compiles, dependencies are reported ----------------
@@ -103,7 +115,7 @@ check "Socket log passes the Socket check" 0 $?
 "$gc" --check-transport socket "$tmp/railnet.log" >/dev/null
 check "a railnet log fails the Socket check (railnet must be absent)" 1 $?
 
-# ---- 9-14: parsers ----------------------------------------------------------------
+# ---- 9-15: parsers ----------------------------------------------------------------
 check "nccl-tests: out-of-place busbw, time and #wrong at the largest size" "5.16 52000.0 0" \
   "$("$gc" --parse nccl-tests "$tmp/perf.log" max)"
 check "nccl-tests: the smallest size" "0.00 41.50 0" "$("$gc" --parse nccl-tests "$tmp/perf.log" min)"
@@ -115,7 +127,17 @@ check "torch send/recv: GB/s, us per iteration, verified" "5.120 50000.0 1" \
 check "torch KV: p50 ms, GB/s, verified of the grouped mode" "99.25 5.071 1" \
   "$("$gc" --parse torch-kv "$tmp/torch.log" grouped)"
 
-# ---- 15: the ratio table ------------------------------------------------------------
+kv=$("$gc" --parse kvbench "$tmp/kvbench.log")
+if [ "$(printf '%s\n' "$kv" | grep -c '^W[14] ')" -eq 4 ] &&
+  printf '%s\n' "$kv" | grep -q '^W4 .*(shared proxy thread): 2.82x (goal <= 2x): NOT met' &&
+  ! "$gc" --parse kvbench "$tmp/torch.log" >/dev/null; then
+  ok "kvbench: its four goal rows, and none from a log without them (exit 1)"
+else
+  notok "kvbench goal rows"
+  printf '%s\n' "$kv" | sed 's/^/# /'
+fi
+
+# ---- 16: the ratio table ------------------------------------------------------------
 "$gc" --table "$tmp/results.tsv" >"$tmp/table.out"
 if grep "sendrecv_perf 256 MiB" "$tmp/table.out" | grep -q " 4.00x " &&
   grep "sendrecv_perf 8 B" "$tmp/table.out" | grep -q " 0.02x " &&
@@ -126,7 +148,7 @@ else
   sed 's/^/# /' "$tmp/table.out"
 fi
 
-# ---- 16-17: the whole script, preflight to table, with stand-in tools -------------
+# ---- 17-19: the whole script, preflight to table, with stand-in tools -------------
 si=$tmp/standin
 mkdir -p "$si/bin" "$si/build/tests" "$si/nt/src" "$si/nt/build"
 for t in nvidia-smi mpirun torchrun python; do ln -s "$here/tests/bench/gpu-standin.sh" "$si/bin/$t"; done
@@ -134,6 +156,7 @@ for t in sendrecv_perf alltoall_perf all_reduce_perf; do
   ln -s "$here/tests/bench/gpu-standin.sh" "$si/nt/build/$t"
 done
 ln -s "$here/tests/bench/gpu-standin.sh" "$si/build/tests/nccl-sendrecv"
+ln -s "$here/tests/bench/gpu-standin.sh" "$si/build/railnet-kvbench"
 : >"$si/plugin.so"
 standin() {
   PATH=$si/bin:$PATH MPIRUN=$si/bin/mpirun TORCHRUN=$si/bin/torchrun PYTHON=$si/bin/python \
@@ -144,8 +167,10 @@ rc=$?
 rows=$(grep -c "railnet ok, Socket ok" "$tmp/si.out")
 if [ $rc -eq 0 ] && [ "$rows" -eq 11 ] && grep "all_reduce_perf 64 MiB" "$tmp/si.out" | grep -q " 4.00x " &&
   grep "torch KV 70B/TP8 12k tok grouped" "$tmp/si.out" | grep -q " 0.25x " &&
+  grep -q "^  W4 small-stream p99 with bulk / alone (shared proxy thread): 1.50x" "$tmp/si.out" &&
+  [ "$(grep -c '^  W[14] ' "$tmp/si.out")" -eq 2 ] &&
   grep -q "every railnet run passed on railnet" "$tmp/si.out"; then
-  ok "stand-in run: 6 checks twice each, 11 table rows with railnet/Socket ratios, exit 0"
+  ok "stand-in run: 6 checks twice each, 11 table rows with railnet/Socket ratios, the kvbench goal rows, exit 0"
 else
   notok "stand-in run (exit $rc, $rows rows ok)"
   sed 's/^/# /' "$tmp/si.out" | tail -30
@@ -159,7 +184,16 @@ else
   sed 's/^/# /' "$tmp/siw.out" | tail -20
 fi
 
-# ---- 18: the GPU run itself ---------------------------------------------------------
+GPU_STANDIN_KVFAIL=1 standin --only kvbench >"$tmp/sik.out" 2>&1
+rc=$?
+if [ $rc -eq 1 ] && grep -q "kvbench failed (exit 1" "$tmp/sik.out" && grep -q "WARN a comm failed" "$tmp/sik.out"; then
+  ok "stand-in run where railnet-kvbench fails: its log's tail, exit 1"
+else
+  notok "stand-in run with a failing kvbench (exit $rc)"
+  sed 's/^/# /' "$tmp/sik.out" | tail -20
+fi
+
+# ---- 20: the GPU run itself ---------------------------------------------------------
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
   n=$((n + 1))
   echo "ok $n # SKIP no GPU (nvidia-smi missing or sees none): scripts/gpu-check.sh runs by hand on a GPU machine"

@@ -4,7 +4,8 @@
 # Called through links named after the tool it stands in for.  Each prints
 # NCCL-style INFO lines for the transport in NCCL_NET (railnet, or Socket
 # for anything else; GPU_STANDIN_WRONG=1 makes a railnet run report
-# Socket channels) and results in the tool's own format, railnet faster.
+# Socket channels; GPU_STANDIN_KVFAIL=1 makes railnet-kvbench fail) and
+# results in the tool's own format, railnet faster.
 name=$(basename "$0")
 info() { printf 'standin:%d:%d [0] NCCL INFO %s\n' $$ $$ "$*"; }
 nccl_lines() {
@@ -76,6 +77,18 @@ python)
   echo "           8             2     float     sum      -1  $t    0.00    0.00      0  $t    0.00    0.00      0"
   echo "    67108864      16777216     float     sum      -1  9999.0    $b    $b      0  9999.0    $b    $b      0"
   echo "# Out of bounds values : 0 OK"
+  ;;
+railnet-kvbench)
+  # its goal rows, as the real one prints them (it needs RN_PLUGIN)
+  [ -n "${RN_PLUGIN:-}" ] || { echo "railnet-kvbench: no RN_PLUGIN" >&2; exit 2; }
+  if [ "${GPU_STANDIN_KVFAIL:-0}" = 1 ]; then
+    echo "standin NET/railnet WARN a comm failed" >&2
+    exit 1
+  fi
+  echo "# goals (railnet against the anchor measured in this run)"
+  echo "#   W1 70B/TP8 12k-token request (grouped): transfer time 0.90x plain TCP (goal <= 1.1x): met"
+  echo "#   W4 small-stream p99 with bulk / alone (shared proxy thread): 1.50x (goal <= 2x): met; plain TCP itself 1.40x"
+  echo "# snd/rcv us/m: proxy-thread CPU time per plugin message"
   ;;
 nccl-sendrecv)
   nccl_lines
