@@ -100,8 +100,12 @@ static struct rn_shared_list rn_tcp_streamy = RN_SHARED_LIST_INIT(rn_tcp_streamy
 static _Atomic int64_t rn_tcp_next_sweep_ms;
 
 void rn_tcp_comm_streamy(struct rn_tcp_comm *c) {
+  /* c->lock held, as wherever c's node changes, so a comm already on the
+   * list is left as it is without the list's lock: the idle sweep holds
+   * that lock while it progresses c, whose streams may be admitted then. */
+  if (c->streamy.next != NULL) return;
   pthread_mutex_lock(&rn_tcp_streamy.lock);
-  if (c->streamy.next == NULL) rn_list_add_tail(&rn_tcp_streamy.head, &c->streamy);
+  rn_list_add_tail(&rn_tcp_streamy.head, &c->streamy);
   pthread_mutex_unlock(&rn_tcp_streamy.lock);
 }
 
@@ -255,8 +259,13 @@ void rn_tcp_comm_free(struct rn_tcp_comm *c) {
   if (c->urgent) atomic_fetch_sub(&rn_tcp_urgent, 1);
   rn_shared_list_del(&rn_tcp_deferred, &c->deferred); /* waits out a flush visiting it */
   rn_shared_list_del(&rn_tcp_live, &c->open);
-  rn_shared_list_del(&rn_tcp_streamy, &c->streamy); /* waits out a sweep visiting it */
-  rn_shared_list_del(&rn_tcp_waiting, &c->waiting); /* the same */
+  /* Both wait out a sweep visiting it; under c->lock, as every change of
+   * its streamy node (rn_tcp_comm_streamy), so a sweep that progressed it
+   * just before cannot put it back on a list. */
+  pthread_mutex_lock(&c->lock);
+  rn_shared_list_del(&rn_tcp_streamy, &c->streamy);
+  rn_shared_list_del(&rn_tcp_waiting, &c->waiting);
+  pthread_mutex_unlock(&c->lock);
   if (c->nrails > 0) rn_tcp_rails_close(c);
   atomic_store(&c->stop, 1);
   /* No engine thread touches the comm after this, whatever it had queued. */

@@ -595,6 +595,9 @@ static ncclResult_t rn_tcp_on_down(struct rn_tcp_comm *c, const struct rn_tcp_do
                             d->p.plen, d->reserved, "0 or 1 (IDLE)");
   if (d->msg != c->msg_in)
     return RN_TCP_VIOLATION(c, what, "msg", "%u, expected %u", d->msg, c->msg_in);
+  /* The sender's streams are its own once dialled: it may take them out
+   * before this side's next call admits them (open.c). */
+  if (c->lazy.state == RN_TCP_STREAMS_ASKED) return rn_tcp_lazy_on_early_down(c, d);
   if (d->p.flags == RN_TCP_DOWN_IDLE) return rn_tcp_lazy_on_idle(c, d);
   if (c->lazy.state != RN_TCP_STREAMS_UP)
     return RN_TCP_VIOLATION(c, what, "state", "no data stream is open");
@@ -602,17 +605,21 @@ static ncclResult_t rn_tcp_on_down(struct rn_tcp_comm *c, const struct rn_tcp_do
     return RN_TCP_VIOLATION(c, what, "streams", "0x%x, expected a nonzero subset of 0x%x",
                             d->streams, all);
   c->msg_in++;
+  rn_tcp_streams_taken_out(c, d->streams);
+  return ncclSuccess;
+}
+
+void rn_tcp_streams_taken_out(struct rn_tcp_comm *c, uint32_t mask) {
   for (int i = 0; i < c->nstreams; i++)
-    if (d->streams & (1u << i)) atomic_store(&c->stream[i].retire, 1);
+    if (mask & (1u << i)) atomic_store(&c->stream[i].retire, 1);
   RN_INFO(NCCL_NET, "receive comm from %s (dev %d): the sender took data streams 0x%x out", c->peer,
-          c->base.vdev, d->streams);
-  rn_tcp_rails_offer(c, d->streams);
+          c->base.vdev, mask);
+  rn_tcp_rails_offer(c, mask);
   if (c->nthreads == 0) {
     rn_tcp_drive_streams(c);
   } else {
     rn_tcp_wake_all(c);
   }
-  return ncclSuccess;
 }
 
 /* The inline payload in progress has all landed. */

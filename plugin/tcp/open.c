@@ -187,6 +187,25 @@ static void rn_tcp_lazy_unlisten(struct rn_tcp_comm *c) {
   z->u.rx.nlfd = 0;
 }
 
+static void rn_tcp_lazy_closing(struct rn_tcp_comm *c);
+
+/* Receiver, the streams just admitted: what the sender did with them
+ * before that (rn_tcp_lazy_on_early_down). */
+static ncclResult_t rn_tcp_lazy_apply_early(struct rn_tcp_comm *c) {
+  struct rn_tcp_lazy *z = &c->lazy;
+  const uint32_t all = c->nstreams >= 32 ? UINT32_MAX : (1u << c->nstreams) - 1;
+  const uint32_t out = z->early_out;
+  const int idle = z->early_idle;
+  z->early_out = 0;
+  z->early_idle = 0;
+  if (out & ~all)
+    return RN_TCP_VIOLATION(c, "streams-down", "streams",
+                            "0x%x, read before its %d streams were admitted", out, c->nstreams);
+  if (out != 0) rn_tcp_streams_taken_out(c, out);
+  if (idle) rn_tcp_lazy_closing(c);
+  return ncclSuccess;
+}
+
 /* Receiver: take the streams in once dialled. */
 static ncclResult_t rn_tcp_lazy_admit(struct rn_tcp_comm *c) {
   struct rn_rdv_conn conn;
@@ -199,6 +218,21 @@ static ncclResult_t rn_tcp_lazy_admit(struct rn_tcp_comm *c) {
   conn.ctrl_fd = -1;
   if (rn_tcp_comm_attach(c, &conn, NULL) != ncclSuccess)
     return rn_tcp_fail(c, ncclSystemError, "its data streams could not be set up");
+  return rn_tcp_lazy_apply_early(c);
+}
+
+ncclResult_t rn_tcp_lazy_on_early_down(struct rn_tcp_comm *c, const struct rn_tcp_down *d) {
+  static const char what[] = "streams-down";
+  struct rn_tcp_lazy *z = &c->lazy;
+  if (z->early_idle)
+    return RN_TCP_VIOLATION(c, what, "state", "its data streams were closed idle already");
+  if (d->p.flags != RN_TCP_DOWN_IDLE && d->streams == 0)
+    return RN_TCP_VIOLATION(c, what, "streams", "0, expected a nonzero set");
+  c->msg_in++;
+  if (d->p.flags == RN_TCP_DOWN_IDLE)
+    z->early_idle = 1; /* all of them: checked against their count once admitted */
+  else
+    z->early_out |= d->streams;
   return ncclSuccess;
 }
 
@@ -210,11 +244,13 @@ ncclResult_t rn_tcp_lazy_on_open(struct rn_tcp_comm *c, const struct rn_tcp_open
                             m->p.plen, m->reserved);
   if (m->msg != c->msg_in)
     return RN_TCP_VIOLATION(c, what, "msg", "%u, expected %u", m->msg, c->msg_in);
-  if (z->state != RN_TCP_STREAMS_NONE && z->state != RN_TCP_STREAMS_CLOSING)
+  const int closing = z->state == RN_TCP_STREAMS_CLOSING ||
+                      (z->state == RN_TCP_STREAMS_ASKED && z->early_idle);
+  if (z->state != RN_TCP_STREAMS_NONE && !closing)
     return RN_TCP_VIOLATION(c, what, "state", "data streams already %s",
                             z->state == RN_TCP_STREAMS_UP ? "open" : "being opened");
   c->msg_in++;
-  if (z->state == RN_TCP_STREAMS_CLOSING) {
+  if (closing) {
     z->reopen = 1; /* once the closing streams are read to their end */
     return ncclSuccess;
   }
@@ -373,12 +409,17 @@ ncclResult_t rn_tcp_lazy_on_idle(struct rn_tcp_comm *c, const struct rn_tcp_down
     return RN_TCP_VIOLATION(c, what, "streams", "0x%x, expected all of them, 0x%x", d->streams,
                             all);
   c->msg_in++;
-  /* Each is read to its end: what the sender wrote before closing lands. */
+  rn_tcp_lazy_closing(c);
+  return ncclSuccess;
+}
+
+/* Receiver: the sender closed the streams idle.  Each is read to its end:
+ * what the sender wrote before closing lands. */
+static void rn_tcp_lazy_closing(struct rn_tcp_comm *c) {
   c->lazy.state = RN_TCP_STREAMS_CLOSING;
   c->lazy.since_ms = rn_clock_ms();
   rn_tcp_move_stop(c);
   if (c->nthreads > 0) rn_tcp_wake_all(c);
-  return ncclSuccess;
 }
 
 /* Receiver: the closing streams all ended. */

@@ -380,6 +380,8 @@ struct rn_tcp_lazy {
   int64_t since_ms;      /* the state began */
   int64_t used_ms;       /* send: a streamed message was last queued */
   int reopen;            /* recv: an OPEN came while CLOSING: answered once drained */
+  int early_idle;        /* recv: the sender closed them idle before they were admitted */
+  uint32_t early_out;    /* recv: ... or took these out (a rail's): applied once admitted */
   unsigned opened;       /* times the streams were opened */
   int expect;            /* send: the streams it will have, for chunk grids before they open */
   uint64_t inline_bytes; /* messages above SOCKET_INLINE that went inline while they opened */
@@ -590,6 +592,12 @@ void rn_tcp_lazy_defer(struct rn_tcp_comm *c, struct rn_tcp_req *r, const char *
 ncclResult_t rn_tcp_lazy_on_open(struct rn_tcp_comm *c, const struct rn_tcp_open *m);
 ncclResult_t rn_tcp_lazy_on_streams(struct rn_tcp_comm *c, const struct rn_tcp_streams *m);
 ncclResult_t rn_tcp_lazy_on_idle(struct rn_tcp_comm *c, const struct rn_tcp_down *d);
+/* Receive: a DOWN (its header checked and counted) read while the streams
+ * it names are still being admitted: kept until they are. */
+ncclResult_t rn_tcp_lazy_on_early_down(struct rn_tcp_comm *c, const struct rn_tcp_down *d);
+/* Receive, c->lock held: the sender took out the data streams in mask
+ * (all open; a failed rail's): read each to its end, then let it go. */
+void rn_tcp_streams_taken_out(struct rn_tcp_comm *c, uint32_t mask);
 /* Send, caller, every RN_TCP_SAMPLE_MS (rn_tcp_rails_tick) or from the
  * sweep: close the streams once idle for RAILNET_SOCKET_IDLE_MS. */
 ncclResult_t rn_tcp_lazy_idle(struct rn_tcp_comm *c, int64_t now);
