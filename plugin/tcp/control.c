@@ -589,7 +589,7 @@ static ncclResult_t rn_tcp_on_data(struct rn_tcp_comm *c, const struct rn_tcp_da
  * thread or a helper, ends each; tcp.h's locking note). */
 static ncclResult_t rn_tcp_on_down(struct rn_tcp_comm *c, const struct rn_tcp_down *d) {
   static const char what[] = "streams-down";
-  const uint32_t all = c->nstreams >= 32 ? UINT32_MAX : (1u << c->nstreams) - 1;
+  const uint32_t all = rn_tcp_streams_all(c);
   if ((d->p.flags != 0 && d->p.flags != RN_TCP_DOWN_IDLE) || d->p.plen != 0 || d->reserved != 0)
     return RN_TCP_VIOLATION(c, what, "flags/plen/reserved", "%u/%u/%u, expected %s/0/0", d->p.flags,
                             d->p.plen, d->reserved, "0 or 1 (IDLE)");

@@ -478,7 +478,7 @@ ncclResult_t rn_tcp_move_progress(struct rn_tcp_comm *c) {
 ncclResult_t rn_tcp_move_on_offer(struct rn_tcp_comm *c, const struct rn_tcp_offer *o) {
   static const char what[] = "control connection offer";
   struct rn_tcp_move *m = &c->move;
-  const uint32_t all = c->nstreams >= 32 ? UINT32_MAX : (1u << c->nstreams) - 1;
+  const uint32_t all = rn_tcp_streams_all(c);
   if (o->p.flags != RN_TCP_OFFER_CONTROL || o->p.plen != 0)
     return RN_TCP_VIOLATION(c, what, "flags/plen", "%u/%u, expected %u/0", o->p.flags, o->p.plen,
                             RN_TCP_OFFER_CONTROL);

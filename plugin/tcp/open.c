@@ -189,20 +189,23 @@ static void rn_tcp_lazy_unlisten(struct rn_tcp_comm *c) {
 
 static void rn_tcp_lazy_closing(struct rn_tcp_comm *c);
 
+static ncclResult_t rn_tcp_lazy_idle_streams(struct rn_tcp_comm *c, uint32_t streams);
+
 /* Receiver, the streams just admitted: what the sender did with them
- * before that (rn_tcp_lazy_on_early_down). */
+ * before that (rn_tcp_lazy_on_early_down), checked as it would have been
+ * had it come after. */
 static ncclResult_t rn_tcp_lazy_apply_early(struct rn_tcp_comm *c) {
   struct rn_tcp_lazy *z = &c->lazy;
-  const uint32_t all = c->nstreams >= 32 ? UINT32_MAX : (1u << c->nstreams) - 1;
-  const uint32_t out = z->early_out;
-  const int idle = z->early_idle;
-  z->early_out = 0;
-  z->early_idle = 0;
-  if (out & ~all)
+  const uint32_t out = z->early_out, idle = z->early_idle;
+  z->early_out = z->early_idle = 0;
+  if (out & ~rn_tcp_streams_all(c))
     return RN_TCP_VIOLATION(c, "streams-down", "streams",
                             "0x%x, read before its %d streams were admitted", out, c->nstreams);
   if (out != 0) rn_tcp_streams_taken_out(c, out);
-  if (idle) rn_tcp_lazy_closing(c);
+  if (idle != 0) {
+    RN_CHECK(rn_tcp_lazy_idle_streams(c, idle));
+    rn_tcp_lazy_closing(c);
+  }
   return ncclSuccess;
 }
 
@@ -224,13 +227,14 @@ static ncclResult_t rn_tcp_lazy_admit(struct rn_tcp_comm *c) {
 ncclResult_t rn_tcp_lazy_on_early_down(struct rn_tcp_comm *c, const struct rn_tcp_down *d) {
   static const char what[] = "streams-down";
   struct rn_tcp_lazy *z = &c->lazy;
-  if (z->early_idle)
+  if (z->early_idle != 0)
     return RN_TCP_VIOLATION(c, what, "state", "its data streams were closed idle already");
-  if (d->p.flags != RN_TCP_DOWN_IDLE && d->streams == 0)
+  if (d->streams == 0)
     return RN_TCP_VIOLATION(c, what, "streams", "0, expected a nonzero set");
   c->msg_in++;
+  /* Checked against the streams' count once they are admitted. */
   if (d->p.flags == RN_TCP_DOWN_IDLE)
-    z->early_idle = 1; /* all of them: checked against their count once admitted */
+    z->early_idle = d->streams;
   else
     z->early_out |= d->streams;
   return ncclSuccess;
@@ -245,7 +249,7 @@ ncclResult_t rn_tcp_lazy_on_open(struct rn_tcp_comm *c, const struct rn_tcp_open
   if (m->msg != c->msg_in)
     return RN_TCP_VIOLATION(c, what, "msg", "%u, expected %u", m->msg, c->msg_in);
   const int closing = z->state == RN_TCP_STREAMS_CLOSING ||
-                      (z->state == RN_TCP_STREAMS_ASKED && z->early_idle);
+                      (z->state == RN_TCP_STREAMS_ASKED && z->early_idle != 0);
   if (z->state != RN_TCP_STREAMS_NONE && !closing)
     return RN_TCP_VIOLATION(c, what, "state", "data streams already %s",
                             z->state == RN_TCP_STREAMS_UP ? "open" : "being opened");
@@ -388,7 +392,7 @@ ncclResult_t rn_tcp_lazy_idle(struct rn_tcp_comm *c, int64_t now) {
   if (idle == 0 || rn_tcp_lazy_keeps(c) || now - z->used_ms < idle || !rn_tcp_ctl_room(c) ||
       !rn_tcp_lazy_quiet(c))
     return ncclSuccess;
-  const uint32_t all = c->nstreams >= 32 ? UINT32_MAX : (1u << c->nstreams) - 1;
+  const uint32_t all = rn_tcp_streams_all(c);
   struct rn_tcp_down d = {.msg = c->msg_out, .streams = all};
   rn_tcp_wire_seal(&d, RN_TCP_MSG_DOWN, RN_TCP_DOWN_IDLE, 0);
   rn_tcp_ctl_queue(c, &d, sizeof(d), NULL, 0, NULL);
@@ -400,14 +404,19 @@ ncclResult_t rn_tcp_lazy_idle(struct rn_tcp_comm *c, int64_t now) {
   return rn_tcp_ctl_flush(c);
 }
 
+/* An idle DOWN closes every stream. */
+static ncclResult_t rn_tcp_lazy_idle_streams(struct rn_tcp_comm *c, uint32_t streams) {
+  const uint32_t all = rn_tcp_streams_all(c);
+  if (streams != all)
+    return RN_TCP_VIOLATION(c, "streams-down (idle)", "streams", "0x%x, expected all of them, 0x%x",
+                            streams, all);
+  return ncclSuccess;
+}
+
 ncclResult_t rn_tcp_lazy_on_idle(struct rn_tcp_comm *c, const struct rn_tcp_down *d) {
-  static const char what[] = "streams-down (idle)";
-  const uint32_t all = c->nstreams >= 32 ? UINT32_MAX : (1u << c->nstreams) - 1;
   if (c->lazy.state != RN_TCP_STREAMS_UP)
-    return RN_TCP_VIOLATION(c, what, "state", "no data stream is open");
-  if (d->streams != all)
-    return RN_TCP_VIOLATION(c, what, "streams", "0x%x, expected all of them, 0x%x", d->streams,
-                            all);
+    return RN_TCP_VIOLATION(c, "streams-down (idle)", "state", "no data stream is open");
+  RN_CHECK(rn_tcp_lazy_idle_streams(c, d->streams));
   c->msg_in++;
   rn_tcp_lazy_closing(c);
   return ncclSuccess;

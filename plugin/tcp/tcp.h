@@ -380,8 +380,8 @@ struct rn_tcp_lazy {
   int64_t since_ms;      /* the state began */
   int64_t used_ms;       /* send: a streamed message was last queued */
   int reopen;            /* recv: an OPEN came while CLOSING: answered once drained */
-  int early_idle;        /* recv: the sender closed them idle before they were admitted */
-  uint32_t early_out;    /* recv: ... or took these out (a rail's): applied once admitted */
+  uint32_t early_idle;   /* recv: the streams an idle DOWN named before they were admitted */
+  uint32_t early_out;    /* recv: ... the streams another DOWN took out: applied once admitted */
   unsigned opened;       /* times the streams were opened */
   int expect;            /* send: the streams it will have, for chunk grids before they open */
   uint64_t inline_bytes; /* messages above SOCKET_INLINE that went inline while they opened */
@@ -556,6 +556,12 @@ struct rn_tcp_comm {
   char discard_space[RN_TCP_EAGER_WIRE_MAX]; /* `discard` points here */
 };
 
+/* Every data stream of c as a DOWN's streams field names them (bit i:
+ * stream i). */
+static inline uint32_t rn_tcp_streams_all(const struct rn_tcp_comm *c) {
+  return c->nstreams >= 32 ? UINT32_MAX : (1u << c->nstreams) - 1;
+}
+
 /* iface.c */
 /* One usable interface; rails come back from the core as rn_nic pointers
  * whose table_index indexes this table. */
@@ -592,8 +598,9 @@ void rn_tcp_lazy_defer(struct rn_tcp_comm *c, struct rn_tcp_req *r, const char *
 ncclResult_t rn_tcp_lazy_on_open(struct rn_tcp_comm *c, const struct rn_tcp_open *m);
 ncclResult_t rn_tcp_lazy_on_streams(struct rn_tcp_comm *c, const struct rn_tcp_streams *m);
 ncclResult_t rn_tcp_lazy_on_idle(struct rn_tcp_comm *c, const struct rn_tcp_down *d);
-/* Receive: a DOWN (its header checked and counted) read while the streams
- * it names are still being admitted: kept until they are. */
+/* Receive: a DOWN (its header and sequence checked) read while the
+ * streams it names are still being admitted: counted, and kept until they
+ * are. */
 ncclResult_t rn_tcp_lazy_on_early_down(struct rn_tcp_comm *c, const struct rn_tcp_down *d);
 /* Receive, c->lock held: the sender took out the data streams in mask
  * (all open; a failed rail's): read each to its end, then let it go. */
