@@ -38,17 +38,13 @@ test: $(TCP_LINKDOWN_TEST)
 # Many comms on threads, random grouped receives and sizes, streams closing
 # and opening between messages; each configuration in a bounded child.
 TCP_CHURN_TEST := $(BUILD)/tests/tcp/test_churn
-$(TCP_CHURN_TEST): $(BUILD)/tests/tcp/test_churn.o $(RN_TEST_COMMON_OBJS) | $(PLUGIN_SO)
-	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS_COMMON) -o $@ $^ -ldl -lpthread
+$(eval $(call rn_harness_prog,$(TCP_CHURN_TEST),$(BUILD)/tests/tcp/test_churn.o))
 TEST_PROGS += $(TCP_CHURN_TEST)
 
 # The progress engine with helper threads on: many comms, churn from
 # several threads, closes with work queued, a fork (tests/tcp/test_engine.c).
 TCP_ENGINE_TEST := $(BUILD)/tests/tcp/test_engine
-$(TCP_ENGINE_TEST): $(BUILD)/tests/tcp/test_engine.o $(RN_TEST_COMMON_OBJS) | $(PLUGIN_SO)
-	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS_COMMON) -o $@ $^ -ldl -lpthread
+$(eval $(call rn_harness_prog,$(TCP_ENGINE_TEST),$(BUILD)/tests/tcp/test_engine.o))
 TEST_PROGS += $(TCP_ENGINE_TEST)
 # Traffic classes on the sockets of a send comm (getsockopt), v10 and v11.
 TCP_TC_TEST := $(BUILD)/tests/tcp/test_traffic_class
