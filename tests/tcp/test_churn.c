@@ -106,7 +106,7 @@ struct sent {
 static void *sender(void *arg) {
   struct side *x = arg;
   struct rn_net *n = x->net;
-  int next[NTAG] = {0}; /* per tag: the first group not yet sent */
+  int next[NTAG] = {0}; /* per tag: the first group that may still hold one to send */
   struct sent out[INFLIGHT];
   int nout = 0;
   long total = 0, posted = 0, done = 0;
@@ -122,12 +122,13 @@ static void *sender(void *arg) {
     if (nout < INFLIGHT && posted < total) {
       int t = (int)(rng_next(&rs) % NTAG), idx = -1, g;
       struct group p;
-      for (g = next[t]; g < g_groups && idx < 0; g++) {
+      for (g = next[t]; g < g_groups; g++) {
         plan(x->pair, g, x->maxn, &p);
         for (int i = 0; i < p.n; i++)
           if (p.tag[i] == t) idx = i;
+        if (idx >= 0) break;
       }
-      g--;
+      next[t] = g; /* groups without the tag are passed once; g_groups: none left */
       if (idx >= 0) {
         size_t sz = p.size[idx];
         void *buf = malloc(sz ? sz : 1), *mh = NULL, *req = NULL;
