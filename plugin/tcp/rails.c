@@ -251,8 +251,12 @@ static void rn_tcp_rails_sample(struct rn_tcp_comm *c, int64_t now) {
     for (int i = 0; i < c->nrails; i++) {
       struct rn_tcp_rail *r = &c->rail[i];
       uint64_t b = atomic_load(&r->bytes), d = b - r->bytes_prev;
+      uint64_t rd = atomic_load(&r->read), m = rd - r->read_prev;
       r->bytes_prev = b;
-      if (d > 0) r->progress_ms = c->landed_ms = now;
+      r->read_prev = rd;
+      /* Bytes read count, not only chunks landed: a slow rail may take
+       * longer than the bound to bring one whole chunk. */
+      if (m > 0) r->progress_ms = c->landed_ms = now;
       r->rate += RN_TCP_RATE_ALPHA * ((double)d / dt - r->rate);
     }
     for (int i = 0; i < c->nstreams; i++) {

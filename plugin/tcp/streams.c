@@ -420,6 +420,7 @@ static int rn_tcp_stream_recv(struct rn_tcp_comm *c, struct rn_tcp_stream *s, si
       return -1;
     }
     *moved += (size_t)k;
+    atomic_fetch_add_explicit(&c->rail[s->rail].read, (uint64_t)k, memory_order_relaxed);
     size_t ahead = (size_t)k > want ? (size_t)k - want : 0;
     s->off += (size_t)k - ahead;
     if (s->off == hl && rn_tcp_stream_header_in(c, s) != 0) return -1;

@@ -208,12 +208,14 @@ struct rn_tcp_rail {
   _Atomic uint64_t replays;  /* chunks this rail carried again after another rail failed */
   _Atomic uint64_t failures; /* times this rail was taken out */
   _Atomic uint64_t pending;  /* send: bytes queued on its streams, not yet written */
+  _Atomic uint64_t read;     /* receive: bytes read off its streams, headers and dropped copies too */
   /* caller only */
   double rate;           /* estimated delivery rate, bytes/s (EWMA) */
   double ceiling;        /* the link's nominal rate, bytes/s */
   uint64_t acked_prev;   /* send: TCP bytes acknowledged at the last sample */
   uint64_t bytes_prev;   /* bytes at the last sample */
   uint64_t pending_prev; /* send: pending at the last sample */
+  uint64_t read_prev;    /* receive: read at the last sample */
   uint64_t outq;         /* send: bytes in its sockets not yet acknowledged */
   int64_t progress_ms;   /* when its bytes last moved */
   char cause[192];       /* why it failed */

@@ -10,6 +10,8 @@
 #  - Unequal rates (4:1) and a rate that drops to 10% in the middle of a
 #    transfer: the split follows the rates, judged by the plugin's byte
 #    counters only (the shares), never by timing.
+#  - Rails so slow that one chunk takes twice RAILNET_RAIL_TIMEOUT_MS:
+#    bytes still arrive, so no side calls the comm dead.
 #  - A rail's link cut in the middle of a transfer and restored: every
 #    byte verified, no error, one WARN, the rail reported failed, then
 #    re-admitted and carrying bytes again; the rail of the control
@@ -30,7 +32,7 @@ BOUND=20 # seconds after a cut; multirail-xfer scales it by RN_TIMEOUT_SCALE
 BEDS="$NAME $NAME1 $NAME4" OUT_TAG=multirail XFER_ENV=
 . tests/multirail/lib.sh
 
-echo "1..18"
+echo "1..19"
 
 # 1. the testbed (the topology is written at equal rates: the planner fuses
 # rails of one speed; the tests below change the rates afterwards)
@@ -147,7 +149,27 @@ else
 fi
 "$RB" --name "$NAME" rate 0 300 >/dev/null
 
-# 9-10. a rail's link down in the middle of a transfer, and up again
+# 9. rails so slow that one chunk takes longer than RAILNET_RAIL_TIMEOUT_MS
+# to arrive (1 MiB chunks, one stream per rail, 4 Mbit/s: about 2 s each,
+# against a 1 s bound): bytes keep arriving, so neither side may call the
+# comm dead (the receiver once counted only whole chunks landed, and
+# failed it: "no rail delivered a byte for 1000 ms")
+"$RB" --name "$NAME" rate 0 4 >/dev/null && "$RB" --name "$NAME" rate 1 4 >/dev/null
+XENV=RAILNET_RAIL_TIMEOUT_MS=1000,RAILNET_SOCKET_NSTREAMS=2,RAILNET_SOCKET_CHUNK=1048576 \
+  xfer "$NAME" "$OUT/topo.xml" slow 2 --bytes 4M --size 2M --window 1 --interval 0 --timeout 60
+rc=$?
+if [ $rc -eq 0 ] && grep -q '^result status=ok receiver=ok.* sender=ok.* bytes=4194304 ' "$OUT/slow.log" &&
+  ! grep -q WARN "$OUT/slow.err"; then
+  result OK "rails at 4 Mbit/s, 1 MiB chunks, RAILNET_RAIL_TIMEOUT_MS=1000: every byte verified, no WARN (a chunk takes twice the bound)"
+else
+  result NOTOK "rails at 4 Mbit/s, 1 MiB chunks, RAILNET_RAIL_TIMEOUT_MS=1000: exit $rc, or a WARN (a rail still delivering was called dead?)"
+  show slow
+fi
+XENV=
+"$RB" --name "$NAME" rate 0 300 >/dev/null
+"$RB" --name "$NAME" rate 1 300 >/dev/null
+
+# 10-11. a rail's link down in the middle of a transfer, and up again
 xfer "$NAME" "$OUT/topo.xml" cut 2 --bytes 256M --interval 0.5 --timeout $((3 + BOUND)) \
   --at "1:$RB --name $NAME down 1" --at "3:$RB --name $NAME up-link 1"
 rc=$?
@@ -175,7 +197,7 @@ else
   grep -E 're-admitted|took data streams|lost its streams' "$OUT/cut.err" | cut -c1-300 | details
 fi
 
-# 11-12. the control connection's rail: rail 0's link down 1 s in and up
+# 12-13. the control connection's rail: rail 0's link down 1 s in and up
 # at 3 s, then rail 1's (where the control connection went) at 6 s: every
 # byte verified, no error; the control connection moves to the surviving
 # rail each time (an INFO on each side), rail 0 is re-admitted
@@ -204,7 +226,7 @@ else
 fi
 "$RB" --name "$NAME" up-link 1 >/dev/null && link_up "$NAME" 1
 
-# 13. the same as 9-10 with helper threads moving the streams' bytes (the
+# 14. the same as 10-11 with helper threads moving the streams' bytes (the
 # default on hosts of 8 or more CPUs): cut, failover, re-admission.  (It
 # once failed under load: a helper thread shut down, or marked dead, a
 # stream after handing it to the caller, which had meanwhile given it the
@@ -222,7 +244,7 @@ else
   grep -E 'WARN|re-admitted|took data|lost its' "$OUT/threads.err" | cut -c1-300 | details
 fi
 
-# 14-15. four rails, three cut one after another: the last carries on
+# 15-16. four rails, three cut one after another: the last carries on
 if "$RB" --name "$NAME4" up --rails 4 --rate 150 >"$OUT/up4.log" 2>&1 &&
   "$RB" --name "$NAME4" topo-xml "$OUT/topo4.xml" 2>>"$OUT/up4.log"; then
   xfer "$NAME4" "$OUT/topo4.xml" seq 4 --bytes 160M --interval 0.5 --timeout $((3 + BOUND)) \
@@ -250,7 +272,7 @@ else
   result NOTOK "not run: no 4-rail testbed"
 fi
 
-# 16-17. no rail left: the second rail of the 2-rail device cut after the
+# 17-18. no rail left: the second rail of the 2-rail device cut after the
 # first, and the only link of a single-rail device: an error on both sides
 # within the bound (RAILNET_RAIL_TIMEOUT_MS, 10 s by default), no hang
 "$RB" --name "$NAME" up-link 1 >/dev/null 2>&1
@@ -283,7 +305,7 @@ else
   show single
 fi
 
-# 18. nothing left behind
+# 19. nothing left behind
 "$RB" --name "$NAME" clean
 "$RB" --name "$NAME1" clean
 "$RB" --name "$NAME4" clean
