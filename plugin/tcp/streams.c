@@ -253,9 +253,13 @@ static ncclResult_t rn_tcp_chunk_begin(struct rn_tcp_comm *c, struct rn_tcp_stre
   pthread_mutex_lock(&c->rx_lock);
   struct rn_tcp_req *r = c->ring[h->seq % RN_TCP_RING];
   uint64_t nchunks = 0, expect_len = 0;
-  if ((r == NULL || r->seq != h->seq) && h->attempt > 0 && h->seq < c->recv_seq) {
+  if ((r == NULL || r->seq != h->seq) && h->seq < c->recv_seq &&
+      (h->attempt > 0 || h->seq < c->resent_hi)) {
     /* A re-sent copy for a group that completed: its first copy landed.
-     * Only its own shape can be checked; it is read and dropped. */
+     * Or a first copy for a group that got re-sent chunks: it trailed
+     * them (it was already on its way, in a queue on the path, when the
+     * sender took its rail out).  Only its own shape can be checked; it
+     * is read and dropped. */
     uint64_t n = h->grid ? (h->total + h->grid - 1) / h->grid : 0;
     if (h->grid < 1 || h->grid > RN_TCP_MAX_GRID || h->total < 1 || h->total > INT_MAX ||
         n > RN_TCP_MAX_CHUNKS || h->index >= n || h->offset != (uint64_t)h->index * h->grid ||
@@ -292,11 +296,17 @@ static ncclResult_t rn_tcp_chunk_begin(struct rn_tcp_comm *c, struct rn_tcp_stre
     /* A first copy must be new; a re-sent one (attempt > 0) may meet its
      * first copy still arriving over a failing rail (both write the same
      * bytes to the same place; the first to finish counts), or already
-     * landed (it is dropped). */
+     * landed (it is dropped).  So may a first copy that trails a re-sent
+     * chunk of its buffer: the sender took its rail out while it was
+     * still on its way. */
     uint64_t *word = &c->cover[h->seq % RN_TCP_RING][h->idx][h->index / 64];
     uint64_t *busy = &c->inflight[h->seq % RN_TCP_RING][h->idx][h->index / 64];
     uint64_t bit = 1ull << (h->index % 64);
-    if (((*word | *busy) & bit) && h->attempt == 0) {
+    if (h->attempt > 0) {
+      r->resent |= 1u << h->idx;
+      if (h->seq >= c->resent_hi) c->resent_hi = h->seq + 1;
+    }
+    if (((*word | *busy) & bit) && h->attempt == 0 && !(r->resent & (1u << h->idx))) {
       res = RN_TCP_VIOLATION(c, what, "index", "%u of group %llu buffer %u arrived twice", h->index,
                              (unsigned long long)h->seq, h->idx);
     } else if (*word & bit) {

@@ -175,6 +175,7 @@ struct rn_tcp_req {
   uint32_t ack_wanted;            /* STREAMED buffers whose sender asked for an ACK */
   uint32_t acks_queued;           /* ... and whose ACK is queued */
   int writers;                    /* streams reading a chunk into it right now */
+  uint32_t resent;                /* STREAMED buffers a re-sent chunk (attempt > 0) came for */
   /* send: announced before the data streams were open, its chunks queued
    * once they are (open.c), in announcement order */
   struct rn_tcp_req *later_next;
@@ -484,6 +485,10 @@ struct rn_tcp_comm {
    * ring; match_head is the oldest with a buffer no message has claimed */
   pthread_mutex_t rx_lock;
   uint64_t recv_seq, match_head;
+  /* Groups below this got a re-sent chunk (under rx_lock): a first copy
+   * that trails its re-sent one may still come for them after they
+   * completed (rn_tcp_chunk_begin). */
+  uint64_t resent_hi;
   /* Filling messages seen, by claim number (under rx_lock): every one
    * below claim_low, and claim_ahead of those from there up to
    * claim_hi - 1 (bit n % RN_TCP_CLAIM_WINDOW of claim_seen).  The
