@@ -3,7 +3,7 @@
 # what is set here; tests/bench/ (included before it) lists the helpers by
 # path.
 RN_TEST_COMMON_OBJS := $(patsubst %.c,$(BUILD)/%.o,tests/common/tap.c tests/common/netapi.c \
-  tests/common/pair.c tests/common/stream.c)
+  tests/common/pair.c tests/common/stream.c tests/common/churn.c)
 
 # $(call rn_harness_prog,PROGRAM,MAIN_OBJECT): a TAP program that loads the
 # plugin .so as NCCL does, linked from its own object and the helpers.

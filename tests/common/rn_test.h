@@ -286,8 +286,6 @@ int peer_check(struct rn_peer *p, ncclResult_t r, const char *what);
  * the test result; ncclInternalError + "timeout" in why on timeout. */
 ncclResult_t peer_wait(struct rn_peer *p, void *req, int *sizes, double timeout_s);
 
-#endif
-
 /* ---- message streams over one comm (stream.c) ------------------------- */
 /* A sequence of messages over one comm, posted with up to `window`
  * requests in flight and tested in a chosen order; step() makes progress
@@ -329,3 +327,5 @@ int rn_stream_run(struct rn_stream *s, double timeout_s);
 /* A short verified mix (100 B, 70 KB, 1 MiB, 0 B; 2 in flight) on comm,
  * to show a comm works after something hostile happened next to it. */
 int rn_stream_check(struct rn_peer *p, void *comm, int is_send);
+
+#endif

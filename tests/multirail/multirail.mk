@@ -8,3 +8,10 @@ $(eval $(call rn_harness_prog,$(MULTIRAIL_XFER),$(BUILD)/tests/multirail/xfer.o)
 
 BENCH_PROGS += $(MULTIRAIL_XFER)
 TEST_SCRIPTS += tests/multirail/two-rails.sh tests/multirail/standby.sh
+
+# Several comm pairs with random grouped traffic while the rails fail one
+# at a time (tests/multirail/chaos.c; tests/multirail/chaos.sh runs it).
+MULTIRAIL_CHAOS := $(BUILD)/tests/multirail-chaos
+$(eval $(call rn_harness_prog,$(MULTIRAIL_CHAOS),$(BUILD)/tests/multirail/chaos.o))
+BENCH_PROGS += $(MULTIRAIL_CHAOS)
+TEST_SCRIPTS += tests/multirail/chaos.sh

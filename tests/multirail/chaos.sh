@@ -1,0 +1,61 @@
+#!/bin/sh
+# TAP: railnet's TCP transport on a 3-rail testbed (scripts/railbed) while
+# the rails fail at random, one at a time (multirail-chaos: its link down
+# at both ends or one, a black hole, or its rate cut to 2 Mbit/s, each for
+# 0.5 .. 3 s, then restored): 4 comm pairs on the fused device, a thread
+# per side, random grouped receives, tags and sizes (0 B .. 16 MiB).
+# Every byte verified, no call failed, no protocol violation and no failed
+# comm WARNed, on both sides; without and with helper threads.  The
+# damage is random (RN_CHAOS_SEED picks it, and the traffic), so a run
+# that fails names its seed.  Time bounds only turn hangs into failures.
+# Skips (before any test) only without root, ip, tc, network namespaces,
+# veth or tbf.  The testbed is removed on exit, also on failure.
+cd "$(dirname "$0")/../.." || exit 1
+NAME=rbchaos$$
+BEDS="$NAME" OUT_TAG=chaos XFER_ENV=
+. tests/multirail/lib.sh
+CHAOS=$B/tests/multirail-chaos
+SEED=${RN_CHAOS_SEED:-$(date +%s)}
+
+echo "1..4"
+[ -e "$CHAOS" ] || { result NOTOK "$CHAOS not built (run make first)"; exit 1; }
+if "$RB" --name "$NAME" up --rails 3 --rate 1000 >"$OUT/up.log" 2>&1 &&
+  "$RB" --name "$NAME" topo-xml "$OUT/topo.xml" --rails 3 2>>"$OUT/up.log"; then
+  result OK "railbed: $NAME-a/$NAME-b joined by 3 rails of 1 Gbit/s, one fused device"
+else
+  result NOTOK "railbed up failed"
+  details "$OUT/up.log"
+  result NOTOK "not run: no testbed"
+  result NOTOK "not run: no testbed"
+  "$RB" --name "$NAME" clean
+  result NOTOK "not run: no testbed"
+  exit 1
+fi
+
+chaos() { # LOG SEED [K=V,...]
+  "$CHAOS" --railbed "$NAME" --seed "$2" --pairs 4 --groups 1500 --timeout 150 \
+    --env "RAILNET_TRANSPORT=socket,RAILNET_SOCKET_IFNAME=veth,RAILNET_TOPO_FILE=$OUT/topo.xml${3:+,$3}" \
+    >"$OUT/$1.log" 2>"$OUT/$1.err"
+}
+for run in 1 2; do
+  seed=$((SEED + run - 1))
+  if [ $run = 1 ]; then what="no helper threads" extra=RAILNET_SOCKET_NTHREADS=0
+  else what="2 helper threads" extra=RAILNET_SOCKET_NTHREADS=2; fi
+  chaos run$run $seed $extra
+  rc=$?
+  line=$(grep '^result' "$OUT/run$run.log")
+  if [ $rc -eq 0 ]; then
+    result OK "$what, seed $seed: ${line#result ok: }; every byte verified, no error, no violation"
+  else
+    result NOTOK "$what, seed $seed (rerun: RN_CHAOS_SEED=$seed): ${line:-exit $rc}"
+    grep -v '^result' "$OUT/run$run.log" | tail -30 | details
+    grep WARN "$OUT/run$run.err" | tail -5 | cut -c1-300 | details
+  fi
+done
+
+"$RB" --name "$NAME" clean
+if ip netns list | awk '{print $1}' | grep -q "^$NAME-"; then
+  result NOTOK "left behind: namespaces of $NAME"
+else
+  result OK "clean removed the testbed"
+fi
