@@ -185,6 +185,7 @@ static void rn_tcp_ctl_sample(struct rn_tcp_comm *c, int64_t now, int away, int6
   else
     busy |= c->out_head != c->out_tail && c->out_lazy == 0;
   const uint64_t mark = acked + c->move.rx; /* moves when either direction does */
+  z->ctl_unacked = outq > 0;
   if (!busy || mark != z->ctl_mark || away) {
     z->ctl_mark = mark;
     z->ctl_ms = now;
@@ -264,10 +265,15 @@ static void rn_tcp_rails_sample(struct rn_tcp_comm *c, int64_t now) {
       lost += c->stream[i].lost;
     }
     if (atomic_load(&c->stream_work) == 0 || away) c->landed_ms = now;
+    /* Where the sender has other rails, a rail that stopped holds the
+     * bytes still due until the sender takes it out (after
+     * RAILNET_RAIL_STALL_MS) and sends them again: that failover goes
+     * first, so the bound counts from its end. */
+    const int64_t bound = movable ? limit + rn_params()->rail_stall_ms : limit;
     if (live == 0 && lost > 0 && atomic_load(&c->stream_work) != 0)
       rn_tcp_fail(c, ncclRemoteError, "every rail is gone (%d of %d streams lost)", lost,
                   c->nstreams);
-    else if (now - c->landed_ms >= limit)
+    else if (now - c->landed_ms >= bound)
       rn_tcp_fail(c, ncclRemoteError,
                   "no rail delivered a byte for %lld ms while streamed messages were announced "
                   "(RAILNET_RAIL_TIMEOUT_MS)",
@@ -333,6 +339,27 @@ static void rn_tcp_rails_sample(struct rn_tcp_comm *c, int64_t now) {
              (unsigned long long)(r->outq + atomic_load(&r->pending)),
              c->rail[healthy].standby ? "the standby" : "rail", other,
              rn_tcp_rail_usable(c, healthy) ? "progressed" : "is up");
+  }
+  /* The control connection's rail, with control bytes unacknowledged and
+   * nothing moving either way for as long while another rail is up, is
+   * taken out too (which moves the connection): its data streams may be
+   * idle, so the rule above cannot see it (a black hole between
+   * messages), and the connection would otherwise wait for the bound. */
+  const int cr = c->move.ctrl_rail;
+  if (movable && c->move.state == RN_TCP_CTL_UP && cr >= 0 && cr < c->nrails &&
+      c->lazy.ctl_unacked && now - c->lazy.ctl_ms >= stall &&
+      atomic_load(&c->rail[cr].state) == RN_TCP_RAIL_UP && !c->rail[cr].failing) {
+    int other = -1;
+    for (int i = 0; i < c->nrails && other < 0; i++)
+      if (i != cr && rn_tcp_rail_usable(c, i) && now - c->rail[i].progress_ms < stall) other = i;
+    if (other >= 0) {
+      struct rn_tcp_rail *r = &c->rail[cr];
+      r->failing = 1;
+      snprintf(r->cause, sizeof(r->cause),
+               "the control connection on it: nothing acknowledged or arrived for %lld ms with "
+               "bytes in flight while rail %s is up",
+               (long long)(now - c->lazy.ctl_ms), c->rail[other].name);
+    }
   }
   if (waiting && !fresh)
     rn_tcp_fail(c, ncclRemoteError,

@@ -390,6 +390,7 @@ struct rn_tcp_lazy {
   uint64_t inline_bytes; /* messages above SOCKET_INLINE that went inline while they opened */
   uint64_t ctl_mark;     /* one rail: control bytes acknowledged plus read */
   int64_t ctl_ms;        /* ... when that last moved, or nothing was in flight */
+  int ctl_unacked;       /* control bytes written and not yet acknowledged, at the last sample */
   struct rn_tcp_req *later, *later_tail; /* send: sends whose chunks wait for the streams */
   int standby_set;                       /* the device's standby NIC, whose rail is the standby */
   union rn_sockaddr standby_addr;

@@ -221,12 +221,19 @@ static ncclResult_t rn_tcp_connect(const struct rn_rails *r, const struct rn_han
     }
     k->nonce = h->nonce;
     memcpy(&k->token, h->payload + RN_TCP_TOKEN_OFF, sizeof(k->token));
-    /* The streams as they will be: with RAILNET_SOCKET_LAZY, for the
-     * chunk grid of messages announced before they open (open.c). */
+    /* RAILNET_SOCKET_LAZY holds for a comm of one rail only.  One over
+     * several opens its streams at connect: its rails, and with them a
+     * way for the control connection to move off a rail that fails, are
+     * there from its first message (a comm moving only small messages
+     * would otherwise live on one rail's control connection, and die
+     * with it). */
+    const int lazy = rn_params()->socket_lazy && n == 1 && k->ndev == 1;
+    /* The streams as they will be: when lazy, for the chunk grid of
+     * messages announced before they open (open.c). */
     rn_tcp_plan_streams(addrs, n, peer_standby, k->dev, k->ndev, k->dev_standby,
-                        rn_params()->socket_lazy ? NULL : k->peer, &k->plan);
+                        lazy ? NULL : k->peer, &k->plan);
     k->expect = k->plan.nstreams;
-    if (rn_params()->socket_lazy) {
+    if (lazy) {
       /* The control connection alone, to the first rail: the streams
        * open with the first message that needs them (open.c). */
       memset(&k->plan, 0, sizeof(k->plan));

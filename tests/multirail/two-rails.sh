@@ -12,6 +12,8 @@
 #    counters only (the shares), never by timing.
 #  - Rails so slow that one chunk takes twice RAILNET_RAIL_TIMEOUT_MS:
 #    bytes still arrive, so no side calls the comm dead.
+#  - Small messages only (on the control connection) while its rail is
+#    black-holed: the control connection moves, the comm goes on.
 #  - A rail's link cut in the middle of a transfer and restored: every
 #    byte verified, no error, one WARN, the rail reported failed, then
 #    re-admitted and carrying bytes again; the rail of the control
@@ -32,7 +34,7 @@ BOUND=20 # seconds after a cut; multirail-xfer scales it by RN_TIMEOUT_SCALE
 BEDS="$NAME $NAME1 $NAME4" OUT_TAG=multirail XFER_ENV=
 . tests/multirail/lib.sh
 
-echo "1..19"
+echo "1..20"
 
 # 1. the testbed (the topology is written at equal rates: the planner fuses
 # rails of one speed; the tests below change the rates afterwards)
@@ -226,7 +228,29 @@ else
 fi
 "$RB" --name "$NAME" up-link 1 >/dev/null && link_up "$NAME" 1
 
-# 14. the same as 10-11 with helper threads moving the streams' bytes (the
+# 14. small messages only (4 KiB: inline on the control connection, the
+# data streams idle) while the control connection's rail is black-holed
+# 1 s in (links up, every packet dropped): the sender takes that rail out
+# (its data-stream rule cannot see it, nothing is in flight there) and the
+# control connection moves to the other rail; with RAILNET_RAIL_TIMEOUT_MS
+# at 2 s, the previous build failed the comm ("control connection:
+# nothing acknowledged or arrived for 2000 ms")
+XENV=RAILNET_RAIL_TIMEOUT_MS=2000 xfer "$NAME" "$OUT/topo.xml" small 2 --size 4K --seconds 5 \
+  --bytes 1G --interval 0 --timeout 30 --at "1:$RB --name $NAME blackhole 0"
+rc=$?
+XENV=
+"$RB" --name "$NAME" restore 0 >/dev/null
+moved=$(grep -c 'control connection 1 resumed over rail veth1' "$OUT/small.err")
+if [ $rc -eq 0 ] && grep -q '^result status=ok receiver=ok.* sender=ok' "$OUT/small.log" &&
+  [ "$moved" -eq 2 ]; then
+  result OK "4 KiB messages for 5 s, rail 0 (the control connection's) black-holed at 1 s: every byte verified, no error, the control connection moved to veth1 (an INFO on each side)"
+else
+  result NOTOK "4 KiB messages for 5 s, rail 0 (the control connection's) black-holed at 1 s: exit $rc, control connection moved in $moved of 2 processes"
+  show small
+fi
+link_up "$NAME" 0
+
+# 15. the same as 10-11 with helper threads moving the streams' bytes (the
 # default on hosts of 8 or more CPUs): cut, failover, re-admission.  (It
 # once failed under load: a helper thread shut down, or marked dead, a
 # stream after handing it to the caller, which had meanwhile given it the
@@ -244,7 +268,7 @@ else
   grep -E 'WARN|re-admitted|took data|lost its' "$OUT/threads.err" | cut -c1-300 | details
 fi
 
-# 15-16. four rails, three cut one after another: the last carries on
+# 16-17. four rails, three cut one after another: the last carries on
 if "$RB" --name "$NAME4" up --rails 4 --rate 150 >"$OUT/up4.log" 2>&1 &&
   "$RB" --name "$NAME4" topo-xml "$OUT/topo4.xml" 2>>"$OUT/up4.log"; then
   xfer "$NAME4" "$OUT/topo4.xml" seq 4 --bytes 160M --interval 0.5 --timeout $((3 + BOUND)) \
@@ -272,7 +296,7 @@ else
   result NOTOK "not run: no 4-rail testbed"
 fi
 
-# 17-18. no rail left: the second rail of the 2-rail device cut after the
+# 18-19. no rail left: the second rail of the 2-rail device cut after the
 # first, and the only link of a single-rail device: an error on both sides
 # within the bound (RAILNET_RAIL_TIMEOUT_MS, 10 s by default), no hang
 "$RB" --name "$NAME" up-link 1 >/dev/null 2>&1
@@ -305,7 +329,7 @@ else
   show single
 fi
 
-# 19. nothing left behind
+# 20. nothing left behind
 "$RB" --name "$NAME" clean
 "$RB" --name "$NAME1" clean
 "$RB" --name "$NAME4" clean
