@@ -7,6 +7,8 @@
 #include "railnet/check.h"
 #include "railnet/clock.h"
 #include "railnet/param.h"
+#include <stddef.h>
+
 #include "tcp.h"
 
 /* The lowest free request: those ever used stay a prefix of the pool,
@@ -16,7 +18,7 @@ static struct rn_tcp_req *rn_tcp_req_alloc(struct rn_tcp_comm *c, int is_recv) {
     struct rn_tcp_req *r = &c->reqs[i];
     if (r->state != RN_TCP_REQ_FREE) continue;
     uint32_t gen = atomic_load(&r->gen) + 1;
-    memset(r, 0, sizeof(*r));
+    memset(r, 0, offsetof(struct rn_tcp_req, copying));
     atomic_store(&r->gen, gen);
     rn_req_base_start(&r->base, &c->base);
     r->comm = c;
@@ -370,7 +372,7 @@ static int rn_tcp_req_complete(struct rn_tcp_req *r) {
    * until then a failed rail's chunks can still be sent again. */
   if (!r->is_recv)
     return !r->ctl_pending &&
-           (r->awaits_ack ? atomic_load(&r->acked)
+           (r->awaits_ack ? atomic_load(&r->acked) && atomic_load(&r->copying) == 0
                           : atomic_load_explicit(&r->unsent, memory_order_acquire) == 0);
   /* Every buffer matched (its header seen) and all its bytes landed: with
    * helper threads a streamed message's chunks can beat its header.  No

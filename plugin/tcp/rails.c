@@ -587,6 +587,9 @@ static ncclResult_t rn_tcp_rail_take_out(struct rn_tcp_comm *c, int ri, const ch
     }
     s->keep_head = s->queue_head = s->queue_tail;
     s->off = 0;
+    /* A thread still writing the head chunk lets go of its send itself
+     * once out of sendmsg (it finds the stream dead). */
+    if (!s->writing) rn_tcp_stream_unhold(s);
     pthread_mutex_unlock(&s->queue_lock);
   }
   int left = 0;
@@ -687,6 +690,8 @@ static void rn_tcp_stream_reset(struct rn_tcp_stream *s, int fd) {
   pthread_mutex_lock(&s->queue_lock);
   s->keep_head = s->queue_head = s->queue_tail;
   s->off = 0;
+  s->writing = 0; /* no thread drives it now (rn_tcp_engine_swap_fd) */
+  rn_tcp_stream_unhold(s);
   pthread_mutex_unlock(&s->queue_lock);
   s->rx_req = NULL;
   s->rx_discard = 0;

@@ -39,32 +39,61 @@ static int rn_tcp_stream_broke(struct rn_tcp_comm *c, struct rn_tcp_stream *s, c
   return -1;
 }
 
+void rn_tcp_stream_unhold(struct rn_tcp_stream *s) {
+  if (s->hold == NULL) return;
+  atomic_fetch_sub(&s->hold->copying, 1);
+  s->hold = NULL;
+}
+
+/* queue_lock held: the writing thread leaves the head chunk, written
+ * whole or not; it lets go of its send's memory when done with it, or
+ * when the stream died meanwhile (whoever took its queue left that to the
+ * writer). */
+static void rn_tcp_stream_leave(struct rn_tcp_stream *s, int done) {
+  s->writing = 0;
+  if (done || atomic_load(&s->dead)) rn_tcp_stream_unhold(s);
+}
+
 /* Write as much as the socket takes, until *moved (which counts what was
  * written) reaches about budget bytes; chunks whose send was acknowledged
  * meanwhile (a copy landed over another rail) are dropped unwritten.
+ * While it writes a kept chunk, its send counts the stream in `copying`
+ * and cannot complete: a re-sent copy may still be on its way when the
+ * ACK of the first arrives, and its bytes are the caller's buffer.
  * Returns 1 when the stream has more to send, 0 when idle, -1 on error. */
 static int rn_tcp_stream_send(struct rn_tcp_comm *c, struct rn_tcp_stream *s, size_t budget,
                               size_t *moved) {
   for (;;) {
     pthread_mutex_lock(&s->queue_lock);
     if (atomic_load(&s->dead)) {
+      rn_tcp_stream_leave(s, 1);
       pthread_mutex_unlock(&s->queue_lock);
       return -1;
     }
     rn_tcp_stream_retire(s);
-    while (s->off == 0 && !rn_tcp_stream_queue_empty(s) &&
-           rn_tcp_chunk_stale(&s->queue[s->queue_head])) {
-      struct rn_tcp_queued_chunk *w = &s->queue[s->queue_head];
+    struct rn_tcp_queued_chunk *w = NULL;
+    while (s->off == 0 && !rn_tcp_stream_queue_empty(s)) {
+      w = &s->queue[s->queue_head];
+      /* Counted before it is found fresh, so a completion that tests
+       * after the ACK sees the count (both sequentially consistent). */
+      if (w->keep && s->hold == NULL) {
+        atomic_fetch_add(&w->req->copying, 1);
+        s->hold = w->req;
+      }
+      if (!rn_tcp_chunk_stale(w)) break;
+      rn_tcp_stream_unhold(s);
       atomic_fetch_sub(&c->rail[s->rail].pending, w->hdr.p.plen);
       atomic_fetch_sub(&c->stream_work, 1);
       if (s->keep_head == s->queue_head) s->keep_head = (s->keep_head + 1) % RN_TCP_STREAM_QUEUE;
       s->queue_head = (s->queue_head + 1) % RN_TCP_STREAM_QUEUE;
+      w = NULL;
     }
     if (rn_tcp_stream_queue_empty(s)) {
       pthread_mutex_unlock(&s->queue_lock);
       return 0;
     }
-    struct rn_tcp_queued_chunk *w = &s->queue[s->queue_head];
+    w = &s->queue[s->queue_head];
+    s->writing = 1;
     pthread_mutex_unlock(&s->queue_lock);
     size_t hl = sizeof(w->hdr), total = hl + w->hdr.p.plen;
     while (s->off < total) {
@@ -78,18 +107,29 @@ static int rn_tcp_stream_send(struct rn_tcp_comm *c, struct rn_tcp_stream *s, si
       }
       struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)niov};
       ssize_t k = sendmsg(s->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+      const int err = k < 0 ? errno : 0;
       if (k > 0) {
         s->off += (size_t)k;
-        if ((*moved += (size_t)k) >= budget && s->off < total) return 1;
+        if ((*moved += (size_t)k) >= budget && s->off < total) {
+          pthread_mutex_lock(&s->queue_lock);
+          rn_tcp_stream_leave(s, 0);
+          pthread_mutex_unlock(&s->queue_lock);
+          return 1;
+        }
         continue;
       }
-      if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 1;
-      if (k < 0 && errno == EINTR) continue;
+      if (err == EINTR) continue;
+      const int again = err == EAGAIN || err == EWOULDBLOCK;
+      pthread_mutex_lock(&s->queue_lock);
+      rn_tcp_stream_leave(s, !again);
+      pthread_mutex_unlock(&s->queue_lock);
+      if (again) return 1;
       if (atomic_load(&c->stop)) return -1;
-      return rn_tcp_stream_broke(c, s, k < 0 ? strerror(errno) : "closed");
+      return rn_tcp_stream_broke(c, s, k < 0 ? strerror(err) : "closed");
     }
     struct rn_tcp_rail *rail = &c->rail[s->rail];
     pthread_mutex_lock(&s->queue_lock);
+    rn_tcp_stream_leave(s, 1);
     if (atomic_load(&s->dead)) {
       /* Its rail was taken out meanwhile: the queue moved, and the caller
        * counted this chunk as not written (it goes again), so nothing is

@@ -182,6 +182,12 @@ struct rn_tcp_req {
   const char *later_data;
   uint32_t later_grid, later_idx;
   uint64_t later_seq;
+  /* send: streams writing a copy of one of its chunks right now (a re-sent
+   * copy may still be written after the ACK of its first): it completes
+   * only at 0, so its memory is never read once it is the caller's again.
+   * Last, and not cleared when the request is handed out again: a thread
+   * may count it for a moment after it was, and find it stale. */
+  atomic_int copying;
 };
 
 /* A chunk queued on a send stream. */
@@ -266,6 +272,11 @@ struct rn_tcp_stream {
   struct rn_tcp_queued_chunk *queue; /* allocated at the comm's first chunk (streams.c) */
   /* progress of the chunk at the head (send) or being read (recv) */
   size_t off;
+  /* send, under queue_lock: the send whose memory the head chunk (a kept
+   * one, being written) reads, counted in its `copying`; and whether a
+   * thread is writing it right now (then that thread lets go of it) */
+  struct rn_tcp_req *hold;
+  int writing;
   struct rn_tcp_chunk rx_hdr;
   struct rn_tcp_req *rx_req;
   char *rx_dst;
@@ -906,6 +917,9 @@ ncclResult_t rn_tcp_buf_shape(struct rn_tcp_comm *c, struct rn_tcp_req *r, int i
 int rn_tcp_chunk_stale(const struct rn_tcp_queued_chunk *q);
 /* queue_lock held: forget written chunks no re-send can need. */
 void rn_tcp_stream_retire(struct rn_tcp_stream *s);
+/* queue_lock held: the stream lets go of the send its head chunk reads
+ * (only where no thread is writing it: s->writing == 0). */
+void rn_tcp_stream_unhold(struct rn_tcp_stream *s);
 
 /* engine.c: the process's pool of helper threads. */
 /* Threads the pool runs: RAILNET_SOCKET_NTHREADS (auto: 0 below 8 CPUs,

@@ -33,7 +33,7 @@ else
 fi
 
 chaos() { # LOG SEED [K=V,...]
-  "$CHAOS" --railbed "$NAME" --seed "$2" --pairs 4 --groups 1500 --timeout 150 \
+  "$CHAOS" --railbed "$NAME" --seed "$2" --pairs 4 --groups 1000 --timeout 150 \
     --env "RAILNET_TRANSPORT=socket,RAILNET_SOCKET_IFNAME=veth,RAILNET_TOPO_FILE=$OUT/topo.xml${3:+,$3}" \
     >"$OUT/$1.log" 2>"$OUT/$1.err"
 }
