@@ -2,13 +2,12 @@
  * the matching rule of tcp.h. */
 #include <pthread.h>
 #include <sched.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include "railnet/check.h"
 #include "railnet/clock.h"
 #include "railnet/param.h"
-#include <stddef.h>
-
 #include "tcp.h"
 
 /* The lowest free request: those ever used stay a prefix of the pool,

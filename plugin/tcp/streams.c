@@ -71,28 +71,26 @@ static int rn_tcp_stream_send(struct rn_tcp_comm *c, struct rn_tcp_stream *s, si
       return -1;
     }
     rn_tcp_stream_retire(s);
-    struct rn_tcp_queued_chunk *w = NULL;
     while (s->off == 0 && !rn_tcp_stream_queue_empty(s)) {
-      w = &s->queue[s->queue_head];
+      struct rn_tcp_queued_chunk *q = &s->queue[s->queue_head];
       /* Counted before it is found fresh, so a completion that tests
        * after the ACK sees the count (both sequentially consistent). */
-      if (w->keep && s->hold == NULL) {
-        atomic_fetch_add(&w->req->copying, 1);
-        s->hold = w->req;
+      if (q->keep && s->hold == NULL) {
+        atomic_fetch_add(&q->req->copying, 1);
+        s->hold = q->req;
       }
-      if (!rn_tcp_chunk_stale(w)) break;
+      if (!rn_tcp_chunk_stale(q)) break;
       rn_tcp_stream_unhold(s);
-      atomic_fetch_sub(&c->rail[s->rail].pending, w->hdr.p.plen);
+      atomic_fetch_sub(&c->rail[s->rail].pending, q->hdr.p.plen);
       atomic_fetch_sub(&c->stream_work, 1);
       if (s->keep_head == s->queue_head) s->keep_head = (s->keep_head + 1) % RN_TCP_STREAM_QUEUE;
       s->queue_head = (s->queue_head + 1) % RN_TCP_STREAM_QUEUE;
-      w = NULL;
     }
     if (rn_tcp_stream_queue_empty(s)) {
       pthread_mutex_unlock(&s->queue_lock);
       return 0;
     }
-    w = &s->queue[s->queue_head];
+    struct rn_tcp_queued_chunk *w = &s->queue[s->queue_head];
     s->writing = 1;
     pthread_mutex_unlock(&s->queue_lock);
     size_t hl = sizeof(w->hdr), total = hl + w->hdr.p.plen;
