@@ -12,25 +12,14 @@
 # veth or tbf.  The testbed is removed on exit, also on failure.
 cd "$(dirname "$0")/../.." || exit 1
 NAME=rbchaos$$
-BEDS="$NAME" OUT_TAG=chaos XFER_ENV=
+BEDS="$NAME" OUT_TAG=chaos XFER_ENV= PLAN=4
 . tests/multirail/lib.sh
 CHAOS=$B/tests/multirail-chaos
 SEED=${RN_CHAOS_SEED:-$(date +%s)}
 
-echo "1..4"
-[ -e "$CHAOS" ] || { result NOTOK "$CHAOS not built (run make first)"; exit 1; }
-if "$RB" --name "$NAME" up --rails 3 --rate 1000 >"$OUT/up.log" 2>&1 &&
-  "$RB" --name "$NAME" topo-xml "$OUT/topo.xml" --rails 3 2>>"$OUT/up.log"; then
-  result OK "railbed: $NAME-a/$NAME-b joined by 3 rails of 1 Gbit/s, one fused device"
-else
-  result NOTOK "railbed up failed"
-  details "$OUT/up.log"
-  result NOTOK "not run: no testbed"
-  result NOTOK "not run: no testbed"
-  "$RB" --name "$NAME" clean
-  result NOTOK "not run: no testbed"
-  exit 1
-fi
+[ -e "$CHAOS" ] || not_run "$CHAOS not built (run make first)"
+bed_first "$NAME" 3 1000 "$OUT/topo.xml" \
+  "railbed: $NAME-a/$NAME-b joined by 3 rails of 1 Gbit/s, one fused device" --rails 3
 
 chaos() { # LOG SEED [K=V,...]
   "$CHAOS" --railbed "$NAME" --seed "$2" --pairs 4 --groups 1000 --timeout 150 \

@@ -1,8 +1,9 @@
-# Shared by the multi-rail TAP scripts (two-rails.sh, standby.sh), sourced
-# from the repository root once the script has set
+# Shared by the multi-rail TAP scripts (two-rails.sh, standby.sh,
+# chaos.sh), sourced from the repository root once the script has set
 #   BEDS     the railbed names it may bring up (all removed on exit)
 #   OUT_TAG  the name of its temporary folder
 #   XFER_ENV more K=V,... for both sides of every transfer (may be empty)
+#   PLAN     its number of tests (lib.sh prints the plan)
 # It skips (the whole script, before any test) without root, ip, tc,
 # network namespaces, veth or tbf, and fails without the build.
 B=${RN_BUILD:-build}
@@ -26,8 +27,20 @@ ip -n $probe link add p0 type veth peer name p1 2>/dev/null || cap="no veth"
   2>/dev/null || cap="no tc tbf"; }
 ip netns del $probe
 [ -z "$cap" ] || skip "$cap"
+echo "1..$PLAN"
+n=0
+result() { # OK|NOTOK DESCRIPTION [DIRECTIVE]
+  n=$((n + 1))
+  if [ "$1" = OK ]; then echo "ok $n - $2${3:+ # $3}"; else echo "not ok $n - $2${3:+ # $3}"; fi
+}
+details() { sed 's/^/#   /' "$@"; }
+# Every test from here on fails as not run, and the script ends.
+not_run() { # WHY
+  while [ $n -lt "$PLAN" ]; do result NOTOK "not run: $1"; done
+  exit 1
+}
 for f in "$B/libnccl-net-railnet.so" "$XFER" "$B/railnet-topo"; do
-  [ -e "$f" ] || { echo "1..1"; echo "not ok 1 - $f not built (run make first)"; exit 1; }
+  [ -e "$f" ] || not_run "$f not built (run make first)"
 done
 
 OUT=$(mktemp -d "/tmp/rn-$OUT_TAG.XXXXXX") || skip "no temp dir"
@@ -41,12 +54,22 @@ trap 'exit 143' TERM
 links() { ip -o link show | awk -F': ' '{sub(/@.*/, "", $2); print $2}' | sort; }
 links >"$OUT/links.before"
 
-n=0
-result() { # OK|NOTOK DESCRIPTION [DIRECTIVE]
-  n=$((n + 1))
-  if [ "$1" = OK ]; then echo "ok $n - $2${3:+ # $3}"; else echo "not ok $n - $2${3:+ # $3}"; fi
+
+# The script's first test: testbed BED up with N rails of RATE Mbit/s and
+# its topology in TOPO (more railbed topo-xml arguments after DESCRIPTION);
+# without it no test can run.
+bed_first() { # BED N RATE TOPO DESCRIPTION [topo-xml args...]
+  bed=$1 nr=$2 rate=$3 topo=$4 desc=$5
+  shift 5
+  if "$RB" --name "$bed" up --rails "$nr" --rate "$rate" >"$OUT/up.log" 2>&1 &&
+    "$RB" --name "$bed" topo-xml "$topo" "$@" 2>>"$OUT/up.log"; then
+    result OK "$desc"
+    return 0
+  fi
+  result NOTOK "railbed up failed"
+  details "$OUT/up.log"
+  not_run "no testbed"
 }
-details() { sed 's/^/#   /' "$@"; }
 
 # The plugin's counters: the last RAILNET_STATS line of EVENT from SIDE in
 # FILE, one rail's FIELD ("bytes", "state", "failures", "share", ...).

@@ -26,22 +26,13 @@ BOUND=20 # seconds after a cut; multirail-xfer scales it by RN_TIMEOUT_SCALE
 # the control connection's keepalive, RAILNET_SOCKET_TIMEOUT_MS (30 s by
 # default): 10 s here, so both bounds fit in BOUND.
 SOCKET_TIMEOUT_MS=10000
-BEDS="$NAME $NAME0" OUT_TAG=standby XFER_ENV=RAILNET_SOCKET_TIMEOUT_MS=$SOCKET_TIMEOUT_MS
+BEDS="$NAME $NAME0" OUT_TAG=standby XFER_ENV=RAILNET_SOCKET_TIMEOUT_MS=$SOCKET_TIMEOUT_MS PLAN=10
 . tests/multirail/lib.sh
 
-echo "1..10"
-
 # 1. the testbed, and its topology with veth1 as the standby
-if "$RB" --name "$NAME" up --rails 2 --rate 300 >"$OUT/up.log" 2>&1 &&
-  "$RB" --name "$NAME" topo-xml "$OUT/topo.xml" --standby 1 2>>"$OUT/up.log"; then
-  result OK "railbed: namespaces $NAME-a/$NAME-b joined by 2 rails of 300 Mbit/s, veth1 behind another switch"
-else
-  result NOTOK "railbed up failed"
-  details "$OUT/up.log"
-  i=2
-  while [ $i -le 10 ]; do result NOTOK "not run: no testbed"; i=$((i + 1)); done
-  exit 1
-fi
+bed_first "$NAME" 2 300 "$OUT/topo.xml" \
+  "railbed: namespaces $NAME-a/$NAME-b joined by 2 rails of 300 Mbit/s, veth1 behind another switch" \
+  --standby 1
 
 # 2. the planner: device veth0 alone, standby veth1 (and none with
 # RAILNET_STANDBY=0)
