@@ -88,6 +88,9 @@ struct xfer_opts {
   int nevents;
   struct xfer_event ev[XFER_MAX_EVENTS];
   const char *rails_override;
+  /* [1] receiver, [0] sender: no plugin call before start s, nor from
+   * pause[0] to pause[1] s (checked after posting) */
+  double start[2], pause[2][2];
 };
 
 /* Parent-side state while the pair runs.  Owner: main. */
@@ -396,6 +399,10 @@ static int xfer_side_run(struct rn_peer *p) {
   int stop_seen = 0; /* receiver: the sender's count arrived */
   char err[300] = "";
   long spins = 0;
+  /* A side with nothing to do (NCCL's proxy calls a comm only for its own
+   * operations), or busy elsewhere: what arrives waits in its sockets. */
+  const double start = o->start[is_recv], *pause = o->pause[is_recv];
+  if (now_s() - t0 < start) sleep_us((long)((start - (now_s() - t0)) * 1e6) + 1);
   for (;;) {
     double t = now_s();
     uint64_t done_before = x.done, posted_before = x.posted;
@@ -436,6 +443,7 @@ static int xfer_side_run(struct rn_peer *p) {
       rc = end_side(p, XO_ERROR, now_s(), x.bytes_done, NULL, 0, "%s", err);
       goto out_dereg;
     }
+    if (t - t0 >= pause[0] && t - t0 < pause[1]) sleep_us((long)((pause[1] - (t - t0)) * 1e6) + 1);
     int tr = test_oldest(&x, err, sizeof err);
     if (tr != 0) {
       rc = end_side(p, tr == -1 ? XO_ERROR : XO_CORRUPT, now_s(), x.bytes_done, NULL, 0, "%s", err);
@@ -741,6 +749,9 @@ static void usage(void) {
           "                      0 = poll without pause, as NCCL's proxy does: both sides on\n"
           "                      one small host then compete for its CPUs)\n"
           "  --at T:CMD          run CMD (sh -c) T seconds after the first post\n"
+          "  --start SIDE:S      SIDE (recv or send) makes no plugin call for S seconds\n"
+          "  --pause SIDE:A:B    SIDE makes no plugin call from A to B seconds after the start,\n"
+          "                      once it posted what it could (0:B: it posts, then waits)\n"
           "  --timeout S         bound for the whole run; past it, sides still waiting are\n"
           "                      reported as hung and killed (default 60, x RN_TIMEOUT_SCALE)\n"
           "  --api vN            plugin ABI, v8..v12 (default v11)\n"
@@ -776,7 +787,8 @@ int main(int argc, char **argv) {
                                      {"no-verify", 0, 0, 'V'},    {"interval", 1, 0, 'i'},
                                      {"idle-us", 1, 0, 'I'},      {"at", 1, 0, 'a'},
                                      {"timeout", 1, 0, 't'},      {"api", 1, 0, 'A'},
-                                     {"vdev", 1, 0, 'v'},
+                                     {"vdev", 1, 0, 'v'},          {"pause", 1, 0, 'P'},
+                                     {"start", 1, 0, 'B'},
                                      {"help", 0, 0, 'h'},         {0, 0, 0, 0}};
   char nsbuf[2][300];
   int c;
@@ -813,6 +825,23 @@ int main(int argc, char **argv) {
       case 'v':
         o.vdev = optarg;
         break;
+      case 'P':
+      case 'B': {
+        char side[8];
+        double a = 0, b;
+        int ok = c == 'P' ? sscanf(optarg, "%7[a-z]:%lf:%lf", side, &a, &b) == 3
+                          : sscanf(optarg, "%7[a-z]:%lf", side, &b) == 2;
+        if (!ok || a < 0 || b < a || (strcmp(side, "recv") != 0 && strcmp(side, "send") != 0))
+          usage();
+        int is_recv = strcmp(side, "recv") == 0;
+        if (c == 'B') {
+          o.start[is_recv] = b;
+        } else {
+          o.pause[is_recv][0] = a;
+          o.pause[is_recv][1] = b;
+        }
+        break;
+      }
       case 'x':
         o.expect_rails = atoi(optarg);
         break;
