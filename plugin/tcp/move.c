@@ -440,7 +440,7 @@ ncclResult_t rn_tcp_move_progress(struct rn_tcp_comm *c) {
   if (!m->enabled) return ncclSuccess;
   int64_t now = rn_clock_ms();
   const int64_t limit = rn_params()->rail_timeout_ms;
-  if (m->state == RN_TCP_CTL_LOST && now - m->lost_ms >= limit)
+  if (m->state == RN_TCP_CTL_LOST && now - m->lost_ms >= limit && !rn_tcp_ctl_sender_moves(c))
     return rn_tcp_fail(c, ncclRemoteError,
                        "control connection lost (%s) and not re-established over another rail "
                        "within %lld ms (RAILNET_RAIL_TIMEOUT_MS)",

@@ -166,8 +166,37 @@ static int rn_tcp_rail_busy(const struct rn_tcp_rail *r) {
   return r->outq >= RN_TCP_BUSY_BYTES || atomic_load(&r->pending) > 0;
 }
 
-/* Refresh every rail's estimate (send side: from TCP's acknowledgements
- * while busy; receive side: from the bytes that landed). */
+/* Any byte queued or unacknowledged: busy or not (too little to measure a
+ * rate by), a rail with bytes in flight that TCP sees none of arrive has
+ * stopped (the tail of a message left in a socket when its path died). */
+static int rn_tcp_rail_inflight(const struct rn_tcp_rail *r) {
+  return r->outq > 0 || atomic_load(&r->pending) > 0;
+}
+
+/* The control connection can move to another rail (move.c): its bytes are
+ * kept, and the comm has another rail (or a standby) to move to. */
+int rn_tcp_ctl_movable(const struct rn_tcp_comm *c) {
+  return c->move.enabled && (c->nrails > 1 || c->standby >= 0);
+}
+
+/* Receive: nothing but this side's own bytes (clear-to-sends, ACKs) waits
+ * on a control connection that can move, and a data stream on another
+ * rail is still open.  Only the sender moves the connection, and a sender
+ * with nothing to send is not called (NCCL's proxy calls a comm only for
+ * its own operations), so it cannot see the path die until it next
+ * writes; its bytes then go unacknowledged and it moves the connection
+ * (rn_tcp_rails_sample), and this side's kept bytes follow.  Meanwhile the
+ * open stream is the sender's host answering: TCP keepalive ends it
+ * (RAILNET_SOCKET_TIMEOUT_MS) when that host goes, and a process that
+ * ended closes it, so the control connection's bound applies again. */
+int rn_tcp_ctl_sender_moves(const struct rn_tcp_comm *c) {
+  if (!c->is_recv || !rn_tcp_ctl_movable(c) || c->rx_left > 0 || c->in_len > 0) return 0;
+  if (c->nrails == 0 && atomic_load(&c->stream_work) != 0) return 0;
+  for (int i = 0; i < c->nstreams; i++)
+    if (c->stream[i].rail != c->move.ctrl_rail && !atomic_load(&c->stream[i].dead)) return 1;
+  return 0;
+}
+
 /* The control connection carries messages of any size while the data
  * streams open (open.c), and between messages it alone has bytes in
  * flight: the bound on a rail that stopped delivering holds for it too.
@@ -189,12 +218,54 @@ static void rn_tcp_ctl_sample(struct rn_tcp_comm *c, int64_t now, int away, int6
   if (!busy || mark != z->ctl_mark || away) {
     z->ctl_mark = mark;
     z->ctl_ms = now;
-  } else if (now - z->ctl_ms >= limit) {
+  } else if (now - z->ctl_ms >= limit && !rn_tcp_ctl_sender_moves(c)) {
     rn_tcp_fail(c, ncclRemoteError,
                 "control connection: nothing acknowledged or arrived for %lld ms with a message "
                 "in flight (RAILNET_RAIL_TIMEOUT_MS)",
                 (long long)(now - z->ctl_ms));
   }
+}
+
+/* Send: every byte of the streamed sends awaiting their ACKs reached the
+ * receiver's host (nothing queued or unacknowledged on any rail up). */
+static int rn_tcp_acks_quiet(const struct rn_tcp_comm *c) {
+  int quiet = c->acks_in != c->acks_asked && c->out_head == c->out_tail;
+  for (int i = 0; i < c->nrails && quiet; i++) {
+    const struct rn_tcp_rail *r = &c->rail[i];
+    quiet =
+        atomic_load(&r->state) != RN_TCP_RAIL_UP || (r->outq == 0 && atomic_load(&r->pending) == 0);
+  }
+  return quiet;
+}
+
+/* Send, on a comm whose control connection can move: waiting on the
+ * receiver (ACKs owed with every byte delivered, or a send for a
+ * clear-to-send it asked for), nothing of this side's queued or
+ * unacknowledged on the control connection, and nothing arriving on it for
+ * RAILNET_RAIL_STALL_MS.  What it waits for may be stuck on a path that
+ * died after this side's last write there, where no rule can see it:
+ * nothing of ours is in flight.  A WANT (the receiver takes one at any
+ * time; it only makes the receiver's clear-to-sends leave at once) puts 20
+ * bytes in flight: acknowledged, the path is alive and the receiver slow;
+ * not, and the control-rail rule in rn_tcp_rails_sample takes the rail
+ * out, which moves the connection, and the receiver writes its kept bytes
+ * again on the new one.  Once per RAILNET_RAIL_STALL_MS of silence. */
+static void rn_tcp_ctl_probe(struct rn_tcp_comm *c, int64_t now, int away) {
+  struct rn_tcp_lazy *z = &c->lazy;
+  const int waiting = rn_tcp_ctl_movable(c) && c->move.state == RN_TCP_CTL_UP &&
+                      (rn_tcp_acks_quiet(c) || c->want_sent) && c->out_head == c->out_tail &&
+                      !z->ctl_unacked;
+  if (!waiting || c->move.rx != z->probe_rx || away) {
+    z->probe_rx = c->move.rx;
+    z->probe_ms = now;
+    return;
+  }
+  if (now - z->probe_ms < rn_params()->rail_stall_ms || !rn_tcp_ctl_room(c)) return;
+  struct rn_tcp_want w = {.msg = c->msg_out};
+  rn_tcp_wire_seal(&w, RN_TCP_MSG_WANT, 0, 0);
+  rn_tcp_ctl_queue(c, &w, sizeof(w), NULL, 0, NULL);
+  c->msg_out++;
+  z->probe_ms = now;
 }
 
 /* Send: a streamed send awaiting its ACK once its header (or its
@@ -207,13 +278,7 @@ static void rn_tcp_ctl_sample(struct rn_tcp_comm *c, int64_t now, int away, int6
  * from the last ACK read or the last send that asked for one. */
 static void rn_tcp_ack_sample(struct rn_tcp_comm *c, int64_t now, int away, int64_t limit) {
   const uint64_t mark = c->acks_in + c->acks_asked;
-  int quiet = c->acks_in != c->acks_asked && c->out_head == c->out_tail;
-  for (int i = 0; i < c->nrails && quiet; i++) {
-    const struct rn_tcp_rail *r = &c->rail[i];
-    quiet =
-        atomic_load(&r->state) != RN_TCP_RAIL_UP || (r->outq == 0 && atomic_load(&r->pending) == 0);
-  }
-  if (!quiet || mark != c->acks_mark || away) {
+  if (!rn_tcp_acks_quiet(c) || mark != c->acks_mark || away) {
     c->acks_mark = mark;
     c->owed_ms = now;
   } else if (now - c->owed_ms >= limit) {
@@ -231,6 +296,9 @@ static void rn_tcp_ack_sample(struct rn_tcp_comm *c, int64_t now, int away, int6
  * than count the caller's absence as the peer's or the path's. */
 #define RN_TCP_AWAY_MS 1000
 
+/* Refresh every rail's estimate (send side: from TCP's acknowledgements
+ * while busy; receive side: from the bytes that landed), and apply the
+ * bounds and the failover rules. */
 static void rn_tcp_rails_sample(struct rn_tcp_comm *c, int64_t now) {
   const int64_t gap = now - c->sample_ms;
   double dt = (double)gap / 1000.0;
@@ -244,7 +312,7 @@ static void rn_tcp_rails_sample(struct rn_tcp_comm *c, int64_t now) {
    * control connection can move to another rail the bound is twice as
    * long, so the move (itself bounded by RAILNET_RAIL_TIMEOUT_MS) goes
    * first and this catches a peer that hung mid-message. */
-  const int movable = c->move.enabled && (c->nrails > 1 || c->standby >= 0);
+  const int movable = rn_tcp_ctl_movable(c);
   rn_tcp_ctl_sample(c, now, away, movable ? 2 * limit : limit);
   if (c->nrails == 0) return;
   if (c->is_recv) {
@@ -304,10 +372,11 @@ static void rn_tcp_rails_sample(struct rn_tcp_comm *c, int64_t now) {
     r->acked_prev = acked;
     r->outq = outq;
     busy[i] = was_busy[i] && rn_tcp_rail_busy(r) && atomic_load(&r->state) == RN_TCP_RAIL_UP;
-    if (delta[i] > 0 || !rn_tcp_rail_busy(r) || away) r->progress_ms = now;
+    if (delta[i] > 0 || !rn_tcp_rail_inflight(r) || away) r->progress_ms = now;
     any_busy |= busy[i];
   }
   rn_tcp_ack_sample(c, now, away, limit);
+  rn_tcp_ctl_probe(c, now, away);
   for (int i = 0; i < c->nrails; i++) {
     struct rn_tcp_rail *r = &c->rail[i];
     if (busy[i]) r->rate += RN_TCP_RATE_ALPHA * ((double)delta[i] / dt - r->rate);
@@ -322,12 +391,12 @@ static void rn_tcp_rails_sample(struct rn_tcp_comm *c, int64_t now) {
     struct rn_tcp_rail *r = &c->rail[i];
     if (atomic_load(&r->state) != RN_TCP_RAIL_UP) continue;
     if (now - r->progress_ms < stall) healthy = i;
-    waiting |= rn_tcp_rail_busy(r);
+    waiting |= rn_tcp_rail_inflight(r);
     fresh |= now - r->progress_ms < limit;
   }
   for (int i = 0; i < c->nrails; i++) {
     struct rn_tcp_rail *r = &c->rail[i];
-    if (atomic_load(&r->state) != RN_TCP_RAIL_UP || r->failing || !rn_tcp_rail_busy(r) ||
+    if (atomic_load(&r->state) != RN_TCP_RAIL_UP || r->failing || !rn_tcp_rail_inflight(r) ||
         now - r->progress_ms < stall || healthy < 0)
       continue;
     char other[sizeof(r->name)];

@@ -402,6 +402,8 @@ struct rn_tcp_lazy {
   uint64_t ctl_mark;     /* one rail: control bytes acknowledged plus read */
   int64_t ctl_ms;        /* ... when that last moved, or nothing was in flight */
   int ctl_unacked;       /* control bytes written and not yet acknowledged, at the last sample */
+  uint64_t probe_rx;     /* send: control bytes read when probe_ms was last set */
+  int64_t probe_ms;      /* send: since when it waits on the receiver, nothing arriving (WANT probes) */
   struct rn_tcp_req *later, *later_tail; /* send: sends whose chunks wait for the streams */
   int standby_set;                       /* the device's standby NIC, whose rail is the standby */
   union rn_sockaddr standby_addr;
@@ -655,6 +657,8 @@ void rn_tcp_rails_set_standby(struct rn_tcp_comm *c, const union rn_sockaddr *ad
 /* Send: rail i may be given chunks now (up; a standby only while no
  * other rail is up). */
 int rn_tcp_rail_usable(const struct rn_tcp_comm *c, int i);
+int rn_tcp_ctl_movable(const struct rn_tcp_comm *c);
+int rn_tcp_ctl_sender_moves(const struct rn_tcp_comm *c);
 /* Caller, c->lock held: refresh the estimates every RN_TCP_SAMPLE_MS and
  * write the telemetry line every RAILNET_STATS_MS. */
 void rn_tcp_rails_tick(struct rn_tcp_comm *c);

@@ -407,6 +407,13 @@ static ncclResult_t rn_tcp_accept(void *lcomm, void **rcomm) {
           c->peer, c->nstreams, pooled ? "a kept connection" : "dialed", c->nthreads,
           (long long)rn_params()->socket_timeout_ms,
           c->nstreams > 0 ? "" : "; the sender opens them when it needs them");
+  /* What the comm queued (its offers of a way for the control connection)
+   * leaves now: NCCL may call it next only once the path is gone, and a
+   * sender without the offers cannot move the connection.  An error
+   * surfaces through the comm's own calls. */
+  pthread_mutex_lock(&c->lock);
+  (void)rn_tcp_ctl_flush(c);
+  pthread_mutex_unlock(&c->lock);
   *rcomm = c;
   return ncclSuccess;
 }
