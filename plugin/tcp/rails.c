@@ -249,12 +249,14 @@ static int rn_tcp_acks_quiet(const struct rn_tcp_comm *c) {
  * bytes in flight: acknowledged, the path is alive and the receiver slow;
  * not, and the control-rail rule in rn_tcp_rails_sample takes the rail
  * out, which moves the connection, and the receiver writes its kept bytes
- * again on the new one.  Once per RAILNET_RAIL_STALL_MS of silence. */
+ * again on the new one.  Once per RAILNET_RAIL_STALL_MS of silence; never
+ * to a peer that closed or said BYE (nothing more is written to it, and a
+ * connection kept for reuse must carry nothing out of turn). */
 static void rn_tcp_ctl_probe(struct rn_tcp_comm *c, int64_t now, int away) {
   struct rn_tcp_lazy *z = &c->lazy;
   const int waiting = rn_tcp_ctl_movable(c) && c->move.state == RN_TCP_CTL_UP &&
                       (rn_tcp_acks_quiet(c) || c->want_sent) && c->out_head == c->out_tail &&
-                      !z->ctl_unacked;
+                      !z->ctl_unacked && !c->peer_bye && !atomic_load(&c->peer_closed);
   if (!waiting || c->move.rx != z->probe_rx || away) {
     z->probe_rx = c->move.rx;
     z->probe_ms = now;

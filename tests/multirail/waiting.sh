@@ -35,16 +35,18 @@ bed_first "$NAME" 2 300 "$OUT/topo.xml" \
 HOLE="0.5:$RB --name $NAME blackhole 0"
 
 # Rail 0 restored; then a pass when the transfer in LOG ended with exit
-# status 0, BYTES verified, and the control connection moved to veth1 in
-# both processes (an INFO each).
+# status 0, BYTES verified, and the sender moved the control connection to
+# veth1 (its INFO: it resumes only on the receiver's RESUME; the receiver's
+# own INFO may not come when its comm closes first, its receives done).
 judge() { # RC LOG BYTES WHAT
   "$RB" --name "$NAME" restore 0 >/dev/null
   if [ "$1" -eq 0 ] && grep -q "^result status=ok receiver=ok.* sender=ok.* bytes=$3 " "$OUT/$2.log" &&
-    [ "$(grep -c 'control connection 1 resumed over rail veth1' "$OUT/$2.err")" -eq 2 ]; then
+    grep -q 'send comm .*control connection 1 resumed over rail veth1' "$OUT/$2.err"; then
     result OK "$4"
   else
-    result NOTOK "$4: exit $1, or not every byte verified, or the control connection did not move on both sides"
+    result NOTOK "$4: exit $1, or not every byte verified, or the sender did not move the control connection"
     show "$2"
+    grep -E 'control connection|taken out' "$OUT/$2.err" | cut -c1-300 | details
   fi
 }
 
