@@ -230,11 +230,8 @@ static void rn_tcp_ctl_sample(struct rn_tcp_comm *c, int64_t now, int away, int6
  * receiver's host (nothing queued or unacknowledged on any rail up). */
 static int rn_tcp_acks_quiet(const struct rn_tcp_comm *c) {
   int quiet = c->acks_in != c->acks_asked && c->out_head == c->out_tail;
-  for (int i = 0; i < c->nrails && quiet; i++) {
-    const struct rn_tcp_rail *r = &c->rail[i];
-    quiet =
-        atomic_load(&r->state) != RN_TCP_RAIL_UP || (r->outq == 0 && atomic_load(&r->pending) == 0);
-  }
+  for (int i = 0; i < c->nrails && quiet; i++)
+    quiet = atomic_load(&c->rail[i].state) != RN_TCP_RAIL_UP || !rn_tcp_rail_inflight(&c->rail[i]);
   return quiet;
 }
 
