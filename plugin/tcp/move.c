@@ -423,7 +423,20 @@ static ncclResult_t rn_tcp_move_dial(struct rn_tcp_comm *c, int64_t now) {
   struct rn_rdv_conn conn;
   int ready = 0;
   ncclResult_t res = rn_rdv_dial_poll(m->dial, &conn, &ready);
-  if (res != ncclSuccess || (!ready && now - m->dial_ms > RN_TCP_MOVE_DIAL_MS)) {
+  /* A dial not done in a quarter of the move's own bound, whose SYN or
+   * its answer is lost (another rail that died with nothing in flight,
+   * so no rule took it out yet), gives way to the next: at least four
+   * tries fit in the bound, also at its lowest. */
+  const int64_t quarter = rn_params()->rail_timeout_ms / 4;
+  const int64_t bound = quarter < RN_TCP_MOVE_DIAL_MS ? quarter : RN_TCP_MOVE_DIAL_MS;
+  if (res != ncclSuccess || (!ready && now - m->dial_ms > bound)) {
+    char a[64];
+    RN_INFO(NCCL_NET,
+            "send comm with %s (dev %d): control connection: the dial over rail %s to %s %s "
+            "within %lld ms; trying the next rail",
+            c->peer, c->base.vdev, c->rail[m->dial_rail].name,
+            rn_sockaddr_str(&m->way[m->dial_way].addr, a, sizeof(a)),
+            res != ncclSuccess ? "failed" : "did not connect", (long long)bound);
     rn_rdv_dial_destroy(m->dial);
     m->dial = NULL;
     return ncclSuccess;

@@ -19,7 +19,10 @@
 #    re-admitted and carrying bytes again; the rail of the control
 #    connection cut, restored, then the other: the control connection
 #    moves to the surviving rail each time and the comm goes on;
-#    on a 4-rail device three rails cut one after another: the same; then
+#    on a 4-rail device, the control connection's rail and an idle one
+#    black-holed together: the move gives up the dial over the idle one in
+#    time and uses a third; three rails cut one after another: the comm
+#    goes on; then
 #    the last rail of a 2-rail device cut too, and a single-rail device's
 #    only link cut: an error on both sides within the bound, no hang.
 # Every isend/irecv/test return code is checked by multirail-xfer.  Time
@@ -31,7 +34,7 @@ NAME=rbtap$$
 NAME1=rbtap$$s
 NAME4=rbtap$$q
 BOUND=20 # seconds after a cut; multirail-xfer scales it by RN_TIMEOUT_SCALE
-BEDS="$NAME $NAME1 $NAME4" OUT_TAG=multirail XFER_ENV= PLAN=20
+BEDS="$NAME $NAME1 $NAME4" OUT_TAG=multirail XFER_ENV= PLAN=21
 . tests/multirail/lib.sh
 
 # 1. the testbed (the topology is written at equal rates: the planner fuses
@@ -258,9 +261,33 @@ else
   grep -E 'WARN|re-admitted|took data|lost its' "$OUT/threads.err" | cut -c1-300 | details
 fi
 
-# 16-17. four rails, three cut one after another: the last carries on
+# 16. four rails; small messages only while rails 0 (the control
+# connection's) and 1 are black-holed together 1 s in: rail 1 carries
+# nothing, so no rule takes it out, and the sender's first dial to move the
+# control connection goes over it and is never answered.  With
+# RAILNET_RAIL_TIMEOUT_MS at its lowest (1 s) that dial must give way in
+# time (a quarter of the bound) to one over rail 2; the previous build
+# waited 2 s on it and failed the comm.
+# 17-18. four rails, three cut one after another: the last carries on
 if "$RB" --name "$NAME4" up --rails 4 --rate 150 >"$OUT/up4.log" 2>&1 &&
   "$RB" --name "$NAME4" topo-xml "$OUT/topo4.xml" 2>>"$OUT/up4.log"; then
+  XENV=RAILNET_RAIL_TIMEOUT_MS=1000 xfer "$NAME4" "$OUT/topo4.xml" dial 4 --size 4K --seconds 4 \
+    --bytes 1G --interval 0 --timeout 30 \
+    --at "1:$RB --name $NAME4 blackhole 0; $RB --name $NAME4 blackhole 1"
+  rc=$?
+  XENV=
+  "$RB" --name "$NAME4" restore 0 >/dev/null
+  "$RB" --name "$NAME4" restore 1 >/dev/null
+  if [ $rc -eq 0 ] && grep -q '^result status=ok receiver=ok.* sender=ok' "$OUT/dial.log" &&
+    grep -q 'control connection: the dial over rail veth1 .* did not connect within 250 ms' "$OUT/dial.err" &&
+    grep -q 'send comm .*control connection 1 resumed over rail veth2' "$OUT/dial.err"; then
+    result OK "4-rail device, 4 KiB messages, rails 0 and 1 black-holed at 1 s (RAILNET_RAIL_TIMEOUT_MS=1000): the dial over rail 1 gave way after 250 ms, the control connection moved to veth2, every byte verified"
+  else
+    result NOTOK "4-rail device, 4 KiB messages, rails 0 and 1 black-holed at 1 s (RAILNET_RAIL_TIMEOUT_MS=1000): exit $rc, or no dial over veth1 given up, or the control connection not moved to veth2"
+    show dial
+    grep -E 'control connection|taken out' "$OUT/dial.err" | cut -c1-300 | details
+  fi
+  link_up "$NAME4" 0 && link_up "$NAME4" 1
   xfer "$NAME4" "$OUT/topo4.xml" seq 4 --bytes 160M --interval 0.5 --timeout $((3 + BOUND)) \
     --at "1:$RB --name $NAME4 down 3" --at "2:$RB --name $NAME4 down 2" \
     --at "3:$RB --name $NAME4 down 1"
@@ -284,9 +311,10 @@ else
   result NOTOK "4-rail testbed up failed"
   details "$OUT/up4.log"
   result NOTOK "not run: no 4-rail testbed"
+  result NOTOK "not run: no 4-rail testbed"
 fi
 
-# 18-19. no rail left: the second rail of the 2-rail device cut after the
+# 19-20. no rail left: the second rail of the 2-rail device cut after the
 # first, and the only link of a single-rail device: an error on both sides
 # within the bound (RAILNET_RAIL_TIMEOUT_MS, 10 s by default), no hang
 "$RB" --name "$NAME" up-link 1 >/dev/null 2>&1
@@ -319,7 +347,7 @@ else
   show single
 fi
 
-# 20. nothing left behind
+# 21. nothing left behind
 "$RB" --name "$NAME" clean
 "$RB" --name "$NAME1" clean
 "$RB" --name "$NAME4" clean
