@@ -38,6 +38,7 @@ void diag(const char *fmt, ...) RN_ATTR_PRINTF(1, 2);
 /* ---- time ---------------------------------------------------------- */
 double now_s(void); /* CLOCK_MONOTONIC, seconds */
 void sleep_us(long us);
+void sleep_until(double t); /* until now_s() reaches t */
 
 /* ---- whole-buffer I/O on pipes and sockets (tap.c) ------------------ */
 /* Writes all of buf: EINTR retried, EAGAIN waited out; on a socket a dead

@@ -113,6 +113,11 @@ void sleep_us(long us) {
   }
 }
 
+void sleep_until(double t) {
+  double left = t - now_s();
+  if (left > 0) sleep_us((long)(left * 1e6) + 1);
+}
+
 void rn_apply_env_list(const char *list) {
   if (list == NULL || *list == '\0') return;
   char *copy = strdup(list);

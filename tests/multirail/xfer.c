@@ -402,7 +402,7 @@ static int xfer_side_run(struct rn_peer *p) {
   /* A side with nothing to do (NCCL's proxy calls a comm only for its own
    * operations), or busy elsewhere: what arrives waits in its sockets. */
   const double start = o->start[is_recv], *pause = o->pause[is_recv];
-  if (now_s() - t0 < start) sleep_us((long)((start - (now_s() - t0)) * 1e6) + 1);
+  sleep_until(t0 + start);
   for (;;) {
     double t = now_s();
     uint64_t done_before = x.done, posted_before = x.posted;
@@ -443,7 +443,7 @@ static int xfer_side_run(struct rn_peer *p) {
       rc = end_side(p, XO_ERROR, now_s(), x.bytes_done, NULL, 0, "%s", err);
       goto out_dereg;
     }
-    if (t - t0 >= pause[0] && t - t0 < pause[1]) sleep_us((long)((pause[1] - (t - t0)) * 1e6) + 1);
+    if (t - t0 >= pause[0] && t - t0 < pause[1]) sleep_until(t0 + pause[1]);
     int tr = test_oldest(&x, err, sizeof err);
     if (tr != 0) {
       rc = end_side(p, tr == -1 ? XO_ERROR : XO_CORRUPT, now_s(), x.bytes_done, NULL, 0, "%s", err);
