@@ -179,6 +179,19 @@ int rn_tcp_ctl_movable(const struct rn_tcp_comm *c) {
   return c->move.enabled && (c->nrails > 1 || c->standby >= 0);
 }
 
+/* The bound on waiting for the control connection (its bytes in flight,
+ * or ACKs it is to bring) is RAILNET_RAIL_TIMEOUT_MS; where it can move,
+ * the move goes first.  Noticing its path died takes up to twice
+ * RAILNET_RAIL_STALL_MS (a sender with nothing in flight sends a WANT
+ * after one, and takes the rail out when that is not acknowledged within
+ * another), and the move is itself bounded by RAILNET_RAIL_TIMEOUT_MS;
+ * the bound counts from there.  (Twice the bound alone left the move no
+ * time where the stall is as long as the bound, as at the lowest bound
+ * with the default stall, and none where it is longer.) */
+static int64_t rn_tcp_ctl_bound(const struct rn_tcp_comm *c, int64_t limit) {
+  return rn_tcp_ctl_movable(c) ? 2 * (int64_t)rn_params()->rail_stall_ms + 2 * limit : limit;
+}
+
 /* Receive: nothing but this side's own bytes (clear-to-sends, ACKs) waits
  * on a control connection that can move, and a data stream on another
  * rail is still open.  Only the sender moves the connection, and a sender
@@ -308,11 +321,10 @@ static void rn_tcp_rails_sample(struct rn_tcp_comm *c, int64_t now) {
   /* Also once its streams are up: a link cut between messages leaves
    * bytes in flight on the control connection alone (a clear-to-send, a
    * WANT), and nothing on the streams for their bound to see.  Where the
-   * control connection can move to another rail the bound is twice as
-   * long, so the move (itself bounded by RAILNET_RAIL_TIMEOUT_MS) goes
-   * first and this catches a peer that hung mid-message. */
+   * connection can move, the move goes first and this catches a peer that
+   * hung mid-message. */
   const int movable = rn_tcp_ctl_movable(c);
-  rn_tcp_ctl_sample(c, now, away, movable ? 2 * limit : limit);
+  rn_tcp_ctl_sample(c, now, away, rn_tcp_ctl_bound(c, limit));
   if (c->nrails == 0) return;
   if (c->is_recv) {
     int live = 0, lost = 0;
@@ -374,7 +386,7 @@ static void rn_tcp_rails_sample(struct rn_tcp_comm *c, int64_t now) {
     if (delta[i] > 0 || !rn_tcp_rail_inflight(r) || away) r->progress_ms = now;
     any_busy |= busy[i];
   }
-  rn_tcp_ack_sample(c, now, away, limit);
+  rn_tcp_ack_sample(c, now, away, rn_tcp_ctl_bound(c, limit));
   rn_tcp_ctl_probe(c, now, away);
   for (int i = 0; i < c->nrails; i++) {
     struct rn_tcp_rail *r = &c->rail[i];

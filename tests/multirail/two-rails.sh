@@ -226,7 +226,7 @@ fi
 # 1 s in (links up, every packet dropped): the sender takes that rail out
 # (its data-stream rule cannot see it, nothing is in flight there) and the
 # control connection moves to the other rail; with RAILNET_RAIL_TIMEOUT_MS
-# at 2 s, the previous build failed the comm ("control connection:
+# at 2 s, a build without that rule failed the comm ("control connection:
 # nothing acknowledged or arrived for 2000 ms")
 XENV=RAILNET_RAIL_TIMEOUT_MS=2000 xfer "$NAME" "$OUT/topo.xml" small 2 --size 4K --seconds 5 \
   --bytes 1G --interval 0 --timeout 30 --at "1:$RB --name $NAME blackhole 0"

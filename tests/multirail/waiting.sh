@@ -15,6 +15,8 @@
 #    ACK leaves after the black hole: the sender, waiting with nothing in
 #    flight, probes the control connection and moves it (the previous
 #    build failed the send: "acknowledged none ... for 4000 ms");
+#  - the same at the lowest RAILNET_RAIL_TIMEOUT_MS (1 s): the bound on
+#    the ACK leaves the probe and the move time to go first;
 #  - the same with a larger message whose tail stays in the sender's
 #    socket (under 64 KiB): that rail counts as stopped too (the previous
 #    build waited for TCP's user timeout, and the receiver failed first);
@@ -27,7 +29,7 @@
 # veth or tbf.  The testbed is removed on exit, also on failure.
 cd "$(dirname "$0")/../.." || exit 1
 NAME=rbwait$$
-BEDS="$NAME" OUT_TAG=waiting XFER_ENV= PLAN=6
+BEDS="$NAME" OUT_TAG=waiting XFER_ENV= PLAN=7
 . tests/multirail/lib.sh
 
 bed_first "$NAME" 2 300 "$OUT/topo.xml" \
@@ -60,13 +62,21 @@ XENV=RAILNET_RAIL_TIMEOUT_MS=4000,RAILNET_SOCKET_INLINE=32768 xfer "$NAME" "$OUT
   --bytes 64K --size 64K --window 1 --interval 0 --timeout 40 --at "$HOLE" --pause recv:0:2.5
 judge $? ack 65536 "a streamed 64 KiB message, the receiver not calling from its post to 2.5 s, rail 0 black-holed at 0.5 s: the sender probes, the control connection moves, the ACK arrives"
 
-# 4. the same, 128 KiB: what the receiver's window did not take stays in
+# 4. the same at the lowest bound (RAILNET_RAIL_TIMEOUT_MS=1000, the
+# stall at its default of 1 s): the ACK waits on the dead path, so its
+# bound must leave the probe and the move time to happen first (a build
+# that bounded it by RAILNET_RAIL_TIMEOUT_MS alone failed the send at 1 s)
+XENV=RAILNET_RAIL_TIMEOUT_MS=1000,RAILNET_SOCKET_INLINE=32768 xfer "$NAME" "$OUT/topo.xml" ack1 2 \
+  --bytes 64K --size 64K --window 1 --interval 0 --timeout 40 --at "$HOLE" --pause recv:0:2.5
+judge $? ack1 65536 "the same with RAILNET_RAIL_TIMEOUT_MS=1000: the ACK's bound leaves the probe and the move time, the ACK arrives"
+
+# 5. the same as 3, 128 KiB: what the receiver's window did not take stays in
 # the sender's socket on rail 0
 XENV=RAILNET_RAIL_TIMEOUT_MS=4000 xfer "$NAME" "$OUT/topo.xml" tail 2 --bytes 128K --size 128K \
   --window 1 --interval 0 --timeout 40 --at "$HOLE" --pause recv:0:2.5
 judge $? tail 131072 "a 128 KiB message, the receiver not calling until 2.5 s, rail 0 black-holed at 0.5 s: rail 0 taken out, the control connection moves, every byte verified"
 
-# 5. no path left while the sender is idle: errors, no hang
+# 6. no path left while the sender is idle: errors, no hang
 XENV=RAILNET_RAIL_TIMEOUT_MS=2000,RAILNET_SOCKET_TIMEOUT_MS=4000 xfer "$NAME" "$OUT/topo.xml" dead 2 \
   --bytes 4M --size 1M --window 4 --interval 0 --timeout 40 --at "$HOLE" \
   --at "0.5:$RB --name $NAME blackhole 1" --start recv:1 --start send:12
@@ -80,7 +90,7 @@ else
   show dead
 fi
 
-# 6. nothing left behind
+# 7. nothing left behind
 "$RB" --name "$NAME" clean
 if ip netns list | awk '{print $1}' | grep -q "^$NAME-"; then
   result NOTOK "left behind: namespaces of $NAME"
