@@ -173,6 +173,17 @@ static int rn_tcp_rail_inflight(const struct rn_tcp_rail *r) {
   return r->outq > 0 || atomic_load(&r->pending) > 0;
 }
 
+/* What a rule that takes a rail out knows of rail i, the one it weighs the
+ * stalled rail against: bytes moved on it, or it had none to move (an idle
+ * rail may be dead too; nothing has shown it), or it is a standby kept back. */
+static void rn_tcp_rail_standing(const struct rn_tcp_comm *c, int i, char *buf, size_t len) {
+  const struct rn_tcp_rail *r = &c->rail[i];
+  const char *how = !rn_tcp_rail_usable(c, i)    ? "is up"
+                    : rn_tcp_rail_inflight(r) ? "progressed"
+                                              : "is idle, with no failure known";
+  snprintf(buf, len, "%s %s %s", r->standby ? "the standby" : "rail", r->name, how);
+}
+
 /* The control connection can move to another rail (move.c): its bytes are
  * kept, and the comm has another rail (or a standby) to move to. */
 int rn_tcp_ctl_movable(const struct rn_tcp_comm *c) {
@@ -410,15 +421,12 @@ static void rn_tcp_rails_sample(struct rn_tcp_comm *c, int64_t now) {
     if (atomic_load(&r->state) != RN_TCP_RAIL_UP || r->failing || !rn_tcp_rail_inflight(r) ||
         now - r->progress_ms < stall || healthy < 0)
       continue;
-    char other[sizeof(r->name)];
-    memcpy(other, c->rail[healthy].name, sizeof(other));
+    char other[96];
+    rn_tcp_rail_standing(c, healthy, other, sizeof(other));
     r->failing = 1;
-    snprintf(r->cause, sizeof(r->cause),
-             "no progress for %lld ms with %llu bytes in flight while %s %s %s",
+    snprintf(r->cause, sizeof(r->cause), "no progress for %lld ms with %llu bytes in flight while %s",
              (long long)(now - r->progress_ms),
-             (unsigned long long)(r->outq + atomic_load(&r->pending)),
-             c->rail[healthy].standby ? "the standby" : "rail", other,
-             rn_tcp_rail_usable(c, healthy) ? "progressed" : "is up");
+             (unsigned long long)(r->outq + atomic_load(&r->pending)), other);
   }
   /* The control connection's rail, with control bytes unacknowledged and
    * nothing moving either way for as long while another rail is up, is
@@ -434,11 +442,13 @@ static void rn_tcp_rails_sample(struct rn_tcp_comm *c, int64_t now) {
       if (i != cr && rn_tcp_rail_usable(c, i) && now - c->rail[i].progress_ms < stall) other = i;
     if (other >= 0) {
       struct rn_tcp_rail *r = &c->rail[cr];
+      char standing[96];
+      rn_tcp_rail_standing(c, other, standing, sizeof(standing));
       r->failing = 1;
       snprintf(r->cause, sizeof(r->cause),
                "the control connection on it: nothing acknowledged or arrived for %lld ms with "
-               "bytes in flight while rail %s is up",
-               (long long)(now - c->lazy.ctl_ms), c->rail[other].name);
+               "bytes in flight while %s",
+               (long long)(now - c->lazy.ctl_ms), standing);
     }
   }
   if (waiting && !fresh)
@@ -716,7 +726,7 @@ ncclResult_t rn_tcp_rails_failover(struct rn_tcp_comm *c) {
   for (int i = 0; i < c->nrails; i++) {
     struct rn_tcp_rail *r = &c->rail[i];
     if (atomic_load(&r->state) != RN_TCP_RAIL_UP) continue;
-    char why[192] = "";
+    char why[sizeof(r->cause)] = "";
     if (r->failing) snprintf(why, sizeof(why), "%s", r->cause);
     for (int k = 0; k < r->nstreams && why[0] == '\0'; k++) {
       struct rn_tcp_stream *s = &c->stream[r->stream[k]];

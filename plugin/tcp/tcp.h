@@ -225,7 +225,7 @@ struct rn_tcp_rail {
   uint64_t read_prev;    /* receive: read at the last sample */
   uint64_t outq;         /* send: bytes in its sockets not yet acknowledged */
   int64_t progress_ms;   /* when its bytes last moved */
-  char cause[192];       /* why it failed */
+  char cause[256];       /* why it failed */
   int failing;           /* caller: found stalled, to be taken out */
   uint32_t streams;      /* its streams, bit i: stream i */
   /* Re-admission (caller only).  Receive: a listener of its own offered

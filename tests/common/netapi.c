@@ -19,7 +19,7 @@
 #define LOG_KEEP 64
 static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
 static int log_nwarn;
-static char log_warn[LOG_KEEP][512];
+static char log_warn[LOG_KEEP][1024];
 static int log_head; /* next slot */
 static int log_kept; /* since reset */
 #define LOG_WATCH 8
@@ -28,7 +28,7 @@ static int log_seen[LOG_WATCH], log_nwatch;
 
 void rn_logger(ncclDebugLogLevel level, unsigned long flags, const char *file, int line,
                const char *fmt, ...) {
-  char msg[512];
+  char msg[1024];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
@@ -58,7 +58,7 @@ void rn_logger(ncclDebugLogLevel level, unsigned long flags, const char *file, i
                      : level == NCCL_LOG_ABORT ? "ABORT"
                                                : "VERSION";
     if (level == NCCL_LOG_TRACE && verbose < 2) return;
-    char line_buf[800];
+    char line_buf[1400];
     int n = snprintf(
         line_buf, sizeof line_buf, "%s:%d:%d [0] NCCL %s %s%s%s%s\n", host, (int)getpid(),
         (int)gettid(), lv, msg, (level == NCCL_LOG_WARN && file) ? " (" : "",
