@@ -48,6 +48,10 @@ static void rn_tcp_if_fill(struct rn_tcp_if *t, const char *name, const struct s
   memset(t, 0, sizeof(*t));
   snprintf(t->nic.name, sizeof(t->nic.name), "%s", name);
   snprintf(t->nic.netdev, sizeof(t->nic.netdev), "%s", name);
+  /* NCCL takes devices with one GUID and port for one NIC, whose bandwidth
+   * they share (graph search, NCCL_CROSS_NIC): the interface index is the
+   * host's own distinct and stable number for it. */
+  t->nic.guid = if_nametoindex(name);
   memcpy(&t->addr, sa,
          sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in));
   snprintf(path, sizeof(path), "/sys/class/net/%s/device", name);

@@ -245,9 +245,14 @@ static int loopback_once(struct rn_peer *p, int nmsg, size_t maxsz) {
 }
 
 /* ---- cases -------------------------------------------------------------- */
+/* The first NIC of a device: its name up to the first '+'. */
+static size_t first_nic_len(const char *name) { return strcspn(name, "+"); }
+
 static int case_props(struct rn_peer *p) {
   int ndev = p->ndev;
   char *names[64];
+  unsigned long long guid[64];
+  int port[64];
   int nn = 0;
   for (int d = 0; d < ndev && d < 64; d++) {
     struct rn_props q;
@@ -267,6 +272,22 @@ static int case_props(struct rn_peer *p) {
     for (int i = 0; i < nn; i++)
       if (strcmp(names[i], q.name) == 0)
         return peer_fail(p, "dev %d: name %s not unique", d, q.name);
+    /* NCCL's graph search takes devices with one GUID and port for one NIC
+     * (one bandwidth, one rail): so are devices whose first NIC is one,
+     * and no others. */
+    for (int i = 0; i < nn; i++) {
+      size_t li = first_nic_len(names[i]), ld = first_nic_len(q.name);
+      int same_nic = li == ld && strncmp(names[i], q.name, li) == 0;
+      int same_id = guid[i] == (unsigned long long)q.guid && port[i] == q.port;
+      if (same_nic != same_id)
+        return peer_fail(p, "dev %d (%s) and dev %d (%s): guid/port 0x%llx/%d and 0x%llx/%d, %s",
+                         i, names[i], d, q.name, guid[i], port[i], (unsigned long long)q.guid,
+                         q.port,
+                         same_nic ? "want one pair (their first NIC is one)"
+                                  : "want two (NCCL would take them for one NIC)");
+    }
+    guid[nn] = (unsigned long long)q.guid;
+    port[nn] = q.port;
     names[nn++] = (char *)q.name;
     if (q.speed <= 0) return peer_fail(p, "dev %d: speed %d, want > 0", d, q.speed);
     if (!(q.ptr_support & NCCL_PTR_HOST))

@@ -34,7 +34,7 @@ NAME=rbtap$$
 NAME1=rbtap$$s
 NAME4=rbtap$$q
 BOUND=20 # seconds after a cut; multirail-xfer scales it by RN_TIMEOUT_SCALE
-BEDS="$NAME $NAME1 $NAME4" OUT_TAG=multirail XFER_ENV= PLAN=21
+BEDS="$NAME $NAME1 $NAME4" OUT_TAG=multirail XFER_ENV= PLAN=22
 . tests/multirail/lib.sh
 
 # 1. the testbed (the topology is written at equal rates: the planner fuses
@@ -51,7 +51,21 @@ else
   details "$OUT/topo.log"
 fi
 
-# 3-6. verified data over the fused device, one side in each namespace
+# 3. without a plan, each rail is a device of its own: getProperties gives
+# each a GUID and port of its own, as NCCL's graph search takes devices
+# that share both for one NIC (one bandwidth between them)
+ip netns exec "$NAME-a" env RAILNET_TRANSPORT=socket RAILNET_SOCKET_IFNAME=veth \
+  "$B/tests/conformance-test" --only "properties are sane on every device" >"$OUT/props.log" 2>&1
+rc=$?
+ndev=$(grep -c '^# dev [0-9]*: name veth[01] .* guid 0x[1-9a-f]' "$OUT/props.log")
+if [ $rc -eq 0 ] && [ "$ndev" -ge 2 ]; then
+  result OK "unplanned devices veth0 and veth1: each its own GUID and port (conformance's property checks, every API version)"
+else
+  result NOTOK "unplanned devices veth0 and veth1: conformance's property checks exit $rc, $ndev device line(s) with a GUID"
+  grep -E '^not ok|^# dev|GUID|guid' "$OUT/props.log" | head -20 | details
+fi
+
+# 4-7. verified data over the fused device, one side in each namespace
 xfer "$NAME" "$OUT/topo.xml" even 2 --bytes 64M --interval 0 --timeout 60
 rc=$?
 ninfo=$(grep -c 'NET/railnet : dev 0: veth0+veth1 transport=socket rails=2' "$OUT/even.err")
@@ -110,7 +124,7 @@ else
   cat "$OUT/even.stats" | details
 fi
 
-# 7. unequal rates, 300 and 75 Mbit/s (4:1): the split follows the rates
+# 8. unequal rates, 300 and 75 Mbit/s (4:1): the split follows the rates
 "$RB" --name "$NAME" rate 1 75 >/dev/null
 xfer "$NAME" "$OUT/topo.xml" ratio 2 --bytes 64M --interval 0 --timeout 60
 rc=$?
@@ -124,7 +138,7 @@ else
 fi
 "$RB" --name "$NAME" rate 1 300 >/dev/null
 
-# 8. a rate that changes mid-transfer: rail 0 drops to 30 Mbit/s (10%) 1 s
+# 9. a rate that changes mid-transfer: rail 0 drops to 30 Mbit/s (10%) 1 s
 # in; over the sender's counter lines from 2 s after the drop on, rail 0
 # carries at most 30% of the new bytes (the rates say 9%)
 xfer "$NAME" "$OUT/topo.xml" change 2 --bytes 160M --interval 0 --timeout 90 \
@@ -144,7 +158,7 @@ else
 fi
 "$RB" --name "$NAME" rate 0 300 >/dev/null
 
-# 9. rails so slow that one chunk takes longer than RAILNET_RAIL_TIMEOUT_MS
+# 10. rails so slow that one chunk takes longer than RAILNET_RAIL_TIMEOUT_MS
 # to arrive (1 MiB chunks, one stream per rail, 4 Mbit/s: about 2 s each,
 # against a 1 s bound): bytes keep arriving, so neither side may call the
 # comm dead (the receiver once counted only whole chunks landed, and
@@ -164,7 +178,7 @@ XENV=
 "$RB" --name "$NAME" rate 0 300 >/dev/null
 "$RB" --name "$NAME" rate 1 300 >/dev/null
 
-# 10-11. a rail's link down in the middle of a transfer, and up again
+# 11-12. a rail's link down in the middle of a transfer, and up again
 xfer "$NAME" "$OUT/topo.xml" cut 2 --bytes 256M --interval 0.5 --timeout $((3 + BOUND)) \
   --at "1:$RB --name $NAME down 1" --at "3:$RB --name $NAME up-link 1"
 rc=$?
@@ -192,7 +206,7 @@ else
   grep -E 're-admitted|took data streams|lost its streams' "$OUT/cut.err" | cut -c1-300 | details
 fi
 
-# 12-13. the control connection's rail: rail 0's link down 1 s in and up
+# 13-14. the control connection's rail: rail 0's link down 1 s in and up
 # at 3 s, then rail 1's (where the control connection went) at 6 s: every
 # byte verified, no error; the control connection moves to the surviving
 # rail each time (an INFO on each side), rail 0 is re-admitted
@@ -221,7 +235,7 @@ else
 fi
 "$RB" --name "$NAME" up-link 1 >/dev/null && link_up "$NAME" 1
 
-# 14. small messages only (4 KiB: inline on the control connection, the
+# 15. small messages only (4 KiB: inline on the control connection, the
 # data streams idle) while the control connection's rail is black-holed
 # 1 s in (links up, every packet dropped): the sender takes that rail out
 # (its data-stream rule cannot see it, nothing is in flight there) and the
@@ -243,7 +257,7 @@ else
 fi
 link_up "$NAME" 0
 
-# 15. the same as 10-11 with helper threads moving the streams' bytes (the
+# 16. the same as 11-12 with helper threads moving the streams' bytes (the
 # default on hosts of 8 or more CPUs): cut, failover, re-admission.  (It
 # once failed under load: a helper thread shut down, or marked dead, a
 # stream after handing it to the caller, which had meanwhile given it the
@@ -261,14 +275,14 @@ else
   grep -E 'WARN|re-admitted|took data|lost its' "$OUT/threads.err" | cut -c1-300 | details
 fi
 
-# 16. four rails; small messages only while rails 0 (the control
+# 17. four rails; small messages only while rails 0 (the control
 # connection's) and 1 are black-holed together 1 s in: rail 1 carries
 # nothing, so no rule takes it out, and the sender's first dial to move the
 # control connection goes over it and is never answered.  With
 # RAILNET_RAIL_TIMEOUT_MS at its lowest (1 s) that dial must give way in
 # time (a quarter of the bound) to one over rail 2; a move that waits a
 # fixed 2 s on each dial fails the comm.
-# 17-18. four rails, three cut one after another: the last carries on
+# 18-19. four rails, three cut one after another: the last carries on
 if "$RB" --name "$NAME4" up --rails 4 --rate 150 >"$OUT/up4.log" 2>&1 &&
   "$RB" --name "$NAME4" topo-xml "$OUT/topo4.xml" 2>>"$OUT/up4.log"; then
   XENV=RAILNET_RAIL_TIMEOUT_MS=1000 xfer "$NAME4" "$OUT/topo4.xml" dial 4 --size 4K --seconds 4 \
@@ -310,10 +324,10 @@ if "$RB" --name "$NAME4" up --rails 4 --rate 150 >"$OUT/up4.log" 2>&1 &&
 else
   result NOTOK "4-rail testbed up failed"
   details "$OUT/up4.log"
-  for _ in 17 18; do result NOTOK "not run: no 4-rail testbed"; done
+  for _ in 18 19; do result NOTOK "not run: no 4-rail testbed"; done
 fi
 
-# 19-20. no rail left: the second rail of the 2-rail device cut after the
+# 20-21. no rail left: the second rail of the 2-rail device cut after the
 # first, and the only link of a single-rail device: an error on both sides
 # within the bound (RAILNET_RAIL_TIMEOUT_MS, 10 s by default), no hang
 "$RB" --name "$NAME" up-link 1 >/dev/null 2>&1
@@ -346,7 +360,7 @@ else
   show single
 fi
 
-# 21. nothing left behind
+# 22. nothing left behind
 "$RB" --name "$NAME" clean
 "$RB" --name "$NAME1" clean
 "$RB" --name "$NAME4" clean
