@@ -42,6 +42,12 @@ static struct {
   const struct rn_transport *transport; /* chosen at setup */
   int nvdevs;
   struct rn_vdev vdevs[RN_MAX_VDEVS];
+  /* makeVDevice's requests, kept from one build of the table to the next:
+   * NCCL counts the devices, and merges them, once per load of the
+   * library, so a table rebuilt for a later context (the last one
+   * finalized, then a new init) holds them again at the same indices. */
+  int nmade, made_base;
+  struct rn_vprops made[RN_MAX_VDEVS];
   int npending;
   struct rn_pending_connect pending[RN_MAX_PENDING_CONNECTS];
   /* pending[] by (handle, nonce): open addressing with linear probing,
@@ -49,6 +55,34 @@ static struct {
    * connect call finds its state in O(1) with 1,024 in progress. */
   int16_t index[RN_PENDING_HASH];
 } rn_core = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* A table built again: NCCL's merged devices made again after the
+ * planner's, where NCCL still counts them (rn_core.made). */
+static void rn_core_remake(void) {
+  if (rn_core.nmade == 0) return;
+  if (rn_core.nvdevs != rn_core.made_base) {
+    RN_WARN("the device table was built again with %d devices where it had %d when NCCL merged "
+            "%d of them; NCCL counts devices once per load of the library, so its merged devices "
+            "%d..%d are not made again and using them fails",
+            rn_core.nvdevs, rn_core.made_base, rn_core.nmade, rn_core.made_base,
+            rn_core.made_base + rn_core.nmade - 1);
+    rn_core.nmade = 0;
+    return;
+  }
+  for (int i = 0; i < rn_core.nmade; i++) {
+    int d = -1;
+    if (rn_devices_merge(rn_core.vdevs, &rn_core.nvdevs, &rn_core.made[i], &d) != ncclSuccess) {
+      RN_WARN("NCCL's merged device %d could not be made again (above); it and those after it "
+              "fail when used", rn_core.made_base + i);
+      rn_core.nmade = i;
+      return;
+    }
+  }
+  RN_INFO(NCCL_INIT | NCCL_NET,
+          "devices %d..%d: NCCL's merged devices made again with the table (NCCL counts devices "
+          "once per load of the library)",
+          rn_core.made_base, rn_core.made_base + rn_core.nmade - 1);
+}
 
 /* Pick the transport (RAILNET_TRANSPORT, see registry.h) and build the
  * device table from its NICs. */
@@ -74,6 +108,7 @@ static ncclResult_t rn_core_setup(void) {
   if (rn_core.nvdevs == 0)
     RN_INFO(NCCL_INIT | NCCL_NET, "no usable device; reporting 0 devices (NCCL falls back)");
   rn_devices_log(rn_core.vdevs, rn_core.nvdevs, rn_core.transport->name);
+  rn_core_remake();
   rn_core.ready = 1;
   return ncclSuccess;
 }
@@ -226,9 +261,13 @@ ncclResult_t rn_core_make_vdevice(int *d, const struct rn_vprops *props) {
                "makeVDevice: %d devices requested, must be 1..%d", props->ndevs, RN_MAX_VDEV_PARTS);
   ncclResult_t res = ncclInvalidUsage;
   pthread_mutex_lock(&rn_core.lock);
-  if (rn_core.ready)
+  if (rn_core.ready) {
     res = rn_devices_merge(rn_core.vdevs, &rn_core.nvdevs, props, d);
-  else
+    if (res == ncclSuccess) {
+      if (rn_core.nmade == 0) rn_core.made_base = *d;
+      rn_core.made[rn_core.nmade++] = *props; /* fits: *d < RN_MAX_VDEVS */
+    }
+  } else
     RN_WARN("makeVDevice: plugin not initialized");
   pthread_mutex_unlock(&rn_core.lock);
   return res;

@@ -1,0 +1,102 @@
+/* NCCL's merged devices outlive a rebuilt device table (v11).  NCCL
+ * counts the plugin's devices and merges them once per load of the
+ * library (src/plugin/net.cc: devices() only on the first init,
+ * makeVDevice only while the virtual count is undefined); with
+ * NCCL_NET_PLUGIN_REF_COUNT it keeps the library loaded after the last
+ * communicator's finalize, and the next communicator's topology asks
+ * getProperties for the merged indices straight away.  So after the last
+ * context is finalized and a new one created, the merged device is there
+ * again at the same index, described as before, and carries traffic; a
+ * table that came back with another number of devices says so with a
+ * WARN. */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "../common/rn_test.h"
+#include "nccl/net_v11.h"
+
+static void *ctx_init(const ncclNet_v11_t *n, uint64_t id) {
+  ncclNetCommConfig_v11_t cfg = {.trafficClass = NCCL_NET_TRAFFIC_CLASS_UNDEF};
+  void *ctx = NULL;
+  return n->init(&ctx, id, &cfg, rn_logger, NULL) == ncclSuccess ? ctx : NULL;
+}
+
+int main(void) {
+  setenv("RN_CONF_SHOW_WARN", "1", 0); /* every WARN shown, as NCCL would */
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  const char *b = getenv("RN_BUILD");
+  char so[512];
+  snprintf(so, sizeof(so), "%s/libnccl-net-railnet.so", b ? b : "build");
+  /* Two TCP interfaces: loopback and the first other one up. */
+  char ifs[128] = "";
+  FILE *f = popen("ls /sys/class/net | grep -v '^lo$' | head -1", "r");
+  if (f != NULL) {
+    if (fgets(ifs, sizeof(ifs), f) == NULL) ifs[0] = '\0';
+    pclose(f);
+  }
+  ifs[strcspn(ifs, "\n")] = '\0';
+  if (ifs[0] == '\0') {
+    printf("1..0 # SKIP needs a second network interface besides lo\n");
+    return 0;
+  }
+  char spec[160];
+  snprintf(spec, sizeof(spec), "=lo,%s", ifs);
+  setenv("RAILNET_TRANSPORT", "socket", 1);
+  setenv("RAILNET_SOCKET_IFNAME", spec, 1);
+  setenv("RAILNET_NICS", spec + 1, 1);
+  void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+  if (h == NULL) {
+    printf("1..1\nnot ok 1 - dlopen %s: %s\n", so, dlerror());
+    return 1;
+  }
+  const ncclNet_v11_t *n = dlsym(h, "ncclNetPlugin_v11");
+  printf("1..8\n");
+  void *ctx = n != NULL ? ctx_init(n, 1) : NULL;
+  int nd = 0;
+  int c = ctx != NULL && n->devices(&nd) == ncclSuccess && nd == 2;
+  tap_result(c, "first context with RAILNET_SOCKET_IFNAME=%s: 2 devices (%d)", spec, nd);
+  if (!c) return 1;
+  ncclNetVDeviceProps_t vp = {.ndevs = 2, .devs = {0, 1}};
+  int d = -1;
+  ncclNetProperties_v11_t before, after;
+  c = n->makeVDevice(&d, &vp) == ncclSuccess && d == 2 && n->getProperties(d, &before) == ncclSuccess;
+  tap_result(c, "makeVDevice({0,1}) gives device %d", d);
+  if (!c) return 1;
+  char name[256];
+  snprintf(name, sizeof(name), "%s", before.name);
+  int made = rn_log_watch("NCCL's merged devices made again");
+  tap_result(n->finalize(ctx) == ncclSuccess, "%s",
+             "the last context finalized (the table is torn down; NCCL keeps its counts)");
+  ctx = ctx_init(n, 2);
+  nd = 0;
+  c = ctx != NULL && n->devices(&nd) == ncclSuccess && nd == 3 && rn_log_seen(made) == 1;
+  tap_result(c, "a new context: 3 devices, the merged one among them (%d); INFO said so %d time(s)",
+             nd, rn_log_seen(made));
+  c = n->getProperties(2, &after) == ncclSuccess && strcmp(after.name, name) == 0 &&
+      after.speed == before.speed && after.guid == before.guid && after.vProps.ndevs == 2 &&
+      after.vProps.devs[0] == 0 && after.vProps.devs[1] == 1;
+  tap_result(c, "getProperties(2) as before: %s, speed %d, vProps {2,{0,1}}", c ? after.name : "?",
+             after.speed);
+  struct rn_net rn = {.version = 11, .t.v11 = n, .ctx = ctx};
+  tap_result(rn_net_self_transfer(&rn, 2, 8u << 20) == 0, "%s",
+             "8 MiB over the merged device in the new context, verified");
+  n->finalize(ctx);
+  /* Another interface filter: the planner's table changes, so NCCL's
+   * merged index no longer means what it did. */
+  setenv("RAILNET_SOCKET_IFNAME", "=lo", 1);
+  setenv("RAILNET_NICS", "lo", 1);
+  int w = rn_log_warns();
+  ctx = ctx_init(n, 3);
+  nd = 0;
+  c = ctx != NULL && n->devices(&nd) == ncclSuccess && nd == 1 && rn_log_warns() > w;
+  tap_result(c, "a table rebuilt with 1 device: %d device(s), the merged one not made again, with a "
+                "WARN",
+             nd);
+  w = rn_log_warns();
+  c = n->getProperties(1, &after) == ncclInvalidArgument && rn_log_warns() > w;
+  tap_result(c, "%s", "getProperties(1) then: ncclInvalidArgument with a WARN");
+  n->finalize(ctx);
+  printf("# %d passed, %d failed\n", tap_count() - tap_failed(), tap_failed());
+  return tap_failed() != 0;
+}
