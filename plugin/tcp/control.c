@@ -701,6 +701,9 @@ static ncclResult_t rn_tcp_parse(struct rn_tcp_comm *c, size_t *pos) {
       struct rn_tcp_bye b;
       memcpy(&b, c->in + *pos, sizeof(b));
       *pos += sizeof(b);
+      if (!rn_tcp_bye_shape_ok(&b))
+        return RN_TCP_VIOLATION(c, "BYE", "flags/plen/reserved", "%u/%u/%u, expected 0", b.p.flags,
+                                b.p.plen, b.reserved);
       if (b.msg != c->msg_in)
         return RN_TCP_VIOLATION(c, "BYE", "msg", "%u, expected %u", b.msg, c->msg_in);
       c->peer_bye = 1;

@@ -277,6 +277,10 @@ static int rn_tcp_pool_step(struct rn_tcp_pooled *e, const char **why) {
     if (p.type == RN_TCP_MSG_BYE) memcpy(&b, e->in, sizeof(b));
     rn_tcp_pool_consume(e, hlen);
     if (p.type != RN_TCP_MSG_BYE) continue;
+    if (!rn_tcp_bye_shape_ok(&b)) {
+      *why = "its BYE sets a flag or a reserved field";
+      return -1;
+    }
     if (rn_tcp_pool_on_bye(e, b.msg, b.received, why) != 0) return -1;
   }
 }

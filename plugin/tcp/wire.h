@@ -209,6 +209,10 @@ struct rn_tcp_bye {
   uint32_t reserved; /* 0 */
   uint32_t crc;
 };
+/* A BYE defines no flag and carries no payload. */
+static inline int rn_tcp_bye_shape_ok(const struct rn_tcp_bye *b) {
+  return b->p.flags == 0 && b->p.plen == 0 && b->reserved == 0;
+}
 
 /* Sender -> receiver: a send cannot leave without a clear-to-send the
  * receiver may be holding back for a batch (PROTOCOL.md, CTS): send them

@@ -78,3 +78,9 @@ TEST_PROGS += $(TCP_WAIT_OTHER_TEST)
 TCP_LAZY_TEST := $(BUILD)/tests/tcp/test_lazy
 $(eval $(call rn_harness_prog,$(TCP_LAZY_TEST),$(BUILD)/tests/tcp/test_lazy.o))
 TEST_PROGS += $(TCP_LAZY_TEST)
+
+# Sides with different rail counts, connected and left alone past the idle
+# time (tests/tcp/test_rail_mismatch.c).
+TCP_RAIL_MISMATCH_TEST := $(BUILD)/tests/tcp/test_rail_mismatch
+$(eval $(call rn_harness_prog,$(TCP_RAIL_MISMATCH_TEST),$(BUILD)/tests/tcp/test_rail_mismatch.o))
+TEST_PROGS += $(TCP_RAIL_MISMATCH_TEST)
