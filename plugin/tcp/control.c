@@ -790,6 +790,7 @@ static ncclResult_t rn_tcp_parse(struct rn_tcp_comm *c, size_t *pos) {
 /* Move whatever the control connection (and, without helper threads, the
  * data streams) can move now.  Never blocks. */
 ncclResult_t rn_tcp_progress(struct rn_tcp_comm *c) {
+  rn_tcp_shut(c); /* a helper thread's failure */
   RN_CHECK(rn_tcp_failed(c, "progress"));
   /* First: streams dialled here are the comm's before any message that
    * names them (an OFFER of the receiver's) is read. */
@@ -833,6 +834,7 @@ ncclResult_t rn_tcp_progress(struct rn_tcp_comm *c) {
      * next call reads what arrives meanwhile, a payload's rest included). */
     if (k <= 0 || (size_t)k < want) break;
   }
+  rn_tcp_shut(c);
   RN_CHECK(rn_tcp_failed(c, "progress"));
   if (c->is_recv) {
     /* With the data streams open a chunk may claim any buffer not yet

@@ -123,6 +123,7 @@ static void rn_tcp_engine_done(struct rn_tcp_engine_thread *t) {
 static void *rn_tcp_engine_main(void *arg) {
   struct rn_tcp_engine_thread *t = arg;
   struct epoll_event ev[RN_TCP_ENGINE_EVENTS];
+  rn_tcp_on_helper = 1; /* failures leave the shutdown to the caller (fail.c) */
   pthread_mutex_lock(&t->lock);
   while (!t->stop) {
     /* Streams with queued work first, each once per pass. */

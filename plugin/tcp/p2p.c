@@ -38,6 +38,11 @@ static void rn_tcp_req_free(struct rn_tcp_req *r) {
 
 /* Enter test: refuse a comm that already failed, else take its lock. */
 static ncclResult_t rn_tcp_comm_lock(struct rn_tcp_comm *c, const char *what) {
+  if (atomic_load(&c->shut_due)) { /* a helper thread's failure: the sockets, now */
+    pthread_mutex_lock(&c->lock);
+    rn_tcp_shut(c);
+    pthread_mutex_unlock(&c->lock);
+  }
   RN_CHECK(rn_tcp_failed(c, what));
   pthread_mutex_lock(&c->lock);
   c->touched = 1;

@@ -461,6 +461,7 @@ struct rn_tcp_comm {
   int64_t stats_ms;   /* the telemetry line was last written */
   atomic_int stop;
   _Atomic int error;      /* first error (ncclResult_t): every later test returns it */
+  _Atomic int shut_due;   /* its sockets to shut down, by a thread holding lock (fail.c) */
   atomic_int peer_closed; /* orderly EOF (or the peer's BYE) seen on the control connection */
   /* Connection reuse (pool.c).  peer_bye: the peer's BYE was read, its
    * fields in bye_msg / bye_received.  pool_token: send comm: the
@@ -820,7 +821,8 @@ void rn_tcp_comm_sweep_waiting(void);
 /* fail.c */
 /* Fail the comm: the first error sticks and every later test returns it
  * (a later isend or irecv hands out a request that fails there).  WARNs the reason (the first failure of a comm only)
- * and shuts its sockets down, so the peer fails too instead of waiting.
+ * and shuts its sockets down, so the peer fails too instead of waiting
+ * (on a helper thread: at the caller's next call, rn_tcp_shut).
  * Returns res.  Safe from any thread. */
 ncclResult_t rn_tcp_fail(struct rn_tcp_comm *c, ncclResult_t res, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -831,6 +833,10 @@ ncclResult_t rn_tcp_fail(struct rn_tcp_comm *c, ncclResult_t res, const char *fm
               (what), (field), ##__VA_ARGS__)
 /* The error a failed comm returns, with a WARN naming the call. */
 ncclResult_t rn_tcp_failed(struct rn_tcp_comm *c, const char *call);
+/* c->lock held: shut the sockets down where a failure left that due (a
+ * helper thread's: rn_tcp_on_helper, set by the helper threads). */
+void rn_tcp_shut(struct rn_tcp_comm *c);
+extern _Thread_local int rn_tcp_on_helper;
 
 /* control.c */
 ncclResult_t rn_tcp_ctl_flush(struct rn_tcp_comm *c);
