@@ -356,23 +356,42 @@ static int rn_sock_drain(int fd) {
   return 0;
 }
 
-void rn_sock_close_gently(int fd, int wait_ms) {
-  if (fd < 0) return;
-  int ended = rn_sock_drain(fd);
-  shutdown(fd, SHUT_WR);
+void rn_sock_close_gently_n(const int *fds, int n, int wait_ms) {
+  enum { RN_SOCK_GENTLE_MAX = 64 };
+  int ended[RN_SOCK_GENTLE_MAX], last[RN_SOCK_GENTLE_MAX];
+  if (n > RN_SOCK_GENTLE_MAX) { /* in batches, each with its own wait */
+    rn_sock_close_gently_n(fds + RN_SOCK_GENTLE_MAX, n - RN_SOCK_GENTLE_MAX, wait_ms);
+    n = RN_SOCK_GENTLE_MAX;
+  }
+  for (int i = 0; i < n; i++) {
+    last[i] = -1;
+    ended[i] = fds[i] < 0 || rn_sock_drain(fds[i]);
+    if (fds[i] >= 0) shutdown(fds[i], SHUT_WR);
+  }
   const int64_t start = rn_clock_ms(), stall_ms = wait_ms / 5 > 0 ? wait_ms / 5 : 1;
   int64_t last_move = start;
-  int last = -1, outq = 0;
-  while (!ended && wait_ms > 0 && ioctl(fd, SIOCOUTQ, &outq) == 0 && outq > 0) {
+  for (int waiting = wait_ms > 0; waiting;) {
     const int64_t now = rn_clock_ms();
-    if (outq != last) last_move = now;
-    last = outq;
-    if (now - start >= wait_ms || now - last_move >= stall_ms) break;
-    struct pollfd p = {.fd = fd, .events = POLLIN};
-    if (poll(&p, 1, 5) > 0) ended = rn_sock_drain(fd);
+    struct pollfd p[RN_SOCK_GENTLE_MAX];
+    int np = 0;
+    for (int i = 0; i < n; i++) {
+      int outq = 0;
+      if (ended[i] || ioctl(fds[i], SIOCOUTQ, &outq) != 0 || outq == 0) continue;
+      if (outq != last[i]) last_move = now;
+      last[i] = outq;
+      p[np++] = (struct pollfd){.fd = fds[i], .events = POLLIN};
+    }
+    if (np == 0 || now - start >= wait_ms || now - last_move >= stall_ms) break;
+    if (poll(p, (nfds_t)np, 5) > 0)
+      for (int k = 0; k < np; k++)
+        for (int i = 0; i < n && (p[k].revents & (POLLIN | POLLHUP | POLLERR)); i++)
+          if (fds[i] == p[k].fd) ended[i] = rn_sock_drain(fds[i]);
   }
-  close(fd);
+  for (int i = 0; i < n; i++)
+    if (fds[i] >= 0) close(fds[i]);
 }
+
+void rn_sock_close_gently(int fd, int wait_ms) { rn_sock_close_gently_n(&fd, 1, wait_ms); }
 
 int rn_sock_each_ifaddr(rn_sock_ifaddr_fn visit, void *arg) {
   struct ifaddrs *all = NULL;

@@ -62,6 +62,8 @@ ncclResult_t rn_sock_recv_some(int fd, void *buf, size_t len, size_t *off);
  * of wait_ms (a peer that stopped reading, or is gone), or at the peer's
  * own FIN. */
 void rn_sock_close_gently(int fd, int wait_ms);
+/* The same for n sockets at once, in one wait (negative fds skipped). */
+void rn_sock_close_gently_n(const int *fds, int n, int wait_ms);
 /* TCP_NODELAY, close-on-exec, non-blocking; buffers when bufsize > 0. */
 void rn_sock_tune(int fd, int bufsize);
 /* Make a peer that vanishes without closing (pulled cable, powered-off

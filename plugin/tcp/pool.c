@@ -68,7 +68,15 @@ static struct {
   struct rn_tcp_pooled *head; /* newest first */
 } rn_tcp_pool = {.epfd = -1};
 
-static void rn_tcp_pool_close_fds(struct rn_tcp_pooled *e) { rn_rdv_conn_close(&e->conn); }
+/* Close a kept connection as a comm's close does (rn_sock_close_gently):
+ * a sender's comm is kept the moment its last sends completed, which may
+ * leave them in the socket yet, and a close over the peer's unread BYE or
+ * clear-to-sends would reset the connection and lose them. */
+static void rn_tcp_pool_close_fds(struct rn_tcp_pooled *e) {
+  rn_sock_close_gently(e->conn.ctrl_fd, RN_TCP_CLOSE_WAIT_MS);
+  e->conn.ctrl_fd = -1;
+  rn_rdv_conn_close(&e->conn);
+}
 
 /* Kept listening sockets, oldest first (under the pool's lock). */
 static struct {
@@ -598,7 +606,23 @@ void rn_tcp_pool_fini(void) {
   pthread_mutex_lock(&rn_tcp_pool_lock);
   rn_tcp_pool.closed = 1;
   while (rn_tcp_lis.n > 0) rn_tcp_lis_drop(0);
-  while (rn_tcp_pool.head != NULL) rn_tcp_pool_drop(rn_tcp_pool.head, "finalize");
+  /* All at once: one wait for what their sockets still hold (one by one
+   * without memory for the list). */
+  int *fds = malloc(((size_t)rn_tcp_pool.n + 1) * sizeof(*fds)), n = 0;
+  for (struct rn_tcp_pooled *e; (e = rn_tcp_pool.head) != NULL;) {
+    if (fds == NULL) {
+      rn_tcp_pool_drop(e, "finalize");
+      continue;
+    }
+    RN_INFO(NCCL_NET, "kept connection %s %s closed: finalize", e->recv ? "from" : "to", e->name);
+    rn_tcp_pool_unlink(e);
+    fds[n++] = e->conn.ctrl_fd;
+    e->conn.ctrl_fd = -1;
+    rn_tcp_pool_close_fds(e);
+    free(e);
+  }
+  if (fds != NULL) rn_sock_close_gently_n(fds, n, RN_TCP_CLOSE_WAIT_MS);
+  free(fds);
   if (rn_tcp_pool.epfd >= 0) close(rn_tcp_pool.epfd);
   rn_tcp_pool.epfd = -1;
   pthread_mutex_unlock(&rn_tcp_pool_lock);

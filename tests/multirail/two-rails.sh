@@ -34,7 +34,7 @@ NAME=rbtap$$
 NAME1=rbtap$$s
 NAME4=rbtap$$q
 BOUND=20 # seconds after a cut; multirail-xfer scales it by RN_TIMEOUT_SCALE
-BEDS="$NAME $NAME1 $NAME4" OUT_TAG=multirail XFER_ENV= PLAN=22
+BEDS="$NAME $NAME1 $NAME4" OUT_TAG=multirail XFER_ENV= PLAN=23
 . tests/multirail/lib.sh
 
 # 1. the testbed (the topology is written at equal rates: the planner fuses
@@ -124,7 +124,22 @@ else
   cat "$OUT/even.stats" | details
 fi
 
-# 8. unequal rates, 300 and 75 Mbit/s (4:1): the split follows the rates
+# 8. 4 KiB messages (eager, on the control connection): a send completes
+# once its bytes are in the socket, and the sender closes and exits as soon
+# as its last one did, with megabytes still queued on a 300 Mbit/s rail and
+# the receiver's clear-to-sends unread.  Its kept connection (connection
+# reuse) must close without a reset, which would throw the queued bytes away.
+xfer "$NAME" "$OUT/topo.xml" eager 2 --size 4K --bytes 32M --interval 0 --timeout 60
+rc=$?
+st=$(sed -n 's/^result .*receiver=ok@\([0-9.]*\) sender=ok@\([0-9.]*\) .*/sender done at \2 s, receiver at \1 s/p' "$OUT/eager.log")
+if [ $rc -eq 0 ] && grep -q '^result status=ok receiver=ok.* sender=ok.* bytes=33554432 ' "$OUT/eager.log"; then
+  result OK "32 MiB in 4 KiB messages, the sender exiting once its sends completed: every byte verified ($st)"
+else
+  result NOTOK "32 MiB in 4 KiB messages, the sender exiting once its sends completed: exit $rc"
+  show eager
+fi
+
+# 9. unequal rates, 300 and 75 Mbit/s (4:1): the split follows the rates
 "$RB" --name "$NAME" rate 1 75 >/dev/null
 xfer "$NAME" "$OUT/topo.xml" ratio 2 --bytes 64M --interval 0 --timeout 60
 rc=$?
@@ -138,7 +153,7 @@ else
 fi
 "$RB" --name "$NAME" rate 1 300 >/dev/null
 
-# 9. a rate that changes mid-transfer: rail 0 drops to 30 Mbit/s (10%) 1 s
+# 10. a rate that changes mid-transfer: rail 0 drops to 30 Mbit/s (10%) 1 s
 # in; over the sender's counter lines from 2 s after the drop on, rail 0
 # carries at most 30% of the new bytes (the rates say 9%)
 xfer "$NAME" "$OUT/topo.xml" change 2 --bytes 160M --interval 0 --timeout 90 \
@@ -158,7 +173,7 @@ else
 fi
 "$RB" --name "$NAME" rate 0 300 >/dev/null
 
-# 10. rails so slow that one chunk takes longer than RAILNET_RAIL_TIMEOUT_MS
+# 11. rails so slow that one chunk takes longer than RAILNET_RAIL_TIMEOUT_MS
 # to arrive (1 MiB chunks, one stream per rail, 4 Mbit/s: about 2 s each,
 # against a 1 s bound): bytes keep arriving, so neither side may call the
 # comm dead (the receiver once counted only whole chunks landed, and
@@ -178,7 +193,7 @@ XENV=
 "$RB" --name "$NAME" rate 0 300 >/dev/null
 "$RB" --name "$NAME" rate 1 300 >/dev/null
 
-# 11-12. a rail's link down in the middle of a transfer, and up again
+# 12-13. a rail's link down in the middle of a transfer, and up again
 xfer "$NAME" "$OUT/topo.xml" cut 2 --bytes 256M --interval 0.5 --timeout $((3 + BOUND)) \
   --at "1:$RB --name $NAME down 1" --at "3:$RB --name $NAME up-link 1"
 rc=$?
@@ -206,7 +221,7 @@ else
   grep -E 're-admitted|took data streams|lost its streams' "$OUT/cut.err" | cut -c1-300 | details
 fi
 
-# 13-14. the control connection's rail: rail 0's link down 1 s in and up
+# 14-15. the control connection's rail: rail 0's link down 1 s in and up
 # at 3 s, then rail 1's (where the control connection went) at 6 s: every
 # byte verified, no error; the control connection moves to the surviving
 # rail each time (an INFO on each side), rail 0 is re-admitted
@@ -235,7 +250,7 @@ else
 fi
 "$RB" --name "$NAME" up-link 1 >/dev/null && link_up "$NAME" 1
 
-# 15. small messages only (4 KiB: inline on the control connection, the
+# 16. small messages only (4 KiB: inline on the control connection, the
 # data streams idle) while the control connection's rail is black-holed
 # 1 s in (links up, every packet dropped): the sender takes that rail out
 # (its data-stream rule cannot see it, nothing is in flight there) and the
@@ -257,7 +272,7 @@ else
 fi
 link_up "$NAME" 0
 
-# 16. the same as 11-12 with helper threads moving the streams' bytes (the
+# 17. the same as 12-13 with helper threads moving the streams' bytes (the
 # default on hosts of 8 or more CPUs): cut, failover, re-admission.  (It
 # once failed under load: a helper thread shut down, or marked dead, a
 # stream after handing it to the caller, which had meanwhile given it the
@@ -275,14 +290,14 @@ else
   grep -E 'WARN|re-admitted|took data|lost its' "$OUT/threads.err" | cut -c1-300 | details
 fi
 
-# 17. four rails; small messages only while rails 0 (the control
+# 18. four rails; small messages only while rails 0 (the control
 # connection's) and 1 are black-holed together 1 s in: rail 1 carries
 # nothing, so no rule takes it out, and the sender's first dial to move the
 # control connection goes over it and is never answered.  With
 # RAILNET_RAIL_TIMEOUT_MS at its lowest (1 s) that dial must give way in
 # time (a quarter of the bound) to one over rail 2; a move that waits a
 # fixed 2 s on each dial fails the comm.
-# 18-19. four rails, three cut one after another: the last carries on
+# 19-20. four rails, three cut one after another: the last carries on
 if "$RB" --name "$NAME4" up --rails 4 --rate 150 >"$OUT/up4.log" 2>&1 &&
   "$RB" --name "$NAME4" topo-xml "$OUT/topo4.xml" 2>>"$OUT/up4.log"; then
   XENV=RAILNET_RAIL_TIMEOUT_MS=1000 xfer "$NAME4" "$OUT/topo4.xml" dial 4 --size 4K --seconds 4 \
@@ -324,10 +339,10 @@ if "$RB" --name "$NAME4" up --rails 4 --rate 150 >"$OUT/up4.log" 2>&1 &&
 else
   result NOTOK "4-rail testbed up failed"
   details "$OUT/up4.log"
-  for _ in 18 19; do result NOTOK "not run: no 4-rail testbed"; done
+  for _ in 19 20; do result NOTOK "not run: no 4-rail testbed"; done
 fi
 
-# 20-21. no rail left: the second rail of the 2-rail device cut after the
+# 21-22. no rail left: the second rail of the 2-rail device cut after the
 # first, and the only link of a single-rail device: an error on both sides
 # within the bound (RAILNET_RAIL_TIMEOUT_MS, 10 s by default), no hang
 "$RB" --name "$NAME" up-link 1 >/dev/null 2>&1
@@ -360,7 +375,7 @@ else
   show single
 fi
 
-# 22. nothing left behind
+# 23. nothing left behind
 "$RB" --name "$NAME" clean
 "$RB" --name "$NAME1" clean
 "$RB" --name "$NAME4" clean
