@@ -18,11 +18,13 @@
 #include <net/if.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <ctype.h>
 #include <errno.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include "railnet/check.h"
+#include "railnet/clock.h"
 #include "railnet/param.h"
 #include "ib.h"
 
@@ -47,6 +49,7 @@ struct rn_ib_listen_comm {
   struct rn_ib_conn_info rinfo, linfo;
   struct rn_ib_comm *comm;
   uint8_t ready;
+  int64_t since_ms; /* when its rendezvous completed */
 };
 
 enum rn_ib_connect_stage {
@@ -64,6 +67,7 @@ struct rn_ib_connect_state {
   struct rn_ib_conn_info linfo, rinfo;
   struct rn_ib_comm *comm;
   char peer[64];
+  int64_t start_ms; /* the first call */
 };
 
 /* --- open comms -------------------------------------------------------- */
@@ -394,6 +398,10 @@ static void rn_ib_info_fill(const struct rn_ib_comm *c, int is_send, struct rn_i
 static ncclResult_t rn_ib_info_check(struct rn_ib_conn_info *i, int peer_is_send,
                                      const char *peer) {
   i->dev[sizeof(i->dev) - 1] = '\0';
+  /* It goes into log lines and RAILNET_STATS' JSON: a name's characters
+   * only (a quote or a newline would forge fields). */
+  for (char *d = i->dev; *d != '\0'; d++)
+    if (!isalnum((unsigned char)*d) && strchr("_.:@+-", *d) == NULL) *d = '?';
   if (i->magic != RN_IB_INFO_MAGIC || i->version != RN_IB_INFO_VERSION || i->nrails < 1 ||
       i->nrails > RN_MAX_RAILS || i->nqps < 1 || i->nqps > RN_IB_MAX_QPS || i->standby > 1 ||
       (i->standby && i->nrails < 2)) {
@@ -558,6 +566,7 @@ static ncclResult_t rn_ib_accept_step(struct rn_ib_listen_comm *l, void **rcomm)
         if (!ready) return ncclSuccess;
         l->fd = conn.ctrl_fd;
         l->off = 0;
+        l->since_ms = rn_clock_ms();
         l->stage = RN_IB_ACC_RECV_INFO;
         break;
       }
@@ -605,6 +614,16 @@ ncclResult_t rn_ib_accept(void *lcomm, void **rcomm) {
   struct rn_ib_listen_comm *l = lcomm;
   *rcomm = NULL;
   ncclResult_t res = rn_ib_accept_step(l, rcomm);
+  /* A peer that passed the rendezvous (it has the handle) and then stops
+   * in the exchange holds this listener, whose later connections wait
+   * behind it: bounded as a connect is. */
+  const int64_t bound = rn_params()->connect_timeout_ms;
+  if (res == ncclSuccess && l->stage != RN_IB_ACC_RDV && rn_clock_ms() - l->since_ms > bound) {
+    RN_WARN("accept on %s: the connecting peer did not finish the verbs handshake within %lld ms "
+            "(RAILNET_CONNECT_TIMEOUT_MS); its connection is dropped",
+            l->addr, (long long)bound);
+    res = ncclRemoteError;
+  }
   if (res != ncclSuccess) {
     /* Drop the half-accepted connection; the listener stays usable. */
     rn_ib_comm_free(l->comm);
@@ -729,6 +748,7 @@ ncclResult_t rn_ib_connect(const struct rn_rails *r, const struct rn_handle *h, 
     }
     s->fd = -1;
     s->tc = tc;
+    s->start_ms = rn_clock_ms();
     rn_sockaddr_str(&sa, s->peer, sizeof(s->peer));
     RN_CHECK_GOTO(rn_rdv_dial_create(&sa, 1, h->nonce, 0, &s->dial), res, out_free);
     *state = s;
@@ -737,6 +757,15 @@ ncclResult_t rn_ib_connect(const struct rn_rails *r, const struct rn_handle *h, 
   if (*scomm) {
     rn_ib_connect_free(s);
     *state = NULL;
+    return ncclSuccess;
+  }
+  const int64_t bound = rn_params()->connect_timeout_ms;
+  if (rn_clock_ms() - s->start_ms > bound) {
+    RN_WARN("connect to %s: the verbs handshake did not finish within %lld ms "
+            "(RAILNET_CONNECT_TIMEOUT_MS)",
+            s->peer, (long long)bound);
+    res = ncclRemoteError;
+    goto out_free;
   }
   return ncclSuccess;
 out_free:

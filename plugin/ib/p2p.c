@@ -587,6 +587,13 @@ static ncclResult_t rn_ib_isend_in(struct rn_ib_comm *c, void *data, size_t size
   if (c->recovering || c->dead) return rn_ib_idle(c, "send");
   int slot = (int)(c->seq % RN_IB_SLOTS);
   struct rn_ib_send_group *g = &c->group[slot];
+  /* The slot's group before (kept for a failover) completes first: a
+   * rebuild posts again only the last RN_IB_SLOTS groups, so one older
+   * whose completion a failed rail held back would never finish.  Its
+   * writes were acknowledged by the receiver's NIC before the receiver
+   * could give the slot back, so this waits only on a rail that failed. */
+  if (g->n == 0 && c->nrails > 1 && c->sent_seq[slot] != 0 && !c->sent_done[slot])
+    return rn_ib_idle(c, "send");
   if (g->n == 0) {
     int ready;
     RN_CHECK(rn_ib_fifo_take(c, slot, g, &ready));

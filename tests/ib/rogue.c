@@ -72,6 +72,9 @@ enum attack_kind {
   A_OOB_GID,
   A_OOB_QPN,
   A_OOB_NAME,
+  /* ... or passes the rendezvous and then stops */
+  A_OOB_SILENT,
+  A_OOB_HALF,
 };
 
 struct attack {
@@ -140,6 +143,11 @@ static const struct attack attacks[] = {
      "QP 0 number 0x1000000"},
     {"connection info with an unterminated device name", A_OOB_NAME, VICTIM_ACCEPT, 1, 1,
      "QP 0 number 0x1"},
+    /* the victim's RAILNET_CONNECT_TIMEOUT_MS is 2000 for these two */
+    {"no connection info after the rendezvous", A_OOB_SILENT, VICTIM_ACCEPT, 1, 1,
+     "did not finish the verbs handshake within 2000 ms"},
+    {"half the connection info, then nothing", A_OOB_HALF, VICTIM_ACCEPT, 1, 1,
+     "did not finish the verbs handshake within 2000 ms"},
 };
 #define NATTACKS (int)(sizeof attacks / sizeof attacks[0])
 
@@ -565,11 +573,16 @@ static int rogue_dialer(struct rn_peer *p) {
       memset(info.dev, 'A', sizeof info.dev);
       info.qpn[0][0] = 1;
       break;
+    case A_OOB_SILENT:
+    case A_OOB_HALF:
+      break;
     default:
       rc = peer_fail(p, "not a connection-info attack");
   }
-  for (size_t off = 0; rc == 0 && off < sizeof info;) {
-    ssize_t w = write(conn.ctrl_fd, (const char *)&info + off, sizeof info - off);
+  const size_t len = a->kind == A_OOB_SILENT ? 0 : a->kind == A_OOB_HALF ? sizeof info / 2
+                                                                          : sizeof info;
+  for (size_t off = 0; rc == 0 && off < len;) {
+    ssize_t w = write(conn.ctrl_fd, (const char *)&info + off, len - off);
     if (w > 0)
       off += (size_t)w;
     else if (w < 0 && errno != EAGAIN && errno != EINTR)
@@ -650,7 +663,9 @@ int main(int argc, char **argv) {
     /* the sender decides the QPs per rail: both sides get the setting */
     snprintf(env, sizeof env, "%s%sRAILNET_IB_QPS=%d", send_env, send_env[0] ? "," : "", a->nqps);
     setenv("RN_CONF_SEND_ENV", env, 1);
-    snprintf(env, sizeof env, "%s%sRAILNET_IB_QPS=%d", recv_env, recv_env[0] ? "," : "", a->nqps);
+    snprintf(env, sizeof env, "%s%sRAILNET_IB_QPS=%d%s", recv_env, recv_env[0] ? "," : "", a->nqps,
+             a->kind == A_OOB_SILENT || a->kind == A_OOB_HALF ? ",RAILNET_CONNECT_TIMEOUT_MS=2000"
+                                                              : "");
     setenv("RN_CONF_RECV_ENV", env, 1);
     struct rn_pair_opts o;
     memset(&o, 0, sizeof o);
