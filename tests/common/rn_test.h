@@ -132,6 +132,14 @@ struct rn_net {
  * calls): ncclNetPlugin_v8 of rn_plugin_path(), loaded as NCCL loads it;
  * NULL after printing "not ok <tap> - load ...". */
 const ncclNet_v8_t *rn_load_v8(int tap);
+/* Two TCP devices for one process, loopback and the first other network
+ * interface: RAILNET_TRANSPORT=socket, RAILNET_SOCKET_IFNAME=spec ("=lo,IF")
+ * and RAILNET_NICS=lo,IF; -1 after printing a TAP skip when there is no
+ * other interface. */
+int rn_two_ifs_env(char *spec, size_t len);
+/* dlopen rn_plugin_path() as NCCL does; NULL after printing "1..1" and
+ * "not ok 1 - dlopen ...". */
+void *rn_dlopen_plugin(void);
 /* "not ok <tap> - <what> (<r>)"; returns 1, the exit status. */
 int rn_tap_call_failed(int tap, const char *what, int r);
 /* Return rn_tap_call_failed(tap, ...) from the caller unless call succeeds. */

@@ -18,31 +18,11 @@ static int traffic(const ncclNet_v9_t *n, int dev, size_t len) {
 int main(void) {
   setenv("RN_CONF_SHOW_WARN", "1", 0); /* every WARN shown, as NCCL would */
   setvbuf(stdout, NULL, _IOLBF, 0);    /* TAP survives an exit without flushing */
-  const char *b = getenv("RN_BUILD");
-  char so[512];
-  snprintf(so, sizeof(so), "%s/libnccl-net-railnet.so", b ? b : "build");
   /* Two TCP interfaces: loopback and the first other one up. */
-  char ifs[128] = "";
-  FILE *f = popen("ls /sys/class/net | grep -v '^lo$' | head -1", "r");
-  if (f != NULL) {
-    if (fgets(ifs, sizeof(ifs), f) == NULL) ifs[0] = '\0';
-    pclose(f);
-  }
-  ifs[strcspn(ifs, "\n")] = '\0';
-  if (ifs[0] == '\0') {
-    printf("1..0 # SKIP needs a second network interface besides lo\n");
-    return 0;
-  }
   char spec[160];
-  snprintf(spec, sizeof(spec), "=lo,%s", ifs);
-  setenv("RAILNET_TRANSPORT", "socket", 1);
-  setenv("RAILNET_SOCKET_IFNAME", spec, 1);
-  setenv("RAILNET_NICS", spec + 1, 1);
-  void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
-  if (h == NULL) {
-    printf("1..1\nnot ok 1 - dlopen %s: %s\n", so, dlerror());
-    return 1;
-  }
+  if (rn_two_ifs_env(spec, sizeof(spec)) != 0) return 0; /* skipped */
+  void *h = rn_dlopen_plugin();
+  if (h == NULL) return 1;
   const ncclNet_v9_t *n = dlsym(h, "ncclNetPlugin_v9");
   printf("1..10\n");
   int nd = 0;

@@ -84,23 +84,9 @@ int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   setenv("RN_CONF_SHOW_WARN", "1", 0); /* every WARN shown, as NCCL would */
   /* Two TCP interfaces: loopback and the first other one up. */
-  char ifs[128] = "";
-  FILE *f = popen("ls /sys/class/net | grep -v '^lo$' | head -1", "r");
-  if (f != NULL) {
-    if (fgets(ifs, sizeof(ifs), f) == NULL) ifs[0] = '\0';
-    pclose(f);
-  }
-  ifs[strcspn(ifs, "\n")] = '\0';
-  if (ifs[0] == '\0') {
-    printf("1..0 # SKIP needs a second network interface besides lo\n");
-    return 0;
-  }
   char spec[160], idle[16];
-  snprintf(spec, sizeof(spec), "=lo,%s", ifs);
+  if (rn_two_ifs_env(spec, sizeof(spec)) != 0) return 0; /* skipped */
   snprintf(idle, sizeof idle, "%d", (int)(IDLE_MS * rn_timeout_scale()));
-  setenv("RAILNET_TRANSPORT", "socket", 1);
-  setenv("RAILNET_SOCKET_IFNAME", spec, 1);
-  setenv("RAILNET_NICS", spec + 1, 1);
   setenv("RAILNET_SOCKET_IDLE_MS", idle, 1);
   setenv("RAILNET_SOCKET_POOL", "0", 1);
   tap_plan(10);
@@ -115,7 +101,7 @@ int main(void) {
   int lo = dev_named(&n, nd, "lo");
   ncclNetVDeviceProps_t vp = {.ndevs = 2, .devs = {0, 1}};
   int made = nd == 2 && lo >= 0 && n.t.v11->makeVDevice(&vd, &vp) == ncclSuccess;
-  tap_result(made, "devices lo and %s, fused into device %d of two rails", ifs, vd);
+  tap_result(made, "devices %s, fused into device %d of two rails", spec + 1, vd);
   if (!made) return 1;
   idle_round(&n, lo, vd, lo, "one-rail sender, two-rail receiver", 1);
   idle_round(&n, vd, lo, lo, "two-rail sender, one-rail receiver", 0);
