@@ -676,7 +676,7 @@ static ncclResult_t rn_tcp_rail_take_out(struct rn_tcp_comm *c, int ri, const ch
       moved++;
     }
     s->keep_head = s->queue_head = s->queue_tail;
-    s->off = 0;
+    if (!s->writing) s->off = 0; /* else the writer's, reset as it leaves */
     /* A thread still writing the head chunk lets go of its send itself
      * once out of sendmsg (it finds the stream dead). */
     if (!s->writing) rn_tcp_stream_unhold(s);

@@ -47,11 +47,18 @@ void rn_tcp_stream_unhold(struct rn_tcp_stream *s) {
 
 /* queue_lock held: the writing thread leaves the head chunk, written
  * whole or not; it lets go of its send's memory when done with it, or
- * when the stream died meanwhile (whoever took its queue left that to the
- * writer). */
+ * when the stream died meanwhile (whoever took its queue left that, and
+ * the offset, to the writer). */
 static void rn_tcp_stream_leave(struct rn_tcp_stream *s, int done) {
   s->writing = 0;
-  if (done || atomic_load(&s->dead)) rn_tcp_stream_unhold(s);
+  if (!atomic_load(&s->dead)) {
+    if (done) rn_tcp_stream_unhold(s);
+    return;
+  }
+  /* Its queue was taken while this thread wrote: the chunk goes again
+   * elsewhere, and the offset into it is this thread's to drop. */
+  rn_tcp_stream_unhold(s);
+  s->off = 0;
 }
 
 /* Write as much as the socket takes, until *moved (which counts what was
