@@ -119,7 +119,9 @@ static void rn_tcp_pool_parent(void) { pthread_mutex_unlock(&rn_tcp_pool_lock); 
 static void rn_tcp_pool_child(void) {
   for (struct rn_tcp_pooled *e = rn_tcp_pool.head, *next; e != NULL; e = next) {
     next = e->next;
-    rn_tcp_pool_close_fds(e);
+    /* Its descriptors only: a shutdown, or reading what arrives, would
+     * act on the socket the parent keeps. */
+    rn_rdv_conn_close(&e->conn);
     free(e);
   }
   if (rn_tcp_pool.epfd >= 0) close(rn_tcp_pool.epfd);
