@@ -370,7 +370,7 @@ void rn_sock_close_gently_n(const int *fds, int n, int wait_ms) {
   }
   const int64_t start = rn_clock_ms(), stall_ms = wait_ms / 5 > 0 ? wait_ms / 5 : 1;
   int64_t last_move = start;
-  for (int waiting = wait_ms > 0; waiting;) {
+  while (wait_ms > 0) {
     const int64_t now = rn_clock_ms();
     struct pollfd p[RN_SOCK_GENTLE_MAX];
     int np = 0;

@@ -618,9 +618,9 @@ void rn_tcp_pool_fini(void) {
     }
     RN_INFO(NCCL_NET, "kept connection %s %s closed: finalize", e->recv ? "from" : "to", e->name);
     rn_tcp_pool_unlink(e);
-    fds[n++] = e->conn.ctrl_fd;
+    fds[n++] = e->conn.ctrl_fd; /* closed below, with the others */
     e->conn.ctrl_fd = -1;
-    rn_tcp_pool_close_fds(e);
+    rn_rdv_conn_close(&e->conn);
     free(e);
   }
   if (fds != NULL) rn_sock_close_gently_n(fds, n, RN_TCP_CLOSE_WAIT_MS);
