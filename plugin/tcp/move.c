@@ -107,18 +107,18 @@ void rn_tcp_move_init(struct rn_tcp_comm *c) {
   if (c->is_recv) {
     /* Multi-rail: rails of its own, or streams from several of the
      * sender's addresses. */
-    int multi = c->nrails > 1;
     union rn_sockaddr first;
     memset(&first, 0, sizeof(first));
-    for (int i = 0; i < c->nstreams && !multi; i++) {
+    m->peer_multi = 0;
+    for (int i = 0; i < c->nstreams && !m->peer_multi; i++) {
       union rn_sockaddr p = rn_sockaddr_no_port(c->stream[i].peer);
       if (p.sa.sa_family == 0) continue;
       if (first.sa.sa_family == 0)
         first = p;
       else
-        multi = memcmp(&first, &p, sizeof(p)) != 0;
+        m->peer_multi = memcmp(&first, &p, sizeof(p)) != 0;
     }
-    m->enabled = multi;
+    m->enabled = c->nrails > 1 || m->peer_multi;
   } else {
     m->enabled = c->ack && c->nrails > 1;
   }

@@ -380,10 +380,14 @@ static void rn_tcp_lazy_closed(struct rn_tcp_comm *c, const char *why) {
           c->is_recv ? "receive" : "send", c->peer, c->base.vdev, n, why);
 }
 
-/* A comm of several rails keeps its streams: they carry its failover, and
- * opening them again after a rail died meanwhile would fail. */
+/* A sender of several rails keeps its streams: they carry its failover,
+ * and opening them again after a rail died meanwhile would fail.  A
+ * receiver's streams are kept when its sender keeps them: they come from
+ * several of the sender's addresses.  A sender of one rail closes them idle
+ * whatever rails the receiver has, and the sweep must then read that for a
+ * receiver NCCL no longer calls, or it holds their sockets. */
 static int rn_tcp_lazy_keeps(const struct rn_tcp_comm *c) {
-  return c->is_recv ? c->move.enabled : c->nrails > 1;
+  return c->is_recv ? c->move.peer_multi : c->nrails > 1;
 }
 
 ncclResult_t rn_tcp_lazy_idle(struct rn_tcp_comm *c, int64_t now) {

@@ -338,6 +338,7 @@ struct rn_tcp_ctl_way { /* sender: a listener the receiver offered for the contr
 };
 struct rn_tcp_move {
   int enabled; /* this comm's control connection can move: its bytes are kept */
+  int peer_multi; /* receiver: its streams come from several sender addresses (rails) */
   int state;   /* enum rn_tcp_move_state */
   uint64_t tx; /* control bytes written since the comm began */
   uint64_t rx; /* control bytes read (delivered to the parser) */
