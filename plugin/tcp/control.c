@@ -538,8 +538,9 @@ static ncclResult_t rn_tcp_on_data(struct rn_tcp_comm *c, const struct rn_tcp_da
   if (f == RN_TCP_DATA_STREAMED) {
     if (d->p.plen != 0) {
       res = RN_TCP_VIOLATION(c, what, "plen", "%u, expected 0 with STREAMED", d->p.plen);
-    } else if (c->lazy.state == RN_TCP_STREAMS_NONE && !c->lazy.reopen) {
-      res = RN_TCP_VIOLATION(c, what, "flags", "STREAMED, but no OPEN asked for data streams");
+    } else if (rn_tcp_lazy_streamless(c)) {
+      res = RN_TCP_VIOLATION(c, what, "flags", "STREAMED, but no OPEN asked for data streams%s",
+                             c->lazy.state == RN_TCP_STREAMS_NONE ? "" : " since they closed idle");
     } else if (d->size < 1 || d->size > posted) {
       res = RN_TCP_VIOLATION(c, what, "size", "%llu, expected 1..%llu (posted) with STREAMED",
                              (unsigned long long)d->size, (unsigned long long)posted);

@@ -240,6 +240,15 @@ ncclResult_t rn_tcp_lazy_on_early_down(struct rn_tcp_comm *c, const struct rn_tc
   return ncclSuccess;
 }
 
+/* Receiver: no STREAMED message may come now: the sender has no data
+ * stream and sent no OPEN since (none, or it closed them idle). */
+int rn_tcp_lazy_streamless(const struct rn_tcp_comm *c) {
+  const struct rn_tcp_lazy *z = &c->lazy;
+  if (z->reopen) return 0;
+  return z->state == RN_TCP_STREAMS_NONE || z->state == RN_TCP_STREAMS_CLOSING ||
+         (z->state == RN_TCP_STREAMS_ASKED && z->early_idle != 0);
+}
+
 ncclResult_t rn_tcp_lazy_on_open(struct rn_tcp_comm *c, const struct rn_tcp_open *m) {
   static const char what[] = "OPEN";
   struct rn_tcp_lazy *z = &c->lazy;

@@ -621,6 +621,9 @@ void rn_tcp_lazy_defer(struct rn_tcp_comm *c, struct rn_tcp_req *r, const char *
 ncclResult_t rn_tcp_lazy_on_open(struct rn_tcp_comm *c, const struct rn_tcp_open *m);
 ncclResult_t rn_tcp_lazy_on_streams(struct rn_tcp_comm *c, const struct rn_tcp_streams *m);
 ncclResult_t rn_tcp_lazy_on_idle(struct rn_tcp_comm *c, const struct rn_tcp_down *d);
+/* Receive: no STREAMED message may come now (no OPEN since the streams
+ * were none or closed idle). */
+int rn_tcp_lazy_streamless(const struct rn_tcp_comm *c);
 /* Receive: a DOWN (its header and sequence checked) read while the
  * streams it names are still being admitted: counted, and kept until they
  * are. */
