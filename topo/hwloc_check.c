@@ -354,8 +354,10 @@ int rn_hwloc_xml_check(struct rn_topo_xml_node *root, const char *name, char *er
     ch = next;
   }
   if (nobj != 1) return rn_hwc_fail(&c, root, "expected exactly one top-level <object>", NULL);
-  /* hwloc refuses a machine without memory (and says so on stderr). */
-  if (!rn_hwc_has_numa(root))
+  /* hwloc 2 refuses a machine without memory (and says so on stderr).
+   * hwloc 1 wrote no NUMANode on a machine of one node (the memory is the
+   * Machine's local_memory); hwloc's importer makes that node itself. */
+  if (c.major >= 2 && !rn_hwc_has_numa(root))
     return rn_hwc_fail(&c, root, "no NUMANode object in the topology", NULL);
   return 0;
 }
