@@ -348,13 +348,17 @@ static int rn_smi_build(struct rn_smi *s, struct rn_topo *t) {
     else
       nic_groups[nng++] = i;
   }
-  /* C2C GPUs see SYS to every NIC: NIC-only groups go, in order, to the
-   * CPUs of the GPU groups. */
+  /* C2C GPUs see SYS to every NIC: NIC-only groups go, in order and in
+   * contiguous blocks of (nearly) equal count, to the CPUs of the GPU
+   * groups, as a tray numbers its NICs Grace by Grace (a GB200 tray's
+   * mlx5_0..3 on the first, mlx5_4..7 on the second, each NIC a group of
+   * its own but for a BlueField's two functions). */
   int placed = 0;
-  if (nc2c && nng) {
-    for (int k = 0; k < nng && k < ngg; k++) {
+  if (nc2c && nng && ngg) {
+    for (int k = 0; k < nng; k++) {
+      const int to = gpu_groups[k * ngg / nng];
       for (int j = 0; j < s->ndev; j++)
-        if (rn_uf_find(b->uf, j) == nic_groups[k]) b->uf[j] = gpu_groups[k];
+        if (rn_uf_find(b->uf, j) == nic_groups[k]) b->uf[j] = to;
       placed++;
     }
     rn_topo_add_note(t,
