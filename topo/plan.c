@@ -464,6 +464,15 @@ static int rn_gdr(const struct rn_pl *s, int g, int n, char *why, size_t len) {
   return d <= lvl;
 }
 
+/* A GPU as lines name it: its bus id, or for sources without bus ids
+ * (nvidia-smi) its model index. */
+static void rn_gpu_label(const struct rn_topo *t, int g, char *buf, size_t len) {
+  if (t->gpus[g].pub.busid[0])
+    snprintf(buf, len, "%s", t->gpus[g].pub.busid);
+  else
+    snprintf(buf, len, "GPU%d", g);
+}
+
 static void rn_reason(struct rn_pl *s, int g, struct rn_plan_rail *rail) {
   const struct rn_topo *t = s->t;
   const struct rn_topo_gpu *gp = &t->gpus[g].pub;
@@ -487,11 +496,7 @@ static void rn_reason(struct rn_pl *s, int g, struct rn_plan_rail *rail) {
   } else if (s->users[rail->nic] > 1) {
     snprintf(why, sizeof(why), ", shared by %d GPUs", s->users[rail->nic]);
   }
-  /* Sources without bus ids (nvidia-smi) name GPUs by model index. */
-  if (gp->busid[0])
-    snprintf(gname, sizeof(gname), "%s", gp->busid);
-  else
-    snprintf(gname, sizeof(gname), "GPU%d", g);
+  rn_gpu_label(t, g, gname, sizeof(gname));
   char gdrwhy[sizeof(rail->gdr_why)]; /* a copy: reason and gdr_why share the struct */
   snprintf(gdrwhy, sizeof(gdrwhy), "%s", rail->gdr_why);
   int w =
@@ -585,8 +590,9 @@ static void rn_unused_why(struct rn_pl *s, int n, char *buf, size_t len) {
       const struct rn_plan_gpu *fg = &s->full->gpus[i];
       for (int r = 0; r < fg->nrails; r++)
         if (fg->rails[r].nic == n && !s->sel[fg->gpu]) {
-          snprintf(buf, len, "rail of GPU %s, which is not in the GPU subset",
-                   t->gpus[fg->gpu].pub.busid[0] ? t->gpus[fg->gpu].pub.busid : "?");
+          char gname[24];
+          rn_gpu_label(t, fg->gpu, gname, sizeof(gname));
+          snprintf(buf, len, "rail of GPU %s, which is not in the GPU subset", gname);
           return;
         }
     }
@@ -701,10 +707,11 @@ static void rn_standby(struct rn_pl *s, struct rn_plan_vdev *v, const int *vuser
   v->standby = best;
   chosen[best]++;
   char from[64];
-  if (bg >= 0)
-    snprintf(from, sizeof(from), "from GPU %s",
-             t->gpus[bg].pub.busid[0] ? t->gpus[bg].pub.busid : "?");
-  else
+  if (bg >= 0) {
+    char gname[24];
+    rn_gpu_label(t, bg, gname, sizeof(gname));
+    snprintf(from, sizeof(from), "from GPU %s", gname);
+  } else
     snprintf(from, sizeof(from), "from %.48s", t->nics[lead].pub.name);
   snprintf(v->standby_why, sizeof(v->standby_why),
            "%.48s: %s %s, %s; used only while every rail is down", t->nics[best].pub.name,
@@ -778,8 +785,9 @@ static int rn_plan_fill(struct rn_pl *s, const struct rn_plan *full, char *err, 
       }
       if (pg->nrails == 0) {
         /* Without any candidate NIC one plan-level note says it for all. */
-        if (ncand && rn_plan_note(p, "GPU %s has no NIC: no candidate NIC on its host",
-                                  t->gpus[g].pub.busid[0] ? t->gpus[g].pub.busid : "?"))
+        char gname[24];
+        rn_gpu_label(t, g, gname, sizeof(gname));
+        if (ncand && rn_plan_note(p, "GPU %s has no NIC: no candidate NIC on its host", gname))
           goto out_oom_users;
         continue;
       }
