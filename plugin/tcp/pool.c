@@ -526,28 +526,43 @@ int rn_tcp_pool_take_accept(uint64_t nonce, const union rn_sockaddr *lis, int nl
   return 1;
 }
 
-/* Reset every connection waiting in a closed listener's backlog, as
- * close(2) of the listener would: 0, or -1 when fd is not a sound
- * listener. */
-static int rn_tcp_lis_reset_backlog(int fd) {
-  for (;;) {
+/* Connections a closed listener's backlog is reset of per call: as many
+ * as a rendezvous poll accepts (plugin/rendezvous.c), so a peer that keeps
+ * connecting cannot hold the caller (and the pool's lock) for as long as
+ * it goes on. */
+#define RN_TCP_LIS_RESET_BUDGET 256
+
+/* Reset the connections waiting in a closed listener's backlog, as
+ * close(2) of the listener would: 0 once it is empty, -1 when fd is not a
+ * sound listener or more than RN_TCP_LIS_RESET_BUDGET were waiting (a
+ * flood: the listener is better closed, which resets the rest). */
+static int rn_tcp_lis_reset_backlog(int fd, const union rn_sockaddr *bound) {
+  for (int n = 0; n < RN_TCP_LIS_RESET_BUDGET;) {
     int s = accept4(fd, NULL, NULL, SOCK_CLOEXEC);
     if (s >= 0) {
       struct linger l = {.l_onoff = 1, .l_linger = 0};
       setsockopt(s, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
       close(s);
+      n++;
       continue;
     }
     if (errno == EINTR || errno == ECONNABORTED) continue;
     return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
   }
+  char a[64];
+  RN_INFO(NCCL_NET,
+          "closed listen comm's socket on %s not kept: more than %d connections reached it "
+          "since it closed",
+          rn_sockaddr_str(bound, a, sizeof(a)), RN_TCP_LIS_RESET_BUDGET);
+  return -1;
 }
 
 void rn_tcp_pool_sweep(void) {
   if (pthread_mutex_trylock(&rn_tcp_pool_lock) != 0) return;
   rn_tcp_lis_expire(rn_clock_ms());
   for (int i = rn_tcp_lis.n - 1; i >= 0; i--)
-    if (rn_tcp_lis_reset_backlog(rn_tcp_lis.e[i].fd) != 0) rn_tcp_lis_drop(i);
+    if (rn_tcp_lis_reset_backlog(rn_tcp_lis.e[i].fd, &rn_tcp_lis.e[i].bound) != 0)
+      rn_tcp_lis_drop(i);
   rn_tcp_pool_service();
   pthread_mutex_unlock(&rn_tcp_pool_lock);
 }
@@ -555,7 +570,7 @@ void rn_tcp_pool_sweep(void) {
 int rn_tcp_pool_put_listener(int fd, const union rn_sockaddr *bound, int comms) {
   if (rn_params()->socket_pool == 0 || comms >= RN_TCP_POOL_PORT_COMMS) return 0;
   /* Connections that reached the closed listener and were never taken. */
-  if (rn_tcp_lis_reset_backlog(fd) != 0) return 0; /* closed by the caller */
+  if (rn_tcp_lis_reset_backlog(fd, bound) != 0) return 0; /* closed by the caller */
   pthread_mutex_lock(&rn_tcp_pool_lock);
   int kept = !rn_tcp_pool.closed;
   if (kept) {

@@ -244,6 +244,49 @@ static int child_sweep(struct rn_net *n) {
   return ok && rn_log_warns() == 0 ? 0 : 1;
 }
 
+/* More connections reach a kept listening socket between two sweeps than
+ * one sweep resets (a peer that keeps connecting): the sweep stops at its
+ * budget and closes the socket, whose port then refuses, instead of
+ * accepting for as long as they come while holding the pool. */
+#define FLOOD 600 /* > the budget of 256; < the listen backlog and somaxconn */
+static int child_flood(struct rn_net *n) {
+  char why[256] = "";
+  struct pair p, q;
+  if (open_pair(n, &p) != ncclSuccess || open_pair(n, &q) != ncclSuccess ||
+      !xfer(n, &p, 8, 1, 5, why, sizeof why))
+    return fprintf(stderr, "pairs: %s\n", why), 1;
+  int port = p.port;
+  if (!close_pair(n, &p, 1)) return 1;
+  int closed = rn_log_watch("not kept: more than 256 connections reached it");
+  static int fl[FLOOD];
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  int queued = 0;
+  for (int i = 0; i < FLOOD; i++) {
+    fl[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fl[i] >= 0 && connect(fl[i], (struct sockaddr *)&a, sizeof(a)) != 0 && errno != EINPROGRESS)
+      return fprintf(stderr, "flood connect %d: %s\n", i, strerror(errno)), 1;
+    queued += fl[i] >= 0;
+  }
+  int moved = 0;
+  double end = rn_deadline(5);
+  while (rn_log_seen(closed) == 0 && now_s() < end) {
+    if (!xfer(n, &q, 8, 1, 6, why, sizeof why)) break;
+    moved++;
+  }
+  for (int i = 0; i < FLOOD; i++)
+    if (fl[i] >= 0) close(fl[i]);
+  int s = raw_connect(port);
+  const int refused = s < 0 && errno == ECONNREFUSED;
+  if (s >= 0) close(s);
+  int ok = close_pair(n, &q, 1);
+  if (rn_log_seen(closed) != 1 || !refused)
+    return fprintf(stderr, "%d connections queued, %d transfers: %d INFO, port %s (%s)\n", queued,
+                   moved, rn_log_seen(closed), refused ? "refuses" : "still open", why),
+           1;
+  return ok && rn_log_warns() == 0 ? 0 : 1;
+}
+
 /* RAILNET_SOCKET_POOL=2: five pairs open at once, all closed quiescent:
  * two connections kept per side, and the descriptors with them. */
 static int child_bound(struct rn_net *n) {
@@ -377,14 +420,15 @@ int main(int argc, char **argv) {
              : strcmp(argv[1], "idle") == 0  ? child_idle(&n)
              : strcmp(argv[1], "sweep") == 0 ? child_sweep(&n)
              : strcmp(argv[1], "chain") == 0 ? child_chain(&n)
+             : strcmp(argv[1], "flood") == 0 ? child_flood(&n)
                                              : child_bound(&n);
     rn_net_finalize(&n);
     rn_net_close(&n);
     return rc;
   }
-  tap_plan(18);
+  tap_plan(19);
   if (sbuf == NULL || rbuf == NULL || open_net(&n) != 0) {
-    for (int i = 0; i < 18; i++) tap_result(0, "load the plugin");
+    for (int i = 0; i < 19; i++) tap_result(0, "load the plugin");
     return 1;
   }
   char why[256] = "";
@@ -710,6 +754,10 @@ int main(int argc, char **argv) {
   tap_result(run_child(self, "sweep", "RAILNET_SOCKET_IDLE_MS=400"),
              "a connection that reaches a kept listening socket is reset while the process moves "
              "data on another pair and opens no comm (the sweep of calls, here every 100 ms)");
+  tap_result(run_child(self, "flood", "RAILNET_SOCKET_IDLE_MS=400"),
+             "%d connections reach a kept listening socket between two sweeps: the sweep resets "
+             "its budget of them and closes the socket (its port refuses), with one INFO, no WARN",
+             FLOOD);
   /* Helpers off: their descriptors would count with the kept ones. */
   tap_result(run_child(self, "bound", "RAILNET_SOCKET_POOL=2,RAILNET_SOCKET_NTHREADS=0"),
              "with RAILNET_SOCKET_POOL=2, five pairs closed at once keep two connections per side "
