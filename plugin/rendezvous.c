@@ -61,8 +61,10 @@
  *   A legitimate connection logs nothing here. */
 #include <assert.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,12 +113,29 @@ static void rn_random_register(void) {
     RN_WARN("pthread_atfork failed: nonces are drawn one at a time");
 }
 
+/* buf filled from getrandom, else /dev/urandom: 0, or -1 with errno. */
+static int rn_random_fill(void *buf, size_t len) {
+  if (getrandom(buf, len, 0) == (ssize_t)len) return 0;
+  int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  size_t off = 0;
+  while (off < len) {
+    ssize_t k = read(fd, (char *)buf + off, len - off);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) break;
+    off += (size_t)k;
+  }
+  int err = errno;
+  close(fd);
+  errno = off == len ? 0 : err != 0 ? err : EIO;
+  return off == len ? 0 : -1;
+}
+
 uint64_t rn_rdv_random64(void) {
   pthread_once(&rn_random_once, rn_random_register);
   uint64_t v = 0;
   pthread_mutex_lock(&rn_random_lock);
-  if (rn_random_left == 0 &&
-      getrandom(rn_random_buf, sizeof(rn_random_buf), 0) == (ssize_t)sizeof(rn_random_buf))
+  if (rn_random_left == 0 && rn_random_fill(rn_random_buf, sizeof(rn_random_buf)) == 0)
     rn_random_left = RN_RANDOM_BATCH;
   int got = rn_random_left > 0;
   if (got) {
@@ -125,8 +144,15 @@ uint64_t rn_rdv_random64(void) {
   }
   pthread_mutex_unlock(&rn_random_lock);
   if (!got) {
-    /* getrandom cannot fail once the pool is ready; keep a non-constant
-     * fallback anyway. */
+    /* Neither source answered (a sandbox without getrandom or /dev):
+     * connections still work, with nonces anyone who can guess the clock
+     * can match, and the log says so once. */
+    static atomic_int said;
+    if (!atomic_exchange(&said, 1))
+      RN_WARN("no random source (getrandom and /dev/urandom failed: %s): connection nonces are "
+              "predictable, so a host that reaches this process's ports could join its "
+              "connections",
+              strerror(errno));
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     v = ((uint64_t)ts.tv_nsec << 32) ^ (uint64_t)ts.tv_sec ^ ((uint64_t)getpid() << 16);
@@ -643,6 +669,7 @@ struct rn_rdv_dial {
   enum rn_dial_state state[1 + RN_RDV_MAX_STREAMS];
   size_t off[1 + RN_RDV_MAX_STREAMS];
   struct rn_hello hello[1 + RN_RDV_MAX_STREAMS];
+  union rn_sockaddr to[1 + RN_RDV_MAX_STREAMS]; /* for messages */
   int dropped; /* the listener reset a connected socket */
 };
 
@@ -690,6 +717,7 @@ ncclResult_t rn_rdv_dial_create_from(const union rn_sockaddr *addrs, int naddrs,
     int rail = i == 0 ? 0 : i - 1;
     const union rn_sockaddr *a = &addrs[rail % naddrs];
     const union rn_sockaddr *l = nlocals > 0 ? &locals[rail % nlocals] : NULL;
+    d->to[i] = *a;
     RN_CHECK_GOTO(rn_sock_connect_start(a, l, &d->fd[i]), res, out_free);
   }
   *out = d;
@@ -706,7 +734,7 @@ ncclResult_t rn_rdv_dial_poll(struct rn_rdv_dial *d, struct rn_rdv_conn *conn, i
     if (d->state[i] == RN_DIAL_CONNECTING) {
       int ok = 0;
       errno = 0;
-      ncclResult_t res = rn_sock_connect_poll(d->fd[i], &ok);
+      ncclResult_t res = rn_sock_connect_poll(d->fd[i], &d->to[i], &ok);
       if (res != ncclSuccess) {
         if (errno == ECONNRESET) d->dropped = 1; /* the listener reset it: not warned yet */
         return res;
@@ -720,7 +748,9 @@ ncclResult_t rn_rdv_dial_poll(struct rn_rdv_dial *d, struct rn_rdv_conn *conn, i
         return res;
       }
       if (res != ncclSuccess) {
-        RN_WARN("sending the hello of a connection: %s", strerror(errno));
+        char a[64];
+        RN_WARN("sending the hello of a connection to %s: %s",
+                rn_sockaddr_str(&d->to[i], a, sizeof(a)), strerror(errno));
         return res;
       }
       if (d->off[i] == sizeof(d->hello[i])) d->state[i] = RN_DIAL_DONE;

@@ -282,7 +282,7 @@ ncclResult_t rn_sock_connect_start(const union rn_sockaddr *addr, const union rn
   return ncclSuccess;
 }
 
-ncclResult_t rn_sock_connect_poll(int fd, int *ready) {
+ncclResult_t rn_sock_connect_poll(int fd, const union rn_sockaddr *to, int *ready) {
   struct pollfd p = {.fd = fd, .events = POLLOUT};
   *ready = 0;
   int rc = poll(&p, 1, 0);
@@ -297,7 +297,9 @@ ncclResult_t rn_sock_connect_poll(int fd, int *ready) {
     return ncclRemoteError;
   }
   if (err != 0) {
-    RN_WARN("connect failed: %s", strerror(err));
+    char a[64];
+    RN_WARN("connect to %s failed: %s", to != NULL ? rn_sockaddr_str(to, a, sizeof(a)) : "?",
+            strerror(err));
     return ncclRemoteError;
   }
   /* A connect to a dead listener's port can pick that same port as its own

@@ -46,7 +46,7 @@ ncclResult_t rn_sock_connect_start(const union rn_sockaddr *addr, const union rn
                                    int *fd);
 /* *ready=1 once connected; error when the connect failed, with a WARN,
  * except a reset by the listener (errno ECONNRESET): the caller decides. */
-ncclResult_t rn_sock_connect_poll(int fd, int *ready);
+ncclResult_t rn_sock_connect_poll(int fd, const union rn_sockaddr *to, int *ready);
 /* Move bytes without blocking, advancing *off.  A closed or reset peer is
  * ncclRemoteError. */
 ncclResult_t rn_sock_send_some(int fd, const void *buf, size_t len, size_t *off);

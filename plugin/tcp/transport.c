@@ -71,12 +71,16 @@ static int rn_tcp_connect_redial(struct rn_tcp_connecting *k) {
   k->dial = NULL;
   k->stage = RN_TCP_CONNECT_DIAL;
   if (now - k->start_ms > rn_params()->connect_timeout_ms) {
-    RN_WARN("%s dropped the connection during the handshake %d time(s); giving up after %lld ms",
+    RN_WARN("%s dropped the connection during the handshake %d time(s); giving up after %lld ms "
+            "(its listen comm may be closed or the handle stale, or the listener flooded)",
             k->peer, k->attempts, (long long)(now - k->start_ms));
     return -1;
   }
   int64_t backoff = 10LL << (k->attempts < 6 ? k->attempts : 6); /* 10 ms .. 640 ms */
   k->retry_at_ms = now + backoff;
+  /* The last try goes out at the timeout, not a backoff past it. */
+  const int64_t last = k->start_ms + rn_params()->connect_timeout_ms;
+  if (k->retry_at_ms > last) k->retry_at_ms = last;
   if (k->attempts++ == 0)
     RN_INFO(NCCL_NET,
             "%s dropped the connection during the handshake (a busy listener); dialing "
@@ -317,8 +321,12 @@ static ncclResult_t rn_tcp_connect(const struct rn_rails *r, const struct rn_han
   }
   if (!ready) {
     if (rn_clock_ms() - k->start_ms > rn_params()->connect_timeout_ms) {
-      RN_WARN("connect to %s timed out after %lld ms", k->peer,
-              (long long)rn_params()->connect_timeout_ms);
+      RN_WARN("connect to %s timed out after %lld ms%s", k->peer,
+              (long long)(rn_clock_ms() - k->start_ms),
+              k->stage == RN_TCP_CONNECT_AWAIT_ACK
+                  ? ": the peer took the connection but never accepted it (its listen comm may "
+                    "be closed or the handle stale)"
+                  : "");
       res = ncclRemoteError;
       goto out_free;
     }

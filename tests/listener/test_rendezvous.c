@@ -86,7 +86,7 @@ static int raw_hello(const union rn_sockaddr *to, const char *from, const struct
   if (rn_sock_connect_start(to, &src, &fd) != ncclSuccess) return -1;
   double end = now_s() + BOUND_S;
   while (!ok && now_s() < end)
-    if (rn_sock_connect_poll(fd, &ok) != ncclSuccess) break;
+    if (rn_sock_connect_poll(fd, to, &ok) != ncclSuccess) break;
   size_t off = 0;
   while (ok && off < sizeof *h && now_s() < end)
     if (rn_sock_send_some(fd, h, sizeof *h, &off) != ncclSuccess) break;
@@ -242,7 +242,7 @@ static int raw_silent(const union rn_sockaddr *to) {
   if (rn_sock_connect_start(to, &src, &fd) != ncclSuccess) return -1;
   double end = now_s() + BOUND_S;
   while (!ok && now_s() < end)
-    if (rn_sock_connect_poll(fd, &ok) != ncclSuccess) break;
+    if (rn_sock_connect_poll(fd, to, &ok) != ncclSuccess) break;
   if (!ok) {
     close(fd);
     return -1;
