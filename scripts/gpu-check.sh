@@ -43,14 +43,19 @@
 #
 # Environment: CUDA_HOME (default /usr/local/cuda), NCCL_HOME, MPI_HOME,
 # MPIRUN, TORCHRUN, PYTHON (default python3), RN_BUILD (default build);
-# NCCL_*/RAILNET_* pass through.
+# OUT (when set and no --keep: the logs, results.tsv and summary.txt go to
+# $OUT/gpu-check); NCCL_*/RAILNET_* pass through.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 PYTHON=${PYTHON:-python3}
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 
-say() { printf '%s\n' "$*"; }
+# say: stdout, and summary.txt once the check has a log folder
+say() {
+  printf '%s\n' "$*"
+  [ -z "${sumf:-}" ] || printf '%s\n' "$*" >>"$sumf"
+}
 warn() { printf 'gpu-check: %s\n' "$*" >&2; }
 
 # ---- log checks and parsing (pure: a log file in, a verdict or numbers out) ----
@@ -59,21 +64,21 @@ warn() { printf 'gpu-check: %s\n' "$*" >&2; }
 check_transport() {
   want=$1
   log=$2
-  [ -r "$log" ] || { say "no log $log"; return 1; }
+  [ -r "$log" ] || { echo "no log $log"; return 1; }
   if [ "$want" = railnet ]; then
     grep -q "NET/Plugin: Loaded net plugin railnet" "$log" ||
-      { say "no 'NET/Plugin: Loaded net plugin railnet' (the plugin did not load)"; return 1; }
+      { echo "no 'NET/Plugin: Loaded net plugin railnet' (the plugin did not load)"; return 1; }
     grep -q "via NET/railnet" "$log" ||
-      { say "no 'via NET/railnet' (NCCL's channels did not use railnet)"; return 1; }
+      { echo "no 'via NET/railnet' (NCCL's channels did not use railnet)"; return 1; }
     if grep -q "via NET/Socket\|via NET/IB" "$log"; then
-      say "some channels went via NCCL's own transport"
+      echo "some channels went via NCCL's own transport"
       return 1
     fi
     return 0
   fi
-  grep -q "via NET/Socket" "$log" || { say "no 'via NET/Socket'"; return 1; }
+  grep -q "via NET/Socket" "$log" || { echo "no 'via NET/Socket'"; return 1; }
   if grep -q "Loaded net plugin railnet\|via NET/railnet" "$log"; then
-    say "railnet appears in the Socket run"
+    echo "railnet appears in the Socket run"
     return 1
   fi
   return 0
@@ -169,13 +174,20 @@ find_nccl() {
       [ -e "$f" ] && { nccl_lib=$f; break 2; }
     done
   done
-  if [ -z "$nccl_inc" ] && have "$PYTHON"; then
-    # NCCL as a Python wheel (nvidia-nccl-*), as torch ships it
-    d=$("$PYTHON" -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__) if nvidia.nccl.__file__ else list(nvidia.nccl.__path__)[0])' 2>/dev/null)
+  if [ -z "$nccl_lib" ]; then
+    # anywhere the dynamic linker knows (/etc/ld.so.conf.d)
+    for l in ldconfig /sbin/ldconfig; do
+      f=$($l -p 2>/dev/null | awk '$1 ~ /^libnccl\.so(\.2)?$/ { print $NF; exit }')
+      [ -n "$f" ] && [ -e "$f" ] && { nccl_lib=$f; break; }
+    done
+  fi
+  if { [ -z "$nccl_inc" ] || [ -z "$nccl_lib" ]; } && have "$PYTHON"; then
+    # NCCL as a Python wheel (nvidia-nccl-*), as torch ships it: header and
+    # library both from it, so that they match
+    d=$(timeout 60 "$PYTHON" -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__) if getattr(nvidia.nccl, "__file__", None) else list(nvidia.nccl.__path__)[0])' 2>/dev/null)
     if [ -n "$d" ] && [ -f "$d/include/nccl.h" ]; then
-      nccl_inc=$d/include
       for f in "$d/lib/libnccl.so" "$d/lib/libnccl.so.2"; do
-        [ -e "$f" ] && { nccl_lib=$f; break; }
+        [ -e "$f" ] && { nccl_inc=$d/include; nccl_lib=$f; break; }
       done
     fi
   fi
@@ -207,9 +219,12 @@ find_mpi() {
 
 detect() {
   gpu=
-  if have nvidia-smi && [ -e /dev/nvidia0 ] || { have nvidia-smi && nvidia-smi -L >/dev/null 2>&1; }; then
-    gpu=$(nvidia-smi --query-gpu=name,pci.bus_id --format=csv,noheader 2>/dev/null | head -1)
-    [ -n "$gpu" ] || gpu=$(nvidia-smi -L 2>/dev/null | head -1)
+  gpu_mode=
+  if have nvidia-smi && [ -e /dev/nvidia0 ] || { have nvidia-smi && timeout 30 nvidia-smi -L >/dev/null 2>&1; }; then
+    gpu=$(timeout 30 nvidia-smi --query-gpu=name,pci.bus_id --format=csv,noheader 2>/dev/null | head -1)
+    [ -n "$gpu" ] || gpu=$(timeout 30 nvidia-smi -L 2>/dev/null | head -1)
+    # two processes share GPU 0: an exclusive compute mode forbids that
+    gpu_mode=$(timeout 30 nvidia-smi --query-gpu=compute_mode --format=csv,noheader 2>/dev/null | head -1)
   fi
   find_nccl
   find_cudart
@@ -217,21 +232,31 @@ detect() {
   cc=${CC:-cc}
   have "$cc" || cc=
   torch=
-  have "$PYTHON" && torch=$("$PYTHON" -c 'import torch; print(torch.__version__, "cuda" if torch.cuda.is_available() else "no-cuda")' 2>/dev/null)
+  have "$PYTHON" && torch=$(timeout 120 "$PYTHON" -c 'import torch; print(torch.__version__, "cuda" if torch.cuda.is_available() else "no-cuda")' 2>/dev/null)
   torchrun=${TORCHRUN:-}
   [ -n "$torchrun" ] || { have torchrun && torchrun=torchrun; }
   nvcc=
   [ -x "$CUDA_HOME/bin/nvcc" ] && nvcc=$CUDA_HOME/bin/nvcc
   [ -n "$nvcc" ] || { have nvcc && nvcc=$(command -v nvcc); }
+  # the Makefile asks pkg-config for hwloc and expat; without pkg-config
+  # (package pkgconf) but with their headers, the libraries are named on
+  # make's command line instead
   hwloc=
-  have pkg-config && pkg-config --exists hwloc expat 2>/dev/null && hwloc=yes
+  mkvars=
+  if have pkg-config && pkg-config --exists hwloc expat 2>/dev/null; then
+    hwloc=yes
+  elif [ -f /usr/include/hwloc.h ] && [ -f /usr/include/expat.h ]; then
+    hwloc="headers (no pkg-config): -lhwloc -lexpat"
+    mkvars="HWLOC_LIBS=-lhwloc EXPAT_LIBS=-lexpat"
+  fi
 }
 
 deps_report() {
-  row() { printf '#   %-26s %-52s %s\n' "$1" "${2:-(missing)}" "$3"; }
+  row() { say "$(printf '#   %-26s %-52s %s' "$1" "${2:-(missing)}" "$3")"; }
   say "# dependencies (found / what needs it)"
   row "GPU" "$gpu" "everything below"
   row "C compiler" "$cc" "railnet, nccl-sendrecv"
+  row "make" "$(command -v make 2>/dev/null)" "railnet, nccl-tests"
   row "hwloc+expat (pkg-config)" "$hwloc" "building railnet"
   row "CUDA runtime" "$cudart" "nccl-sendrecv"
   row "NCCL header" "$nccl_inc" "nccl-sendrecv, nccl-tests"
@@ -308,7 +333,7 @@ while [ $# -gt 0 ]; do
   --socket-tuned) socket_tuned=1; shift ;;
   --keep) keep=$2; shift 2 ;;
   --budget) budget=$2; shift 2 ;;
-  -h | --help) sed -n '2,40p' "$0"; exit 0 ;;
+  -h | --help) sed -n '2,/^set -u/{/^set -u/!p;}' "$0"; exit 0 ;;
   *) warn "unknown option $1"; exit 2 ;;
   esac
 done
@@ -316,43 +341,86 @@ start=$(date +%s)
 deadline=$((start + budget))
 left() { echo $((deadline - $(date +%s))); }
 
+# scratch: removed at the end; the logs go to --keep DIR, else to
+# $OUT/gpu-check (written as the runs go, so a check cut short still leaves
+# them), else to scratch
+scratch=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check.XXXXXX") || exit 2
+trap 'rm -rf "$scratch"' EXIT
+trap 'rm -rf "$scratch"; trap - EXIT; exit 130' INT
+trap 'rm -rf "$scratch"; trap - EXIT; exit 143' TERM
+if [ -z "$keep" ] && [ -n "${OUT:-}" ]; then
+  keep=$OUT/gpu-check
+fi
 if [ -n "$keep" ]; then
   mkdir -p "$keep" || exit 2
   work=$(cd "$keep" && pwd)
 else
-  work=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check.XXXXXX")
-  trap 'rm -rf "$work"' EXIT INT TERM
+  work=$scratch
 fi
 results=$work/results.tsv
 : >"$results"
+sumf=$work/summary.txt
+: >"$sumf"
+ncpu=$(nproc 2>/dev/null || echo 4)
 
 detect
-say "# railnet GPU check: $(date -u '+%Y-%m-%d %H:%M UTC'), $(uname -n), $(nproc 2>/dev/null) CPUs"
+say "# railnet GPU check: $(date -u '+%Y-%m-%d %H:%M UTC'), $(uname -n), $ncpu CPUs"
 deps_report
 if [ -z "$gpu" ]; then
   say "# no GPU (nvidia-smi or /dev/nvidia0 missing): nothing to prove here"
   exit 3
 fi
+case $gpu_mode in
+*[Ee]xclusive* | *[Pp]rohibited*)
+  say "# WARNING: GPU compute mode '$gpu_mode': the two ranks cannot share GPU 0; expect every run to fail"
+  ;;
+esac
 
 wanted() { [ -z "$only" ] || printf ',%s,' "$only" | grep -q ",$1,"; }
 
 # ---- build --------------------------------------------------------------------
 build=${RN_BUILD:-build}
 case $build in /*) ;; *) build=$root/$build ;; esac
+# make: only what the check runs (the plugin, then railnet-kvbench), not
+# `all` (whose test programs and nccl.mk's NCCL program can fail to build
+# here for reasons of their own); once more without -Werror when a newer
+# compiler warns
+make_rn() { # make_rn SECONDS TARGET
+  # shellcheck disable=SC2086
+  (cd "$root" && timeout -k 5 "$1" make -j"$ncpu" BUILD="$build" $mkvars "$2") >>"$work/make.log" 2>&1 && return 0
+  say "# make $2 failed (log: make.log); once more without -Werror"
+  # shellcheck disable=SC2086
+  (cd "$root" && timeout -k 5 "$1" make -j"$ncpu" BUILD="$build" $mkvars WARN="-Wall -Wextra" "$2") >>"$work/make.log" 2>&1
+}
 if [ -z "$plugin" ]; then
-  say "# building railnet (make -j$(nproc))"
-  if ! (cd "$root" && timeout 300 make -j"$(nproc)" BUILD="$build" >"$work/make.log" 2>&1); then
+  say "# building railnet (make -j$ncpu${mkvars:+ $mkvars})"
+  : >"$work/make.log"
+  if ! make_rn 120 "$build/libnccl-net-railnet.so"; then
     tail -20 "$work/make.log"
-    [ -z "$hwloc" ] && say "# hint: hwloc and expat development files (pkg-config hwloc expat) are missing"
+    [ -z "$hwloc" ] && say "# hint: hwloc and expat development files (libhwloc-dev, libexpat1-dev) are missing"
     say "gpu-check: railnet did not build; nothing proven"
     exit 1
+  fi
+  if wanted kvbench && ! make_rn 60 "$build/railnet-kvbench"; then
+    say "# railnet-kvbench did not build:"
+    tail -5 "$work/make.log"
   fi
   plugin=$build/libnccl-net-railnet.so
 fi
 case $plugin in /*) ;; *) plugin=$(pwd)/$plugin ;; esac
 [ -f "$plugin" ] || { warn "no plugin at $plugin"; exit 2; }
+# the plugin must load as NCCL loads it (dlopen, every symbol resolved)
+if have "$PYTHON"; then
+  why=$(timeout 60 "$PYTHON" -c 'import ctypes, sys; ctypes.CDLL(sys.argv[1])' "$plugin" 2>&1) ||
+    say "# WARNING: $plugin does not dlopen: $(printf '%s' "$why" | tail -1)"
+fi
 
 sendrecv_bin=$build/tests/nccl-sendrecv
+# a copy built elsewhere (a build folder carried from another machine) is
+# rebuilt when the libraries it names are not here
+if [ -x "$sendrecv_bin" ] && ldd "$sendrecv_bin" 2>/dev/null | grep -q "not found"; then
+  rm -f "$sendrecv_bin"
+fi
 if wanted nccl-sendrecv && [ ! -x "$sendrecv_bin" ] && [ -n "$nccl_inc" ] && [ -n "$nccl_lib" ] &&
   [ -n "$cudart" ] && [ -n "$cc" ]; then
   mkdir -p "$build/tests"
@@ -369,18 +437,19 @@ if [ -n "$nccl_tests" ] && { wanted sendrecv_perf || wanted alltoall_perf || wan
     say "# --nccl-tests $nccl_tests: not an nccl-tests tree (no src/)"
   elif [ -x "$nt/build/sendrecv_perf" ] && [ -x "$nt/build/alltoall_perf" ] && [ -x "$nt/build/all_reduce_perf" ]; then
     perf_dir=$nt/build
-  elif [ -z "$nvcc" ] || [ -z "$mpi_home" ] || [ -z "$nccl_inc" ]; then
-    say "# nccl-tests not built: needs nvcc, MPI headers and nccl.h"
+  elif [ -z "$nvcc" ] || [ -z "$mpi_home" ] || [ -z "$nccl_inc" ] || [ -z "$nccl_lib" ]; then
+    say "# nccl-tests not built: needs nvcc, MPI headers, nccl.h and libnccl"
   else
     # a private NCCL_HOME: nccl-tests wants include/ and lib/libnccl.so side
     # by side, which a wheel's NCCL (lib/libnccl.so.2 only) does not have
-    nccl_home=$work/nccl
+    nccl_home=$scratch/nccl
     mkdir -p "$nccl_home/lib"
     ln -sfn "$nccl_inc" "$nccl_home/include"
     ln -sf "$nccl_lib" "$nccl_home/lib/libnccl.so"
     say "# building nccl-tests (MPI=1, sm_90) in $nt/build"
-    if (cd "$nt/src" && timeout "$(( $(left) > 300 ? 240 : $(left) / 2 ))" make -j"$(nproc)" MPI=1 \
-      MPI_HOME="$mpi_home" NCCL_HOME="$nccl_home" CUDA_HOME="$CUDA_HOME" \
+    # NVCC: nvcc where it is (not only $CUDA_HOME/bin, nccl-tests' default)
+    if (cd "$nt/src" && timeout -k 5 "$(( $(left) > 300 ? 240 : $(left) / 2 ))" make -j"$ncpu" MPI=1 \
+      MPI_HOME="$mpi_home" NCCL_HOME="$nccl_home" CUDA_HOME="$CUDA_HOME" NVCC="$nvcc" \
       NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" BUILDDIR="$nt/build" \
       "$nt/build/sendrecv_perf" "$nt/build/alltoall_perf" "$nt/build/all_reduce_perf") \
       >"$work/nccl-tests-build.log" 2>&1; then
@@ -398,13 +467,38 @@ fi
 export RAILNET_SOCKET_IFNAME NCCL_SOCKET_IFNAME
 export NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET NCCL_TESTS_DEVICE=0
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-# the NCCL found above, also for the programs built against it
-[ -n "$nccl_lib" ] && LD_LIBRARY_PATH=$(dirname "$nccl_lib")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}"
+# the two ranks share one GPU: on a GPU that reports an NVLink fabric
+# cluster (MNNVL), NCCL would join them over NVLink (P2P) despite the two
+# host ids, and nothing would cross a net transport
+: "${NCCL_MNNVL_ENABLE:=0}"
+export NCCL_MNNVL_ENABLE
+# The plugin by name, found through LD_LIBRARY_PATH as
+# libnccl-net-railnet.so: every NCCL from 2.20 loads it so (an absolute
+# path in NCCL_NET_PLUGIN needs 2.21 or later, which torch's own NCCL may
+# not be).  The NCCL found above goes first for the programs built
+# against it (nccl-sendrecv, nccl-tests); torch keeps its own NCCL.
+orig_ld=${LD_LIBRARY_PATH:-}
+plugin_dir=$(dirname "$plugin")
+case $plugin in
+*/libnccl-net-railnet.so) plugin_env=railnet ;;
+*) plugin_env=$plugin ;;
+esac
+ld_torch=$plugin_dir${orig_ld:+:$orig_ld}
+ld_native=$plugin_dir${nccl_lib:+:$(dirname "$nccl_lib")}${orig_ld:+:$orig_ld}
+LD_LIBRARY_PATH=$ld_native
+export LD_LIBRARY_PATH
+# line-buffered stdout in every process of a run: NCCL writes its INFO
+# lines to stdout with stdio, and nccl-sendrecv's ranks end in _exit(),
+# which drops what a block buffer still holds (and block-sized writes of
+# two ranks cut each other's lines)
+linebuf=
+have stdbuf && linebuf="stdbuf -oL"
 if [ $socket_tuned -eq 1 ]; then
   # read by NCCL's Socket transport only; railnet ignores them
   export NCCL_SOCKET_NTHREADS=4 NCCL_NSOCKS_PERTHREAD=4
 fi
+# sizes 8 B .. maxsize by factor 2: with factor 4 from 8 B (2^3) the
+# largest size run is 2^27, never the 2^28 (256 MiB) of the table's row
 maxsize=268435456
 [ $quick -eq 1 ] && maxsize=67108864
 failed=0
@@ -414,7 +508,7 @@ ncclver=
 # set the environment of one transport: railnet or socket
 use_transport() {
   if [ "$1" = railnet ]; then
-    NCCL_NET_PLUGIN=$plugin
+    NCCL_NET_PLUGIN=$plugin_env
     NCCL_NET=railnet
   else
     NCCL_NET_PLUGIN=none
@@ -431,20 +525,25 @@ run() {
   shift 3
   log=$work/$name-$tr.log
   l=$(left)
+  skipped=0
   if [ "$l" -lt 20 ]; then
     say "# $name ($tr): skipped, the time budget is spent"
+    skipped=1
     return 2
   fi
   [ "$secs" -gt $((l - 10)) ] && secs=$((l - 10))
   use_transport "$tr"
   t0=$(date +%s)
-  timeout "$secs" "$@" >"$log" 2>&1
+  # shellcheck disable=SC2086
+  timeout -k 10 "$secs" $linebuf "$@" >"$log" 2>&1
   rc=$?
   say "# $name ($tr): exit $rc after $(($(date +%s) - t0)) s"
-  [ -n "$ncclver" ] || ncclver=$(sed -n 's/.*NCCL version \([^ ]*\).*/\1/p' "$log" | head -1)
+  # every NCCL version seen (torch may bring its own)
+  v=$(sed -n 's/.*NCCL version \([^ ]*\).*/\1/p' "$log" | head -1)
+  case " $ncclver " in *" $v "*) ;; *) ncclver="${ncclver:+$ncclver }$v" ;; esac
   if [ $rc -ne 0 ]; then
-    say "#   $tr run failed (exit $rc$([ $rc -eq 124 ] && echo ': timeout'); log $log):"
-    grep -v " NCCL INFO " "$log" | tail -8 | sed 's/^/#     /'
+    say "#   $tr run failed (exit $rc$([ $rc -eq 124 ] || [ $rc -eq 137 ] && echo ': timeout'); log $log):"
+    grep -v " NCCL INFO " "$log" | tail -8 | sed 's/^/#     /' | tee -a "$sumf"
   fi
   if [ "$tr" = railnet ]; then
     ran=$((ran + 1))
@@ -469,8 +568,20 @@ both() {
   secs=$2
   shift 2
   note=
-  run "$name" railnet "$secs" "$@" && note="railnet ok" || note="railnet FAILED"
-  run "$name" socket "$secs" "$@" && note="$note, Socket ok" || note="$note, Socket failed"
+  if run "$name" railnet "$secs" "$@"; then
+    note="railnet ok"
+  elif [ "$skipped" -eq 1 ]; then
+    note="railnet skipped (time budget)"
+  else
+    note="railnet FAILED"
+  fi
+  if run "$name" socket "$secs" "$@"; then
+    note="$note, Socket ok"
+  elif [ "$skipped" -eq 1 ]; then
+    note="$note, Socket skipped (time budget)"
+  else
+    note="$note, Socket failed"
+  fi
 }
 
 row() { printf '%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "${3:--}" "${4:--}" "$5" >>"$results"; }
@@ -479,7 +590,7 @@ human() { awk -v b="$1" 'BEGIN { if (b >= 1048576) printf "%d MiB", b / 1048576;
 
 if wanted nccl-sendrecv; then
   if [ -x "$sendrecv_bin" ]; then
-    both nccl-sendrecv 120 "$sendrecv_bin" -n 2 -b 8 -e "$maxsize" -f 4
+    both nccl-sendrecv 90 "$sendrecv_bin" -n 2 -b 8 -e "$maxsize" -f 2
     r=$(parse_table nccl-sendrecv "$work/nccl-sendrecv-railnet.log" max)
     s=$(parse_table nccl-sendrecv "$work/nccl-sendrecv-socket.log" max)
     row "nccl-sendrecv $(human $maxsize)" "busbw GB/s" "$(field "$r" 1)" "$(field "$s" 1)" "$note"
@@ -501,11 +612,14 @@ for t in sendrecv alltoall all_reduce; do
     say "# ${t}_perf: skipped (no mpirun)"
     continue
   fi
-  both "${t}_perf" 150 "$mpirun" --allow-run-as-root --oversubscribe -np 2 \
+  # --bind-to none: Open MPI binds each of 2 ranks to one core by default,
+  # where NCCL's busy proxy thread and the transport's threads would share
+  # that core with the rank itself
+  both "${t}_perf" 100 "$mpirun" --allow-run-as-root --oversubscribe --bind-to none -np 2 \
     -x NCCL_NET_PLUGIN -x NCCL_NET -x NCCL_DEBUG -x NCCL_DEBUG_SUBSYS -x NCCL_TESTS_DEVICE \
     -x NCCL_SOCKET_IFNAME -x RAILNET_SOCKET_IFNAME -x LD_LIBRARY_PATH \
     ${NCCL_SOCKET_NTHREADS:+-x NCCL_SOCKET_NTHREADS -x NCCL_NSOCKS_PERTHREAD} \
-    "$here/gpu/rank-env.sh" "$perf_dir/${t}_perf" -b 8 -e "$maxsize" -f 4 -g 1 -c 1 -w 3 -n 10
+    "$here/gpu/rank-env.sh" "$perf_dir/${t}_perf" -b 8 -e "$maxsize" -f 2 -g 1 -c 1 -w 3 -n 10
   r=$(parse_table nccl-tests "$work/${t}_perf-railnet.log" max)
   s=$(parse_table nccl-tests "$work/${t}_perf-socket.log" max)
   n=$note
@@ -523,8 +637,22 @@ fi
 if wanted torch-sendrecv || wanted torch-kv; then
   [ -n "$torch_ok" ] || say "# torch checks: skipped (python3 with CUDA-enabled torch and torchrun needed; found '${torch:-}')"
 fi
+# torch: its own NCCL (ld_torch); torchrun's static rendezvous on
+# 127.0.0.1 and a free port (--standalone publishes socket.getfqdn() as
+# MASTER_ADDR, which a host without a resolvable name cannot dial, and
+# waits on it for minutes)
+if [ -n "$torch_ok" ] && { wanted torch-sendrecv || wanted torch-kv; }; then
+  LD_LIBRARY_PATH=$ld_torch
+  export LD_LIBRARY_PATH
+fi
+free_port() {
+  p=$(timeout 30 "$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null)
+  case $p in '' | *[!0-9]*) p=$((29400 + $(date +%s) % 500)) ;; esac
+  echo "$p"
+}
 if [ -n "$torch_ok" ] && wanted torch-sendrecv; then
-  both torch-sendrecv 150 "$torchrun" --standalone --nproc-per-node 2 --no-python \
+  both torch-sendrecv 120 "$torchrun" --nnodes=1 --nproc-per-node 2 --master-addr=127.0.0.1 \
+    --master-port="$(free_port)" --no-python \
     "$here/gpu/rank-env.sh" "$PYTHON" "$here/gpu/torch_sendrecv.py" --iters "$([ $quick -eq 1 ] && echo 5 || echo 20)"
   r=$(parse_torch torch-sendrecv "$work/torch-sendrecv-railnet.log")
   s=$(parse_torch torch-sendrecv "$work/torch-sendrecv-socket.log")
@@ -533,7 +661,8 @@ if [ -n "$torch_ok" ] && wanted torch-sendrecv; then
   row "torch send/recv 256 MB" "GB/s" "$(field "$r" 1)" "$(field "$s" 1)" "$n"
 fi
 if [ -n "$torch_ok" ] && wanted torch-kv; then
-  both torch-kv 180 "$torchrun" --standalone --nproc-per-node 2 --no-python \
+  both torch-kv 150 "$torchrun" --nnodes=1 --nproc-per-node 2 --master-addr=127.0.0.1 \
+    --master-port="$(free_port)" --no-python \
     "$here/gpu/rank-env.sh" "$PYTHON" "$here/gpu/torch_kv.py" --model 70b-tp8 --tokens 12288 \
     --requests "$([ $quick -eq 1 ] && echo 2 || echo 3)"
   for mode in ungrouped grouped; do
@@ -559,16 +688,16 @@ if wanted kvbench; then
   else
     secs=$((l - 10 < 150 ? l - 10 : 150))
     t0=$(date +%s)
-    RN_PLUGIN=$plugin RAILNET_TRAFFIC_CLASS_NCCL=1 timeout "$secs" "$kvb" --workloads w1,w4 \
-      --models 70b --tokens 12288 --tc-small 184 --no-verify \
-      $([ $quick -eq 1 ] && echo --requests 2) >"$work/kvbench.log" 2>&1
+    set -- --workloads w1,w4 --models 70b --tokens 12288 --tc-small 184 --no-verify
+    [ $quick -eq 1 ] && set -- "$@" --requests 2
+    RN_PLUGIN=$plugin RAILNET_TRAFFIC_CLASS_NCCL=1 timeout -k 10 "$secs" "$kvb" "$@" >"$work/kvbench.log" 2>&1
     rc=$?
     say "# kvbench (railnet and plain TCP): exit $rc after $(($(date +%s) - t0)) s"
     ran=$((ran + 1))
     kvrows=$(parse_kvbench "$work/kvbench.log")
     if [ $rc -ne 0 ] || [ -z "$kvrows" ]; then
       say "#   kvbench failed (exit $rc$([ $rc -eq 124 ] && echo ': timeout'); log $work/kvbench.log):"
-      tail -8 "$work/kvbench.log" | sed 's/^/#     /'
+      tail -8 "$work/kvbench.log" | sed 's/^/#     /' | tee -a "$sumf"
       failed=1
     fi
   fi
@@ -577,15 +706,19 @@ fi
 say "#"
 say "# railnet / NCCL Socket, same run: $gpu; NCCL ${ncclver:-?}; 2 ranks on GPU 0 with a host id each;" \
   "Socket $([ $socket_tuned -eq 1 ] && echo 'tuned: 4 threads x 4 sockets' || echo 'NCCL defaults'); $(($(date +%s) - start)) s"
-print_table "$results"
+print_table "$results" | tee -a "$sumf"
 if [ -n "$kvrows" ]; then
-  say "# railnet-kvbench on this host's $(nproc 2>/dev/null) CPUs, railnet / plain TCP in the same run (loopback, no GPU):"
-  printf '%s\n' "$kvrows" | sed 's/^/  /'
+  say "# railnet-kvbench on this host's $ncpu CPUs, railnet / plain TCP in the same run (loopback, no GPU):"
+  printf '%s\n' "$kvrows" | sed 's/^/  /' | tee -a "$sumf"
 fi
 [ -n "$keep" ] && say "# logs in $work"
 if [ $ran -eq 0 ]; then
   say "gpu-check: no railnet run could be made (see the skips above)"
   exit 3
 fi
-[ $failed -eq 0 ] && say "# gpu-check: every railnet run passed on railnet" || say "# gpu-check: FAILED (see above)"
+if [ $failed -eq 0 ]; then
+  say "# gpu-check: every railnet run passed on railnet"
+else
+  say "# gpu-check: FAILED (see above)"
+fi
 exit $failed

@@ -76,10 +76,12 @@ run() {
     net=Socket
   fi
   echo "== $m: NCCL_NET_PLUGIN=$netplugin NCCL_NET=$net $mpirun -np $np $perf $*" >&2
+  # --bind-to none: Open MPI binds each of a few ranks to one core, which
+  # NCCL's busy proxy thread and the transport's threads would then share.
   # shellcheck disable=SC2086
   NCCL_NET_PLUGIN=$netplugin NCCL_NET=$net NCCL_TESTS_DEVICE=${NCCL_TESTS_DEVICE:-0} \
     NCCL_DEBUG=${NCCL_DEBUG:-INFO} NCCL_DEBUG_SUBSYS=${NCCL_DEBUG_SUBSYS:-INIT,NET} \
-    "$mpirun" --allow-run-as-root -np "$np" --oversubscribe \
+    "$mpirun" --allow-run-as-root -np "$np" --oversubscribe --bind-to none \
     -x NCCL_NET_PLUGIN -x NCCL_NET -x NCCL_TESTS_DEVICE -x NCCL_DEBUG -x NCCL_DEBUG_SUBSYS \
     -x NCCL_SOCKET_IFNAME -x RAILNET_SOCKET_IFNAME -x LD_LIBRARY_PATH \
     ${MPIRUN_ARGS:-} "$tmp/rank.sh" "$perf" "$@" >"$log" 2>&1

@@ -158,8 +158,9 @@ done
 ln -s "$here/tests/bench/gpu-standin.sh" "$si/build/tests/nccl-sendrecv"
 ln -s "$here/tests/bench/gpu-standin.sh" "$si/build/railnet-kvbench"
 : >"$si/plugin.so"
+# OUT emptied: the stand-in runs must not write into a real run's $OUT/gpu-check
 standin() {
-  PATH=$si/bin:$PATH MPIRUN=$si/bin/mpirun TORCHRUN=$si/bin/torchrun PYTHON=$si/bin/python \
+  OUT='' PATH=$si/bin:$PATH MPIRUN=$si/bin/mpirun TORCHRUN=$si/bin/torchrun PYTHON=$si/bin/python \
     RN_BUILD=$si/build "$gc" --plugin "$si/plugin.so" --nccl-tests "$si/nt" --quick "$@"
 }
 standin >"$tmp/si.out" 2>&1
@@ -202,7 +203,7 @@ elif ldd "${RN_BUILD:-build}/libnccl-net-railnet.so" 2>/dev/null | grep -q libas
   echo "ok $n # SKIP sanitizer build: NCCL cannot dlopen an ASan plugin"
 else
   # a GPU is here: the shortest real run (nccl-sendrecv through the script)
-  if timeout $((300 * ${RN_TIMEOUT_SCALE:-1})) "$gc" --only nccl-sendrecv --quick >"$tmp/gpu.out" 2>&1; then
+  if OUT='' timeout $((300 * ${RN_TIMEOUT_SCALE:-1})) "$gc" --only nccl-sendrecv --quick >"$tmp/gpu.out" 2>&1; then
     ok "scripts/gpu-check.sh --only nccl-sendrecv on this GPU"
   else
     notok "scripts/gpu-check.sh --only nccl-sendrecv on this GPU"

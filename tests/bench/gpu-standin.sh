@@ -32,7 +32,7 @@ nvidia-smi)
 mpirun)
   while [ $# -gt 0 ]; do
     case $1 in
-    -x | -np) shift 2 ;;
+    -x | -np | --bind-to) shift 2 ;;
     -*) shift ;;
     *) break ;;
     esac

@@ -245,8 +245,13 @@ int main(int argc, char **argv) {
     pid[r] = fork();
     if (pid[r] == 0) {
       alarm(1200);
+      /* NCCL writes its INFO lines to stdout with stdio: line by line, so
+       * the ranks' lines do not cut each other, and flushed before _exit,
+       * which would drop what a buffer still holds ("via NET/railnet"). */
+      setvbuf(stdout, NULL, _IOLBF, 0);
       for (int k = 0; k <= r; k++) close(resp[k][0]);
       int rc = rank_main(r, &o, idp[0], idp[1], resp[r][1]);
+      fflush(NULL);
       _exit(rc);
     }
     close(resp[r][1]);
