@@ -71,7 +71,7 @@ ncclResult_t rn_tcp_ctl_flush(struct rn_tcp_comm *c) {
     return ncclSuccess;
   if (c->move.enabled && rn_tcp_move_before_write(c, &moved) < 0) return moved;
   /* Nobody reads what would go to a peer that has closed: retire it. */
-  if (atomic_load(&c->peer_closed)) {
+  if (atomic_load(&c->peer_closed) || c->ctl_wlost) {
     for (; c->out_head != c->out_tail; c->out_head = (c->out_head + 1) % RN_TCP_OUT_QUEUE)
       if (c->out[c->out_head].req != NULL) c->out[c->out_head].req->ctl_pending = 0;
     c->out_lazy = c->lazy_polls = 0;
@@ -94,7 +94,24 @@ ncclResult_t rn_tcp_ctl_flush(struct rn_tcp_comm *c) {
     ssize_t k = sendmsg(c->ctrl_fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return ncclSuccess;
     if (k < 0 && errno == EINTR) continue;
-    if (k <= 0 && rn_tcp_move_lost(c, k < 0 ? strerror(errno) : "closed", 0)) return ncclSuccess;
+    /* A receiver cannot yet tell a lost rail from a sender that closed
+     * (below): the sender's move, or the failure at the bound, says. */
+    if (k <= 0 && rn_tcp_move_lost(c, k < 0 ? strerror(errno) : "closed", c->is_recv))
+      return ncclSuccess;
+    if (k <= 0 && c->is_recv) {
+      /* A sender whose sends all completed (eager ones complete once
+       * written) may close, and exit, before this side has read them, and
+       * then resets what this side writes.  What it wrote is still here
+       * to read, and nothing written now would matter to it: drop the
+       * output, and read on to the connection's end, where the receives
+       * it did not satisfy fail (as after its BYE). */
+      RN_INFO(NCCL_NET,
+              "receive comm with %s: the sender took no more control bytes (%s): it has "
+              "closed; reading what it sent before",
+              c->peer, k < 0 ? strerror(errno) : "closed");
+      c->ctl_wlost = 1;
+      return rn_tcp_ctl_flush(c); /* retires the output */
+    }
     if (k <= 0)
       return rn_tcp_fail(c, ncclRemoteError, "control connection lost while sending: %s",
                          k < 0 ? strerror(errno) : "closed");

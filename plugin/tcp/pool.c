@@ -328,7 +328,8 @@ static void rn_tcp_pool_service(void) {
  * way and it never failed over. */
 static const char *rn_tcp_pool_busy(struct rn_tcp_comm *c) {
   if (atomic_load(&c->error) != ncclSuccess) return "the comm failed";
-  if (atomic_load(&c->peer_closed) && !c->peer_bye) return "the peer closed its sockets";
+  if ((atomic_load(&c->peer_closed) && !c->peer_bye) || c->ctl_wlost)
+    return "the peer closed its sockets";
   if (c->move.epoch != 0 || c->move.state != RN_TCP_CTL_UP) return "its control connection moved";
   for (int i = 0; i < c->nrails; i++)
     if (atomic_load(&c->rail[i].failures) != 0 || atomic_load(&c->rail[i].state) != RN_TCP_RAIL_UP)

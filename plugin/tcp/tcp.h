@@ -464,6 +464,9 @@ struct rn_tcp_comm {
   _Atomic int error;      /* first error (ncclResult_t): every later test returns it */
   _Atomic int shut_due;   /* its sockets to shut down, by a thread holding lock (fail.c) */
   atomic_int peer_closed; /* orderly EOF (or the peer's BYE) seen on the control connection */
+  /* Receive comm, c->lock: writing the control connection failed (the
+   * sender closed): nothing more is written, reading goes on to its end. */
+  int ctl_wlost;
   /* Connection reuse (pool.c).  peer_bye: the peer's BYE was read, its
    * fields in bye_msg / bye_received.  pool_token: send comm: the
    * receiving process's token from the handle (0: none, never pooled);
