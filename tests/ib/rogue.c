@@ -5,7 +5,8 @@
  * immediates for the wrong slot, QP or group, sizes that exceed the posted
  * buffers, FIFO slots for the wrong sequence, group sizes out of range,
  * sizes and addresses that overflow, addresses never registered; or it
- * dials the victim's listener itself and sends corrupt connection info.
+ * dials the victim's listener itself and sends corrupt connection info,
+ * or listens for the victim's connect itself and answers it so.
  *
  * The victim must fail the comm with a WARN naming the field, return the
  * error from the call in progress and from every later call, and never
@@ -29,7 +30,7 @@
 #define RN_IB_TRANSPORT 1 /* registry index of the verbs transport */
 #define BUF 4096
 
-enum side { VICTIM_RECV = 0, VICTIM_SEND = 1, VICTIM_ACCEPT = 2 };
+enum side { VICTIM_RECV = 0, VICTIM_SEND = 1, VICTIM_ACCEPT = 2, VICTIM_CONNECT = 3 };
 
 enum attack_kind {
   /* the victim receives; the rogue sends immediates and sizes */
@@ -75,6 +76,12 @@ enum attack_kind {
   /* ... or passes the rendezvous and then stops */
   A_OOB_SILENT,
   A_OOB_HALF,
+  /* the victim connects; the rogue listens and answers with connection info */
+  A_CON_SILENT,
+  A_CON_HALF,
+  A_CON_VERSION,
+  A_CON_RAILS,
+  A_CON_QPS,
 };
 
 struct attack {
@@ -148,6 +155,17 @@ static const struct attack attacks[] = {
      "did not finish the verbs handshake within 2000 ms"},
     {"half the connection info, then nothing", A_OOB_HALF, VICTIM_ACCEPT, 1, 1,
      "did not finish the verbs handshake within 2000 ms"},
+    /* the victim's RAILNET_CONNECT_TIMEOUT_MS is 2000 for these two */
+    {"no answer from the listener after the rendezvous", A_CON_SILENT, VICTIM_CONNECT, 1, 1,
+     "the verbs handshake did not finish within 2000 ms"},
+    {"half the listener's answer, then nothing", A_CON_HALF, VICTIM_CONNECT, 1, 1,
+     "the verbs handshake did not finish within 2000 ms"},
+    {"the listener answers connection info of another version", A_CON_VERSION, VICTIM_CONNECT, 1,
+     1, "bad connection info"},
+    {"the listener answers more rails than offered", A_CON_RAILS, VICTIM_CONNECT, 1, 1,
+     "answered 2 rail(s) x 1 QP(s); offered 1 x 1"},
+    {"the listener answers another QP count", A_CON_QPS, VICTIM_CONNECT, 1, 1,
+     "answered 1 rail(s) x 2 QP(s); offered 1 x 1"},
 };
 #define NATTACKS (int)(sizeof attacks / sizeof attacks[0])
 
@@ -629,6 +647,125 @@ static int victim_listener(struct rn_peer *p) {
   return rc;
 }
 
+/* ---- victim: connector, rogue: listens and answers ---------------------- */
+
+/* The rogue takes a real handle from its own listen comm, closes that, and
+ * listens on the handle's port itself behind the rendezvous (the nonce
+ * admits the victim): the victim's connect reaches it as it would a real
+ * listener, and the rogue answers the connection info the victim sends
+ * with nothing, half an answer, or a well-formed answer (the victim's own
+ * info, which names real GIDs and MTUs) with one field wrong. */
+static int rogue_listener(struct rn_peer *p) {
+  const struct attack *a = p->arg;
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  void *lc = NULL;
+  memset(handle, 0, sizeof handle);
+  ncclResult_t r = rn_net_listen(&p->net, p->dev, handle, &lc);
+  if (r != ncclSuccess) return peer_fail(p, "listen: %s", rn_result_str(r));
+  struct rn_handle h;
+  memcpy(&h, handle, sizeof h);
+  struct rn_ib_payload pl;
+  union rn_sockaddr sa, bound;
+  memcpy(&pl, h.payload, sizeof pl);
+  if (rn_sockaddr_from_wire(&pl.addr, &sa)) return peer_fail(p, "handle without an address");
+  rn_net_close_listen(&p->net, lc);
+  int lfd = -1, rc = 0;
+  struct rn_rdv *rdv = NULL;
+  if (rn_sock_listen(&sa, &lfd, &bound) != ncclSuccess)
+    return peer_fail(p, "listening on the handle's port");
+  if (rn_rdv_create_ctrl_only(&lfd, 1, h.nonce, &rdv) != ncclSuccess) {
+    close(lfd);
+    return peer_fail(p, "rendezvous");
+  }
+  if (peer_write(p, handle, sizeof handle)) rc = peer_fail(p, "handle pipe");
+  struct rn_rdv_conn conn;
+  int ready = 0;
+  double end = now_s() + 20 * tscale();
+  while (rc == 0 && !ready) {
+    if (rn_rdv_poll(rdv, &conn, &ready) != ncclSuccess) rc = peer_fail(p, "rendezvous poll");
+    if (!ready && now_s() > end) rc = peer_fail(p, "the victim never connected");
+    if (!ready) sleep_us(100);
+  }
+  struct rn_ib_conn_info info;
+  for (size_t off = 0; rc == 0 && off < sizeof info;) {
+    ssize_t k = read(conn.ctrl_fd, (char *)&info + off, sizeof info - off);
+    if (k > 0)
+      off += (size_t)k;
+    else if (k == 0 || (errno != EAGAIN && errno != EINTR))
+      rc = peer_fail(p, "reading the victim's connection info");
+    else if (now_s() > end)
+      rc = peer_fail(p, "no connection info from the victim");
+    else
+      sleep_us(1000);
+  }
+  if (rc == 0 && info.nrails != 1) rc = peer_fail(p, "the victim offered %u rails", info.nrails);
+  switch (a->kind) {
+    case A_CON_SILENT:
+    case A_CON_HALF:
+      break;
+    case A_CON_VERSION:
+      info.version = RN_IB_INFO_VERSION + 1;
+      break;
+    case A_CON_RAILS:
+      info.nrails = 2;
+      info.rail[1] = info.rail[0];
+      memcpy(info.qpn[1], info.qpn[0], sizeof info.qpn[0]);
+      break;
+    case A_CON_QPS:
+      info.nqps = 2;
+      info.qpn[0][1] = info.qpn[0][0];
+      break;
+    default:
+      rc = peer_fail(p, "not a listener attack");
+  }
+  const size_t len = a->kind == A_CON_SILENT ? 0 : a->kind == A_CON_HALF ? sizeof info / 2
+                                                                          : sizeof info;
+  for (size_t off = 0; rc == 0 && off < len;) {
+    ssize_t w = write(conn.ctrl_fd, (const char *)&info + off, len - off);
+    if (w > 0)
+      off += (size_t)w;
+    else if (w < 0 && errno != EAGAIN && errno != EINTR)
+      rc = peer_fail(p, "write: %s", strerror(errno));
+    else
+      sleep_us(1000);
+  }
+  if (peer_sync(p, 60 * tscale()) && rc == 0) rc = peer_fail(p, "victim gone");
+  if (ready) rn_rdv_conn_close(&conn);
+  rn_rdv_destroy(rdv);
+  close(lfd);
+  return rc;
+}
+
+static int victim_connector(struct rn_peer *p) {
+  const struct attack *a = p->arg;
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  if (peer_read(p, handle, sizeof handle, 30 * tscale())) return peer_fail(p, "no handle");
+  rn_log_reset();
+  void *comm = NULL;
+  ncclResult_t r = ncclSuccess;
+  int rc = 0;
+  double t0 = now_s(), end = t0 + 20 * tscale();
+  for (long spins = 0;; spins++) {
+    r = rn_net_connect(&p->net, p->dev, handle, &comm);
+    if (r != ncclSuccess) break;
+    if (comm) {
+      rc = peer_fail(p, "connect returned a comm for a corrupt answer");
+      break;
+    }
+    if (spins % 64 == 0 && now_s() > end) {
+      rc = peer_fail(p, "connect neither failed nor finished in 20 s");
+      break;
+    }
+    sleep_us(100);
+  }
+  if (rc == 0 && !rn_log_has_warn(a->needle, NULL))
+    rc = peer_fail(p, "connect failed (%s) but no WARN says \"%s\" (last: %s)", rn_result_str(r),
+                   a->needle, rn_log_last_warn());
+  if (peer_sync(p, 60 * tscale()) && rc == 0) rc = peer_fail(p, "rogue gone");
+  if (comm) rn_net_close_send(&p->net, comm);
+  return rc;
+}
+
 /* ---- the runner ----------------------------------------------------------- */
 
 int main(int argc, char **argv) {
@@ -661,7 +798,9 @@ int main(int argc, char **argv) {
     if (only && !strstr(a->name, only)) continue;
     char env[1200];
     /* the sender decides the QPs per rail: both sides get the setting */
-    snprintf(env, sizeof env, "%s%sRAILNET_IB_QPS=%d", send_env, send_env[0] ? "," : "", a->nqps);
+    snprintf(env, sizeof env, "%s%sRAILNET_IB_QPS=%d%s", send_env, send_env[0] ? "," : "", a->nqps,
+             a->kind == A_CON_SILENT || a->kind == A_CON_HALF ? ",RAILNET_CONNECT_TIMEOUT_MS=2000"
+                                                              : "");
     setenv("RN_CONF_SEND_ENV", env, 1);
     snprintf(env, sizeof env, "%s%sRAILNET_IB_QPS=%d%s", recv_env, recv_env[0] ? "," : "", a->nqps,
              a->kind == A_OOB_SILENT || a->kind == A_OOB_HALF ? ",RAILNET_CONNECT_TIMEOUT_MS=2000"
@@ -674,16 +813,18 @@ int main(int argc, char **argv) {
     o.init = 1;
     o.seed = 1;
     o.arg = (void *)a;
-    rn_peer_fn recv_fn = a->victim == VICTIM_RECV   ? victim_receiver
-                         : a->victim == VICTIM_SEND ? rogue_receiver
-                                                    : victim_listener;
-    rn_peer_fn send_fn = a->victim == VICTIM_RECV   ? rogue_sender
-                         : a->victim == VICTIM_SEND ? victim_sender
-                                                    : rogue_dialer;
+    rn_peer_fn recv_fn = a->victim == VICTIM_RECV     ? victim_receiver
+                         : a->victim == VICTIM_SEND   ? rogue_receiver
+                         : a->victim == VICTIM_ACCEPT ? victim_listener
+                                                      : rogue_listener;
+    rn_peer_fn send_fn = a->victim == VICTIM_RECV     ? rogue_sender
+                         : a->victim == VICTIM_SEND   ? victim_sender
+                         : a->victim == VICTIM_ACCEPT ? rogue_dialer
+                                                      : victim_connector;
     char why[512] = "";
     double t0 = now_s();
     int rc = rn_run_pair(recv_fn, send_fn, &o, why, sizeof why);
-    static const char *const who[] = {"receiver", "sender", "listener"};
+    static const char *const who[] = {"receiver", "sender", "listener", "connector"};
     tap_result(rc == 0, "victim %s: %s (%.1f s)%s%s", who[a->victim], a->name, now_s() - t0,
                rc ? ": " : "", rc ? why : "");
   }
