@@ -144,9 +144,13 @@ ncclResult_t rn_core_init(ncclDebugLogger_t logger) {
   return rn_core_ensure(logger, &rn_core.legacy);
 }
 
-/* NCCL's traffic class: undefined or a TOS byte. */
+/* NCCL's traffic class: undefined or a TOS byte.  Checked only where it
+ * is used (RAILNET_TRAFFIC_CLASS_NCCL): NCCL passes a communicator's
+ * configured value on unchecked, and one railnet ignores must not turn
+ * railnet off for the process (a failed v11 init) or fail a connect. */
 static ncclResult_t rn_core_check_tc(int tc, const char *call) {
-  if (tc == RN_TRAFFIC_CLASS_UNDEF || (tc >= 0 && tc <= 255)) return ncclSuccess;
+  if (!rn_params()->traffic_class_nccl || tc == RN_TRAFFIC_CLASS_UNDEF || (tc >= 0 && tc <= 255))
+    return ncclSuccess;
   RN_WARN("%s: traffic class %d is neither %d (undefined) nor 0..255 (an IP TOS byte)", call, tc,
           RN_TRAFFIC_CLASS_UNDEF);
   return ncclInvalidArgument;
@@ -165,7 +169,6 @@ ncclResult_t rn_core_init_ctx(ncclDebugLogger_t logger, uint64_t comm_id, int tr
   RN_CHECK_ARG(ctx != NULL, "init: NULL context pointer");
   *ctx = NULL;
   rn_log_set(logger);
-  RN_CHECK(rn_core_check_tc(traffic_class, "init"));
   struct rn_ctx *c = calloc(1, sizeof(*c));
   if (c == NULL) {
     RN_WARN("init: out of memory");
@@ -173,6 +176,14 @@ ncclResult_t rn_core_init_ctx(ncclDebugLogger_t logger, uint64_t comm_id, int tr
   }
   ncclResult_t res = rn_core_ensure(logger, &rn_core.nctx);
   if (res != ncclSuccess) {
+    free(c);
+    return res;
+  }
+  /* After the table (and the settings it reads) is set up. */
+  if ((res = rn_core_check_tc(traffic_class, "init")) != ncclSuccess) {
+    pthread_mutex_lock(&rn_core.lock);
+    if (--rn_core.nctx == 0 && !rn_core.legacy && rn_core.ready) rn_core_teardown();
+    pthread_mutex_unlock(&rn_core.lock);
     free(c);
     return res;
   }

@@ -2,7 +2,8 @@
  * in init's config, v10 in connect's) or RAILNET_TRAFFIC_CLASS becomes the
  * IP TOS byte and SO_PRIORITY of every socket of the send comm, read back
  * here with getsockopt; default off; one INFO per comm; a class outside
- * 0..255 gets a WARN and ncclInvalidArgument.  A send comm of class
+ * 0..255 gets a WARN and ncclInvalidArgument where NCCL's class is used
+ * (RAILNET_TRAFFIC_CLASS_NCCL=1), and is ignored where it is not.  A send comm of class
  * RAILNET_TRAFFIC_CLASS_URGENT or more says in that INFO that it is
  * latency-critical, and another comm moving data next to it (yielding:
  * one chunk per call over its streams) delivers every byte.  Listen,
@@ -153,7 +154,7 @@ int main(void) {
   unsetenv("RAILNET_TRAFFIC_CLASS");
   unsetenv("RAILNET_TRAFFIC_CLASS_NCCL");
   unsetenv("RAILNET_SOCKET_PRIORITY");
-  tap_plan(12);
+  tap_plan(13);
   char err[256];
   struct rn_net n11 = {0}, n10 = {0};
   if (rn_net_open(&n11, 11, err, sizeof err) != 0 || rn_net_open(&n10, 10, err, sizeof err) != 0) {
@@ -167,6 +168,19 @@ int main(void) {
   int k = v11_case(&n11, tos, tos, prio);
   tap_result(k == 0 && infos == 0,
              "default: NCCL's class %d sets nothing (%d sockets with it, %d INFO)", tos, k, infos);
+  /* ... also one outside 0..255, which NCCL passes on from a
+   * communicator's config unchecked: no WARN, no error (a failed v11 init
+   * would turn railnet off for the whole process). */
+  {
+    warned = 0;
+    ncclNetCommConfig_v11_t odd = {1000};
+    void *octx = NULL;
+    ncclResult_t r0 = n11.t.v11->init(&octx, 0x7d01, &odd, logger, NULL);
+    tap_result(r0 == ncclSuccess && warned == 0 && octx != NULL,
+               "default: v11 init with class 1000 succeeds, the class ignored (%d, %d WARN)",
+               (int)r0, warned);
+    if (r0 == ncclSuccess) (void)n11.t.v11->finalize(octx);
+  }
 
   setenv("RAILNET_TRAFFIC_CLASS_NCCL", "1", 1);
   infos = 0;
