@@ -568,20 +568,18 @@ both() {
   secs=$2
   shift 2
   note=
-  if run "$name" railnet "$secs" "$@"; then
-    note="railnet ok"
-  elif [ "$skipped" -eq 1 ]; then
-    note="railnet skipped (time budget)"
-  else
-    note="railnet FAILED"
-  fi
-  if run "$name" socket "$secs" "$@"; then
-    note="$note, Socket ok"
-  elif [ "$skipped" -eq 1 ]; then
-    note="$note, Socket skipped (time budget)"
-  else
-    note="$note, Socket failed"
-  fi
+  for tr in railnet socket; do
+    label=railnet fail=FAILED
+    [ $tr = socket ] && label=Socket fail=failed
+    if run "$name" $tr "$secs" "$@"; then
+      v=ok
+    elif [ "$skipped" -eq 1 ]; then
+      v="skipped (time budget)"
+    else
+      v=$fail
+    fi
+    note="${note:+$note, }$label $v"
+  done
 }
 
 row() { printf '%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "${3:--}" "${4:--}" "$5" >>"$results"; }

@@ -532,6 +532,21 @@ static int victim_sender(struct rn_peer *p) {
 
 /* ---- victim: listener, rogue: dials with corrupt connection info -------- */
 
+/* The first len bytes of info on fd (non-blocking). */
+static int rogue_write_info(struct rn_peer *p, int fd, const struct rn_ib_conn_info *info,
+                            size_t len) {
+  for (size_t off = 0; off < len;) {
+    ssize_t w = write(fd, (const char *)info + off, len - off);
+    if (w > 0)
+      off += (size_t)w;
+    else if (w < 0 && errno != EAGAIN && errno != EINTR)
+      return peer_fail(p, "write: %s", strerror(errno));
+    else
+      sleep_us(1000);
+  }
+  return 0;
+}
+
 static int rogue_dialer(struct rn_peer *p) {
   const struct attack *a = p->arg;
   struct rn_handle h;
@@ -599,15 +614,7 @@ static int rogue_dialer(struct rn_peer *p) {
   }
   const size_t len = a->kind == A_OOB_SILENT ? 0 : a->kind == A_OOB_HALF ? sizeof info / 2
                                                                           : sizeof info;
-  for (size_t off = 0; rc == 0 && off < len;) {
-    ssize_t w = write(conn.ctrl_fd, (const char *)&info + off, len - off);
-    if (w > 0)
-      off += (size_t)w;
-    else if (w < 0 && errno != EAGAIN && errno != EINTR)
-      rc = peer_fail(p, "write: %s", strerror(errno));
-    else
-      sleep_us(1000);
-  }
+  if (rc == 0) rc = rogue_write_info(p, conn.ctrl_fd, &info, len);
   if (peer_sync(p, 60 * tscale()) && rc == 0) rc = peer_fail(p, "victim gone");
   if (ready) rn_rdv_conn_close(&conn);
   rn_rdv_dial_destroy(dial);
@@ -720,15 +727,7 @@ static int rogue_listener(struct rn_peer *p) {
   }
   const size_t len = a->kind == A_CON_SILENT ? 0 : a->kind == A_CON_HALF ? sizeof info / 2
                                                                           : sizeof info;
-  for (size_t off = 0; rc == 0 && off < len;) {
-    ssize_t w = write(conn.ctrl_fd, (const char *)&info + off, len - off);
-    if (w > 0)
-      off += (size_t)w;
-    else if (w < 0 && errno != EAGAIN && errno != EINTR)
-      rc = peer_fail(p, "write: %s", strerror(errno));
-    else
-      sleep_us(1000);
-  }
+  if (rc == 0) rc = rogue_write_info(p, conn.ctrl_fd, &info, len);
   if (peer_sync(p, 60 * tscale()) && rc == 0) rc = peer_fail(p, "victim gone");
   if (ready) rn_rdv_conn_close(&conn);
   rn_rdv_destroy(rdv);

@@ -219,14 +219,22 @@ static int child_idle(struct rn_net *n) {
 /* RAILNET_SOCKET_IDLE_MS=400 (a sweep every 100 ms): a connection that
  * reaches a kept listener is reset while the process goes on moving data
  * on another pair and opens no comm. */
+/* Two pairs p and q; p moves a message and closes, which leaves its
+ * listening socket kept on *port: 0, or 1 (said on stderr). */
+static int kept_listener(struct rn_net *n, struct pair *p, struct pair *q, int *port) {
+  char why[256] = "";
+  if (open_pair(n, p) != ncclSuccess || open_pair(n, q) != ncclSuccess ||
+      !xfer(n, p, 8, 1, 5, why, sizeof why))
+    return fprintf(stderr, "pairs: %s\n", why), 1;
+  *port = p->port;
+  return close_pair(n, p, 1) ? 0 : 1;
+}
+
 static int child_sweep(struct rn_net *n) {
   char why[256] = "";
   struct pair p, q;
-  if (open_pair(n, &p) != ncclSuccess || open_pair(n, &q) != ncclSuccess ||
-      !xfer(n, &p, 8, 1, 5, why, sizeof why))
-    return fprintf(stderr, "pairs: %s\n", why), 1;
-  int port = p.port;
-  if (!close_pair(n, &p, 1)) return 1;
+  int port;
+  if (kept_listener(n, &p, &q, &port)) return 1;
   int s = raw_connect(port);
   if (s < 0) return fprintf(stderr, "the kept listener refused: %s\n", strerror(errno)), 1;
   int reset = 0, moved = 0;
@@ -252,11 +260,8 @@ static int child_sweep(struct rn_net *n) {
 static int child_flood(struct rn_net *n) {
   char why[256] = "";
   struct pair p, q;
-  if (open_pair(n, &p) != ncclSuccess || open_pair(n, &q) != ncclSuccess ||
-      !xfer(n, &p, 8, 1, 5, why, sizeof why))
-    return fprintf(stderr, "pairs: %s\n", why), 1;
-  int port = p.port;
-  if (!close_pair(n, &p, 1)) return 1;
+  int port;
+  if (kept_listener(n, &p, &q, &port)) return 1;
   int closed = rn_log_watch("not kept: more than 256 connections reached it");
   static int fl[FLOOD];
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
