@@ -670,7 +670,9 @@ static ncclResult_t rn_ib_connect_step(struct rn_ib_connect_state *s, const stru
         ncclResult_t res = rn_rdv_dial_poll(s->dial, &conn, &ready);
         if (res != ncclSuccess) {
           if (rn_rdv_dial_dropped(s->dial))
-            RN_WARN("connect: the listener closed the bootstrap connection during the handshake");
+            RN_WARN("connect to %s: the listener closed the bootstrap connection during the "
+                  "handshake",
+                  s->peer);
           return res;
         }
         if (!ready) return ncclSuccess;
