@@ -112,6 +112,19 @@ ncclResult_t rn_devices_build(const struct rn_nic *nics, int nnics, struct rn_vd
                               int *nvdevs) {
   struct rn_topo_settings set;
   rn_devices_settings(&set);
+  /* NCCL_IB_HCA picks the devices of NCCL's IB transport, and NCCL's
+   * socket transport never reads it: a site-wide value must not leave the
+   * TCP transport without devices.  RAILNET_NICS filters both. */
+  int rdma = 0;
+  for (int i = 0; i < nnics; i++) rdma |= nics[i].port > 0;
+  if (!rdma && set.nics[0] && strcmp(set.nics_from, "NCCL_IB_HCA") == 0) {
+    RN_INFO(NCCL_INIT | NCCL_NET,
+            "NCCL_IB_HCA=%s not applied: it selects RDMA devices and these are TCP interfaces "
+            "(RAILNET_NICS or RAILNET_SOCKET_IFNAME select those)",
+            set.nics);
+    set.nics[0] = '\0';
+    set.nics_from[0] = '\0';
+  }
   const char *filter = set.nics; /* "" when unset or malformed (warned) */
   char err[512];
   struct rn_topo *topo = NULL;

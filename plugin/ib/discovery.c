@@ -112,17 +112,21 @@ static int rn_ib_gid_entry(struct rn_ib_device *device, int port_num, int i, uni
 static ncclResult_t rn_ib_pick_gid(struct rn_ib_device *device, int port_num, int tbl_len,
                                    struct rn_ib_port *port, char *why, size_t whylen) {
   const struct rn_params *p = rn_params();
-  if (p->ib_gid_index[0]) {
-    char *end;
-    long idx = strtol(p->ib_gid_index, &end, 10);
-    if (*end || idx < 0 || idx >= tbl_len) {
-      RN_WARN("%s:%d: RAILNET_IB_GID_INDEX=%s is not an index below %d", device->name, port_num,
-              p->ib_gid_index, tbl_len);
-      return ncclInvalidUsage;
-    }
+  /* A number as NCCL reads NCCL_IB_GID_INDEX (base 0: "3", "0x3"); -1 is
+   * its "choose automatically". */
+  char *end;
+  long idx = p->ib_gid_index[0] ? strtol(p->ib_gid_index, &end, 0) : -1;
+  const char *r = getenv("RAILNET_IB_GID_INDEX");
+  const char *var = r != NULL && *r ? "RAILNET_IB_GID_INDEX" : "NCCL_IB_GID_INDEX";
+  if (p->ib_gid_index[0] && (*end || idx < -1 || idx >= tbl_len)) {
+    RN_WARN("%s:%d: %s=%s is not an index below %d (nor -1, automatic)", device->name, port_num,
+            var, p->ib_gid_index, tbl_len);
+    return ncclInvalidUsage;
+  }
+  if (idx >= 0) {
     port->gid_index = (int)idx;
     RN_CHECK(rn_ibv_query_gid(device->context, (uint8_t)port_num, (int)idx, &port->gid));
-    snprintf(why, whylen, "RAILNET_IB_GID_INDEX");
+    snprintf(why, whylen, "%s", var);
     return ncclSuccess;
   }
   int want6 = strcmp(p->ib_addr_family, "AF_INET6") == 0;

@@ -28,6 +28,7 @@ static int fake_nics(const char *file, struct rn_nic *nics) {
     snprintf(nics[i].busid, sizeof(nics[i].busid), "%s", m->busid);
     snprintf(nics[i].pci_path, sizeof(nics[i].pci_path), "/sys/devices/pci0000:00/%s", m->busid);
     nics[i].speed_mbps = m->speed_mbps;
+    nics[i].port = m->port > 0 ? m->port : 1; /* verbs NICs: the port, 1-based */
     nics[i].ptr_support = NCCL_PTR_HOST | NCCL_PTR_CUDA;
     nics[i].reg_is_global = 1;
     nics[i].max_comms = 1024;
@@ -205,7 +206,7 @@ int main(void) {
   static struct rn_nic nics[RN_MAX_NICS];
   static struct rn_vdev v[RN_MAX_VDEVS];
   int nv = 0;
-  printf("1..%d\n", 32 + 14);
+  printf("1..%d\n", 32 + 17);
   rn_log_set(capture);
   const char *dgx = "tests/topo/fixtures/dgx-h100-like.xml";
   int n = fake_nics(dgx, nics);
@@ -321,6 +322,31 @@ int main(void) {
   tap_result(sixth >= 0 && v[sixth].rail_id == 4, "%s",
              "... rails follow GPU bus order: mlx5_6 (the fifth GPU's) is rail 4");
 
+  /* NCCL_IB_HCA, RAILNET_NICS's fallback, selects verbs devices only:
+   * NCCL's socket transport never reads it, so TCP interfaces (port 0)
+   * stay devices whatever it says; RAILNET_NICS filters them. */
+  {
+    static struct rn_nic tcp[2];
+    memset(tcp, 0, sizeof(tcp));
+    for (int i = 0; i < 2; i++) {
+      snprintf(tcp[i].name, sizeof(tcp[i].name), "tcpnic%d", i); /* on no host */
+      tcp[i].speed_mbps = 10000;
+      tcp[i].ptr_support = NCCL_PTR_HOST;
+      tcp[i].table_index = i;
+    }
+    int built = build(NULL, "NCCL_IB_HCA=mlx5_0", tcp, 2, v, &nv) == 0;
+    tap_result(built && nv == 2, "NCCL_IB_HCA=mlx5_0 leaves both TCP interfaces devices (%d)", nv);
+    built = build(NULL, "RAILNET_NICS=tcpnic1", tcp, 2, v, &nv) == 0;
+    tap_result(built && nv == 1 && strcmp(v[0].name, "tcpnic1") == 0,
+               "RAILNET_NICS=tcpnic1 filters them: %d device(s), %s", nv, nv ? v[0].name : "-");
+    unsetenv("NCCL_IB_HCA");
+    n = fake_nics(dgx, nics);
+    built = build(dgx, "NCCL_IB_HCA==mlx5_0", nics, n, v, &nv) == 0;
+    tap_result(built && nv == 1 && strcmp(v[0].name, "mlx5_0") == 0,
+               "NCCL_IB_HCA==mlx5_0 still filters verbs devices: %d device(s), %s", nv,
+               nv ? v[0].name : "-");
+    unsetenv("NCCL_IB_HCA");
+  }
   /* A transport NIC the topology does not know (a veth, say). */
   n = fake_nics(dgx, nics);
   memset(&nics[n], 0, sizeof(nics[n]));
