@@ -70,6 +70,8 @@ static void rn_print_json(const struct rn_topo *t, const struct rn_plan *p,
   rn_json_str(s->nics);
   printf(",\"nics_from\":");
   rn_json_str(s->nics_from);
+  printf(",\"topo_file_from\":");
+  rn_json_str(s->topo_file_from[0] ? s->topo_file_from : "live");
   printf(",\"gdr_c2c\":%s,\"pxn\":%s,\"standby\":%s}", rn_tf(s->gdr_c2c), rn_tf(s->pxn),
          rn_tf(s->standby));
   printf(",\"hosts\":[");
@@ -357,6 +359,7 @@ int main(int argc, char **argv) {
   int rc;
   if (nfiles) {
     rc = rn_topo_load_files(files, nfiles, &t, err, sizeof(err));
+    snprintf(s.topo_file_from, sizeof(s.topo_file_from), "--topo");
   } else if (s.topo_file[0]) {
     /* The plugin reads the same file; a bad one is an error here, where
      * someone is looking, and a WARN plus the live machine there. */

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "model.h"
+#include "sysfs.h"
 
 struct rn_set_row {
   const char *name; /* without RAILNET_ */
@@ -131,6 +132,25 @@ void rn_topo_settings_read(struct rn_topo_settings *s) {
   rn_set_str(s, "NICS", s->nics, sizeof(s->nics), s->nics_from, sizeof(s->nics_from));
   rn_set_str(s, "TOPO_FILE", s->topo_file, sizeof(s->topo_file), s->topo_file_from,
              sizeof(s->topo_file_from));
+  /* With neither set, NCCL reads the topology a GPU virtual machine's host
+   * publishes there (topo.cc): the PCI tree the guest sees is flat, and
+   * the file has the real one.  So does railnet. */
+  static const char vm_topo[] = "var/run/nvidia-topologyd/virtualTopology.xml";
+  const char *root = rn_topo_sysfs_root();
+  if (!s->topo_file[0] && rn_topo_sysfs_exists(root, vm_topo)) {
+    size_t rl = strlen(root);
+    while (rl > 1 && root[rl - 1] == '/') rl--;
+    int w = snprintf(s->topo_file, sizeof(s->topo_file), "%.*s/%s", (int)rl, root, vm_topo);
+    if (w < 0 || (size_t)w >= sizeof(s->topo_file)) {
+      s->topo_file[0] = '\0';
+    } else {
+      snprintf(s->topo_file_from, sizeof(s->topo_file_from), "nvidia-topologyd");
+      rn_set_msg(s, 0,
+                 "topology file %s (the virtual machine's, which NCCL reads too when "
+                 "NCCL_TOPO_FILE is unset)",
+                 s->topo_file);
+    }
+  }
   char err[160];
   if (s->nics[0] && rn_topo_filter_check(s->nics, err, sizeof(err))) {
     rn_set_msg(s, 1, "%s: %s; no NIC filter used", s->nics_from, err);

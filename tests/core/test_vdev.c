@@ -206,7 +206,7 @@ int main(void) {
   static struct rn_nic nics[RN_MAX_NICS];
   static struct rn_vdev v[RN_MAX_VDEVS];
   int nv = 0;
-  printf("1..%d\n", 32 + 17);
+  printf("1..%d\n", 32 + 18);
   rn_log_set(capture);
   const char *dgx = "tests/topo/fixtures/dgx-h100-like.xml";
   int n = fake_nics(dgx, nics);
@@ -346,6 +346,24 @@ int main(void) {
                "NCCL_IB_HCA==mlx5_0 still filters verbs devices: %d device(s), %s", nv,
                nv ? v[0].name : "-");
     unsetenv("NCCL_IB_HCA");
+  }
+  /* No topology file named: the one a GPU virtual machine's host
+   * publishes, as NCCL reads it (under RAILNET_FSROOT here). */
+  {
+    char root[] = "/tmp/rn-vmtopo.XXXXXX", dir[256], cmd[640];
+    int made = mkdtemp(root) != NULL;
+    snprintf(dir, sizeof dir, "%s/var/run/nvidia-topologyd", root);
+    snprintf(cmd, sizeof cmd, "mkdir -p %s && cp %s %s/virtualTopology.xml", dir, dgx, dir);
+    made = made && system(cmd) == 0;
+    setenv("RAILNET_FSROOT", root, 1);
+    n = fake_nics(dgx, nics);
+    int built = made && build(NULL, NULL, nics, n, v, &nv) == 0;
+    tap_result(built && nv == 8 && has_vdev(v, nv, "mlx5_0") >= 0,
+               "no topology file set: nvidia-topologyd's virtualTopology.xml plans the devices "
+               "(%d)", nv);
+    unsetenv("RAILNET_FSROOT");
+    snprintf(cmd, sizeof cmd, "rm -rf %s", root);
+    if (made && system(cmd) != 0) diag("could not remove %s", root);
   }
   /* A transport NIC the topology does not know (a veth, say). */
   n = fake_nics(dgx, nics);

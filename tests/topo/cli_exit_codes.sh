@@ -70,6 +70,16 @@ ok $? "RAILNET_TOPO_FILE is read when --topo is absent"
 NCCL_TOPO_FILE="$F/b200-like.xml" "$CLI" --json >"$T/j9" 2>&1
 json "$T/j9" 'len(d["gpus"]) == 8'
 ok $? "NCCL_TOPO_FILE is the fallback of RAILNET_TOPO_FILE"
+# With neither set, the file a GPU virtual machine's host publishes, as
+# NCCL reads it (here under RAILNET_FSROOT, the root of every system read).
+mkdir -p "$T/root/var/run/nvidia-topologyd"
+cp "$F/b200-like.xml" "$T/root/var/run/nvidia-topologyd/virtualTopology.xml"
+RAILNET_FSROOT="$T/root" "$CLI" --json >"$T/j9b" 2>&1
+json "$T/j9b" 'len(d["gpus"]) == 8 and d["settings"]["topo_file_from"] == "nvidia-topologyd"'
+ok $? "unset, /var/run/nvidia-topologyd/virtualTopology.xml is read, as NCCL does"
+RAILNET_FSROOT="$T/root" NCCL_TOPO_FILE="$F/dgx-h100-like.xml" "$CLI" --json >"$T/j9c" 2>&1
+json "$T/j9c" 'd["gpus"][0]["busid"] == "0000:1b:00.0"'
+ok $? "NCCL_TOPO_FILE still wins over it"
 
 NCCL_NET_GDR_LEVEL=PHB "$CLI" --topo "$F/hwloc-nps2.xml" --json >"$T/j10" 2>&1
 json "$T/j10" 'd["settings"]["gdr_level"] == "PHB" and d["settings"]["gdr_level_from"] == "NCCL_NET_GDR_LEVEL"
