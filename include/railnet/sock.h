@@ -55,10 +55,11 @@ ncclResult_t rn_sock_recv_some(int fd, void *buf, size_t len, size_t *off);
  * sent that nobody will read (closing over unread bytes makes the kernel
  * send RST, which throws away this side's bytes not yet delivered), then
  * send FIN behind the queued bytes.  With wait_ms > 0 it then waits, still
- * reading, until the peer has acknowledged every byte and the FIN: the
- * peer may still send (it does not know yet that this side is done), and
- * bytes arriving at a closed socket reset it, losing whatever was not yet
- * delivered.  The wait ends early when no byte is acknowledged for a fifth
+ * reading, until the peer has acknowledged every byte: what a reset would
+ * throw away is this side's bytes not yet acknowledged (what the peer's
+ * kernel holds stays readable there), and the peer may still send (it does
+ * not know yet that this side is done), which a closed socket answers
+ * with a reset.  The FIN's own acknowledgement is not waited for.  The wait ends early when no byte is acknowledged for a fifth
  * of wait_ms (a peer that stopped reading, or is gone), or at the peer's
  * own FIN. */
 void rn_sock_close_gently(int fd, int wait_ms);
