@@ -308,14 +308,18 @@ static uint32_t rn_handle_check(const struct rn_handle *h) {
   return x;
 }
 
+static_assert(sizeof(struct rn_handle) <= NCCL_NET_HANDLE_MAXSIZE, "a handle fits NCCL's buffer");
+
 ncclResult_t rn_core_listen(void *ctx, int dev, void *handle, void **lcomm) {
   struct rn_vdev *v;
   RN_CHECK(rn_core_check_ctx(ctx, "listen"));
   RN_CHECK_ARG(handle != NULL && lcomm != NULL, "listen: NULL handle or comm pointer");
   *lcomm = NULL;
   RN_CHECK(rn_core_vdev(dev, "listen", &v));
-  struct rn_handle *h = handle;
-  memset(h, 0, NCCL_NET_HANDLE_MAXSIZE);
+  /* NCCL's handle buffer is bytes, with no alignment promised: the handle
+   * is made here and copied out whole (and copied in at connect). */
+  struct rn_handle hl, *h = &hl;
+  memset(h, 0, sizeof(*h));
   h->magic = RN_HANDLE_MAGIC;
   h->transport = (uint8_t)rn_core.transport_index;
   h->nrails = (uint8_t)v->rails.n;
@@ -323,6 +327,8 @@ ncclResult_t rn_core_listen(void *ctx, int dev, void *handle, void **lcomm) {
   h->nonce = rn_rdv_random64();
   RN_CHECK(rn_core.transport->listen(&v->rails, h, lcomm));
   h->check = rn_handle_check(h);
+  memset(handle, 0, NCCL_NET_HANDLE_MAXSIZE);
+  memcpy(handle, h, sizeof(*h));
   rn_core_stamp(*lcomm, RN_COMM_LISTEN, dev);
   return ncclSuccess;
 }
@@ -400,7 +406,9 @@ ncclResult_t rn_core_connect(void *ctx, int traffic_class, int dev, void *handle
   *scomm = NULL;
   if (dev_comm != NULL) *dev_comm = NULL;
   RN_CHECK(rn_core_vdev(dev, "connect", &v));
-  const struct rn_handle *h = handle;
+  struct rn_handle hc; /* an aligned copy (see listen) */
+  memcpy(&hc, handle, sizeof(hc));
+  const struct rn_handle *h = &hc;
   if (h->magic != RN_HANDLE_MAGIC || h->transport >= rn_registry_count() || h->nrails == 0 ||
       h->nrails > RN_MAX_RAILS) {
     RN_WARN("connect: handle %p is not a railnet handle (magic %08x)", handle, h->magic);

@@ -184,10 +184,12 @@ static int stream_case(struct rn_peer *p) {
 /* ---- single-process helpers --------------------------------------------- */
 /* listen + connect + accept interleaved on one thread (connect and accept
  * must not block waiting for each other), then a verified stream. */
-static int loopback_once(struct rn_peer *p, int nmsg, size_t maxsz) {
-  char handle[NCCL_NET_HANDLE_MAXSIZE];
+static int loopback_once_at(struct rn_peer *p, int nmsg, size_t maxsz, int offset) {
+  /* NCCL's handle buffers are bytes: nothing promises their alignment. */
+  _Alignas(16) char raw[NCCL_NET_HANDLE_MAXSIZE + 16];
+  char *handle = raw + offset;
   void *lc = NULL, *sc = NULL, *rc_ = NULL;
-  memset(handle, 0, sizeof handle);
+  memset(raw, 0, sizeof raw);
   ncclResult_t r = rn_net_listen(&p->net, p->dev, handle, &lc);
   if (r != ncclSuccess || lc == NULL) return peer_fail(p, "listen: %s", rn_result_str(r));
   double end = rn_deadline(20);
@@ -348,7 +350,12 @@ static int case_props(struct rn_peer *p) {
   return 0;
 }
 
+static int loopback_once(struct rn_peer *p, int nmsg, size_t maxsz) {
+  return loopback_once_at(p, nmsg, maxsz, 0);
+}
+
 static int case_loopback(struct rn_peer *p) { return loopback_once(p, 32, 1 * MB); }
+static int case_odd_handle(struct rn_peer *p) { return loopback_once_at(p, 8, 64 * KB, 1); }
 
 /* grouped receives: irecv(n>1) with tags choosing the buffer */
 #define GROUP_ROUNDS 12
@@ -1202,6 +1209,8 @@ static const struct scfg c_lateconn = {
 
 static const struct tcase cases[] = {
     {"properties are sane on every device", case_props, NULL, NULL, 30, 8, 1, 1},
+    {"a handle at an odd address (NCCL's buffers promise no alignment)", case_odd_handle, NULL,
+     NULL, 60, 8, 1, 1},
     {"connect and accept progress on one thread (same process)", case_loopback, NULL, NULL, 60, 8,
      1, 1},
     {"0-byte messages", stream_case, stream_case, &c_0, 60, 8, 0, 1},
