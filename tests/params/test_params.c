@@ -8,8 +8,8 @@
  *    NCCL_ENV ("set by environment to");
  *  - every string knob with an NCCL_* fallback: the NCCL variable is read
  *    when the railnet one is unset, and ignored when it is set;
- *  - the fallbacks' effects: NCCL_SOCKET_IFNAME and NCCL_IB_HCA pick the
- *    devices, NCCL_TOPO_FILE is the file read;
+ *  - the fallbacks' effects: NCCL_SOCKET_IFNAME picks the devices (and
+ *    NCCL_IB_HCA does not pick TCP ones), NCCL_TOPO_FILE is the file read;
  *  - RAILNET_SOCKET_NSTREAMS in range sets the stream count of a
  *    connection, and out of range leaves the default;
  *  - a string longer than the knob holds is truncated with a WARN.
@@ -220,11 +220,20 @@ static void fallback_effects(void) {
   ok(up && ndev == 1 && strcmp(dev_name(0), "lo") == 0,
      "RAILNET_SOCKET_IFNAME==lo wins over NCCL_SOCKET_IFNAME==rn-no-such-if0 (%d devices)", ndev);
   if (up) close_ctx();
-  /* NCCL_IB_HCA filters the devices when RAILNET_NICS is unset */
+  /* NCCL_IB_HCA is RAILNET_NICS's fallback for verbs devices only (the
+   * filter's effect there: tests/core/test_vdev): NCCL's socket transport
+   * never reads it, so these TCP devices stay, and an INFO says why;
+   * RAILNET_NICS filters them. */
   env_clear();
   setenv("NCCL_IB_HCA", "^lo", 1);
   up = open_ctx() == 0;
-  ok(up && ndev == 0, "NCCL_IB_HCA=^lo with RAILNET_NICS unset: lo excluded, 0 devices (%d)", ndev);
+  ok(up && ndev == 1 && log_find(NCCL_LOG_INFO, "NCCL_IB_HCA=^lo not applied", NULL, NULL) != NULL,
+     "NCCL_IB_HCA=^lo over TCP: not applied, with an INFO; lo stays (%d devices)", ndev);
+  if (up) close_ctx();
+  env_clear();
+  setenv("RAILNET_NICS", "^lo", 1);
+  up = open_ctx() == 0;
+  ok(up && ndev == 0, "RAILNET_NICS=^lo over TCP: lo excluded, 0 devices (%d)", ndev);
   if (up) close_ctx();
   env_clear();
   setenv("NCCL_IB_HCA", "^lo", 1);
@@ -350,7 +359,7 @@ int main(void) {
   snprintf(so, sizeof(so), "%s/libnccl-net-railnet.so", b ? b : "build");
   int plan = 0;
   for (int i = 0; i < NKNOBS; i++) plan += knobs[i].is_int ? 4 : (knobs[i].fallback[0] ? 2 : 0);
-  plan += 4 + 6 + 2 + 1;
+  plan += 4 + 7 + 2 + 1;
   void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
   net = h ? dlsym(h, "ncclNetPlugin_v11") : NULL;
   if (net == NULL) {
