@@ -138,10 +138,7 @@ void rn_topo_settings_read(struct rn_topo_settings *s) {
   static const char vm_topo[] = "var/run/nvidia-topologyd/virtualTopology.xml";
   const char *root = rn_topo_sysfs_root();
   if (!s->topo_file[0] && rn_topo_sysfs_exists(root, vm_topo)) {
-    size_t rl = strlen(root);
-    while (rl > 1 && root[rl - 1] == '/') rl--;
-    int w = snprintf(s->topo_file, sizeof(s->topo_file), "%.*s/%s", (int)rl, root, vm_topo);
-    if (w < 0 || (size_t)w >= sizeof(s->topo_file)) {
+    if (rn_topo_sysfs_join(root, vm_topo, s->topo_file, sizeof(s->topo_file)) != 0) {
       s->topo_file[0] = '\0';
     } else {
       snprintf(s->topo_file_from, sizeof(s->topo_file_from), "nvidia-topologyd");

@@ -16,9 +16,9 @@ const char *rn_topo_sysfs_root(void) {
   return (r && *r) ? r : "/";
 }
 
-static int rn_topo_sysfs_join(const char *root, const char *rel, char *out, size_t len) {
+int rn_topo_sysfs_join(const char *root, const char *rel, char *out, size_t len) {
   size_t rl = strlen(root);
-  while (rl > 1 && root[rl - 1] == '/') rl--;
+  while (rl > 0 && root[rl - 1] == '/') rl--; /* "/" joins as "/rel", not "//rel" */
   while (*rel == '/') rel++;
   int w = snprintf(out, len, "%.*s/%s", (int)rl, root, rel);
   return (w < 0 || (size_t)w >= len) ? -1 : 0;

@@ -10,6 +10,8 @@ struct rn_topo;
 
 /* RAILNET_FSROOT or "/". */
 const char *rn_topo_sysfs_root(void);
+/* root/rel as one path in out: 0, or -1 when it does not fit. */
+int rn_topo_sysfs_join(const char *root, const char *rel, char *out, size_t len);
 /* First line of root/rel without its newline.  0 ok, -1 absent/unreadable. */
 int rn_topo_sysfs_read(const char *root, const char *rel, char *buf, size_t len);
 /* 1 when root/rel exists. */
