@@ -164,6 +164,15 @@ static int rn_core_traffic_class(int nccl_tc) {
   return (int)p->traffic_class;
 }
 
+/* Drop a context's reference to the device table (the last one of a
+ * process that never called the legacy init tears it down) and free it. */
+static void rn_core_release_ctx(struct rn_ctx *c) {
+  pthread_mutex_lock(&rn_core.lock);
+  if (--rn_core.nctx == 0 && !rn_core.legacy && rn_core.ready) rn_core_teardown();
+  pthread_mutex_unlock(&rn_core.lock);
+  free(c);
+}
+
 ncclResult_t rn_core_init_ctx(ncclDebugLogger_t logger, uint64_t comm_id, int traffic_class,
                               void **ctx) {
   RN_CHECK_ARG(ctx != NULL, "init: NULL context pointer");
@@ -181,10 +190,7 @@ ncclResult_t rn_core_init_ctx(ncclDebugLogger_t logger, uint64_t comm_id, int tr
   }
   /* After the table (and the settings it reads) is set up. */
   if ((res = rn_core_check_tc(traffic_class, "init")) != ncclSuccess) {
-    pthread_mutex_lock(&rn_core.lock);
-    if (--rn_core.nctx == 0 && !rn_core.legacy && rn_core.ready) rn_core_teardown();
-    pthread_mutex_unlock(&rn_core.lock);
-    free(c);
+    rn_core_release_ctx(c);
     return res;
   }
   c->magic = RN_CTX_MAGIC;
@@ -203,10 +209,7 @@ ncclResult_t rn_core_finalize(void *ctx) {
     return ncclInvalidArgument;
   }
   c->magic = 0;
-  pthread_mutex_lock(&rn_core.lock);
-  if (--rn_core.nctx == 0 && !rn_core.legacy && rn_core.ready) rn_core_teardown();
-  pthread_mutex_unlock(&rn_core.lock);
-  free(c);
+  rn_core_release_ctx(c);
   return ncclSuccess;
 }
 
@@ -220,14 +223,15 @@ __attribute__((destructor)) static void rn_core_unload(void) {
 
 static ncclResult_t rn_core_vdev(int dev, const char *what, struct rn_vdev **out) {
   pthread_mutex_lock(&rn_core.lock);
-  int ok = rn_core.ready && dev >= 0 && dev < rn_core.nvdevs;
-  int n = rn_core.ready ? rn_core.nvdevs : 0;
+  int ready = rn_core.ready;
+  int ok = ready && dev >= 0 && dev < rn_core.nvdevs;
+  int n = ready ? rn_core.nvdevs : 0;
   struct rn_vdev *v = ok ? &rn_core.vdevs[dev] : NULL;
   pthread_mutex_unlock(&rn_core.lock);
   if (!ok) {
     RN_WARN("%s: device %d out of range (%d devices%s)", what, dev, n,
-            rn_core.ready ? "" : ", plugin not initialized");
-    return rn_core.ready ? ncclInvalidArgument : ncclInvalidUsage;
+            ready ? "" : ", plugin not initialized");
+    return ready ? ncclInvalidArgument : ncclInvalidUsage;
   }
   *out = v;
   return ncclSuccess;

@@ -33,10 +33,9 @@ static int64_t rn_param_int(const char *name, int64_t def, int64_t lo, int64_t h
   return v;
 }
 
-static void rn_param_str(char *dst, size_t len, const char *name, const char *def,
-                         const char *fallback) {
-  char var[64];
-  snprintf(var, sizeof(var), "RAILNET_%s", name);
+/* var and fallback are literals, so the returned source outlives the call. */
+static const char *rn_param_str(char *dst, size_t len, const char *var, const char *def,
+                                const char *fallback) {
   const char *s = getenv(var);
   const char *from = var;
   if ((s == NULL || *s == '\0') && fallback[0] != '\0') {
@@ -45,18 +44,20 @@ static void rn_param_str(char *dst, size_t len, const char *name, const char *de
   }
   if (s == NULL || *s == '\0') {
     snprintf(dst, len, "%s", def);
-    return;
+    return NULL;
   }
   if (strlen(s) >= len) RN_WARN("%s is longer than %zu bytes; truncated", from, len - 1);
   snprintf(dst, len, "%s", s);
   RN_INFO(NCCL_ENV, "%s set by environment to %s", from, dst);
+  return from;
 }
 
 static void rn_params_parse(void) {
 #define RN_PARAM_INT(field, name, def, lo, hi, doc) \
   rn_params_val.field = rn_param_int(name, def, lo, hi);
-#define RN_PARAM_STR(field, name, def, fallback, doc) \
-  rn_param_str(rn_params_val.field, sizeof(rn_params_val.field), name, def, fallback);
+#define RN_PARAM_STR(field, name, def, fallback, doc)                                         \
+  rn_params_val.field##_from = rn_param_str(rn_params_val.field, sizeof(rn_params_val.field), \
+                                            "RAILNET_" name, def, fallback);
 #include "railnet/params.def"
 #undef RN_PARAM_INT
 #undef RN_PARAM_STR

@@ -8,7 +8,11 @@
 
 struct rn_params {
 #define RN_PARAM_INT(field, name, def, lo, hi, doc) int64_t field;
-#define RN_PARAM_STR(field, name, def, fallback, doc) char field[256];
+/* A string's *_from: the variable that set it ("RAILNET_X" or its NCCL
+ * fallback), NULL for the default. */
+#define RN_PARAM_STR(field, name, def, fallback, doc) \
+  char field[256];                                    \
+  const char *field##_from;
 #include "railnet/params.def"
 #undef RN_PARAM_INT
 #undef RN_PARAM_STR

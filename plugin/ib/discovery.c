@@ -116,8 +116,7 @@ static ncclResult_t rn_ib_pick_gid(struct rn_ib_device *device, int port_num, in
    * its "choose automatically". */
   char *end;
   long idx = p->ib_gid_index[0] ? strtol(p->ib_gid_index, &end, 0) : -1;
-  const char *r = getenv("RAILNET_IB_GID_INDEX");
-  const char *var = r != NULL && *r ? "RAILNET_IB_GID_INDEX" : "NCCL_IB_GID_INDEX";
+  const char *var = p->ib_gid_index_from;
   if (p->ib_gid_index[0] && (*end || idx < -1 || idx >= tbl_len)) {
     RN_WARN("%s:%d: %s=%s is not an index below %d (nor -1, automatic)", device->name, port_num,
             var, p->ib_gid_index, tbl_len);
