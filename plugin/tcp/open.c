@@ -454,6 +454,31 @@ static ncclResult_t rn_tcp_lazy_drained(struct rn_tcp_comm *c) {
 
 /* ------------------------------------------------------------ progress */
 
+/* Sender, OPEN sent and no answer after `waited` ms.  Past
+ * RAILNET_CONNECT_TIMEOUT_MS, an OPEN still in the control connection's
+ * socket (not acknowledged by the receiver's host) fails the comm; one
+ * the receiver's host took waits for its process, which is stopped or
+ * busy, as NCCL's own transports would (the control connection's
+ * keepalive ends the wait if that host goes). */
+static ncclResult_t rn_tcp_lazy_asked(struct rn_tcp_comm *c, int64_t waited) {
+  struct rn_tcp_lazy *z = &c->lazy;
+  const int64_t limit = rn_params()->connect_timeout_ms;
+  uint64_t outq = 1;
+  if (waited <= limit) return ncclSuccess;
+  if (rn_tcp_fd_tx(c->ctrl_fd, NULL, &outq) != 0 || outq > 0)
+    return rn_tcp_fail(c, ncclRemoteError,
+                       "the receiver did not answer its OPEN within %lld ms, and its host has "
+                       "not acknowledged it (%llu bytes unacknowledged)",
+                       (long long)limit, (unsigned long long)outq);
+  if (!z->open_said)
+    RN_INFO(NCCL_NET,
+            "send comm with %s: the receiver's host took its OPEN %lld ms ago and its process has "
+            "not answered (stopped or busy); waiting for it, as NCCL's own transports do",
+            c->peer, (long long)waited);
+  z->open_said = 1;
+  return ncclSuccess;
+}
+
 ncclResult_t rn_tcp_lazy_progress(struct rn_tcp_comm *c) {
   struct rn_tcp_lazy *z = &c->lazy;
   switch (z->state) {
@@ -461,11 +486,7 @@ ncclResult_t rn_tcp_lazy_progress(struct rn_tcp_comm *c) {
       return c->is_recv && z->reopen ? rn_tcp_lazy_listen(c) : ncclSuccess;
     case RN_TCP_STREAMS_ASKED:
       if (c->is_recv) return rn_tcp_lazy_admit(c);
-      if (rn_clock_ms() - z->since_ms > rn_params()->connect_timeout_ms)
-        return rn_tcp_fail(c, ncclRemoteError,
-                           "the receiver did not answer its OPEN within %lld ms",
-                           (long long)rn_params()->connect_timeout_ms);
-      return ncclSuccess;
+      return rn_tcp_lazy_asked(c, rn_clock_ms() - z->since_ms);
     case RN_TCP_STREAMS_DIALING:
       return rn_tcp_lazy_dial(c, rn_clock_ms());
     case RN_TCP_STREAMS_UP:

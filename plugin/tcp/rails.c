@@ -139,6 +139,42 @@ int rn_tcp_fd_tx(int fd, uint64_t *acked, uint64_t *outq) {
   return rc;
 }
 
+/* How long a peer's host has to answer TCP's probes (window probes, or
+ * the keepalive probes rn_tcp_sender_answers starts, one a second): a
+ * window probe's answer can wait for the receiver's rate limit on
+ * answers out of its window (tcp_invalid_ratelimit, 500 ms). */
+#define RN_TCP_PROBE_GRACE_MS 3000
+
+/* The peer's host is there (it acknowledged every byte and answers the
+ * window probes) and its process reads nothing: stopped, in a debugger,
+ * starved.  NCCL's own transports wait for such a peer, and so does
+ * this one.  A dead path leaves bytes unacknowledged, or a probe
+ * unanswered past the grace, and the bounds apply (a path that dies
+ * while the window is closed shows at the next probe, which the
+ * kernel's backoff may put up to TCP_RTO_MAX, 120 s, after the last). */
+int rn_tcp_fd_window_held(int fd) {
+  struct tcp_info ti;
+  socklen_t len = sizeof(ti);
+  int q = 0;
+  memset(&ti, 0, sizeof(ti));
+  return getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 && ti.tcpi_unacked == 0 &&
+         (ti.tcpi_probes == 0 || ti.tcpi_last_ack_recv < RN_TCP_PROBE_GRACE_MS) &&
+         ioctl(fd, SIOCOUTQ, &q) == 0 && q > 0;
+}
+
+/* Send: every stream of the rail with bytes queued is window-held. */
+static int rn_tcp_rail_window_held(const struct rn_tcp_comm *c, const struct rn_tcp_rail *r) {
+  int held = 0;
+  for (int k = 0; k < r->nstreams; k++) {
+    const struct rn_tcp_stream *s = &c->stream[r->stream[k]];
+    uint64_t q;
+    if (atomic_load(&s->dead) || rn_tcp_fd_tx(s->fd, NULL, &q) != 0 || q == 0) continue;
+    if (!rn_tcp_fd_window_held(s->fd)) return 0;
+    held = 1;
+  }
+  return held;
+}
+
 /* Bytes TCP acknowledged on the rail's sockets, and bytes still in them. */
 static void rn_tcp_rail_sockets(const struct rn_tcp_comm *c, const struct rn_tcp_rail *r,
                                 uint64_t *acked, uint64_t *outq) {
@@ -239,7 +275,7 @@ static void rn_tcp_ctl_sample(struct rn_tcp_comm *c, int64_t now, int away, int6
     busy |= c->out_head != c->out_tail && c->out_lazy == 0;
   const uint64_t mark = acked + c->move.rx; /* moves when either direction does */
   z->ctl_unacked = outq > 0;
-  if (!busy || mark != z->ctl_mark || away) {
+  if (!busy || mark != z->ctl_mark || away || (outq > 0 && rn_tcp_fd_window_held(c->ctrl_fd))) {
     z->ctl_mark = mark;
     z->ctl_ms = now;
   } else if (now - z->ctl_ms >= limit && !rn_tcp_ctl_sender_moves(c)) {
@@ -312,6 +348,72 @@ static void rn_tcp_ack_sample(struct rn_tcp_comm *c, int64_t now, int away, int6
   }
 }
 
+/* Send: the receiver's windows alone hold the bytes in flight (no rail
+ * moved, one window-held): said once when that has lasted the bound,
+ * which no longer fails the comm. */
+static void rn_tcp_held_sample(struct rn_tcp_comm *c, int64_t now, int held, int64_t limit) {
+  if (!held) {
+    c->held_ms = 0;
+    c->idle_said = 0;
+    return;
+  }
+  if (c->held_ms == 0) c->held_ms = now;
+  if (c->idle_said || now - c->held_ms < limit) return;
+  RN_INFO(NCCL_NET,
+          "send comm with %s: the receiver's host acknowledged every byte and reads nothing for "
+          "%lld ms (its window is closed): its process is stopped or busy; waiting for it, as "
+          "NCCL's own transports do",
+          c->peer, (long long)(now - c->held_ms));
+  c->idle_said = 1;
+}
+
+/* Receive, nothing landed for the bound with messages announced: is the
+ * sender's host still there?  Nothing of this side's is in flight on the
+ * streams, so TCP knows nothing until keepalive starts (after half of
+ * RAILNET_SOCKET_TIMEOUT_MS of silence).  It starts now, one probe a
+ * second on each open stream: a host that acknowledges them is a live
+ * sender whose process sends nothing (stopped, in a debugger, starved,
+ * or a hostile one), and the receive waits for it as NCCL's own
+ * transports do; none within RN_TCP_PROBE_GRACE_MS is a dead path.
+ * Probing ends when bytes land again or none are awaited. */
+static int rn_tcp_sender_answers(struct rn_tcp_comm *c, int64_t now) {
+  if (c->probe_ms == 0) {
+    c->probe_ms = now;
+    for (int i = 0; i < c->nstreams; i++)
+      if (!atomic_load(&c->stream[i].dead)) rn_sock_probe_now(c->stream[i].fd);
+    return 1;
+  }
+  int64_t last = INT64_MAX; /* ms since the freshest acknowledgement on any stream */
+  for (int i = 0; i < c->nstreams; i++) {
+    struct tcp_info ti;
+    socklen_t len = sizeof(ti);
+    if (atomic_load(&c->stream[i].dead) ||
+        getsockopt(c->stream[i].fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0)
+      continue;
+    if ((int64_t)ti.tcpi_last_ack_recv < last) last = ti.tcpi_last_ack_recv;
+  }
+  if (last < now - c->probe_ms && last < RN_TCP_PROBE_GRACE_MS) {
+    if (!c->idle_said)
+      RN_INFO(NCCL_NET,
+              "receive comm with %s: nothing landed for %lld ms with messages announced, and the "
+              "sender's host answers: its process sends nothing (stopped or busy); waiting for "
+              "it, as NCCL's own transports do",
+              c->peer, (long long)(now - c->landed_ms));
+    c->idle_said = 1;
+    return 1;
+  }
+  return now - c->probe_ms < RN_TCP_PROBE_GRACE_MS;
+}
+
+/* Bytes landed again (or none are awaited): the usual keepalive. */
+static void rn_tcp_probe_end(struct rn_tcp_comm *c) {
+  for (int i = 0; i < c->nstreams; i++)
+    if (!atomic_load(&c->stream[i].dead))
+      rn_sock_set_liveness(c->stream[i].fd, (int)rn_params()->socket_timeout_ms);
+  c->probe_ms = 0;
+  c->idle_said = 0;
+}
+
 /* Samples further apart than this: the caller stopped calling for a
  * while, so (without helper threads) nothing was read or written
  * meanwhile, and what arrived is still unread when the sample runs
@@ -355,6 +457,7 @@ static void rn_tcp_rails_sample(struct rn_tcp_comm *c, int64_t now) {
       lost += c->stream[i].lost;
     }
     if (atomic_load(&c->stream_work) == 0 || away) c->landed_ms = now;
+    if (c->landed_ms == now && c->probe_ms != 0) rn_tcp_probe_end(c);
     /* Where the sender has other rails, a rail that stopped holds the
      * bytes still due until the sender takes it out (after
      * RAILNET_RAIL_STALL_MS) and sends them again: that failover goes
@@ -363,14 +466,16 @@ static void rn_tcp_rails_sample(struct rn_tcp_comm *c, int64_t now) {
     if (live == 0 && lost > 0 && atomic_load(&c->stream_work) != 0)
       rn_tcp_fail(c, ncclRemoteError, "every rail is gone (%d of %d streams lost)", lost,
                   c->nstreams);
-    else if (now - c->landed_ms >= bound)
+    else if (now - c->landed_ms >= bound && !rn_tcp_sender_answers(c, now))
       rn_tcp_fail(c, ncclRemoteError,
-                  "no rail delivered a byte for %lld ms while streamed messages were announced "
+                  "no rail delivered a byte for %lld ms while streamed messages were announced, "
+                  "and the sender's host answered no keepalive probe for %lld ms "
                   "(RAILNET_RAIL_TIMEOUT_MS)",
-                  (long long)(now - c->landed_ms));
+                  (long long)(now - c->landed_ms), (long long)(now - c->probe_ms));
     return;
   }
   int was_busy[RN_MAX_RAILS], busy[RN_MAX_RAILS], any_busy = 0, given_any = 0;
+  int held = 0, moved = 0; /* a rail waited on the receiver's window; one moved */
   uint64_t delta[RN_MAX_RAILS];
   int64_t given[RN_MAX_RAILS];
   double top = 0;
@@ -394,9 +499,16 @@ static void rn_tcp_rails_sample(struct rn_tcp_comm *c, int64_t now) {
     r->acked_prev = acked;
     r->outq = outq;
     busy[i] = was_busy[i] && rn_tcp_rail_busy(r) && atomic_load(&r->state) == RN_TCP_RAIL_UP;
-    if (delta[i] > 0 || !rn_tcp_rail_inflight(r) || away) r->progress_ms = now;
+    if (delta[i] > 0 || !rn_tcp_rail_inflight(r) || away) {
+      r->progress_ms = now;
+      moved |= delta[i] > 0 || away;
+    } else if (rn_tcp_rail_window_held(c, r)) {
+      r->progress_ms = now;
+      held = 1;
+    }
     any_busy |= busy[i];
   }
+  rn_tcp_held_sample(c, now, held && !moved, limit);
   rn_tcp_ack_sample(c, now, away, rn_tcp_ctl_bound(c, limit));
   rn_tcp_ctl_probe(c, now, away);
   for (int i = 0; i < c->nrails; i++) {

@@ -393,6 +393,7 @@ enum rn_tcp_lazy_state {
 struct rn_tcp_lazy {
   int state;             /* enum rn_tcp_lazy_state */
   int64_t since_ms;      /* the state began */
+  int open_said;         /* send: the INFO on an OPEN its receiver's host took and its process did not answer */
   int64_t used_ms;       /* send: a streamed message was last queued */
   int reopen;            /* recv: an OPEN came while CLOSING: answered once drained */
   uint32_t early_idle;   /* recv: the streams an idle DOWN named before they were admitted */
@@ -542,6 +543,9 @@ struct rn_tcp_comm {
   char *scratch;      /* where copies of chunks that already landed are read to */
   atomic_int ack_due; /* a streamed buffer filled: ACKs to queue */
   int64_t landed_ms;  /* receive: when bytes last landed or none were awaited */
+  int64_t probe_ms;   /* receive: keepalive probing of a silent sender began, 0 none */
+  int64_t held_ms;    /* send: since when the receiver's windows alone hold the bytes, 0 not */
+  int idle_said;      /* the INFO on a live peer whose process does nothing was given */
   /* send: chunks of failed rails waiting for room on the others */
   struct rn_tcp_queued_chunk *backlog;
   int nbacklog;
@@ -688,6 +692,9 @@ uint64_t rn_tcp_rail_outq(const struct rn_tcp_comm *c, const struct rn_tcp_rail 
  * either may be NULL to skip its system call.  -1 when TCP_INFO failed
  * (*acked is then 0). */
 int rn_tcp_fd_tx(int fd, uint64_t *acked, uint64_t *outq);
+/* fd's queued bytes wait on the peer's receive window alone: bytes
+ * queued, none unacknowledged, the last window probe answered. */
+int rn_tcp_fd_window_held(int fd);
 
 /* Sender, caller, c->lock held: take out rails whose streams failed or
  * stalled (their unacknowledged chunks go again over the others) and

@@ -24,6 +24,14 @@ TCP_AWAY_TEST := $(BUILD)/tests/tcp/test_away
 $(eval $(call rn_harness_prog,$(TCP_AWAY_TEST),$(BUILD)/tests/tcp/test_away.o))
 TEST_PROGS += $(TCP_AWAY_TEST)
 
+# A peer whose process stops (its host answers) is waited for, not failed.
+TCP_FROZEN_TEST := $(BUILD)/tests/tcp/test_frozen
+$(eval $(call rn_harness_prog,$(TCP_FROZEN_TEST),$(BUILD)/tests/tcp/test_frozen.o))
+TEST_PROGS += $(TCP_FROZEN_TEST)
+TCP_FROZEN_OPEN_TEST := $(BUILD)/tests/tcp/test_frozen_open
+$(eval $(call rn_harness_prog,$(TCP_FROZEN_OPEN_TEST),$(BUILD)/tests/tcp/test_frozen_open.o))
+TEST_PROGS += $(TCP_FROZEN_OPEN_TEST)
+
 # The corruption harness: an in-process proxy rewrites live TCP headers
 # (tests/tcp/test_corrupt.c); it links the transport's wire helpers.
 TCP_CORRUPT_TEST := $(BUILD)/tests/tcp/test_corrupt
