@@ -16,9 +16,13 @@ static struct rn_tcp_req *rn_tcp_req_alloc(struct rn_tcp_comm *c, int is_recv) {
   for (int i = 0; i < RN_TCP_NREQS; i++) {
     struct rn_tcp_req *r = &c->reqs[i];
     if (r->state != RN_TCP_REQ_FREE) continue;
-    uint32_t gen = atomic_load(&r->gen) + 1;
-    memset(r, 0, offsetof(struct rn_tcp_req, copying));
-    atomic_store(&r->gen, gen);
+    /* The new generation first: a stream thread that then reads the
+     * cleared acked reads this generation after it (rn_tcp_chunk_stale),
+     * so a chunk of the old send queued there is stale either way. */
+    atomic_store(&r->gen, atomic_load(&r->gen) + 1);
+    atomic_store(&r->acked, 0);
+    atomic_store(&r->unsent, 0);
+    memset(r, 0, offsetof(struct rn_tcp_req, gen));
     rn_req_base_start(&r->base, &c->base);
     r->comm = c;
     r->state = RN_TCP_REQ_ACTIVE;
@@ -424,11 +428,12 @@ ncclResult_t rn_tcp_test(void *request, int *done, size_t *sizes, int *nsizes) {
       res =
           rn_tcp_fail(c, ncclRemoteError, "the peer closed the connection with this %s incomplete",
                       r->is_recv ? "receive" : "send");
+    const int helped = c->nthreads > 0; /* read under the lock a sweep writes it under */
     pthread_mutex_unlock(&c->lock);
     /* NCCL polls test() in a tight loop; on small hosts the helper threads
      * need that core to move the data, and a latency-critical comm's
      * thread (rn_tcp_yields) needs it to answer. */
-    if (res == ncclSuccess && (c->nthreads > 0 || rn_tcp_yields(c))) sched_yield();
+    if (res == ncclSuccess && (helped || rn_tcp_yields(c))) sched_yield();
     if (res == ncclSuccess) rn_tcp_idle_call();
     rn_tcp_any_call();
     return res;

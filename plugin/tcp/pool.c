@@ -161,13 +161,22 @@ static void rn_tcp_pool_drop(struct rn_tcp_pooled *e, const char *why) {
   free(e);
 }
 
+/* The draw happens outside the pool's lock: the random generator's fork
+ * handler takes its own lock before the pool's (handlers registered later
+ * run first), so taking it under the pool's could deadlock against a
+ * fork in another thread. */
 uint32_t rn_tcp_pool_token(void) {
   if (rn_params()->socket_pool == 0) return 0;
-  pthread_mutex_lock(&rn_tcp_pool_lock);
-  while (rn_tcp_pool.token == 0) rn_tcp_pool.token = (uint32_t)rn_rdv_random64();
-  uint32_t t = rn_tcp_pool.token;
-  pthread_mutex_unlock(&rn_tcp_pool_lock);
-  return t;
+  for (;;) {
+    pthread_mutex_lock(&rn_tcp_pool_lock);
+    uint32_t t = rn_tcp_pool.token;
+    pthread_mutex_unlock(&rn_tcp_pool_lock);
+    if (t != 0) return t;
+    uint32_t draw = (uint32_t)rn_rdv_random64();
+    pthread_mutex_lock(&rn_tcp_pool_lock);
+    if (rn_tcp_pool.token == 0) rn_tcp_pool.token = draw;
+    pthread_mutex_unlock(&rn_tcp_pool_lock);
+  }
 }
 
 /* Read what the socket has, up to what e->in holds (a kept connection

@@ -454,7 +454,8 @@ static void rn_tcp_rails_sample(struct rn_tcp_comm *c, int64_t now) {
     }
     for (int i = 0; i < c->nstreams; i++) {
       live += !atomic_load(&c->stream[i].dead);
-      lost += c->stream[i].lost;
+      /* lost is written before dead is set (streams.c) */
+      lost += atomic_load(&c->stream[i].dead) && c->stream[i].lost;
     }
     if (atomic_load(&c->stream_work) == 0 || away) c->landed_ms = now;
     if (c->landed_ms == now && c->probe_ms != 0) rn_tcp_probe_end(c);

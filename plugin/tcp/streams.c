@@ -18,8 +18,12 @@ static int rn_tcp_stream_queue_empty(struct rn_tcp_stream *s) {
   return s->queue_head == s->queue_tail;
 }
 
+/* acked before gen: a reused request stores its new generation before it
+ * clears acked (rn_tcp_req_alloc), so a cleared acked comes with it. */
 int rn_tcp_chunk_stale(const struct rn_tcp_queued_chunk *q) {
-  return q->keep && (atomic_load(&q->req->gen) != q->gen || atomic_load(&q->req->acked));
+  if (!q->keep) return 0;
+  const int acked = atomic_load(&q->req->acked);
+  return acked || atomic_load(&q->req->gen) != q->gen;
 }
 
 void rn_tcp_stream_retire(struct rn_tcp_stream *s) {

@@ -151,13 +151,10 @@ struct rn_tcp_req {
   enum rn_tcp_req_state state;
   int is_recv;
   ncclResult_t error;
-  _Atomic uint32_t gen; /* bumped at every allocation: queued chunks of an older send are stale */
   /* send */
   size_t size;
   int ctl_pending;       /* control message (and inline payload) not yet written */
-  _Atomic size_t unsent; /* bytes the data streams still have to write */
   int awaits_ack;        /* streamed with ACK: it completes with the receiver's ACK */
-  atomic_int acked;      /* the ACK arrived: no chunk of it is needed any more */
   /* recv: group `seq` */
   uint64_t seq;
   int n;
@@ -182,11 +179,17 @@ struct rn_tcp_req {
   const char *later_data;
   uint32_t later_grid, later_idx;
   uint64_t later_seq;
+  /* The fields stream threads read without the comm's lock, after the
+   * ones cleared when the request is handed out again (a plain clear of
+   * them would race with those reads; rn_tcp_req_alloc stores them). */
+  _Atomic uint32_t gen;  /* bumped at every allocation: queued chunks of an older send are stale */
+  _Atomic size_t unsent; /* send: bytes the data streams still have to write */
+  atomic_int acked;      /* send: the ACK arrived: no chunk of it is needed any more */
   /* send: streams writing a copy of one of its chunks right now (a re-sent
    * copy may still be written after the ACK of its first): it completes
    * only at 0, so its memory is never read once it is the caller's again.
-   * Last, and not cleared when the request is handed out again: a thread
-   * may count it for a moment after it was, and find it stale. */
+   * Not cleared when the request is handed out again: a thread may count
+   * it for a moment after it was, and find it stale. */
   atomic_int copying;
 };
 
