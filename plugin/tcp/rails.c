@@ -743,6 +743,14 @@ static void rn_tcp_backlog_drain(struct rn_tcp_comm *c) {
  * yet written, or wrote for a send not yet acknowledged, waits in the
  * backlog for the other rails; a written one goes again as a re-send
  * (attempt + 1), which the receiver drops if its first copy landed. */
+/* A rail taken out again within RN_TCP_FLAP_MS of its re-admission
+ * (lossy, flapping) is held out before its next offer is probed:
+ * RN_TCP_HOLD_FIRST_MS, doubling each time, up to RN_TCP_HOLD_MAX_MS,
+ * unless another rail fails meanwhile. */
+#define RN_TCP_FLAP_MS 10000
+#define RN_TCP_HOLD_FIRST_MS 1000
+#define RN_TCP_HOLD_MAX_MS 16000
+
 static ncclResult_t rn_tcp_rail_take_out(struct rn_tcp_comm *c, int ri, const char *cause) {
   struct rn_tcp_rail *r = &c->rail[ri];
   if (!c->ack)
@@ -757,6 +765,27 @@ static ncclResult_t rn_tcp_rail_take_out(struct rn_tcp_comm *c, int ri, const ch
   }
   atomic_store(&r->state, RN_TCP_RAIL_FAILED);
   atomic_fetch_add(&r->failures, 1);
+  /* Out again soon after it came back (lossy, flapping): its next offer
+   * waits, twice as long each time, so it cannot stall every striped
+   * message again at once. */
+  const int64_t now = rn_clock_ms();
+  if (r->readmit_ms != 0 && now - r->readmit_ms < RN_TCP_FLAP_MS)
+    r->hold_ms = r->hold_ms == 0 ? RN_TCP_HOLD_FIRST_MS
+                 : r->hold_ms < RN_TCP_HOLD_MAX_MS / 2 ? 2 * r->hold_ms
+                                                       : RN_TCP_HOLD_MAX_MS;
+  else
+    r->hold_ms = 0;
+  /* A rail held out is healthy as far as anyone knows: with this one out
+   * too, it is probed at once. */
+  for (int j = 0; j < c->nrails; j++) {
+    struct rn_tcp_rail *h = &c->rail[j];
+    if (j == ri || !h->offered || h->next_probe_ms <= now ||
+        atomic_load(&h->state) != RN_TCP_RAIL_FAILED)
+      continue;
+    h->next_probe_ms = now;
+    RN_INFO(NCCL_NET, "send comm to %s (dev %d): rail %s no longer held out: rail %s failed",
+            c->peer, c->base.vdev, h->name, r->name);
+  }
   if (cause != r->cause) snprintf(r->cause, sizeof(r->cause), "%s", cause);
   int moved = 0, again = 0;
   for (int k = 0; k < r->nstreams; k++) {
@@ -904,25 +933,38 @@ static void rn_tcp_stream_reset(struct rn_tcp_stream *s, int fd) {
   atomic_store(&s->dead, 0);
 }
 
+/* Receive: the sender took the rail's streams out; offer it a listener of
+ * the rail's own.  A fresh one each time: a listener still offered from
+ * an earlier take-out may hold a connection the sender dialed, used and
+ * has just abandoned (it took the rail out again before this side
+ * admitted it), and the sender dials only the latest offer. */
 void rn_tcp_rails_offer(struct rn_tcp_comm *c, uint32_t streams) {
   for (int i = 0; i < c->nrails; i++) {
     struct rn_tcp_rail *r = &c->rail[i];
     if ((r->streams & streams) == 0) continue;
-    if (r->rejoin_rdv == NULL) {
-      union rn_sockaddr a = rn_sockaddr_no_port(r->local), bound;
-      uint64_t nonce = rn_rdv_random64();
-      if (rn_sock_listen(&a, &r->rejoin_fd, &bound) != ncclSuccess) {
-        r->rejoin_fd = -1;
-        continue; /* the rail stays out */
-      }
-      if (rn_rdv_create(&r->rejoin_fd, 1, nonce, &r->rejoin_rdv) != ncclSuccess) {
-        close(r->rejoin_fd);
-        r->rejoin_fd = -1;
-        continue;
-      }
-      r->offer_addr = bound;
-      r->offer_nonce = nonce;
+    if (r->rejoin_rdv != NULL) {
+      RN_INFO(NCCL_NET,
+              "receive comm from %s (dev %d): rail %s taken out again before its reconnection "
+              "was admitted: a fresh listener replaces the one offered",
+              c->peer, c->base.vdev, r->name);
+      rn_rdv_destroy(r->rejoin_rdv);
+      r->rejoin_rdv = NULL;
+      close(r->rejoin_fd);
+      r->rejoin_fd = -1;
     }
+    union rn_sockaddr a = rn_sockaddr_no_port(r->local), bound;
+    uint64_t nonce = rn_rdv_random64();
+    if (rn_sock_listen(&a, &r->rejoin_fd, &bound) != ncclSuccess) {
+      r->rejoin_fd = -1;
+      continue; /* the rail stays out */
+    }
+    if (rn_rdv_create(&r->rejoin_fd, 1, nonce, &r->rejoin_rdv) != ncclSuccess) {
+      close(r->rejoin_fd);
+      r->rejoin_fd = -1;
+      continue;
+    }
+    r->offer_addr = bound;
+    r->offer_nonce = nonce;
     if (!rn_tcp_ctl_room(c)) continue;
     struct rn_tcp_offer o = {.nonce = r->offer_nonce, .msg = c->msg_out, .streams = r->streams};
     rn_sockaddr_to_wire(&r->offer_addr, &o.addr);
@@ -984,7 +1026,13 @@ ncclResult_t rn_tcp_rails_on_offer(struct rn_tcp_comm *c, const struct rn_tcp_of
   r->offer_addr = a;
   r->offer_nonce = o->nonce;
   r->backoff_ms = RN_TCP_PROBE_FIRST_MS;
-  r->next_probe_ms = rn_clock_ms();
+  r->next_probe_ms = rn_clock_ms() + r->hold_ms;
+  if (r->hold_ms > 0)
+    RN_INFO(NCCL_NET,
+            "send comm to %s (dev %d): rail %s held out for %lld ms before it is probed: taken "
+            "out again within %d ms of its re-admission (%llu times out in all)",
+            c->peer, c->base.vdev, r->name, (long long)r->hold_ms, RN_TCP_FLAP_MS,
+            (unsigned long long)atomic_load(&r->failures));
   return ncclSuccess;
 }
 
@@ -1034,6 +1082,7 @@ static void rn_tcp_rails_probe(struct rn_tcp_comm *c) {
     r->failing = 0;
     r->busy_prev = 0;
     r->progress_ms = now;
+    r->readmit_ms = now;
     r->offered = 0;
     atomic_store(&r->state, RN_TCP_RAIL_UP);
     rn_tcp_wake_all(c);

@@ -240,6 +240,9 @@ struct rn_tcp_rail {
   uint64_t offer_nonce;
   struct rn_rdv_dial *dial;
   int64_t dial_ms, next_probe_ms, backoff_ms;
+  /* Send: when it was last re-admitted, and how long its next offer waits
+   * (a rail taken out again soon after it came back: lossy or flapping) */
+  int64_t readmit_ms, hold_ms;
   int busy_prev; /* caller: busy at the last sample */
   int standby;   /* the device's standby NIC: carries data only while every other rail is down */
 };
