@@ -22,6 +22,10 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 if ! have_tools; then
   command -v apt-get >/dev/null 2>&1 || { echo "rxevm: no apt-get to install the tools"; exit 2; }
+  [ "$(id -u)" = 0 ] || {
+    echo "rxevm: qemu-system-x86, busybox-static, rdma-core, perftest and the rest are missing; installing them needs root (README, step 2)"
+    exit 2
+  }
   timeout 300 apt-get update -qq
   timeout 600 apt-get install -y -qq --no-install-recommends qemu-system-x86 busybox-static kmod \
     ibverbs-utils ibverbs-providers rdma-core perftest libibverbs-dev iproute2 >/dev/null

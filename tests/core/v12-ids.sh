@@ -25,7 +25,8 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 err=$(ip netns add "$NS" 2>&1) || skip "no network namespace support: $err"
-err=$(ip -n "$NS" link add rnv0 type veth peer name rnp0 2>&1) || skip "no veth: $err"
+err=$(ip -n "$NS" link add rnv0 type veth peer name rnp0 2>&1) ||
+  skip "cannot add a veth pair in a network namespace (or enter one): $err"
 ip -n "$NS" link set lo up || { echo "1..1"; echo "not ok 1 - lo up in $NS"; exit 1; }
 i=0
 while [ $i -lt 10 ]; do

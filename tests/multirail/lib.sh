@@ -22,9 +22,10 @@ if ! err=$(ip netns add $probe 2>&1); then
   skip "no network namespace support: $err"
 fi
 cap=''
-ip -n $probe link add p0 type veth peer name p1 2>/dev/null || cap="no veth"
-[ -z "$cap" ] && { tc -n $probe qdisc add dev p0 root tbf rate 100mbit burst 128k latency 20ms \
-  2>/dev/null || cap="no tc tbf"; }
+err=$(ip -n $probe link add p0 type veth peer name p1 2>&1) ||
+  cap="cannot add a veth pair in a network namespace (or enter one): $err"
+[ -z "$cap" ] && { err=$(tc -n $probe qdisc add dev p0 root tbf rate 100mbit burst 128k \
+  latency 20ms 2>&1) || cap="no tc tbf: $err"; }
 ip netns del $probe
 [ -z "$cap" ] || skip "$cap"
 echo "1..$PLAN"

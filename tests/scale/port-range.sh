@@ -27,7 +27,8 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 err=$(ip netns add "$NS" 2>&1) || skip "no network namespace support: $err"
-err=$(ip -n "$NS" link add rnv0 type veth peer name rnp0 2>&1) || skip "no veth: $err"
+err=$(ip -n "$NS" link add rnv0 type veth peer name rnp0 2>&1) ||
+  skip "cannot add a veth pair in a network namespace (or enter one): $err"
 { ip -n "$NS" link set lo up && ip -n "$NS" addr add 198.18.121.1/32 dev rnv0 &&
   ip -n "$NS" link set rnp0 up && ip -n "$NS" link set rnv0 up; } || fail "veth rnv0 in $NS"
 echo "40000 40069" | ip netns exec "$NS" sh -c 'cat > /proc/sys/net/ipv4/ip_local_port_range' ||

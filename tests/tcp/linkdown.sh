@@ -19,21 +19,24 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'cleanup; exit 1' INT TERM
-if ! { ip netns add "$nsa" && ip netns add "$nsb" &&
+# Entering a namespace (ip -n) is part of the check: it fails where /
+# is not a mount point (a plain chroot), which creating them does not show.
+if ! { ip netns add "$nsa" && ip netns add "$nsb" && ip -n "$nsa" link set lo up &&
   ip link add "$va" type veth peer name "$vb" &&
   ip link set "$va" netns "$nsa" && ip link set "$vb" netns "$nsb"; } 2>/tmp/$pfx.err; then
-  echo "1..0 # SKIP cannot create network namespaces and a veth pair: $(head -1 /tmp/$pfx.err)"
+  echo "1..0 # SKIP cannot create and enter network namespaces joined by a veth pair: $(head -1 /tmp/$pfx.err)"
   rm -f /tmp/$pfx.err
   exit 0
 fi
-rm -f /tmp/$pfx.err
-ip -n "$nsa" addr add 198.18.77.1/30 dev "$va" &&
+if ! { ip -n "$nsa" addr add 198.18.77.1/30 dev "$va" &&
   ip -n "$nsb" addr add 198.18.77.2/30 dev "$vb" &&
-  ip -n "$nsa" link set "$va" up && ip -n "$nsb" link set "$vb" up || {
+  ip -n "$nsa" link set "$va" up && ip -n "$nsb" link set "$vb" up; } 2>/tmp/$pfx.err; then
   echo "1..1"
-  echo "not ok 1 - setting up the veth pair failed"
+  echo "not ok 1 - addressing the veth pair in its namespaces failed: $(head -1 /tmp/$pfx.err)"
+  rm -f /tmp/$pfx.err
   exit 1
-}
+fi
+rm -f /tmp/$pfx.err
 RAILNET_TRANSPORT=socket RAILNET_SOCKET_TIMEOUT_MS=2000 \
   RN_CONF_RECV_ENV="RN_NETNS=$nsa,RAILNET_SOCKET_IFNAME=$va" \
   RN_CONF_SEND_ENV="RN_NETNS=$nsb,RAILNET_SOCKET_IFNAME=$vb" \
