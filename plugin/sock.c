@@ -100,20 +100,8 @@ void rn_sock_tune(int fd, int bufsize) {
   fcntl(fd, F_SETFD, FD_CLOEXEC);
 }
 
-int rn_sock_probe_now(int fd) {
-  int one = 1;
-  if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one)) != 0 ||
-      setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &one, sizeof(one)) != 0 ||
-      setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &one, sizeof(one)) != 0)
-    return -1;
-  return 0;
-}
-
 int rn_sock_set_liveness(int fd, int timeout_ms) {
-  if (timeout_ms <= 0) {
-    int zero = 0; /* keepalive was off, unless rn_sock_probe_now turned it on */
-    return setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &zero, sizeof(zero));
-  }
+  if (timeout_ms <= 0) return 0;
   int one = 1;
   int idle = (timeout_ms / 2 + 999) / 1000; /* seconds of silence before probing */
   int intvl = timeout_ms / 6000 > 1 ? timeout_ms / 6000 : 1;

@@ -70,15 +70,9 @@ void rn_sock_tune(int fd, int bufsize);
 /* Make a peer that vanishes without closing (pulled cable, powered-off
  * host) an error within about timeout_ms: keepalive probes from half of
  * it on, and TCP_USER_TIMEOUT, which ends the connection with ETIMEDOUT
- * once data or probes stay unacknowledged that long.  0: keepalive off,
- * as a new socket has it.
+ * once data or probes stay unacknowledged that long.  0 changes nothing.
  * 0, or -1 with errno when the kernel refused an option. */
 int rn_sock_set_liveness(int fd, int timeout_ms);
-/* Keepalive probes at once and then every second on an idle connection,
- * to learn whether the peer's host still answers (TCP_INFO's
- * tcpi_last_ack_recv); rn_sock_set_liveness (or keepalive off, for 0)
- * puts back the usual.  0, or -1 with errno. */
-int rn_sock_probe_now(int fd);
 
 /* Call visit for each address of an up interface that a peer can reach:
  * every IPv4 address first, then every IPv6 one but the link-local ones

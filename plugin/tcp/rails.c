@@ -139,10 +139,9 @@ int rn_tcp_fd_tx(int fd, uint64_t *acked, uint64_t *outq) {
   return rc;
 }
 
-/* How long a peer's host has to answer TCP's probes (window probes, or
- * the keepalive probes rn_tcp_sender_answers starts, one a second): a
- * window probe's answer can wait for the receiver's rate limit on
- * answers out of its window (tcp_invalid_ratelimit, 500 ms). */
+/* How long a peer's host has to answer a window probe: the answer can
+ * wait for the receiver's rate limit on answers out of its window
+ * (tcp_invalid_ratelimit, 500 ms). */
 #define RN_TCP_PROBE_GRACE_MS 3000
 
 /* The peer's host is there (it acknowledged every byte and answers the
@@ -367,53 +366,6 @@ static void rn_tcp_held_sample(struct rn_tcp_comm *c, int64_t now, int held, int
   c->idle_said = 1;
 }
 
-/* Receive, nothing landed for the bound with messages announced: is the
- * sender's host still there?  Nothing of this side's is in flight on the
- * streams, so TCP knows nothing until keepalive starts (after half of
- * RAILNET_SOCKET_TIMEOUT_MS of silence).  It starts now, one probe a
- * second on each open stream: a host that acknowledges them is a live
- * sender whose process sends nothing (stopped, in a debugger, starved,
- * or a hostile one), and the receive waits for it as NCCL's own
- * transports do; none within RN_TCP_PROBE_GRACE_MS is a dead path.
- * Probing ends when bytes land again or none are awaited. */
-static int rn_tcp_sender_answers(struct rn_tcp_comm *c, int64_t now) {
-  if (c->probe_ms == 0) {
-    c->probe_ms = now;
-    for (int i = 0; i < c->nstreams; i++)
-      if (!atomic_load(&c->stream[i].dead)) rn_sock_probe_now(c->stream[i].fd);
-    return 1;
-  }
-  int64_t last = INT64_MAX; /* ms since the freshest acknowledgement on any stream */
-  for (int i = 0; i < c->nstreams; i++) {
-    struct tcp_info ti;
-    socklen_t len = sizeof(ti);
-    if (atomic_load(&c->stream[i].dead) ||
-        getsockopt(c->stream[i].fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0)
-      continue;
-    if ((int64_t)ti.tcpi_last_ack_recv < last) last = ti.tcpi_last_ack_recv;
-  }
-  if (last < now - c->probe_ms && last < RN_TCP_PROBE_GRACE_MS) {
-    if (!c->idle_said)
-      RN_INFO(NCCL_NET,
-              "receive comm with %s: nothing landed for %lld ms with messages announced, and the "
-              "sender's host answers: its process sends nothing (stopped or busy); waiting for "
-              "it, as NCCL's own transports do",
-              c->peer, (long long)(now - c->landed_ms));
-    c->idle_said = 1;
-    return 1;
-  }
-  return now - c->probe_ms < RN_TCP_PROBE_GRACE_MS;
-}
-
-/* Bytes landed again (or none are awaited): the usual keepalive. */
-static void rn_tcp_probe_end(struct rn_tcp_comm *c) {
-  for (int i = 0; i < c->nstreams; i++)
-    if (!atomic_load(&c->stream[i].dead))
-      rn_sock_set_liveness(c->stream[i].fd, (int)rn_params()->socket_timeout_ms);
-  c->probe_ms = 0;
-  c->idle_said = 0;
-}
-
 /* Samples further apart than this: the caller stopped calling for a
  * while, so (without helper threads) nothing was read or written
  * meanwhile, and what arrived is still unread when the sample runs
@@ -458,7 +410,6 @@ static void rn_tcp_rails_sample(struct rn_tcp_comm *c, int64_t now) {
       lost += atomic_load(&c->stream[i].dead) && c->stream[i].lost;
     }
     if (atomic_load(&c->stream_work) == 0 || away) c->landed_ms = now;
-    if (c->landed_ms == now && c->probe_ms != 0) rn_tcp_probe_end(c);
     /* Where the sender has other rails, a rail that stopped holds the
      * bytes still due until the sender takes it out (after
      * RAILNET_RAIL_STALL_MS) and sends them again: that failover goes
@@ -467,12 +418,15 @@ static void rn_tcp_rails_sample(struct rn_tcp_comm *c, int64_t now) {
     if (live == 0 && lost > 0 && atomic_load(&c->stream_work) != 0)
       rn_tcp_fail(c, ncclRemoteError, "every rail is gone (%d of %d streams lost)", lost,
                   c->nstreams);
-    else if (now - c->landed_ms >= bound && !rn_tcp_sender_answers(c, now))
+    /* A sender whose process stopped mid-message fails this too: its
+     * host still answers TCP, but so does the host of a sender whose
+     * message was lost on the way (a corrupting peer), and only an answer
+     * from the sender's process could tell the two apart. */
+    else if (now - c->landed_ms >= bound)
       rn_tcp_fail(c, ncclRemoteError,
-                  "no rail delivered a byte for %lld ms while streamed messages were announced, "
-                  "and the sender's host answered no keepalive probe for %lld ms "
+                  "no rail delivered a byte for %lld ms while streamed messages were announced "
                   "(RAILNET_RAIL_TIMEOUT_MS)",
-                  (long long)(now - c->landed_ms), (long long)(now - c->probe_ms));
+                  (long long)(now - c->landed_ms));
     return;
   }
   int was_busy[RN_MAX_RAILS], busy[RN_MAX_RAILS], any_busy = 0, given_any = 0;

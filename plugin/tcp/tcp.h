@@ -549,9 +549,8 @@ struct rn_tcp_comm {
   char *scratch;      /* where copies of chunks that already landed are read to */
   atomic_int ack_due; /* a streamed buffer filled: ACKs to queue */
   int64_t landed_ms;  /* receive: when bytes last landed or none were awaited */
-  int64_t probe_ms;   /* receive: keepalive probing of a silent sender began, 0 none */
   int64_t held_ms;    /* send: since when the receiver's windows alone hold the bytes, 0 not */
-  int idle_said;      /* the INFO on a live peer whose process does nothing was given */
+  int idle_said;      /* send: the INFO on a live receiver whose process reads nothing was given */
   /* send: chunks of failed rails waiting for room on the others */
   struct rn_tcp_queued_chunk *backlog;
   int nbacklog;
