@@ -160,6 +160,21 @@ ncclResult_t peer_wait(struct rn_peer *p, void *req, int *sizes, double timeout_
   }
 }
 
+int peer_post(struct rn_peer *p, void *comm, void *mh, void *buf, size_t size, int tag,
+              void **req) {
+  const int send = p->role == RN_SENDER;
+  double end = rn_deadline(20);
+  *req = NULL;
+  while (*req == NULL && now_s() < end) {
+    size_t sz = size;
+    int t = tag;
+    ncclResult_t r = send ? rn_net_isend(&p->net, comm, buf, size, tag, mh, req)
+                          : rn_net_irecv(&p->net, comm, 1, &buf, &sz, &t, &mh, req);
+    if (peer_check(p, r, send ? "isend" : "irecv")) return -1;
+  }
+  return *req != NULL ? 0 : peer_fail(p, "tag %d: request not posted", tag);
+}
+
 /* ---- the runner -------------------------------------------------------- */
 static const char *role_name(enum rn_role r) { return r == RN_RECEIVER ? "receiver" : "sender"; }
 

@@ -294,6 +294,11 @@ int peer_check(struct rn_peer *p, ncclResult_t r, const char *what);
 /* Wait for a request: polls test until done or error, bounded.  Returns
  * the test result; ncclInternalError + "timeout" in why on timeout. */
 ncclResult_t peer_wait(struct rn_peer *p, void *req, int *sizes, double timeout_s);
+/* Post one message of size bytes with tag: an isend from the sender, a
+ * receive of one buffer from the receiver, tried again while the plugin
+ * answers with no request (bounded, 20 s).  0, or -1 with why set. */
+int peer_post(struct rn_peer *p, void *comm, void *mh, void *buf, size_t size, int tag,
+              void **req);
 
 /* ---- message streams over one comm (stream.c) ------------------------- */
 /* A sequence of messages over one comm, posted with up to `window`

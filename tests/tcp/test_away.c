@@ -20,19 +20,6 @@
 
 #define SIZE (32 << 10) /* streamed (RAILNET_SOCKET_INLINE=256), fits the socket buffers */
 
-static int post(struct rn_peer *p, void *comm, void *mh, char *buf, int tag, void **req) {
-  size_t sz = SIZE;
-  double end = rn_deadline(20);
-  *req = NULL;
-  while (*req == NULL && now_s() < end) {
-    ncclResult_t r = p->role == RN_SENDER
-                         ? rn_net_isend(&p->net, comm, buf, SIZE, tag, mh, req)
-                         : rn_net_irecv(&p->net, comm, 1, (void **)&buf, &sz, &tag, &mh, req);
-    if (peer_check(p, r, p->role == RN_SENDER ? "isend" : "irecv")) return -1;
-  }
-  return *req != NULL ? 0 : peer_fail(p, "tag %d: request not posted", tag);
-}
-
 static int side(struct rn_peer *p) {
   void *comm = NULL, *mh = NULL, *req = NULL;
   char *buf = malloc(SIZE);
@@ -45,7 +32,7 @@ static int side(struct rn_peer *p) {
   for (int k = 0; k < 2; k++) {
     if (send) pattern_fill(buf, SIZE, pattern_key(p->seed, (uint64_t)k, SIZE));
     if (!send) {
-      if (post(p, comm, mh, buf, k + 1, &req) != 0) goto out;
+      if (peer_post(p, comm, mh, buf, SIZE, k + 1, &req) != 0) goto out;
       if (k == 1 && (peer_write(p, "p", 1) != 0 || peer_read(p, &step, 1, 30) != 0)) goto out;
       if (peer_check(p, peer_wait(p, req, &size, 20), "test")) goto out;
       if (size != SIZE ||
@@ -57,12 +44,13 @@ static int side(struct rn_peer *p) {
       continue;
     }
     if (k == 0) {
-      if (post(p, comm, mh, buf, k + 1, &req) != 0 ||
+      if (peer_post(p, comm, mh, buf, SIZE, k + 1, &req) != 0 ||
           peer_check(p, peer_wait(p, req, &size, 20), "test"))
         goto out;
       continue;
     }
-    if (peer_read(p, &step, 1, 30) != 0 || post(p, comm, mh, buf, k + 1, &req) != 0) goto out;
+    if (peer_read(p, &step, 1, 30) != 0 || peer_post(p, comm, mh, buf, SIZE, k + 1, &req) != 0)
+      goto out;
     for (int i = 0; i < 4 && !done; i++) {
       usleep(150 * 1000);
       if (peer_check(p, rn_net_test(&p->net, req, &done, &size), "test")) goto out;

@@ -24,21 +24,6 @@
 #define SIZE (64 << 20) /* more than the sockets of 4 streams hold */
 #define NMSG 2
 
-/* Post message k of a round (tag k + 1). */
-static int post(struct rn_peer *p, void *comm, void *mh, char *buf, int k, void **req) {
-  size_t sz = SIZE;
-  int tag = k + 1;
-  double end = rn_deadline(20);
-  *req = NULL;
-  while (*req == NULL && now_s() < end) {
-    ncclResult_t r = p->role == RN_SENDER
-                         ? rn_net_isend(&p->net, comm, buf, SIZE, tag, mh, req)
-                         : rn_net_irecv(&p->net, comm, 1, (void **)&buf, &sz, &tag, &mh, req);
-    if (peer_check(p, r, p->role == RN_SENDER ? "isend" : "irecv")) return -1;
-  }
-  return *req != NULL ? 0 : peer_fail(p, "message %d: request not posted", k);
-}
-
 /* Test every request still open once; -1 on an error.  *left: how many. */
 static int test_all(struct rn_peer *p, void **req, int *left, const char *when) {
   *left = 0;
@@ -137,13 +122,13 @@ static int side(struct rn_peer *p) {
     }
     if (!send) {
       for (int k = 0; k < NMSG; k++)
-        if (post(p, comm, mh[k], buf[k], k, &req[k]) != 0) goto out;
+        if (peer_post(p, comm, mh[k], buf[k], SIZE, k + 1, &req[k]) != 0) goto out;
       if (peer_write(p, "p", 1) != 0) goto out; /* posted */
     } else {
       char c;
       if (peer_read(p, &c, 1, 30) != 0) goto out;
       for (int k = 0; k < NMSG; k++)
-        if (post(p, comm, mh[k], buf[k], k, &req[k]) != 0) goto out;
+        if (peer_post(p, comm, mh[k], buf[k], SIZE, k + 1, &req[k]) != 0) goto out;
     }
     /* Bytes of the first message land, then the stopped side calls
      * nothing until the other has waited past the bound and said so. */

@@ -24,8 +24,7 @@
 static int side(struct rn_peer *p) {
   void *comm = NULL, *mh = NULL, *req = NULL;
   char *buf = malloc(SIZE);
-  int rc = -1, size = 0, tag = 1;
-  size_t sz = SIZE;
+  int rc = -1, size = 0;
   char c;
   const int said = rn_log_watch("took its OPEN");
   if (buf == NULL) return peer_fail(p, "out of memory");
@@ -33,16 +32,7 @@ static int side(struct rn_peer *p) {
   if (peer_check(p, rn_net_regmr(&p->net, comm, buf, SIZE, NCCL_PTR_HOST, &mh), "regMr")) goto out;
   if (p->role == RN_RECEIVER) {
     memset(buf, 0, SIZE);
-    double end = rn_deadline(20);
-    while (req == NULL && now_s() < end)
-      if (peer_check(p, rn_net_irecv(&p->net, comm, 1, (void **)&buf, &sz, &tag, &mh, &req),
-                     "irecv"))
-        goto out;
-    if (req == NULL) {
-      peer_fail(p, "receive not posted");
-      goto out;
-    }
-    if (peer_write(p, "p", 1) != 0) goto out;
+    if (peer_post(p, comm, mh, buf, SIZE, 1, &req) != 0 || peer_write(p, "p", 1) != 0) goto out;
     if (peer_read(p, &c, 1, 60) != 0) {
       peer_fail(p, "the sender failed or never said it waits");
       goto out;
@@ -54,15 +44,8 @@ static int side(struct rn_peer *p) {
     }
   } else {
     pattern_fill(buf, SIZE, pattern_key(p->seed, 0, SIZE));
-    if (peer_read(p, &c, 1, 30) != 0) goto out;
-    double end = rn_deadline(20);
-    while (req == NULL && now_s() < end)
-      if (peer_check(p, rn_net_isend(&p->net, comm, buf, SIZE, tag, mh, &req), "isend")) goto out;
-    if (req == NULL) {
-      peer_fail(p, "send not posted");
-      goto out;
-    }
-    end = rn_deadline(60);
+    if (peer_read(p, &c, 1, 30) != 0 || peer_post(p, comm, mh, buf, SIZE, 1, &req) != 0) goto out;
+    double end = rn_deadline(60);
     int done = 0;
     while (rn_log_seen(said) == 0 && !done && now_s() < end) {
       if (peer_check(p, rn_net_test(&p->net, req, &done, &size),
