@@ -274,10 +274,11 @@ static void rn_tcp_ctl_sample(struct rn_tcp_comm *c, int64_t now, int away, int6
     busy |= c->out_head != c->out_tail && c->out_lazy == 0;
   const uint64_t mark = acked + c->move.rx; /* moves when either direction does */
   z->ctl_unacked = outq > 0;
-  if (!busy || mark != z->ctl_mark || away || (outq > 0 && rn_tcp_fd_window_held(c->ctrl_fd))) {
+  if (!busy || mark != z->ctl_mark || away) {
     z->ctl_mark = mark;
     z->ctl_ms = now;
-  } else if (now - z->ctl_ms >= limit && !rn_tcp_ctl_sender_moves(c)) {
+  } else if (now - z->ctl_ms >= limit && !rn_tcp_ctl_sender_moves(c) &&
+             !(outq > 0 && rn_tcp_fd_window_held(c->ctrl_fd))) {
     rn_tcp_fail(c, ncclRemoteError,
                 "control connection: nothing acknowledged or arrived for %lld ms with a message "
                 "in flight (RAILNET_RAIL_TIMEOUT_MS)",
@@ -347,22 +348,20 @@ static void rn_tcp_ack_sample(struct rn_tcp_comm *c, int64_t now, int away, int6
   }
 }
 
-/* Send: the receiver's windows alone hold the bytes in flight (no rail
- * moved, one window-held): said once when that has lasted the bound,
- * which no longer fails the comm. */
-static void rn_tcp_held_sample(struct rn_tcp_comm *c, int64_t now, int held, int64_t limit) {
+/* Send: no rail progressed for the bound, and the receiver's windows
+ * alone hold every rail's bytes in flight: said once per such wait,
+ * which does not fail the comm. */
+static void rn_tcp_held_sample(struct rn_tcp_comm *c, int held, int64_t limit) {
   if (!held) {
-    c->held_ms = 0;
     c->idle_said = 0;
     return;
   }
-  if (c->held_ms == 0) c->held_ms = now;
-  if (c->idle_said || now - c->held_ms < limit) return;
+  if (c->idle_said) return;
   RN_INFO(NCCL_NET,
-          "send comm with %s: the receiver's host acknowledged every byte and reads nothing for "
-          "%lld ms (its window is closed): its process is stopped or busy; waiting for it, as "
-          "NCCL's own transports do",
-          c->peer, (long long)(now - c->held_ms));
+          "send comm with %s: the receiver's host acknowledged every byte and has read nothing "
+          "for %lld ms (its window is closed): its process is stopped or busy; waiting for it, "
+          "as NCCL's own transports do",
+          c->peer, (long long)limit);
   c->idle_said = 1;
 }
 
@@ -430,7 +429,6 @@ static void rn_tcp_rails_sample(struct rn_tcp_comm *c, int64_t now) {
     return;
   }
   int was_busy[RN_MAX_RAILS], busy[RN_MAX_RAILS], any_busy = 0, given_any = 0;
-  int held = 0, moved = 0; /* a rail waited on the receiver's window; one moved */
   uint64_t delta[RN_MAX_RAILS];
   int64_t given[RN_MAX_RAILS];
   double top = 0;
@@ -454,16 +452,9 @@ static void rn_tcp_rails_sample(struct rn_tcp_comm *c, int64_t now) {
     r->acked_prev = acked;
     r->outq = outq;
     busy[i] = was_busy[i] && rn_tcp_rail_busy(r) && atomic_load(&r->state) == RN_TCP_RAIL_UP;
-    if (delta[i] > 0 || !rn_tcp_rail_inflight(r) || away) {
-      r->progress_ms = now;
-      moved |= delta[i] > 0 || away;
-    } else if (rn_tcp_rail_window_held(c, r)) {
-      r->progress_ms = now;
-      held = 1;
-    }
+    if (delta[i] > 0 || !rn_tcp_rail_inflight(r) || away) r->progress_ms = now;
     any_busy |= busy[i];
   }
-  rn_tcp_held_sample(c, now, held && !moved, limit);
   rn_tcp_ack_sample(c, now, away, rn_tcp_ctl_bound(c, limit));
   rn_tcp_ctl_probe(c, now, away);
   for (int i = 0; i < c->nrails; i++) {
@@ -518,7 +509,18 @@ static void rn_tcp_rails_sample(struct rn_tcp_comm *c, int64_t now) {
                (long long)(now - c->lazy.ctl_ms), standing);
     }
   }
-  if (waiting && !fresh)
+  /* None progressing because the receiver's windows alone hold every
+   * rail's bytes: a live receiver whose process reads nothing, waited
+   * for.  (The rules that take a rail out are unchanged: they weigh it
+   * against a rail that progresses.) */
+  int held = waiting && !fresh;
+  for (int i = 0; i < c->nrails && held; i++) {
+    struct rn_tcp_rail *r = &c->rail[i];
+    if (atomic_load(&r->state) == RN_TCP_RAIL_UP && rn_tcp_rail_inflight(r))
+      held = rn_tcp_rail_window_held(c, r);
+  }
+  rn_tcp_held_sample(c, held, limit);
+  if (waiting && !fresh && !held)
     rn_tcp_fail(c, ncclRemoteError,
                 "no rail progressed for %lld ms with bytes in flight (RAILNET_RAIL_TIMEOUT_MS)",
                 (long long)limit);
@@ -697,14 +699,6 @@ static void rn_tcp_backlog_drain(struct rn_tcp_comm *c) {
  * yet written, or wrote for a send not yet acknowledged, waits in the
  * backlog for the other rails; a written one goes again as a re-send
  * (attempt + 1), which the receiver drops if its first copy landed. */
-/* A rail taken out again within RN_TCP_FLAP_MS of its re-admission
- * (lossy, flapping) is held out before its next offer is probed:
- * RN_TCP_HOLD_FIRST_MS, doubling each time, up to RN_TCP_HOLD_MAX_MS,
- * unless another rail fails meanwhile. */
-#define RN_TCP_FLAP_MS 10000
-#define RN_TCP_HOLD_FIRST_MS 1000
-#define RN_TCP_HOLD_MAX_MS 16000
-
 static ncclResult_t rn_tcp_rail_take_out(struct rn_tcp_comm *c, int ri, const char *cause) {
   struct rn_tcp_rail *r = &c->rail[ri];
   if (!c->ack)
@@ -719,28 +713,6 @@ static ncclResult_t rn_tcp_rail_take_out(struct rn_tcp_comm *c, int ri, const ch
   }
   atomic_store(&r->state, RN_TCP_RAIL_FAILED);
   atomic_fetch_add(&r->failures, 1);
-  /* Out again soon after it came back (lossy, flapping): its next offer
-   * waits, twice as long each time, so it cannot stall every striped
-   * message again at once. */
-  const int64_t now = rn_clock_ms();
-  if (r->readmit_ms != 0 && now - r->readmit_ms < RN_TCP_FLAP_MS)
-    r->hold_ms = r->hold_ms == 0 ? RN_TCP_HOLD_FIRST_MS
-                 : r->hold_ms < RN_TCP_HOLD_MAX_MS / 2 ? 2 * r->hold_ms
-                                                       : RN_TCP_HOLD_MAX_MS;
-  else
-    r->hold_ms = 0;
-  /* A rail held out is healthy as far as anyone knows: with this one out
-   * too, it is probed at once. */
-  for (int j = 0; j < c->nrails; j++) {
-    struct rn_tcp_rail *h = &c->rail[j];
-    if (j == ri || !h->offered || h->next_probe_ms <= now ||
-        atomic_load(&h->state) != RN_TCP_RAIL_FAILED)
-      continue;
-    h->next_probe_ms = now;
-    RN_INFO(NCCL_NET, "send comm to %s (dev %d): rail %s no longer held out: rail %s failed",
-            c->peer, c->base.vdev, h->name, r->name);
-  }
-  if (cause != r->cause) snprintf(r->cause, sizeof(r->cause), "%s", cause);
   int moved = 0, again = 0;
   for (int k = 0; k < r->nstreams; k++) {
     struct rn_tcp_stream *s = &c->stream[r->stream[k]];
@@ -980,13 +952,7 @@ ncclResult_t rn_tcp_rails_on_offer(struct rn_tcp_comm *c, const struct rn_tcp_of
   r->offer_addr = a;
   r->offer_nonce = o->nonce;
   r->backoff_ms = RN_TCP_PROBE_FIRST_MS;
-  r->next_probe_ms = rn_clock_ms() + r->hold_ms;
-  if (r->hold_ms > 0)
-    RN_INFO(NCCL_NET,
-            "send comm to %s (dev %d): rail %s held out for %lld ms before it is probed: taken "
-            "out again within %d ms of its re-admission (%llu times out in all)",
-            c->peer, c->base.vdev, r->name, (long long)r->hold_ms, RN_TCP_FLAP_MS,
-            (unsigned long long)atomic_load(&r->failures));
+  r->next_probe_ms = rn_clock_ms();
   return ncclSuccess;
 }
 
@@ -1036,7 +1002,6 @@ static void rn_tcp_rails_probe(struct rn_tcp_comm *c) {
     r->failing = 0;
     r->busy_prev = 0;
     r->progress_ms = now;
-    r->readmit_ms = now;
     r->offered = 0;
     atomic_store(&r->state, RN_TCP_RAIL_UP);
     rn_tcp_wake_all(c);

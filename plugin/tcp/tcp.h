@@ -240,9 +240,6 @@ struct rn_tcp_rail {
   uint64_t offer_nonce;
   struct rn_rdv_dial *dial;
   int64_t dial_ms, next_probe_ms, backoff_ms;
-  /* Send: when it was last re-admitted, and how long its next offer waits
-   * (a rail taken out again soon after it came back: lossy or flapping) */
-  int64_t readmit_ms, hold_ms;
   int busy_prev; /* caller: busy at the last sample */
   int standby;   /* the device's standby NIC: carries data only while every other rail is down */
 };
@@ -549,7 +546,6 @@ struct rn_tcp_comm {
   char *scratch;      /* where copies of chunks that already landed are read to */
   atomic_int ack_due; /* a streamed buffer filled: ACKs to queue */
   int64_t landed_ms;  /* receive: when bytes last landed or none were awaited */
-  int64_t held_ms;    /* send: since when the receiver's windows alone hold the bytes, 0 not */
   int idle_said;      /* send: the INFO on a live receiver whose process reads nothing was given */
   /* send: chunks of failed rails waiting for room on the others */
   struct rn_tcp_queued_chunk *backlog;
