@@ -713,6 +713,7 @@ static ncclResult_t rn_tcp_rail_take_out(struct rn_tcp_comm *c, int ri, const ch
   }
   atomic_store(&r->state, RN_TCP_RAIL_FAILED);
   atomic_fetch_add(&r->failures, 1);
+  if (cause != r->cause) snprintf(r->cause, sizeof(r->cause), "%s", cause);
   int moved = 0, again = 0;
   for (int k = 0; k < r->nstreams; k++) {
     struct rn_tcp_stream *s = &c->stream[r->stream[k]];
