@@ -29,9 +29,13 @@
  *   (a real connection completes within microseconds of its first socket,
  *   so only a stalled one is ever the oldest).  A complete group waits for
  *   poll to return it, one per call, and is never evicted; an incomplete
- *   one is dropped RAILNET_CONNECT_TIMEOUT_MS after it started.
+ *   one is dropped RAILNET_CONNECT_TIMEOUT_MS after it started.  A group is
+ *   complete with its control connection and the data streams of every
+ *   rail not left out.
  * - Refused hellos: a data stream count outside the listener's range (1..32
- *   for TCP, 0 for the verbs bootstrap), a bad role or index, counts that
+ *   for TCP, 0 for the verbs bootstrap), a bad role or index, rails left
+ *   out (struct rn_hello's absent) that this listener cannot tell apart,
+ *   or all of them, a data stream of such a rail, counts that
  *   differ from their group's, a slot already taken, or a source address
  *   other than the one the group saw from the same source (struct rn_hello
  *   says which socket leaves from which address): a duplicate connection
@@ -213,8 +217,10 @@ struct rn_rdv_group {
   uint64_t seq; /* creation order: the oldest incomplete is evicted first */
   int64_t deadline;
   uint32_t nlocals;
+  uint32_t absent; /* rails left out (struct rn_hello) */
   int have_ctrl;
   int ndata;
+  int want; /* data streams it comes with: those of the rails not left out */
   int nfds;
   struct rn_rdv_conn conn;
   struct rn_rdv_source src[RN_RDV_MAX_SOURCES];
@@ -366,10 +372,27 @@ ncclResult_t rn_rdv_create_ctrl_only(const int *lfds, int nlfds, uint64_t nonce,
 
 /* Which of the connector's addresses this socket left from (see struct
  * rn_hello). */
+/* Data stream i of a connection whose hello is h belongs to a rail left
+ * out (h checked). */
+static int rn_rdv_left_out(const struct rn_hello *h, uint32_t i) {
+  return h->absent != 0 && ((h->absent >> (i % h->nlocals)) & 1u);
+}
+
+/* Rails left out of a connection must be named in a way the listener can
+ * serve: of at least two bound sources, each with a listening socket of
+ * its own (the k-th source dials the k-th), and not all of them. */
+static int rn_rdv_absent_ok(const struct rn_rdv *r, const struct rn_hello *h) {
+  if (h->absent == 0) return 1;
+  return h->nlocals >= 2 && h->nlocals <= (uint32_t)r->nlfds && (h->absent >> h->nlocals) == 0 &&
+         h->absent != (1u << h->nlocals) - 1 && h->nstreams >= h->nlocals;
+}
+
 static int rn_rdv_source_slot(const struct rn_rdv_socket *s) {
   const struct rn_hello *h = &s->hello;
   if (h->nlocals == 0) return s->lfd_index;
-  return h->role == RN_ROLE_CTRL ? 0 : (int)(h->index % h->nlocals);
+  /* the control connection leaves from the first rail not left out */
+  if (h->role == RN_ROLE_CTRL) return h->absent ? __builtin_ctz(~(uint32_t)h->absent) : 0;
+  return (int)(h->index % h->nlocals);
 }
 
 static struct rn_rdv_source rn_rdv_source_of(const struct rn_rdv_socket *s) {
@@ -394,7 +417,7 @@ static int rn_rdv_group_evict(struct rn_rdv *r, const struct rn_rdv_group *keep,
   int oldest = -1;
   for (int i = 0; i < r->ngroups; i++) {
     const struct rn_rdv_group *g = &r->group[i];
-    if (g == keep || (g->have_ctrl && g->ndata == g->conn.nstreams)) continue;
+    if (g == keep || (g->have_ctrl && g->ndata == g->want)) continue;
     if (oldest < 0 || g->seq < r->group[oldest].seq) oldest = i;
   }
   if (oldest < 0) return -1;
@@ -413,8 +436,12 @@ static struct rn_rdv_group *rn_rdv_group_new(struct rn_rdv *r, const struct rn_h
   g->seq = r->next_seq++;
   g->deadline = now + r->connect_ms;
   g->nlocals = h->nlocals;
+  g->absent = h->absent;
+  g->conn.nrails = (int)h->nlocals;
   g->conn.ctrl_fd = -1;
   g->conn.nstreams = (int)h->nstreams;
+  g->want = 0;
+  for (uint32_t i = 0; i < h->nstreams; i++) g->want += !rn_rdv_left_out(h, i);
   for (int i = 0; i < RN_RDV_MAX_STREAMS; i++) g->conn.data_fd[i] = -1;
   return g;
 }
@@ -435,14 +462,15 @@ static int rn_rdv_join(struct rn_rdv *r, const struct rn_rdv_socket *s, int64_t 
   }
   if ((h->role != RN_ROLE_CTRL && h->role != RN_ROLE_DATA) ||
       h->nstreams < (uint32_t)r->min_streams || h->nstreams > (uint32_t)r->max_streams ||
-      (h->role == RN_ROLE_DATA && h->index >= h->nstreams) || h->nlocals > RN_RDV_MAX_SOURCES)
+      (h->role == RN_ROLE_DATA && h->index >= h->nstreams) || h->nlocals > RN_RDV_MAX_SOURCES ||
+      !rn_rdv_absent_ok(r, h) || (h->role == RN_ROLE_DATA && rn_rdv_left_out(h, h->index)))
     return -1;
   struct rn_rdv_group *g = NULL;
   for (int i = 0; i < r->ngroups && g == NULL; i++)
     if (r->group[i].conn_id == h->conn_id) g = &r->group[i];
   if (g != NULL) {
     *why = RN_STRAY_INCONSISTENT;
-    if ((int)h->nstreams != g->conn.nstreams || h->nlocals != g->nlocals ||
+    if ((int)h->nstreams != g->conn.nstreams || h->nlocals != g->nlocals || h->absent != g->absent ||
         (h->role == RN_ROLE_CTRL && g->have_ctrl) ||
         (h->role == RN_ROLE_DATA && g->conn.data_fd[h->index] >= 0) || !rn_rdv_source_matches(g, s))
       return -1;
@@ -632,7 +660,7 @@ ncclResult_t rn_rdv_poll(struct rn_rdv *r, struct rn_rdv_conn *conn, int *ready)
   r->nanon = kept;
   for (int i = 0; i < r->ngroups;) {
     struct rn_rdv_group *g = &r->group[i];
-    if (g->have_ctrl && g->ndata == g->conn.nstreams) {
+    if (g->have_ctrl && g->ndata == g->want) {
       if (res == ncclSuccess && !*ready) {
         *conn = g->conn;
         *ready = 1;
@@ -670,10 +698,32 @@ struct rn_rdv_dial {
   size_t off[1 + RN_RDV_MAX_STREAMS];
   struct rn_hello hello[1 + RN_RDV_MAX_STREAMS];
   union rn_sockaddr to[1 + RN_RDV_MAX_STREAMS]; /* for messages */
+  int rail[1 + RN_RDV_MAX_STREAMS];             /* the index of the address it dials */
+  int start_err[1 + RN_RDV_MAX_STREAMS]; /* connect() failed at once (fd -1), said at poll */
   int dropped; /* the listener reset a connected socket */
+  int quiet;   /* a failed connect is the caller's to report */
+  int failed_rail, failed_err;
 };
 
 int rn_rdv_dial_dropped(const struct rn_rdv_dial *d) { return d != NULL && d->dropped; }
+
+void rn_rdv_dial_set_quiet(struct rn_rdv_dial *d) { d->quiet = 1; }
+
+int rn_rdv_dial_failed(const struct rn_rdv_dial *d, int *err) {
+  *err = d->failed_err;
+  return d->failed_rail;
+}
+
+uint32_t rn_rdv_dial_pending(const struct rn_rdv_dial *d, uint32_t *up) {
+  uint32_t pending = 0, seen = 0;
+  for (int i = 0; i < d->nfds; i++) {
+    if (d->fd[i] < 0) continue; /* left out */
+    seen |= 1u << d->rail[i];
+    if (d->state[i] == RN_DIAL_CONNECTING) pending |= 1u << d->rail[i];
+  }
+  *up = seen & ~pending;
+  return pending;
+}
 
 ncclResult_t rn_rdv_dial_create(const union rn_sockaddr *addrs, int naddrs, uint64_t nonce,
                                 int nstreams, struct rn_rdv_dial **out) {
@@ -683,8 +733,19 @@ ncclResult_t rn_rdv_dial_create(const union rn_sockaddr *addrs, int naddrs, uint
 ncclResult_t rn_rdv_dial_create_from(const union rn_sockaddr *addrs, int naddrs,
                                      const union rn_sockaddr *locals, int nlocals, uint64_t nonce,
                                      int nstreams, struct rn_rdv_dial **out) {
+  return rn_rdv_dial_create_without(addrs, naddrs, locals, nlocals, nonce, nstreams, 0, out);
+}
+
+ncclResult_t rn_rdv_dial_create_without(const union rn_sockaddr *addrs, int naddrs,
+                                        const union rn_sockaddr *locals, int nlocals,
+                                        uint64_t nonce, int nstreams, uint32_t absent,
+                                        struct rn_rdv_dial **out) {
   ncclResult_t res = ncclSuccess;
   if (naddrs < 1 || nstreams < 0 || nstreams > RN_RDV_MAX_STREAMS || nlocals < 0)
+    return ncclInternalError;
+  if (absent != 0 && (naddrs != nlocals || nlocals < 2 || nlocals > RN_RDV_MAX_SOURCES ||
+                      (absent >> nlocals) != 0 || absent == (1u << nlocals) - 1 ||
+                      nstreams < nlocals))
     return ncclInternalError;
   struct rn_rdv_dial *d = calloc(1, sizeof(*d));
   if (d == NULL) {
@@ -703,6 +764,11 @@ ncclResult_t rn_rdv_dial_create_from(const union rn_sockaddr *addrs, int naddrs,
     int rail = i == 0 ? 0 : i - 1;
     if (locals[rail % nlocals].sa.sa_family != addrs[rail % naddrs].sa.sa_family) bound = 0;
   }
+  if (absent != 0 && bound != (uint32_t)nlocals) {
+    rn_rdv_dial_destroy(d);
+    return ncclInternalError;
+  }
+  d->failed_rail = -1;
   for (int i = 0; i < d->nfds; i++) {
     struct rn_hello *h = &d->hello[i];
     h->magic = RN_HELLO_MAGIC;
@@ -712,13 +778,24 @@ ncclResult_t rn_rdv_dial_create_from(const union rn_sockaddr *addrs, int naddrs,
     h->nonce = nonce;
     h->conn_id = conn_id;
     h->nstreams = (uint32_t)nstreams;
-    h->nlocals = bound;
-    /* The control connection goes to the lead rail; stream k to rail k mod n. */
-    int rail = i == 0 ? 0 : i - 1;
-    const union rn_sockaddr *a = &addrs[rail % naddrs];
-    const union rn_sockaddr *l = nlocals > 0 ? &locals[rail % nlocals] : NULL;
-    d->to[i] = *a;
-    RN_CHECK_GOTO(rn_sock_connect_start(a, l, &d->fd[i]), res, out_free);
+    h->nlocals = (uint16_t)bound;
+    h->absent = (uint16_t)absent;
+    /* The control connection goes to the lead rail, the first not left
+     * out; stream k to rail k mod n. */
+    int rail = i == 0 ? (absent ? __builtin_ctz(~absent) : 0) : (i - 1) % naddrs;
+    d->rail[i] = rail;
+    d->to[i] = addrs[rail];
+    if (i > 0 && ((absent >> rail) & 1u)) {
+      d->state[i] = RN_DIAL_DONE; /* not dialed: fd -1 */
+      continue;
+    }
+    const union rn_sockaddr *l = nlocals > 0 ? &locals[(i == 0 ? rail : i - 1) % nlocals] : NULL;
+    res = rn_sock_connect_start_quiet(&addrs[rail], l, &d->fd[i], &d->start_err[i]);
+    if (res == ncclRemoteError) { /* no route, say: the poll reports it, as any failed connect */
+      d->fd[i] = -1;
+      res = ncclSuccess;
+    }
+    if (res != ncclSuccess) goto out_free;
   }
   *out = d;
   return ncclSuccess;
@@ -732,14 +809,26 @@ ncclResult_t rn_rdv_dial_poll(struct rn_rdv_dial *d, struct rn_rdv_conn *conn, i
   *ready = 0;
   for (int i = 0; i < d->nfds; i++) {
     if (d->state[i] == RN_DIAL_CONNECTING) {
-      int ok = 0;
-      errno = 0;
-      ncclResult_t res = rn_sock_connect_poll(d->fd[i], &d->to[i], &ok);
-      if (res != ncclSuccess) {
-        if (errno == ECONNRESET) d->dropped = 1; /* the listener reset it: not warned yet */
-        return res;
+      int err = d->start_err[i];
+      int rc = err != 0 ? -1 : rn_sock_connect_status(d->fd[i], &err);
+      if (rc == -1 && err == ECONNRESET) {
+        d->dropped = 1; /* the listener reset it: not warned yet */
+        return ncclRemoteError;
       }
-      if (ok) d->state[i] = RN_DIAL_HELLO;
+      if (rc < 0) {
+        d->failed_rail = d->rail[i];
+        d->failed_err = err;
+        if (d->quiet) return ncclRemoteError;
+        char a[64];
+        if (rc == -2)
+          RN_WARN("connect to %s reached itself: nothing listens there any more",
+                  rn_sockaddr_str(&d->to[i], a, sizeof(a)));
+        else
+          RN_WARN("connect to %s failed: %s%s", rn_sockaddr_str(&d->to[i], a, sizeof(a)),
+                  strerror(err), rn_sock_connect_hint(err));
+        return ncclRemoteError;
+      }
+      if (rc == 1) d->state[i] = RN_DIAL_HELLO;
     }
     if (d->state[i] == RN_DIAL_HELLO) {
       ncclResult_t res = rn_sock_send_some(d->fd[i], &d->hello[i], sizeof(d->hello[i]), &d->off[i]);
@@ -761,6 +850,7 @@ ncclResult_t rn_rdv_dial_poll(struct rn_rdv_dial *d, struct rn_rdv_conn *conn, i
   memset(conn, 0, sizeof(*conn));
   conn->ctrl_fd = d->fd[0];
   conn->nstreams = d->nfds - 1;
+  conn->nrails = (int)d->hello[0].nlocals;
   for (int i = 0; i < RN_RDV_MAX_STREAMS; i++)
     conn->data_fd[i] = i < d->nfds - 1 ? d->fd[i + 1] : -1;
   for (int i = 0; i < d->nfds; i++) d->fd[i] = -1; /* ownership moves to the caller */

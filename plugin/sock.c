@@ -55,12 +55,19 @@ int rn_sockaddr_from_wire(const struct rn_wire_addr *w, union rn_sockaddr *sa) {
 
 const char *rn_sockaddr_str(const union rn_sockaddr *sa, char *buf, size_t len) {
   char host[INET6_ADDRSTRLEN] = "?";
+  /* port 0: an interface's address, not an endpoint */
   if (sa->sa.sa_family == AF_INET6) {
     inet_ntop(AF_INET6, &sa->in6.sin6_addr, host, sizeof(host));
-    snprintf(buf, len, "[%s]:%u", host, ntohs(sa->in6.sin6_port));
+    if (sa->in6.sin6_port == 0)
+      snprintf(buf, len, "%s", host);
+    else
+      snprintf(buf, len, "[%s]:%u", host, ntohs(sa->in6.sin6_port));
   } else {
     inet_ntop(AF_INET, &sa->in.sin_addr, host, sizeof(host));
-    snprintf(buf, len, "%s:%u", host, ntohs(sa->in.sin_port));
+    if (sa->in.sin_port == 0)
+      snprintf(buf, len, "%s", host);
+    else
+      snprintf(buf, len, "%s:%u", host, ntohs(sa->in.sin_port));
   }
   return buf;
 }
@@ -235,9 +242,32 @@ ncclResult_t rn_sock_listen(const union rn_sockaddr *addr, int *fd, union rn_soc
   return ncclSystemError;
 }
 
+const char *rn_sock_connect_hint(int err) {
+  /* EADDRNOTAVAIL: mostly every local port of the range taken toward this
+   * destination (open connections, and closed ones in TIME_WAIT), else the
+   * local address gone. */
+  return err == EADDRNOTAVAIL
+             ? " (no local port of net.ipv4.ip_local_port_range left toward it, counting "
+               "connections in TIME_WAIT, or the local address is gone)"
+             : "";
+}
+
 ncclResult_t rn_sock_connect_start(const union rn_sockaddr *addr, const union rn_sockaddr *local,
                                    int *fd) {
+  int err;
+  ncclResult_t res = rn_sock_connect_start_quiet(addr, local, fd, &err);
+  if (res == ncclRemoteError) {
+    char str[64];
+    RN_WARN("connect to %s failed: %s%s", rn_sockaddr_str(addr, str, sizeof(str)), strerror(err),
+            rn_sock_connect_hint(err));
+  }
+  return res;
+}
+
+ncclResult_t rn_sock_connect_start_quiet(const union rn_sockaddr *addr,
+                                         const union rn_sockaddr *local, int *fd, int *err) {
   char str[64];
+  *err = 0;
   int s;
   ncclResult_t res = rn_sock_open(addr, "to connect to", &s);
   if (res != ncclSuccess) return res;
@@ -267,14 +297,7 @@ ncclResult_t rn_sock_connect_start(const union rn_sockaddr *addr, const union rn
     }
   }
   if (connect(s, &addr->sa, rn_sockaddr_len(addr)) != 0 && errno != EINPROGRESS && errno != EINTR) {
-    /* EADDRNOTAVAIL: mostly every local port of the range taken toward
-     * this destination (open connections, and closed ones in TIME_WAIT),
-     * else the local address gone. */
-    RN_WARN("connect to %s failed: %s%s", rn_sockaddr_str(addr, str, sizeof(str)), strerror(errno),
-            errno == EADDRNOTAVAIL
-                ? " (no local port of net.ipv4.ip_local_port_range left toward it, counting "
-                  "connections in TIME_WAIT, or the local address is gone)"
-                : "");
+    *err = errno;
     close(s);
     return ncclRemoteError;
   }
@@ -282,26 +305,19 @@ ncclResult_t rn_sock_connect_start(const union rn_sockaddr *addr, const union rn
   return ncclSuccess;
 }
 
-ncclResult_t rn_sock_connect_poll(int fd, const union rn_sockaddr *to, int *ready) {
+int rn_sock_connect_status(int fd, int *err) {
   struct pollfd p = {.fd = fd, .events = POLLOUT};
-  *ready = 0;
+  *err = 0;
   int rc = poll(&p, 1, 0);
-  if (rc == 0) return ncclSuccess;
-  if (rc < 0) return errno == EINTR ? ncclSuccess : ncclSystemError;
-  int err = 0;
-  socklen_t len = sizeof(err);
-  if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
-  if (err == ECONNRESET) {
-    /* It reached the listener, which reset it: the caller decides. */
-    errno = err;
-    return ncclRemoteError;
+  if (rc == 0) return 0;
+  if (rc < 0) {
+    if (errno == EINTR) return 0;
+    *err = errno;
+    return -1;
   }
-  if (err != 0) {
-    char a[64];
-    RN_WARN("connect to %s failed: %s", to != NULL ? rn_sockaddr_str(to, a, sizeof(a)) : "?",
-            strerror(err));
-    return ncclRemoteError;
-  }
+  socklen_t len = sizeof(*err);
+  if (getsockopt(fd, SOL_SOCKET, SO_ERROR, err, &len) != 0) *err = errno;
+  if (*err != 0) return -1;
   /* A connect to a dead listener's port can pick that same port as its own
    * ephemeral port and "succeed" by connecting to itself (TCP simultaneous
    * open).  That is a refused connection. */
@@ -309,13 +325,10 @@ ncclResult_t rn_sock_connect_poll(int fd, const union rn_sockaddr *to, int *read
   socklen_t ml = sizeof(me), pl = sizeof(peer);
   if (getsockname(fd, &me.sa, &ml) == 0 && getpeername(fd, &peer.sa, &pl) == 0 && ml == pl &&
       memcmp(&me, &peer, ml) == 0) {
-    char str[64];
-    RN_WARN("connect to %s reached itself: nothing listens there any more",
-            rn_sockaddr_str(&peer, str, sizeof(str)));
-    return ncclRemoteError;
+    *err = ECONNREFUSED;
+    return -2;
   }
-  *ready = 1;
-  return ncclSuccess;
+  return 1;
 }
 
 ncclResult_t rn_sock_send_some(int fd, const void *buf, size_t len, size_t *off) {

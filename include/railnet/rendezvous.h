@@ -27,7 +27,14 @@ struct rn_hello {
    * connection leaves from the first, data stream i from the (i mod
    * nlocals)-th.  0: not bound, each leaves from whatever address routes to
    * the listening address it dials. */
-  uint32_t nlocals;
+  uint16_t nlocals;
+  /* Rails left out, one bit per source address: bit k stands for data
+   * streams i with i mod nlocals == k, which leave from the k-th address
+   * for the listener's k-th listening socket.  The connector could not
+   * reach them; they are not dialed, and the control connection leaves
+   * from the first rail not left out.  Nonzero only with 2 <= nlocals ==
+   * the listener's listening sockets, and never every rail. */
+  uint16_t absent;
 };
 
 /* Rendezvous on the listening side: accepts connections on up to
@@ -39,7 +46,8 @@ struct rn_hello {
 struct rn_rdv_conn {
   int ctrl_fd;
   int nstreams;
-  int data_fd[RN_RDV_MAX_STREAMS];
+  int data_fd[RN_RDV_MAX_STREAMS]; /* -1 for a stream of a rail left out (struct rn_hello) */
+  int nrails; /* the connector's bound sources: data stream i is on rail i mod nrails */
 };
 /* Close every socket of a connection (unused slots hold -1). */
 void rn_rdv_conn_close(const struct rn_rdv_conn *c);
@@ -73,12 +81,27 @@ ncclResult_t rn_rdv_dial_create(const union rn_sockaddr *addrs, int naddrs, uint
 ncclResult_t rn_rdv_dial_create_from(const union rn_sockaddr *addrs, int naddrs,
                                      const union rn_sockaddr *locals, int nlocals, uint64_t nonce,
                                      int nstreams, struct rn_rdv_dial **out);
+/* The same, leaving out the rails in `absent` (struct rn_hello): needs
+ * 2 <= naddrs == nlocals, addresses of one family, and a rail left. */
+ncclResult_t rn_rdv_dial_create_without(const union rn_sockaddr *addrs, int naddrs,
+                                        const union rn_sockaddr *locals, int nlocals,
+                                        uint64_t nonce, int nstreams, uint32_t absent,
+                                        struct rn_rdv_dial **out);
 /* A failed connect WARNs and fails.  A socket the listener reset after it
  * connected (a busy listener may drop a connection whose hello is late)
  * fails with ncclRemoteError and no WARN, and rn_rdv_dial_dropped() says
  * so: the caller may dial again. */
 ncclResult_t rn_rdv_dial_poll(struct rn_rdv_dial *d, struct rn_rdv_conn *conn, int *ready);
 int rn_rdv_dial_dropped(const struct rn_rdv_dial *d);
+/* With quiet set, a failed connect fails without a WARN, and
+ * rn_rdv_dial_failed() names it: its rail (the index of the address it
+ * dialed), with *err its errno; -1 when no connect failed.  The caller
+ * says what it does about it. */
+void rn_rdv_dial_set_quiet(struct rn_rdv_dial *d);
+int rn_rdv_dial_failed(const struct rn_rdv_dial *d, int *err);
+/* Rails (bit k: the k-th address) with a socket still connecting, and in
+ * *up those whose sockets all connected. */
+uint32_t rn_rdv_dial_pending(const struct rn_rdv_dial *d, uint32_t *up);
 void rn_rdv_dial_destroy(struct rn_rdv_dial *d); /* closes fds not yet handed out */
 
 uint64_t rn_rdv_random64(void);

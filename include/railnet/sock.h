@@ -44,9 +44,17 @@ int rn_sock_listen_quiet(const union rn_sockaddr *addr, int *fd, union rn_sockad
  * valid on success. */
 ncclResult_t rn_sock_connect_start(const union rn_sockaddr *addr, const union rn_sockaddr *local,
                                    int *fd);
-/* *ready=1 once connected; error when the connect failed, with a WARN,
- * except a reset by the listener (errno ECONNRESET): the caller decides. */
-ncclResult_t rn_sock_connect_poll(int fd, const union rn_sockaddr *to, int *ready);
+/* The same, without a WARN when connect() itself fails at once (no route,
+ * say): ncclRemoteError with its errno in *err, for the caller to say.
+ * Other failures (no socket, bind) WARN as always. */
+ncclResult_t rn_sock_connect_start_quiet(const union rn_sockaddr *addr,
+                                         const union rn_sockaddr *local, int *fd, int *err);
+/* What to add to a failed connect's message for err ("" or a hint). */
+const char *rn_sock_connect_hint(int err);
+/* A connect's outcome, without a word: 1 connected, 0 not yet, -1 failed
+ * with *err (ECONNRESET: it reached the listener, which reset it), -2
+ * connected to itself (nothing listens there; *err ECONNREFUSED). */
+int rn_sock_connect_status(int fd, int *err);
 /* Move bytes without blocking, advancing *off.  A closed or reset peer is
  * ncclRemoteError. */
 ncclResult_t rn_sock_send_some(int fd, const void *buf, size_t len, size_t *off);

@@ -45,7 +45,7 @@ struct rn_nic {
 /* The on-the-wire protocol of every transport.  Bump it with any change to
  * a hello, handle or control message, so mixed builds refuse each other at
  * connect instead of misreading each other's bytes. */
-#define RN_WIRE_VERSION 11
+#define RN_WIRE_VERSION 12
 #define RN_HANDLE_PAYLOAD 104
 struct rn_handle {
   uint32_t magic;

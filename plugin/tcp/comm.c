@@ -326,7 +326,8 @@ void rn_tcp_addrs_read(int ctrl_fd, const int *data_fd, int nstreams, struct rn_
  * and its data streams when the connection has them (else they open with
  * the first streamed message, open.c). */
 ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv,
-                                const struct rn_tcp_addrs *kept, struct rn_tcp_comm **out) {
+                                const struct rn_tcp_addrs *kept, const union rn_sockaddr *rails,
+                                struct rn_tcp_comm **out) {
   const struct rn_params *p = rn_params();
   /* The stream count came from the connecting peer's hello. */
   if (conn->nstreams < 0 || conn->nstreams > RN_TCP_MAX_STREAMS) {
@@ -379,14 +380,15 @@ ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv,
     if (rn_sock_set_liveness(c->ctrl_fd, (int)p->socket_timeout_ms) != 0) {
       RN_WARN("cannot set keepalive/TCP_USER_TIMEOUT on a connection to %s: %s", c->peer,
               strerror(errno));
-      for (int i = 0; i < conn->nstreams; i++) close(conn->data_fd[i]);
+      for (int i = 0; i < conn->nstreams; i++)
+        if (conn->data_fd[i] >= 0) close(conn->data_fd[i]);
       atomic_store(&c->error, ncclSystemError); /* never kept */
       rn_tcp_comm_free(c);
       return ncclSystemError;
     }
   }
   ncclResult_t res = ncclSuccess;
-  if (conn->nstreams > 0 && (res = rn_tcp_comm_attach(c, conn, kept)) != ncclSuccess) {
+  if (conn->nstreams > 0 && (res = rn_tcp_comm_attach(c, conn, kept, rails)) != ncclSuccess) {
     atomic_store(&c->error, res); /* never kept */
     rn_tcp_comm_free(c);
     return res;
@@ -397,14 +399,28 @@ ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv,
 }
 
 ncclResult_t rn_tcp_comm_attach(struct rn_tcp_comm *c, const struct rn_rdv_conn *conn,
-                                const struct rn_tcp_addrs *kept) {
+                                const struct rn_tcp_addrs *kept, const union rn_sockaddr *rails) {
   const struct rn_params *p = rn_params();
+  if (conn->nstreams < 1 || conn->nstreams > RN_TCP_MAX_STREAMS) {
+    RN_WARN("internal: data streams for a comm with %s from a connection of %d", c->peer,
+            conn->nstreams);
+    return ncclInternalError;
+  }
+  for (int i = 0; i < conn->nstreams; i++) {
+    if (conn->data_fd[i] >= 0 || (rails != NULL && conn->nrails >= 2)) continue;
+    for (int k = 0; k < conn->nstreams; k++)
+      if (conn->data_fd[k] >= 0) close(conn->data_fd[k]);
+    RN_WARN("a connection with %s lacks data stream %d, and no rail of it may be missing",
+            c->peer, i);
+    return ncclRemoteError;
+  }
   /* Streams are sized to the count; what only streaming needs (send
    * queues, the receiver's chunk maps) comes with the first streamed
    * message (streams.c). */
   struct rn_tcp_stream *streams = calloc((size_t)conn->nstreams, sizeof(*streams));
   if (streams == NULL) {
-    for (int i = 0; i < conn->nstreams; i++) close(conn->data_fd[i]);
+    for (int i = 0; i < conn->nstreams; i++)
+      if (conn->data_fd[i] >= 0) close(conn->data_fd[i]);
     RN_WARN("out of memory for the data streams of a comm with %s", c->peer);
     return ncclSystemError;
   }
@@ -422,12 +438,17 @@ ncclResult_t rn_tcp_comm_attach(struct rn_tcp_comm *c, const struct rn_rdv_conn 
     s->comm = c;
     s->eng_thread = s->eng_slot = -1;
     pthread_mutex_init(&s->queue_lock, NULL);
+    if (s->fd < 0) { /* its rail was left out at connect: dead until re-admitted */
+      s->local = rn_sockaddr_no_port(rails[i % conn->nrails]);
+      atomic_store(&s->dead, 1);
+    }
   }
   /* From here on the comm owns the sockets (rn_tcp_comm_detach). */
   c->stream = streams;
   c->nstreams = conn->nstreams;
   int live = 0;
   for (int i = 0; i < c->nstreams && kept == NULL; i++) {
+    if (c->stream[i].fd < 0) continue;
     rn_sock_tune(c->stream[i].fd, 0);
     if (live == 0) live = rn_sock_set_liveness(c->stream[i].fd, (int)p->socket_timeout_ms);
   }

@@ -325,9 +325,14 @@ ncclResult_t rn_tcp_engine_attach(struct rn_tcp_comm *c) {
     struct rn_tcp_stream *s = &c->stream[i];
     int ti = (int)(atomic_fetch_add(&rn_tcp_eng.next, 1) % (unsigned)n);
     struct rn_tcp_engine_thread *t = &rn_tcp_eng.t[ti];
-    pthread_mutex_lock(&t->lock);
-    int err = rn_tcp_engine_add_locked(t, s);
-    pthread_mutex_unlock(&t->lock);
+    /* A stream without a socket (its rail left out at connect) is
+     * registered with the one it gets (rn_tcp_engine_swap_fd). */
+    int err = 0;
+    if (s->fd >= 0) {
+      pthread_mutex_lock(&t->lock);
+      err = rn_tcp_engine_add_locked(t, s);
+      pthread_mutex_unlock(&t->lock);
+    }
     if (err != 0) {
       RN_WARN("progress engine: cannot register a data stream to %s: %s", c->peer, strerror(err));
       rn_tcp_engine_detach(c);

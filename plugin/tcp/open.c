@@ -219,7 +219,7 @@ static ncclResult_t rn_tcp_lazy_admit(struct rn_tcp_comm *c) {
   rn_tcp_lazy_unlisten(c);
   close(conn.ctrl_fd);
   conn.ctrl_fd = -1;
-  if (rn_tcp_comm_attach(c, &conn, NULL) != ncclSuccess)
+  if (rn_tcp_comm_attach(c, &conn, NULL, NULL) != ncclSuccess)
     return rn_tcp_fail(c, ncclSystemError, "its data streams could not be set up");
   return rn_tcp_lazy_apply_early(c);
 }
@@ -353,7 +353,7 @@ static ncclResult_t rn_tcp_lazy_dial(struct rn_tcp_comm *c, int64_t now) {
   conn.ctrl_fd = -1;
   z->standby_set = p->standby;
   if (p->standby) z->standby_addr = p->locals[p->nlocals - 1];
-  RN_CHECK(rn_tcp_comm_attach(c, &conn, NULL) == ncclSuccess
+  RN_CHECK(rn_tcp_comm_attach(c, &conn, NULL, NULL) == ncclSuccess
                ? ncclSuccess
                : rn_tcp_fail(c, ncclSystemError, "its data streams could not be set up"));
   if (c->tc >= 0) RN_CHECK(rn_tcp_comm_set_class(c, c->tc, 1));

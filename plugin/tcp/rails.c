@@ -934,6 +934,37 @@ void rn_tcp_rails_readmit(struct rn_tcp_comm *c) {
   }
 }
 
+/* Rails the connect left out (the sender could not reach them: their
+ * streams have no socket) start as taken out: the receiver offers each a
+ * listener at once, as after DOWN, and the sender dials it once offered.
+ * A rail with some streams and not others is a malformed connection. */
+ncclResult_t rn_tcp_rails_left_out(struct rn_tcp_comm *c, const char *why) {
+  const char *side = c->is_recv ? "receive comm from" : "send comm to";
+  uint32_t offer = 0;
+  for (int i = 0; i < c->nrails; i++) {
+    struct rn_tcp_rail *r = &c->rail[i];
+    int missing = 0;
+    for (int k = 0; k < r->nstreams; k++) missing += c->stream[r->stream[k]].fd < 0;
+    if (missing == 0) continue;
+    if (missing != r->nstreams) {
+      RN_WARN("%s %s (dev %d): rail %s came with %d of its %d data streams", side, c->peer,
+              c->base.vdev, r->name, r->nstreams - missing, r->nstreams);
+      return ncclRemoteError;
+    }
+    atomic_store(&r->state, RN_TCP_RAIL_FAILED);
+    atomic_fetch_add(&r->failures, 1);
+    snprintf(r->cause, sizeof(r->cause), "%s", why);
+    offer |= r->streams;
+    if (c->is_recv)
+      RN_INFO(NCCL_NET,
+              "receive comm from %s (dev %d): rail %s left out at connect (%s): offered to the "
+              "sender again at once",
+              c->peer, c->base.vdev, r->name, why);
+  }
+  if (offer != 0 && c->is_recv) rn_tcp_rails_offer(c, offer);
+  return ncclSuccess;
+}
+
 ncclResult_t rn_tcp_rails_on_offer(struct rn_tcp_comm *c, const struct rn_tcp_offer *o) {
   static const char what[] = "reconnection offer";
   if (o->p.flags != 0 || o->p.plen != 0)
@@ -974,6 +1005,7 @@ static void rn_tcp_rails_probe(struct rn_tcp_comm *c) {
         r->dial = NULL;
         continue;
       }
+      rn_rdv_dial_set_quiet(r->dial); /* the rail is down already, and said so */
       r->dial_ms = now;
     }
     struct rn_rdv_conn conn;

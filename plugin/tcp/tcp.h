@@ -709,6 +709,9 @@ void rn_tcp_rails_stream_ended(struct rn_tcp_comm *c, struct rn_tcp_stream *s);
 void rn_tcp_rails_offer(struct rn_tcp_comm *c, uint32_t streams);
 /* Sender, caller: the receiver offers a way back for these streams. */
 ncclResult_t rn_tcp_rails_on_offer(struct rn_tcp_comm *c, const struct rn_tcp_offer *o);
+/* Rails a connect left out start taken out (rails.c); a malformed
+ * connection (a rail with some of its streams) is ncclRemoteError. */
+ncclResult_t rn_tcp_rails_left_out(struct rn_tcp_comm *c, const char *why);
 /* Receiver, caller: admit a rail that connected again. */
 void rn_tcp_rails_readmit(struct rn_tcp_comm *c);
 /* At free: listeners and dials still open. */
@@ -793,12 +796,17 @@ void rn_tcp_addrs_read(int ctrl_fd, const int *data_fd, int nstreams, struct rn_
  * kept: the addresses of one a closed comm left (pool.c), whose sockets
  * are tuned already; NULL for a new connection. */
 ncclResult_t rn_tcp_comm_create(const struct rn_rdv_conn *conn, int is_recv,
-                                const struct rn_tcp_addrs *kept, struct rn_tcp_comm **out);
+                                const struct rn_tcp_addrs *kept, const union rn_sockaddr *rails,
+                                struct rn_tcp_comm **out);
 /* The comm's data streams, conn's (its control fd unused): tuned, grouped
  * into rails, given to the progress engine; then the streams are UP.  On
- * failure (WARNed) the comm has none again and the sockets are closed. */
+ * failure (WARNed) the comm has none again and the sockets are closed.
+ * rails: this side's address of each of conn->nrails rails, for the
+ * streams of rails the connect left out (data_fd -1): they start dead,
+ * on a rail of their own address (rn_tcp_rails_left_out); NULL when no
+ * stream may be missing. */
 ncclResult_t rn_tcp_comm_attach(struct rn_tcp_comm *c, const struct rn_rdv_conn *conn,
-                                const struct rn_tcp_addrs *kept);
+                                const struct rn_tcp_addrs *kept, const union rn_sockaddr *rails);
 /* The comm's data streams go: out of the engine, closed (after their
  * last bytes), their rails freed. */
 void rn_tcp_comm_detach(struct rn_tcp_comm *c);

@@ -85,8 +85,9 @@ static int raw_hello(const union rn_sockaddr *to, const char *from, const struct
   int fd = -1, ok = 0;
   if (rn_sock_connect_start(to, &src, &fd) != ncclSuccess) return -1;
   double end = now_s() + BOUND_S;
-  while (!ok && now_s() < end)
-    if (rn_sock_connect_poll(fd, to, &ok) != ncclSuccess) break;
+  int err, rc = 0;
+  while (rc == 0 && now_s() < end) rc = rn_sock_connect_status(fd, &err);
+  ok = rc == 1;
   size_t off = 0;
   while (ok && off < sizeof *h && now_s() < end)
     if (rn_sock_send_some(fd, h, sizeof *h, &off) != ncclSuccess) break;
@@ -144,17 +145,94 @@ out:
   return ok;
 }
 
-/* A lone hello h is closed by the listener, never handed out. */
-static int refuses(int ctrl_only, struct rn_hello (*make)(const struct listener *)) {
+/* Rails left out (struct rn_hello's absent): a dial of 4 streams over 2
+ * rails without the rails in `absent` is admitted with the others' streams,
+ * the left-out ones -1, and its control connection from the first rail
+ * left. */
+static int admits_left_out(uint32_t absent) {
+  struct listener l;
+  struct rn_rdv_dial *d = NULL;
+  struct rn_rdv_conn dialed, conn;
+  int done = 0, ok = 0;
+  union rn_sockaddr locals[2] = {loopback("127.0.0.1", 0), loopback("127.0.0.3", 0)};
+  if (listener_open(&l, 2, 0) != 0) return 0;
+  if (rn_rdv_dial_create_without(l.addr, 2, locals, 2, l.nonce, 4, absent, &d) != ncclSuccess)
+    goto out;
+  if (pump(&l, d, &dialed, &done, &conn, NULL, NULL) == 1) {
+    int first = (absent & 1) ? 1 : 0;
+    ok = conn.nstreams == 4 && conn.nrails == 2 && conn.ctrl_fd >= 0 &&
+         peer_ip(conn.ctrl_fd) == (first ? 0x7f000003u : 0x7f000001u);
+    for (int i = 0; i < 4; i++) {
+      int out = (absent >> (i % 2)) & 1;
+      ok &= out ? conn.data_fd[i] < 0 : conn.data_fd[i] >= 0;
+      if (!out) ok &= peer_ip(conn.data_fd[i]) == (i % 2 ? 0x7f000003u : 0x7f000001u);
+    }
+    rn_rdv_conn_close(&conn);
+  }
+  if (done) rn_rdv_conn_close(&dialed);
+out:
+  rn_rdv_dial_destroy(d);
+  listener_close(&l);
+  return ok;
+}
+
+/* A dial cannot leave out every rail, nor rails of a dial without a
+ * source of its own per rail. */
+static int dial_refuses_bad_absent(void) {
+  union rn_sockaddr to[2] = {loopback("127.0.0.1", 9), loopback("127.0.0.2", 9)};
+  union rn_sockaddr locals[2] = {loopback("127.0.0.1", 0), loopback("127.0.0.3", 0)};
+  struct rn_rdv_dial *d = NULL;
+  int ok = rn_rdv_dial_create_without(to, 2, locals, 2, 1, 4, 3, &d) == ncclInternalError;
+  ok &= rn_rdv_dial_create_without(to, 2, NULL, 0, 1, 4, 1, &d) == ncclInternalError;
+  ok &= rn_rdv_dial_create_without(to, 1, locals, 1, 1, 4, 1, &d) == ncclInternalError;
+  ok &= d == NULL;
+  rn_rdv_dial_destroy(d);
+  return ok;
+}
+
+/* A lone hello h is closed by the listener (of nlfds listening sockets),
+ * never handed out. */
+static int refuses_n(int nlfds, int ctrl_only, struct rn_hello (*make)(const struct listener *)) {
   struct listener l;
   struct rn_rdv_conn conn;
-  if (listener_open(&l, 1, ctrl_only) != 0) return 0;
+  if (listener_open(&l, nlfds, ctrl_only) != 0) return 0;
   struct rn_hello h = make(&l);
   int fd = raw_hello(&l.addr[0], "127.0.0.1", &h);
   int ok = fd >= 0 && pump(&l, NULL, NULL, NULL, &conn, closed_by_peer, &fd) == 0;
   if (fd >= 0) close(fd);
   listener_close(&l);
   return ok;
+}
+
+static int refuses(int ctrl_only, struct rn_hello (*make)(const struct listener *)) {
+  return refuses_n(1, ctrl_only, make);
+}
+
+/* Rails left out that the listener cannot serve, or a stream of one. */
+static struct rn_hello h_absent_all(const struct listener *l) {
+  struct rn_hello h = hello(l, RN_ROLE_CTRL, 0, 7, 4, 2);
+  h.absent = 3;
+  return h;
+}
+static struct rn_hello h_absent_beyond(const struct listener *l) {
+  struct rn_hello h = hello(l, RN_ROLE_CTRL, 0, 7, 4, 2);
+  h.absent = 4;
+  return h;
+}
+static struct rn_hello h_absent_one_source(const struct listener *l) {
+  struct rn_hello h = hello(l, RN_ROLE_CTRL, 0, 7, 4, 1);
+  h.absent = 1;
+  return h;
+}
+static struct rn_hello h_absent_more_sources(const struct listener *l) {
+  struct rn_hello h = hello(l, RN_ROLE_CTRL, 0, 7, 4, 3);
+  h.absent = 1;
+  return h;
+}
+static struct rn_hello h_absent_stream(const struct listener *l) {
+  struct rn_hello h = hello(l, RN_ROLE_DATA, 2, 7, 4, 2);
+  h.absent = 1;
+  return h;
 }
 
 static struct rn_hello h_zero_streams(const struct listener *l) {
@@ -241,8 +319,9 @@ static int raw_silent(const union rn_sockaddr *to) {
   int fd = -1, ok = 0;
   if (rn_sock_connect_start(to, &src, &fd) != ncclSuccess) return -1;
   double end = now_s() + BOUND_S;
-  while (!ok && now_s() < end)
-    if (rn_sock_connect_poll(fd, to, &ok) != ncclSuccess) break;
+  int err, rc = 0;
+  while (rc == 0 && now_s() < end) rc = rn_sock_connect_status(fd, &err);
+  ok = rc == 1;
   if (!ok) {
     close(fd);
     return -1;
@@ -321,7 +400,7 @@ int main(void) {
   setenv("RAILNET_SOCKET_IFNAME", "lo", 0);
   /* silence past the hello timeout is not what these tests are about */
   setenv("RAILNET_HELLO_TIMEOUT_MS", "60000", 1);
-  tap_plan(16);
+  tap_plan(23);
   tap_result(admits_dial(0, 1, 4, 0), "a dial of 4 streams is admitted whole");
   tap_result(admits_dial(1, 1, 0, 0), "a control-only listener admits a dial of 0 streams");
   tap_result(admits_dial(0, 2, 5, 2),
@@ -343,5 +422,18 @@ int main(void) {
   tap_result(late_hello_keeps_its_place(),
              "a full table: a late hello keeps its place behind newer silent sockets, the oldest "
              "leave first");
+  tap_result(admits_left_out(2),
+             "rail 1 left out: admitted with rail 0's streams, rail 1's missing (-1)");
+  tap_result(admits_left_out(1),
+             "rail 0 left out: admitted, the control connection from rail 1, rail 0's streams "
+             "missing");
+  tap_result(dial_refuses_bad_absent(),
+             "a dial leaving out every rail, or rails without a source each, is an internal error");
+  tap_result(refuses_n(2, 0, h_absent_all), "a hello leaving out every rail is refused");
+  tap_result(refuses_n(2, 0, h_absent_beyond) && refuses_n(2, 0, h_absent_one_source),
+             "a hello leaving out a rail past its sources, or of a single source, is refused");
+  tap_result(refuses_n(2, 0, h_absent_more_sources),
+             "a hello leaving out rails of more sources than the listener's sockets is refused");
+  tap_result(refuses_n(2, 0, h_absent_stream), "a data stream of a rail left out is refused");
   return tap_failed() ? 1 : 0;
 }
