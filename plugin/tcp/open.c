@@ -68,6 +68,97 @@ void rn_tcp_plan_drop_standby(struct rn_tcp_plan *p) {
   p->standby = 0;
 }
 
+/* A connection of several rails may go without some (struct rn_hello's
+ * absent): they, unlike the listener, may be down right now.  Only when
+ * each rail has an address of its own at both ends, of one family. */
+static int rn_tcp_plan_may_leave_out(const struct rn_tcp_plan *p) {
+  if (p->nstreams == 0 || p->naddrs != p->nlocals || p->nlocals < 2) return 0;
+  for (int i = 0; i < p->nlocals; i++) {
+    if (p->locals[i].sa.sa_family != p->addrs[i].sa.sa_family) return 0;
+    for (int j = 0; j < i; j++)
+      if (rn_sockaddr_same_host(&p->locals[i], &p->locals[j]) ||
+          rn_sockaddr_same_host(&p->addrs[i], &p->addrs[j]))
+        return 0;
+  }
+  return 1;
+}
+
+ncclResult_t rn_tcp_plan_dial(const struct rn_tcp_plan *p, uint32_t absent, uint64_t nonce,
+                              struct rn_rdv_dial **d) {
+  ncclResult_t res = rn_rdv_dial_create_without(p->addrs, p->naddrs, p->locals, p->nlocals, nonce,
+                                                p->nstreams, absent, d);
+  if (res == ncclSuccess && rn_tcp_plan_may_leave_out(p)) rn_rdv_dial_set_quiet(*d);
+  return res;
+}
+
+/* Drop the dial to go again without the rails in `out` (why), each said
+ * in one WARN; 0, or -1 when no rail other than the standby would be
+ * left. */
+static int rn_tcp_plan_drop_rails(const char *peer, struct rn_tcp_plan *p, uint32_t *absent,
+                                  struct rn_rdv_dial **d, uint32_t out, const char *why) {
+  const int sb = p->standby ? p->nlocals - 1 : -1;
+  const int nrails = sb >= 0 ? sb : p->nlocals;
+  const uint32_t rails = (1u << nrails) - 1;
+  if (((*absent | out) & rails) == rails) return -1;
+  rn_rdv_dial_destroy(*d);
+  *d = NULL;
+  if (sb >= 0 && (out & (1u << sb))) {
+    /* Perhaps the standby is what failed (its link down): the comm goes
+     * on without one rather than not at all. */
+    RN_INFO(NCCL_NET, "connection to %s: dialing with the standby failed (%s); dialing without it",
+            peer, why);
+    rn_tcp_plan_drop_standby(p);
+  }
+  out &= rails;
+  for (int i = 0; i < nrails; i++) {
+    if (!(out & (1u << i))) continue;
+    char name[32], from[64], to[64];
+    rn_tcp_if_name_of(&p->locals[i], name, sizeof(name));
+    RN_WARN("connection to %s: rail %s (%s to %s) %s; connecting over the other rail(s), and it "
+            "rejoins the comm once it answers",
+            peer, name, rn_sockaddr_str(&p->locals[i], from, sizeof(from)),
+            rn_sockaddr_str(&p->addrs[i], to, sizeof(to)), why);
+  }
+  *absent |= out;
+  return 0;
+}
+
+int rn_tcp_plan_leave_out(const char *peer, struct rn_tcp_plan *p, uint32_t *absent,
+                          struct rn_rdv_dial **d, int64_t dial_ms, ncclResult_t res, int ready) {
+  if (ready) return 0;
+  if (!rn_tcp_plan_may_leave_out(p)) {
+    if (res == ncclSuccess || !p->standby || rn_rdv_dial_dropped(*d)) return 0;
+    /* The dial said what failed; perhaps the standby (as above). */
+    RN_INFO(NCCL_NET, "connection to %s: dialing with the standby failed; dialing without it", peer);
+    rn_rdv_dial_destroy(*d);
+    *d = NULL;
+    rn_tcp_plan_drop_standby(p);
+    return 1;
+  }
+  int err = 0, failed = rn_rdv_dial_failed(*d, &err);
+  if (res != ncclSuccess && failed >= 0) {
+    /* A rail's connect failed (the dial said nothing yet): go on without
+     * it if another is left. */
+    if (rn_tcp_plan_drop_rails(peer, p, absent, d, 1u << failed, strerror(err)) == 0) return 1;
+    char to[64];
+    RN_WARN("connect to %s failed: %s (no other rail of the device left to connect over)",
+            rn_sockaddr_str(&p->addrs[failed], to, sizeof(to)), strerror(err));
+    return -1;
+  }
+  if (res != ncclSuccess) return 0;
+  /* Rails still connecting twice RAILNET_RAIL_STALL_MS after the dial
+   * began, while another's sockets all connected, are as good as down (no
+   * answer, a black hole): go on without them.  Twice: a lost SYN goes
+   * again after a second. */
+  uint32_t up, pending = rn_rdv_dial_pending(*d, &up);
+  const int64_t bound = 2 * rn_params()->rail_stall_ms;
+  if (pending == 0 || up == 0 || rn_clock_ms() - dial_ms < bound) return 0;
+  char why[96];
+  snprintf(why, sizeof(why), "did not connect within %lld ms (2 x RAILNET_RAIL_STALL_MS)",
+           (long long)bound);
+  return rn_tcp_plan_drop_rails(peer, p, absent, d, pending, why) == 0;
+}
+
 /* ------------------------------------------------------------- opening */
 
 ncclResult_t rn_tcp_lazy_want(struct rn_tcp_comm *c, size_t size) {
@@ -219,8 +310,10 @@ static ncclResult_t rn_tcp_lazy_admit(struct rn_tcp_comm *c) {
   rn_tcp_lazy_unlisten(c);
   close(conn.ctrl_fd);
   conn.ctrl_fd = -1;
-  if (rn_tcp_comm_attach(c, &conn, NULL, NULL) != ncclSuccess)
+  if (rn_tcp_comm_attach(c, &conn, NULL, c->lazy.u.rx.lbound) != ncclSuccess)
     return rn_tcp_fail(c, ncclSystemError, "its data streams could not be set up");
+  if (rn_tcp_rails_left_out(c, "the sender could not reach it when the streams opened") != ncclSuccess)
+    return rn_tcp_fail(c, ncclRemoteError, "its data streams came without whole rails");
   return rn_tcp_lazy_apply_early(c);
 }
 
@@ -299,6 +392,7 @@ ncclResult_t rn_tcp_lazy_on_streams(struct rn_tcp_comm *c, const struct rn_tcp_s
   rn_tcp_plan_streams(peer, n, standby, z->u.tx.locals, z->u.tx.nlocals, z->u.tx.local_standby,
                       c->peer, &z->u.tx.plan);
   z->u.tx.nonce = m->nonce;
+  z->u.tx.absent = 0;
   z->state = RN_TCP_STREAMS_DIALING;
   z->since_ms = rn_clock_ms();
   return ncclSuccess;
@@ -312,28 +406,23 @@ static ncclResult_t rn_tcp_lazy_dial(struct rn_tcp_comm *c, int64_t now) {
   struct rn_tcp_plan *p = &z->u.tx.plan;
   if (z->u.tx.dial == NULL) {
     if (now < z->u.tx.retry_ms) return ncclSuccess;
-    ncclResult_t res = rn_rdv_dial_create_from(p->addrs, p->naddrs, p->locals, p->nlocals,
-                                               z->u.tx.nonce, p->nstreams, &z->u.tx.dial);
+    ncclResult_t res = rn_tcp_plan_dial(p, z->u.tx.absent, z->u.tx.nonce, &z->u.tx.dial);
     if (res != ncclSuccess) {
       z->u.tx.dial = NULL;
       return rn_tcp_fail(c, res, "cannot dial its data streams");
     }
+    z->u.tx.dial_ms = now;
   }
   struct rn_rdv_conn conn;
   int ready = 0;
   ncclResult_t res = rn_rdv_dial_poll(z->u.tx.dial, &conn, &ready);
+  int left = rn_tcp_plan_leave_out(c->peer, p, &z->u.tx.absent, &z->u.tx.dial, z->u.tx.dial_ms,
+                                   res, ready);
+  if (left > 0) return ncclSuccess; /* dialed again at the next progress */
   if (res != ncclSuccess) {
-    int dropped = rn_rdv_dial_dropped(z->u.tx.dial);
+    int dropped = left == 0 && rn_rdv_dial_dropped(z->u.tx.dial);
     rn_rdv_dial_destroy(z->u.tx.dial);
     z->u.tx.dial = NULL;
-    if (p->standby && !dropped) {
-      /* Perhaps the standby is what failed (its link down): the streams
-       * go without one rather than not at all. */
-      RN_INFO(NCCL_NET, "send comm to %s: dialing its streams with the standby failed; without it",
-              c->peer);
-      rn_tcp_plan_drop_standby(p);
-      return ncclSuccess;
-    }
     if (dropped && now - z->since_ms <= rn_params()->connect_timeout_ms) {
       z->u.tx.retry_ms = now + 10; /* a busy listener dropped it: again */
       return ncclSuccess;
@@ -353,9 +442,12 @@ static ncclResult_t rn_tcp_lazy_dial(struct rn_tcp_comm *c, int64_t now) {
   conn.ctrl_fd = -1;
   z->standby_set = p->standby;
   if (p->standby) z->standby_addr = p->locals[p->nlocals - 1];
-  RN_CHECK(rn_tcp_comm_attach(c, &conn, NULL, NULL) == ncclSuccess
+  RN_CHECK(rn_tcp_comm_attach(c, &conn, NULL, p->locals) == ncclSuccess
                ? ncclSuccess
                : rn_tcp_fail(c, ncclSystemError, "its data streams could not be set up"));
+  if (z->u.tx.absent != 0 && rn_tcp_rails_left_out(c, "unreachable when its streams opened") !=
+                                 ncclSuccess)
+    return rn_tcp_fail(c, ncclRemoteError, "its data streams came without whole rails");
   if (c->tc >= 0) RN_CHECK(rn_tcp_comm_set_class(c, c->tc, 1));
   rn_tcp_lazy_launch(c);
   return ncclSuccess;

@@ -957,8 +957,8 @@ ncclResult_t rn_tcp_rails_left_out(struct rn_tcp_comm *c, const char *why) {
     offer |= r->streams;
     if (c->is_recv)
       RN_INFO(NCCL_NET,
-              "receive comm from %s (dev %d): rail %s left out at connect (%s): offered to the "
-              "sender again at once",
+              "receive comm from %s (dev %d): rail %s left out (%s): offered to the sender again "
+              "at once",
               c->peer, c->base.vdev, r->name, why);
   }
   if (offer != 0 && c->is_recv) rn_tcp_rails_offer(c, offer);

@@ -419,7 +419,8 @@ struct rn_tcp_lazy {
       struct rn_tcp_plan plan; /* from STREAMS */
       uint64_t nonce;
       struct rn_rdv_dial *dial;
-      int64_t retry_ms;
+      int64_t retry_ms, dial_ms;
+      uint32_t absent; /* rails left out (rn_tcp_plan_leave_out) */
       int open_inline; /* messages sent inline since the streams were asked for */
     } tx;
     struct {                               /* recv */
@@ -619,6 +620,21 @@ void rn_tcp_plan_streams(const union rn_sockaddr *peer, int n, int peer_standby,
                          const union rn_sockaddr *dev, int ndev, int dev_standby, const char *name,
                          struct rn_tcp_plan *out);
 void rn_tcp_plan_drop_standby(struct rn_tcp_plan *p);
+/* Dialing a plan (connect, and the streams' opening on a kept
+ * connection): without the rails in *absent (bits: plan indexes), whose
+ * failures, when the plan may go without them, are the caller's to say
+ * (rn_rdv_dial_set_quiet). */
+ncclResult_t rn_tcp_plan_dial(const struct rn_tcp_plan *p, uint32_t absent, uint64_t nonce,
+                              struct rn_rdv_dial **d);
+/* After rn_rdv_dial_poll(*d) returned res (ready: the connection is
+ * there), started at dial_ms: a rail whose connect failed, or that is
+ * still connecting 2 x RAILNET_RAIL_STALL_MS in while another rail's
+ * sockets all connected, is left out (one WARN naming it; the standby
+ * goes with an INFO, the plan without it).  1: *d is gone, dial again
+ * (*absent grew); 0: nothing left out, res stands; -1: a connect failed
+ * and no rail but a standby would be left (WARNed; *d is the caller's). */
+int rn_tcp_plan_leave_out(const char *peer, struct rn_tcp_plan *p, uint32_t *absent,
+                          struct rn_rdv_dial **d, int64_t dial_ms, ncclResult_t res, int ready);
 /* Send, caller: a message of size bytes needs the streams: OPEN, once. */
 ncclResult_t rn_tcp_lazy_want(struct rn_tcp_comm *c, size_t size);
 /* Send, caller: streamed send r was announced before the streams are

@@ -92,55 +92,6 @@ static int rn_tcp_connect_redial(struct rn_tcp_connecting *k) {
   return 0;
 }
 
-/* A connection of several rails may go without some (struct rn_hello's
- * absent): they, unlike the listener, may be down right now.  Only when
- * each rail has an address of its own at both ends, of one family. */
-static int rn_tcp_connect_may_leave_out(const struct rn_tcp_connecting *k) {
-  const struct rn_tcp_plan *p = &k->plan;
-  if (p->nstreams == 0 || p->naddrs != p->nlocals || p->nlocals < 2) return 0;
-  for (int i = 0; i < p->nlocals; i++) {
-    if (p->locals[i].sa.sa_family != p->addrs[i].sa.sa_family) return 0;
-    for (int j = 0; j < i; j++)
-      if (rn_sockaddr_same_host(&p->locals[i], &p->locals[j]) ||
-          rn_sockaddr_same_host(&p->addrs[i], &p->addrs[j]))
-        return 0;
-  }
-  return 1;
-}
-
-/* The rails in `out` did not connect (why): dial again without them,
- * each said in one WARN, and the comm gets them back once they answer
- * (rn_tcp_rails_left_out).  The standby goes as before, with an INFO.
- * 0, or -1 when no rail other than the standby would be left (the caller
- * fails the connect). */
-static int rn_tcp_connect_leave_out(struct rn_tcp_connecting *k, uint32_t out, const char *why) {
-  const int sb = k->plan.standby ? k->plan.nlocals - 1 : -1;
-  const int nrails = sb >= 0 ? sb : k->plan.nlocals;
-  const uint32_t rails = (1u << nrails) - 1;
-  if (((k->absent | out) & rails) == rails) return -1;
-  rn_rdv_dial_destroy(k->dial);
-  k->dial = NULL;
-  if (sb >= 0 && (out & (1u << sb))) {
-    /* Perhaps the standby is what failed (its link down): the comm goes
-     * on without one rather than not at all. */
-    RN_INFO(NCCL_NET, "connect to %s: dialing with the standby failed (%s); dialing without it",
-            k->peer, why);
-    rn_tcp_plan_drop_standby(&k->plan);
-  }
-  out &= rails;
-  for (int i = 0; i < nrails; i++) {
-    if (!(out & (1u << i))) continue;
-    char name[32], from[64], to[64];
-    rn_tcp_if_name_of(&k->plan.locals[i], name, sizeof(name));
-    RN_WARN("connect to %s: rail %s (%s to %s) %s; connecting over the other rail(s), and it "
-            "rejoins the comm once it answers",
-            k->peer, name, rn_sockaddr_str(&k->plan.locals[i], from, sizeof(from)),
-            rn_sockaddr_str(&k->plan.addrs[i], to, sizeof(to)), why);
-  }
-  k->absent |= out;
-  return 0;
-}
-
 struct rn_tcp_mr {
   uint32_t magic;
   int type;
@@ -313,47 +264,20 @@ static ncclResult_t rn_tcp_connect(const struct rn_rails *r, const struct rn_han
       return ncclSuccess;
     }
     k->retry_at_ms = 0;
-    RN_CHECK_GOTO(rn_rdv_dial_create_without(k->plan.addrs, k->plan.naddrs, k->plan.locals,
-                                             k->plan.nlocals, k->nonce, k->plan.nstreams,
-                                             k->absent, &k->dial),
-                  res, out_free);
-    if (rn_tcp_connect_may_leave_out(k)) rn_rdv_dial_set_quiet(k->dial);
+    RN_CHECK_GOTO(rn_tcp_plan_dial(&k->plan, k->absent, k->nonce, &k->dial), res, out_free);
     k->dial_ms = rn_clock_ms();
   }
   int ready = 0;
   if (k->stage == RN_TCP_CONNECT_DIAL) {
     int dialed = 0;
     res = rn_rdv_dial_poll(k->dial, &k->conn, &dialed);
-    int err = 0, failed = rn_rdv_dial_failed(k->dial, &err);
-    if (res != ncclSuccess && failed >= 0 && rn_tcp_connect_may_leave_out(k)) {
-      /* A rail's connect failed (the dial said nothing yet): go on
-       * without it if another is left. */
-      if (rn_tcp_connect_leave_out(k, 1u << failed, strerror(err)) == 0) {
-        *state = k;
-        return ncclSuccess;
-      }
-      char to[64];
-      RN_WARN("connect to %s failed: %s (no other rail of the device left to connect over)",
-              rn_sockaddr_str(&k->plan.addrs[failed], to, sizeof(to)), strerror(err));
-      goto out_free;
+    int left = rn_tcp_plan_leave_out(k->peer, &k->plan, &k->absent, &k->dial, k->dial_ms, res,
+                                     dialed);
+    if (left > 0) {
+      *state = k;
+      return ncclSuccess;
     }
-    if (res == ncclSuccess && !dialed && rn_tcp_connect_may_leave_out(k)) {
-      /* Rails still connecting twice RAILNET_RAIL_STALL_MS after the
-       * dial began, while another's sockets all connected, are as good as
-       * down (no answer, a black hole): go on without them.  Twice: a
-       * lost SYN goes again after a second. */
-      uint32_t up, pending = rn_rdv_dial_pending(k->dial, &up);
-      const int64_t bound = 2 * rn_params()->rail_stall_ms;
-      if (pending != 0 && up != 0 && rn_clock_ms() - k->dial_ms >= bound) {
-        char why[96];
-        snprintf(why, sizeof(why), "did not connect within %lld ms (2 x RAILNET_RAIL_STALL_MS)",
-                 (long long)bound);
-        if (rn_tcp_connect_leave_out(k, pending, why) == 0) {
-          *state = k;
-          return ncclSuccess;
-        }
-      }
-    }
+    if (left < 0) goto out_free;
     if (res != ncclSuccess) {
       if (!rn_rdv_dial_dropped(k->dial)) goto out_free; /* refused or failed: warned */
       if (rn_tcp_connect_redial(k) != 0) goto out_free;
@@ -489,7 +413,7 @@ static ncclResult_t rn_tcp_accept(void *lcomm, void **rcomm) {
     c->lazy.standby_addr = l->addr[l->nfds - 1];
     rn_tcp_rails_set_standby(c, &c->lazy.standby_addr);
   }
-  ncclResult_t res = rn_tcp_rails_left_out(c, "the sender could not reach it");
+  ncclResult_t res = rn_tcp_rails_left_out(c, "the sender could not reach it at connect");
   if (res != ncclSuccess) {
     atomic_store(&c->error, res);
     rn_tcp_comm_free(c);

@@ -13,13 +13,17 @@
 #  - Rail 1 unreachable at the sender (a route of type unreachable: its
 #    connects fail at once with "No route to host"), the route removed 2 s
 #    into the transfer: the same.
+#  - Rail 1 black-holed once a first comm pair closed and kept its
+#    connection for reuse: the comm of the transfer connects on it, and
+#    its data streams, opened with its first message, go without rail 1;
+#    the same checks.
 # Every isend/irecv/test return code is checked by multirail-xfer.  Time
 # bounds only turn hangs into failures (x RN_TIMEOUT_SCALE).
 # Skips (before any test) only without root, ip, tc, network namespaces,
 # veth or tbf.  Every testbed is removed on exit, also on failure.
 cd "$(dirname "$0")/../.." || exit 1
 NAME=rblo$$
-BEDS="$NAME" OUT_TAG=leftout XFER_ENV= PLAN=11
+BEDS="$NAME" OUT_TAG=leftout XFER_ENV= PLAN=14
 . tests/multirail/lib.sh
 
 # 1. the testbed
@@ -29,8 +33,13 @@ bed_first "$NAME" 2 300 "$OUT/topo.xml" \
 # One case: FAULT applied before the processes start, UNDO 2 s after the
 # first post; multirail-xfer moves data for 10 s.  Three tests: the data,
 # the WARN and INFO lines, the counters.
-leftout() { # LOG RAIL DESCRIPTION FAULT UNDO WHY-PATTERN
-  log=$1 rail=$2 desc=$3 fault=$4 undo=$5 why=$6
+leftout() { # LOG RAIL DESCRIPTION FAULT UNDO WHY-PATTERN [reuse]
+  log=$1 rail=$2 desc=$3 fault=$4 undo=$5 why=$6 mode=${7:-}
+  when="at connect" reuse=''
+  if [ "$mode" = reuse ]; then
+    # the fault comes once a first comm pair closed and kept its connection
+    when="when the streams opened" reuse=$fault fault=true
+  fi
   if ! sh -c "$fault" >"$OUT/$log.fault" 2>&1; then
     result NOTOK "$desc: the fault could not be set up"
     details "$OUT/$log.fault"
@@ -38,8 +47,9 @@ leftout() { # LOG RAIL DESCRIPTION FAULT UNDO WHY-PATTERN
     result NOTOK "$desc: not run"
     return
   fi
-  xfer "$NAME" "$OUT/topo.xml" "$log" 2 --seconds 10 --bytes 4G --interval 0.5 --timeout 40 \
-    --at "2:$undo"
+  set -- --seconds 10 --bytes 4G --interval 0.5 --timeout 40 --at "2:$undo"
+  [ -n "$reuse" ] && set -- "$@" --reuse "$reuse"
+  xfer "$NAME" "$OUT/topo.xml" "$log" 2 "$@"
   rc=$?
   sh -c "$undo" >/dev/null 2>&1 # in case the run ended before it
   if [ $rc -eq 0 ] && grep -q '^result status=ok receiver=ok.* sender=ok' "$OUT/$log.log"; then
@@ -49,13 +59,16 @@ leftout() { # LOG RAIL DESCRIPTION FAULT UNDO WHY-PATTERN
     show "$log"
   fi
   nwarn=$(grep -c 'WARN' "$OUT/$log.err")
-  warn=$(grep -c "WARN.*connect to .*: rail veth$rail (198\.18\.$rail\.1 to 198\.18\.$rail\.2:[0-9]*) $why; connecting over the other rail" "$OUT/$log.err")
-  info=$(grep -c "receive comm from .*: rail veth$rail left out at connect" "$OUT/$log.err")
+  warn=$(grep -c "WARN.*connection to .*: rail veth$rail (198\.18\.$rail\.1 to 198\.18\.$rail\.2:[0-9]*) $why; connecting over the other rail" "$OUT/$log.err")
+  info=$(grep -c "receive comm from .*: rail veth$rail left out (the sender could not reach it $when)" "$OUT/$log.err")
   back=$(grep -c "rail veth$rail re-admitted" "$OUT/$log.err")
-  if [ "$nwarn" -eq 1 ] && [ "$warn" -eq 1 ] && [ "$info" -eq 1 ] && [ "$back" -eq 2 ]; then
+  kept=$(grep -c 'connected to .* (a kept connection)' "$OUT/$log.err")
+  [ -n "$reuse" ] || kept=-
+  if [ "$nwarn" -eq 1 ] && [ "$warn" -eq 1 ] && [ "$info" -eq 1 ] && [ "$back" -eq 2 ] &&
+    [ "$kept" != 0 ]; then
     result OK "$desc: one WARN (the sender's, naming veth$rail and why), the receiver's INFO, re-admitted on both sides"
   else
-    result NOTOK "$desc: WARNs $nwarn (1), naming veth$rail and why $warn (1), the receiver's INFO $info (1), re-admissions $back (2)"
+    result NOTOK "$desc: WARNs $nwarn (1), naming veth$rail and why $warn (1), the receiver's INFO $info (1), re-admissions $back (2), on a kept connection $kept (1 or -)"
     grep -E 'WARN|left out|re-admitted|connected to|accepted a' "$OUT/$log.err" | cut -c1-300 | details
   fi
   # The counters at close, both sides: the rail failed once (left out),
@@ -92,7 +105,14 @@ leftout noroute 1 "rail 1 without a route at the sender, routed 2 s in" \
   "ip -n $NAME-a route del unreachable 198.18.1.2/32" \
   "No route to host"
 
-# 11. nothing left behind
+# 11-13. rail 1 black-holed after a first comm pair closed and kept its
+# connection: the comm of the transfer connects on it, and its data
+# streams open (OPEN, STREAMS) with rail 1 down
+leftout kept1 1 "rail 1 black-holed when a kept connection's streams open, restored 2 s in" \
+  "$RB --name $NAME blackhole 1" "$RB --name $NAME restore 1" \
+  "did not connect within [0-9]* ms (2 x RAILNET_RAIL_STALL_MS)" reuse
+
+# 14. nothing left behind
 "$RB" --name "$NAME" clean
 left=$(ip netns list | awk '{print $1}' | grep -E "^$NAME-" | tr '\n' ' ')
 new=$(links | comm -13 "$OUT/links.before" - | grep -E '^veth[0-9]+$' | tr '\n' ' ')

@@ -91,6 +91,10 @@ struct xfer_opts {
   /* [1] receiver, [0] sender: no plugin call before start s, nor from
    * pause[0] to pause[1] s (checked after posting) */
   double start[2], pause[2][2];
+  /* non-NULL: a first comm pair connects and closes at once (its control
+   * connection kept for reuse), the sender runs this (sh -c; "" none),
+   * and the comm of the transfer connects on the kept connection */
+  const char *reuse;
 };
 
 /* Parent-side state while the pair runs.  Owner: main. */
@@ -352,6 +356,18 @@ static int xfer_side_run(struct rn_peer *p) {
   if (pick_device(p, o, rails, &nrails) != 0) return 1;
   void *comm = NULL;
   double bound = o->timeout;
+  if (o->reuse != NULL) {
+    if (peer_connect(p, 1, &comm, NULL, bound) != 0 || peer_close(p, 1, &comm, NULL) != 0 ||
+        peer_sync(p, bound) != 0)
+      return end_side(p, XO_SETUP, now_s(), 0, NULL, 0, "the first comm: %s", p->why);
+    if (p->role == RN_SENDER && o->reuse[0] != '\0') {
+      int st = system(o->reuse);
+      if (st != 0)
+        return end_side(p, XO_SETUP, now_s(), 0, NULL, 0, "--reuse command exited %d", st);
+    }
+    if (peer_sync(p, bound) != 0)
+      return end_side(p, XO_SETUP, now_s(), 0, NULL, 0, "peer gone after the first comm");
+  }
   if (peer_connect(p, 1, &comm, NULL, bound) != 0)
     return end_side(p, XO_SETUP, now_s(), 0, NULL, 0, "%s", p->why);
 
@@ -755,6 +771,9 @@ static void usage(void) {
           "  --timeout S         bound for the whole run; past it, sides still waiting are\n"
           "                      reported as hung and killed (default 60, x RN_TIMEOUT_SCALE)\n"
           "  --api vN            plugin ABI, v8..v12 (default v11)\n"
+          "  --reuse CMD         first a comm pair that connects and closes at once (its\n"
+          "                      connection kept for reuse); then the sender runs CMD\n"
+          "                      (sh -c, \"\" none) and the transfer's comm takes that connection\n"
           "exit: 0 verified, 1 error from the plugin, 2 wrong data or crash, 3 hang, 4 set-up\n",
           XFER_MAX_WINDOW);
   exit(XFER_USAGE);
@@ -788,7 +807,7 @@ int main(int argc, char **argv) {
                                      {"idle-us", 1, 0, 'I'},      {"at", 1, 0, 'a'},
                                      {"timeout", 1, 0, 't'},      {"api", 1, 0, 'A'},
                                      {"vdev", 1, 0, 'v'},          {"pause", 1, 0, 'P'},
-                                     {"start", 1, 0, 'B'},
+                                     {"start", 1, 0, 'B'},        {"reuse", 1, 0, 'U'},
                                      {"help", 0, 0, 'h'},         {0, 0, 0, 0}};
   char nsbuf[2][300];
   int c;
@@ -826,6 +845,9 @@ int main(int argc, char **argv) {
         o.vdev = optarg;
         break;
       case 'P':
+      case 'U':
+        o.reuse = optarg;
+        break;
       case 'B': {
         char side[8];
         double a = 0, b;
