@@ -844,10 +844,10 @@ int main(int argc, char **argv) {
       case 'v':
         o.vdev = optarg;
         break;
-      case 'P':
       case 'U':
         o.reuse = optarg;
         break;
+      case 'P':
       case 'B': {
         char side[8];
         double a = 0, b;
