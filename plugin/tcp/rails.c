@@ -860,6 +860,18 @@ static void rn_tcp_stream_reset(struct rn_tcp_stream *s, int fd) {
   atomic_store(&s->dead, 0);
 }
 
+/* Receive: queue the OFFER of rail r's listener, once the control
+ * connection's output has room (else again at the next progress). */
+static void rn_tcp_rail_offer_send(struct rn_tcp_comm *c, struct rn_tcp_rail *r) {
+  if (!rn_tcp_ctl_room(c)) return;
+  struct rn_tcp_offer o = {.nonce = r->offer_nonce, .msg = c->msg_out, .streams = r->streams};
+  rn_sockaddr_to_wire(&r->offer_addr, &o.addr);
+  rn_tcp_wire_seal(&o, RN_TCP_MSG_OFFER, 0, 0);
+  rn_tcp_ctl_queue(c, &o, sizeof(o), NULL, 0, NULL);
+  c->msg_out++;
+  r->offered = 1;
+}
+
 /* Receive: the sender took the rail's streams out; offer it a listener of
  * the rail's own.  A fresh one each time: a listener still offered from
  * an earlier take-out may hold a connection the sender dialed, used and
@@ -892,12 +904,8 @@ void rn_tcp_rails_offer(struct rn_tcp_comm *c, uint32_t streams) {
     }
     r->offer_addr = bound;
     r->offer_nonce = nonce;
-    if (!rn_tcp_ctl_room(c)) continue;
-    struct rn_tcp_offer o = {.nonce = r->offer_nonce, .msg = c->msg_out, .streams = r->streams};
-    rn_sockaddr_to_wire(&r->offer_addr, &o.addr);
-    rn_tcp_wire_seal(&o, RN_TCP_MSG_OFFER, 0, 0);
-    rn_tcp_ctl_queue(c, &o, sizeof(o), NULL, 0, NULL);
-    c->msg_out++;
+    r->offered = 0;
+    rn_tcp_rail_offer_send(c, r);
   }
 }
 
@@ -905,6 +913,7 @@ void rn_tcp_rails_readmit(struct rn_tcp_comm *c) {
   for (int i = 0; i < c->nrails; i++) {
     struct rn_tcp_rail *r = &c->rail[i];
     if (r->rejoin_rdv == NULL) continue;
+    if (!r->offered) rn_tcp_rail_offer_send(c, r); /* there was no room for it */
     int dead = 1;
     for (int k = 0; k < r->nstreams; k++) dead &= atomic_load(&c->stream[r->stream[k]].dead);
     if (!dead) continue; /* a helper thread has not ended them yet */

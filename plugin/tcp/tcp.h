@@ -235,7 +235,7 @@ struct rn_tcp_rail {
    * to the sender.  Send: the offer, and the dial that probes it. */
   int rejoin_fd;
   struct rn_rdv *rejoin_rdv;
-  int offered;
+  int offered; /* send: an offer came; receive: the offer is queued (0: it waits for room) */
   union rn_sockaddr offer_addr;
   uint64_t offer_nonce;
   struct rn_rdv_dial *dial;
