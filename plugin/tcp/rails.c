@@ -151,14 +151,18 @@ int rn_tcp_fd_tx(int fd, uint64_t *acked, uint64_t *outq) {
  * unanswered past the grace, and the bounds apply (a path that dies
  * while the window is closed shows at the next probe, which the
  * kernel's backoff may put up to TCP_RTO_MAX, 120 s, after the last). */
-int rn_tcp_fd_window_held(int fd) {
+/* fd's queued bytes wait on the peer's receive window alone: bytes
+ * queued (*queued, when not NULL, says whether any are), none
+ * unacknowledged, the last window probe answered. */
+static int rn_tcp_fd_window_held(int fd, int *queued) {
   struct tcp_info ti;
   socklen_t len = sizeof(ti);
   int q = 0;
   memset(&ti, 0, sizeof(ti));
-  return getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 && ti.tcpi_unacked == 0 &&
-         (ti.tcpi_probes == 0 || ti.tcpi_last_ack_recv < RN_TCP_PROBE_GRACE_MS) &&
-         ioctl(fd, SIOCOUTQ, &q) == 0 && q > 0;
+  int some = ioctl(fd, SIOCOUTQ, &q) == 0 && q > 0;
+  if (queued != NULL) *queued = some;
+  return some && getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 && ti.tcpi_unacked == 0 &&
+         (ti.tcpi_probes == 0 || ti.tcpi_last_ack_recv < RN_TCP_PROBE_GRACE_MS);
 }
 
 /* Send: every stream of the rail with bytes queued is window-held. */
@@ -166,9 +170,12 @@ static int rn_tcp_rail_window_held(const struct rn_tcp_comm *c, const struct rn_
   int held = 0;
   for (int k = 0; k < r->nstreams; k++) {
     const struct rn_tcp_stream *s = &c->stream[r->stream[k]];
-    uint64_t q;
-    if (atomic_load(&s->dead) || rn_tcp_fd_tx(s->fd, NULL, &q) != 0 || q == 0) continue;
-    if (!rn_tcp_fd_window_held(s->fd)) return 0;
+    int queued;
+    if (atomic_load(&s->dead)) continue;
+    if (!rn_tcp_fd_window_held(s->fd, &queued)) {
+      if (queued) return 0;
+      continue;
+    }
     held = 1;
   }
   return held;
@@ -278,7 +285,7 @@ static void rn_tcp_ctl_sample(struct rn_tcp_comm *c, int64_t now, int away, int6
     z->ctl_mark = mark;
     z->ctl_ms = now;
   } else if (now - z->ctl_ms >= limit && !rn_tcp_ctl_sender_moves(c) &&
-             !(outq > 0 && rn_tcp_fd_window_held(c->ctrl_fd))) {
+             !(outq > 0 && rn_tcp_fd_window_held(c->ctrl_fd, NULL))) {
     rn_tcp_fail(c, ncclRemoteError,
                 "control connection: nothing acknowledged or arrived for %lld ms with a message "
                 "in flight (RAILNET_RAIL_TIMEOUT_MS)",

@@ -709,9 +709,6 @@ uint64_t rn_tcp_rail_outq(const struct rn_tcp_comm *c, const struct rn_tcp_rail 
  * either may be NULL to skip its system call.  -1 when TCP_INFO failed
  * (*acked is then 0). */
 int rn_tcp_fd_tx(int fd, uint64_t *acked, uint64_t *outq);
-/* fd's queued bytes wait on the peer's receive window alone: bytes
- * queued, none unacknowledged, the last window probe answered. */
-int rn_tcp_fd_window_held(int fd);
 
 /* Sender, caller, c->lock held: take out rails whose streams failed or
  * stalled (their unacknowledged chunks go again over the others) and
