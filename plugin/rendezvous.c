@@ -370,8 +370,6 @@ ncclResult_t rn_rdv_create_ctrl_only(const int *lfds, int nlfds, uint64_t nonce,
   return rn_rdv_create_range(lfds, nlfds, nonce, 0, 0, out);
 }
 
-/* Which of the connector's addresses this socket left from (see struct
- * rn_hello). */
 /* Data stream i of a connection whose hello is h belongs to a rail left
  * out (h checked). */
 static int rn_rdv_left_out(const struct rn_hello *h, uint32_t i) {
@@ -387,6 +385,8 @@ static int rn_rdv_absent_ok(const struct rn_rdv *r, const struct rn_hello *h) {
          h->absent != (1u << h->nlocals) - 1 && h->nstreams >= h->nlocals;
 }
 
+/* Which of the connector's addresses this socket left from (see struct
+ * rn_hello). */
 static int rn_rdv_source_slot(const struct rn_rdv_socket *s) {
   const struct rn_hello *h = &s->hello;
   if (h->nlocals == 0) return s->lfd_index;

@@ -537,13 +537,28 @@ int rn_tcp_yields(const struct rn_tcp_comm *c) {
              RN_TCP_URGENT_RECENT_MS;
 }
 
-ncclResult_t rn_tcp_comm_set_class(struct rn_tcp_comm *c, int tc, int streams_only) {
+static int rn_tcp_class_priority(int tc) {
   int prio = (int)rn_params()->socket_priority;
-  if (prio < 0) prio = tc >> 5;
+  return prio < 0 ? tc >> 5 : prio;
+}
+
+void rn_tcp_stream_set_class(struct rn_tcp_comm *c, struct rn_tcp_stream *s) {
+  if (c->tc < 0) return;
+  const char *what = "";
+  int prio = rn_tcp_class_priority(c->tc);
+  if (rn_tcp_sock_set_class(s->fd, &s->local, c->tc, prio, &what) != 0)
+    RN_WARN("send comm to %s: cannot set %s for traffic class %d (SO_PRIORITY %d) on a data "
+            "stream that joined again: %s; it carries the default class",
+            c->peer, what, c->tc, prio, strerror(errno));
+}
+
+ncclResult_t rn_tcp_comm_set_class(struct rn_tcp_comm *c, int tc, int streams_only) {
+  int prio = rn_tcp_class_priority(tc);
   c->tc = tc; /* what its sockets carry, should they be kept for reuse (pool.c) */
   const char *what = "";
   for (int i = streams_only ? 0 : -1; i < c->nstreams; i++) {
     int fd = i < 0 ? c->ctrl_fd : c->stream[i].fd;
+    if (fd < 0) continue; /* a stream of a rail left out: set when it joins */
     if (rn_tcp_sock_set_class(fd, i < 0 ? &c->ctrl_local : &c->stream[i].local, tc, prio, &what) !=
         0) {
       RN_WARN("send comm to %s: cannot set %s for traffic class %d (SO_PRIORITY %d) on %s: %s",

@@ -150,10 +150,10 @@ int rn_tcp_fd_tx(int fd, uint64_t *acked, uint64_t *outq) {
  * this one.  A dead path leaves bytes unacknowledged, or a probe
  * unanswered past the grace, and the bounds apply (a path that dies
  * while the window is closed shows at the next probe, which the
- * kernel's backoff may put up to TCP_RTO_MAX, 120 s, after the last). */
-/* fd's queued bytes wait on the peer's receive window alone: bytes
- * queued (*queued, when not NULL, says whether any are), none
- * unacknowledged, the last window probe answered. */
+ * kernel's backoff may put up to TCP_RTO_MAX, 120 s, after the last).
+ * So: fd's queued bytes wait on the peer's receive window alone (bytes
+ * queued, *queued says whether any are when not NULL; none
+ * unacknowledged; the last window probe answered). */
 static int rn_tcp_fd_window_held(int fd, int *queued) {
   struct tcp_info ti;
   socklen_t len = sizeof(ti);
@@ -853,6 +853,7 @@ static void rn_tcp_stream_reset(struct rn_tcp_stream *s, int fd) {
   if (old >= 0) close(old);
   rn_sock_tune(fd, 0);
   rn_sock_set_liveness(fd, (int)rn_params()->socket_timeout_ms);
+  rn_tcp_stream_set_class(s->comm, s);
   pthread_mutex_lock(&s->queue_lock);
   s->keep_head = s->queue_head = s->queue_tail;
   s->off = 0;

@@ -829,6 +829,9 @@ void rn_tcp_comm_free(struct rn_tcp_comm *c);
  * tc >> 5); one INFO.  streams_only: the data streams just opened, no
  * INFO.  A socket that refuses WARNs and fails. */
 ncclResult_t rn_tcp_comm_set_class(struct rn_tcp_comm *c, int tc, int streams_only);
+/* A stream that joined again (a rail re-admitted) gets the send comm's
+ * traffic class, if it has one (a WARN when the socket refuses it). */
+void rn_tcp_stream_set_class(struct rn_tcp_comm *c, struct rn_tcp_stream *s);
 /* A latency-critical send comm (RAILNET_TRAFFIC_CLASS_URGENT) of this
  * process was called lately and c is not one; such a comm's calls say so. */
 int rn_tcp_yields(const struct rn_tcp_comm *c);

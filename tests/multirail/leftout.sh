@@ -17,13 +17,16 @@
 #    connection for reuse: the comm of the transfer connects on it, and
 #    its data streams, opened with its first message, go without rail 1;
 #    the same checks.
+#  - Rail 1 black-holed at connect with RAILNET_TRAFFIC_CLASS=32: the same
+#    checks, and once the rail joined again every socket of the sender on
+#    it carries the class (TOS 0x20, by ss --tos).
 # Every isend/irecv/test return code is checked by multirail-xfer.  Time
 # bounds only turn hangs into failures (x RN_TIMEOUT_SCALE).
 # Skips (before any test) only without root, ip, tc, network namespaces,
 # veth or tbf.  Every testbed is removed on exit, also on failure.
 cd "$(dirname "$0")/../.." || exit 1
 NAME=rblo$$
-BEDS="$NAME" OUT_TAG=leftout XFER_ENV= PLAN=14
+BEDS="$NAME" OUT_TAG=leftout XFER_ENV= PLAN=18
 . tests/multirail/lib.sh
 
 # 1. the testbed
@@ -47,7 +50,9 @@ leftout() { # LOG RAIL DESCRIPTION FAULT UNDO WHY-PATTERN [reuse]
     result NOTOK "$desc: not run"
     return
   fi
-  set -- --seconds 10 --bytes 4G --interval 0.5 --timeout 40 --at "2:$undo"
+  # 6 s in (the rail back since about 3 s): the sender's sockets
+  set -- --seconds 10 --bytes 4G --interval 0.5 --timeout 40 --at "2:$undo" \
+    --at "6:ip netns exec $NAME-a ss -tnH --tos state established >$OUT/$log.ss 2>&1"
   [ -n "$reuse" ] && set -- "$@" --reuse "$reuse"
   xfer "$NAME" "$OUT/topo.xml" "$log" 2 "$@"
   rc=$?
@@ -112,7 +117,24 @@ leftout kept1 1 "rail 1 black-holed when a kept connection's streams open, resto
   "$RB --name $NAME blackhole 1" "$RB --name $NAME restore 1" \
   "did not connect within [0-9]* ms (2 x RAILNET_RAIL_STALL_MS)" reuse
 
-# 14. nothing left behind
+# 14-17. rail 1 black-holed at connect, with a traffic class for every
+# send comm: the comm connects (the rail's streams get the class when they
+# join), and 6 s in every data socket of the sender on rail 1 carries it
+XENV=RAILNET_TRAFFIC_CLASS=32
+leftout tos1 1 "with RAILNET_TRAFFIC_CLASS=32, rail 1 black-holed at connect, restored 2 s in" \
+  "$RB --name $NAME blackhole 1" "$RB --name $NAME restore 1" \
+  "did not connect within [0-9]* ms (2 x RAILNET_RAIL_STALL_MS)"
+XENV=
+on1=$(grep -c '198\.18\.1\.1:[0-9]* *198\.18\.1\.2:' "$OUT/tos1.ss")
+tos1=$(grep '198\.18\.1\.1:[0-9]* *198\.18\.1\.2:' "$OUT/tos1.ss" | grep -c 'tos:0x20')
+if [ "$on1" -ge 2 ] && [ "$tos1" -eq "$on1" ]; then
+  result OK "with RAILNET_TRAFFIC_CLASS=32: the $on1 sockets of the sender on rail 1 after it joined again all carry TOS 0x20"
+else
+  result NOTOK "with RAILNET_TRAFFIC_CLASS=32: sockets of the sender on rail 1 after it joined again: $on1 (2 or more), with TOS 0x20: $tos1 (all)"
+  details "$OUT/tos1.ss"
+fi
+
+# 18. nothing left behind
 "$RB" --name "$NAME" clean
 left=$(ip netns list | awk '{print $1}' | grep -E "^$NAME-" | tr '\n' ' ')
 new=$(links | comm -13 "$OUT/links.before" - | grep -E '^veth[0-9]+$' | tr '\n' ' ')
