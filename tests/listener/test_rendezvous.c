@@ -208,31 +208,28 @@ static int refuses(int ctrl_only, struct rn_hello (*make)(const struct listener 
   return refuses_n(1, ctrl_only, make);
 }
 
-/* Rails left out that the listener cannot serve, or a stream of one. */
-static struct rn_hello h_absent_all(const struct listener *l) {
-  struct rn_hello h = hello(l, RN_ROLE_CTRL, 0, 7, 4, 2);
-  h.absent = 3;
+/* Rails left out that the listener cannot serve, or a stream of one:
+ * hellos of 4 streams with nlocals sources and rails `absent` left out. */
+static struct rn_hello hello_absent(const struct listener *l, int role, int index,
+                                    uint32_t nlocals, uint16_t absent) {
+  struct rn_hello h = hello(l, role, index, 7, 4, nlocals);
+  h.absent = absent;
   return h;
+}
+static struct rn_hello h_absent_all(const struct listener *l) {
+  return hello_absent(l, RN_ROLE_CTRL, 0, 2, 3);
 }
 static struct rn_hello h_absent_beyond(const struct listener *l) {
-  struct rn_hello h = hello(l, RN_ROLE_CTRL, 0, 7, 4, 2);
-  h.absent = 4;
-  return h;
+  return hello_absent(l, RN_ROLE_CTRL, 0, 2, 4);
 }
 static struct rn_hello h_absent_one_source(const struct listener *l) {
-  struct rn_hello h = hello(l, RN_ROLE_CTRL, 0, 7, 4, 1);
-  h.absent = 1;
-  return h;
+  return hello_absent(l, RN_ROLE_CTRL, 0, 1, 1);
 }
 static struct rn_hello h_absent_more_sources(const struct listener *l) {
-  struct rn_hello h = hello(l, RN_ROLE_CTRL, 0, 7, 4, 3);
-  h.absent = 1;
-  return h;
+  return hello_absent(l, RN_ROLE_CTRL, 0, 3, 1);
 }
 static struct rn_hello h_absent_stream(const struct listener *l) {
-  struct rn_hello h = hello(l, RN_ROLE_DATA, 2, 7, 4, 2);
-  h.absent = 1;
-  return h;
+  return hello_absent(l, RN_ROLE_DATA, 2, 2, 1);
 }
 
 static struct rn_hello h_zero_streams(const struct listener *l) {
