@@ -10,13 +10,17 @@
  * whole, so every byte must arrive: each side verifies every byte, size
  * and guard, no call may fail, and neither side may WARN of a protocol
  * violation or a failed comm (taking a rail out and moving the control
- * connection are WARNed, and expected).  Past failures this caught: a
+ * connection are WARNed, and expected).  With --rounds N the pairs close
+ * and connect again N - 1 times, the groups split between the rounds, so
+ * comms connect, and open their streams on kept connections, while a rail
+ * is damaged (a rail left out at connect is WARNed, and expected).  Past
+ * failures this caught: a
  * receiver calling a comm dead while a slow rail still delivered (it
  * counted only whole chunks), and a first copy of a chunk that trailed
  * its re-sent copy taken for a duplicate.
  *
  *   multirail-chaos --railbed NAME --env K=V,... [--seed N] [--groups N]
- *                   [--pairs N] [--rails N] [--rate MBIT] [--timeout S]
+ *                   [--pairs N] [--rails N] [--rate MBIT] [--timeout S] [--rounds N]
  *
  * Exit: 0 pass, 1 fail (the reason on stdout), 64 bad usage. */
 #include <pthread.h>
@@ -32,7 +36,7 @@
 static struct {
   const char *bed, *rb;
   uint64_t seed;
-  int groups, pairs, rails, rate;
+  int groups, pairs, rails, rate, rounds;
   double timeout;
 } g = {.rb = "scripts/railbed/railbed.sh",
        .seed = 1,
@@ -40,24 +44,25 @@ static struct {
        .pairs = 4,
        .rails = 3,
        .rate = 1000,
+       .rounds = 1,
        .timeout = 120};
 
-static int side(struct rn_peer *p) {
+/* One round: the pairs connect, move their share of the groups, close. */
+static int round_run(struct rn_peer *p, int round, int violation, int failed, double end) {
   void *comms[CHAOS_MAX_PAIRS], *lcomms[CHAOS_MAX_PAIRS] = {NULL};
-  const int violation = rn_log_watch("protocol violation");
-  const int failed = rn_log_watch("failed (error");
   if (peer_connect(p, g.pairs, comms, lcomms, 30) != 0) return 1;
   const int maxn = p->props.max_recvs < CHURN_MAXN ? p->props.max_recvs : CHURN_MAXN;
   struct churn_side x[CHAOS_MAX_PAIRS];
   pthread_t t[CHAOS_MAX_PAIRS];
+  const int groups = g.groups / g.rounds + (round < g.groups % g.rounds);
   for (int i = 0; i < g.pairs; i++) {
     x[i] = (struct churn_side){.net = &p->net,
                                .comm = comms[i],
-                               .seed = g.seed,
+                               .seed = g.seed + 7919u * (uint64_t)round,
                                .pair = i,
                                .maxn = maxn,
-                               .groups = g.groups,
-                               .bound_s = g.timeout - 15};
+                               .groups = groups,
+                               .bound_s = end - now_s()};
     if (pthread_create(&t[i], NULL, p->role == RN_RECEIVER ? churn_receiver : churn_sender,
                        &x[i]) != 0)
       return peer_fail(p, "pthread_create");
@@ -67,7 +72,7 @@ static int side(struct rn_peer *p) {
     pthread_join(t[i], NULL);
     if (bad < 0 && x[i].failed) bad = i;
   }
-  if (bad >= 0) return peer_fail(p, "pair %d: %s", bad, x[bad].why);
+  if (bad >= 0) return peer_fail(p, "round %d, pair %d: %s", round, bad, x[bad].why);
   char w[320];
   if (rn_log_seen(violation) != 0 && rn_log_first_warn("protocol violation", w, sizeof w))
     return peer_fail(p, "a protocol violation: %s", w);
@@ -76,6 +81,15 @@ static int side(struct rn_peer *p) {
   /* Both sides done before either closes: a close is not a failure. */
   if (peer_sync(p, 30) != 0) return peer_fail(p, "no sync from the peer");
   return peer_close(p, g.pairs, comms, lcomms);
+}
+
+static int side(struct rn_peer *p) {
+  const int violation = rn_log_watch("protocol violation");
+  const int failed = rn_log_watch("failed (error");
+  const double end = now_s() + g.timeout - 15;
+  for (int r = 0; r < g.rounds; r++)
+    if (round_run(p, r, violation, failed, end) != 0) return 1;
+  return 0;
 }
 
 /* ---- the damage, from the runner ---------------------------------------- */
@@ -144,12 +158,13 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--rails")) g.rails = atoi(v);
     else if (!strcmp(a, "--rate")) g.rate = atoi(v);
     else if (!strcmp(a, "--timeout")) g.timeout = atof(v);
+    else if (!strcmp(a, "--rounds")) g.rounds = atoi(v);
     else if (!strcmp(a, "--railbed-script")) g.rb = v;
     else goto usage;
     i++;
   }
   if (g.bed == NULL || g.groups < 1 || g.pairs < 1 || g.pairs > CHAOS_MAX_PAIRS || g.rails < 2 ||
-      g.rate < 1 || g.timeout < 30)
+      g.rate < 1 || g.timeout < 30 || g.rounds < 1 || g.rounds > g.groups)
     goto usage;
   char ns[2][160];
   snprintf(ns[0], sizeof ns[0], "%s-b", g.bed);
@@ -168,14 +183,15 @@ int main(int argc, char **argv) {
   int rc = rn_run_pair(side, side, &o, why, sizeof why);
   repair();
   if (rc == 0)
-    printf("result ok: %d pairs x %d groups, seed %llu, %d rail faults, %.1f s\n", g.pairs,
-           g.groups, (unsigned long long)g.seed, d.actions, now_s() - t0);
+    printf("result ok: %d pairs x %d groups in %d round(s), seed %llu, %d rail faults, %.1f s\n",
+           g.pairs, g.groups, g.rounds, (unsigned long long)g.seed, d.actions, now_s() - t0);
   else
     printf("result fail: %s (seed %llu, %d rail faults, %.1f s)\n", why,
            (unsigned long long)g.seed, d.actions, now_s() - t0);
   return rc == 0 ? 0 : 1;
 usage:
   fprintf(stderr, "usage: multirail-chaos --railbed NAME [--env K=V,...] [--seed N] [--groups N] "
-                  "[--pairs 1..8] [--rails N>=2] [--rate MBIT] [--timeout S>=30]\n");
+                  "[--pairs 1..8] [--rails N>=2] [--rate MBIT] [--timeout S>=30] "
+                  "[--rounds 1..groups]\n");
   return 64;
 }
