@@ -470,8 +470,8 @@ static int rn_rdv_join(struct rn_rdv *r, const struct rn_rdv_socket *s, int64_t 
     if (r->group[i].conn_id == h->conn_id) g = &r->group[i];
   if (g != NULL) {
     *why = RN_STRAY_INCONSISTENT;
-    if ((int)h->nstreams != g->conn.nstreams || h->nlocals != g->nlocals || h->absent != g->absent ||
-        (h->role == RN_ROLE_CTRL && g->have_ctrl) ||
+    if ((int)h->nstreams != g->conn.nstreams || h->nlocals != g->nlocals ||
+        h->absent != g->absent || (h->role == RN_ROLE_CTRL && g->have_ctrl) ||
         (h->role == RN_ROLE_DATA && g->conn.data_fd[h->index] >= 0) || !rn_rdv_source_matches(g, s))
       return -1;
     *why = RN_STRAY_NO_ROOM;

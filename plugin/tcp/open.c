@@ -129,7 +129,8 @@ int rn_tcp_plan_leave_out(const char *peer, struct rn_tcp_plan *p, uint32_t *abs
   if (!rn_tcp_plan_may_leave_out(p)) {
     if (res == ncclSuccess || !p->standby || rn_rdv_dial_dropped(*d)) return 0;
     /* The dial said what failed; perhaps the standby (as above). */
-    RN_INFO(NCCL_NET, "connection to %s: dialing with the standby failed; dialing without it", peer);
+    RN_INFO(NCCL_NET, "connection to %s: dialing with the standby failed; dialing without it",
+            peer);
     rn_rdv_dial_destroy(*d);
     *d = NULL;
     rn_tcp_plan_drop_standby(p);
@@ -312,7 +313,8 @@ static ncclResult_t rn_tcp_lazy_admit(struct rn_tcp_comm *c) {
   conn.ctrl_fd = -1;
   if (rn_tcp_comm_attach(c, &conn, NULL, c->lazy.u.rx.lbound) != ncclSuccess)
     return rn_tcp_fail(c, ncclSystemError, "its data streams could not be set up");
-  if (rn_tcp_rails_left_out(c, "the sender could not reach it when the streams opened") != ncclSuccess)
+  if (rn_tcp_rails_left_out(c, "the sender could not reach it when the streams opened") !=
+      ncclSuccess)
     return rn_tcp_fail(c, ncclRemoteError, "its data streams came without whole rails");
   return rn_tcp_lazy_apply_early(c);
 }

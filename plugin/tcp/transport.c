@@ -3,7 +3,6 @@
  * registrations.  See tcp.h for the protocol and the other files. */
 #include <errno.h>
 #include <pthread.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -60,7 +59,7 @@ struct rn_tcp_connecting {
   uint32_t token;           /* the listening process's (pool.c), 0 none */
   int pooled;               /* conn is a kept connection, asked for reuse: if it fails, dial */
   struct rn_tcp_addrs kept; /* pooled: its addresses */
-  uint32_t absent;          /* rails (plan indexes) left out: unreachable (rn_tcp_connect_leave_out) */
+  uint32_t absent;          /* rails (plan indexes) left out (rn_tcp_plan_leave_out) */
   int64_t dial_ms;          /* when the current dial started */
 };
 
