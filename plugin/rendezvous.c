@@ -743,7 +743,7 @@ ncclResult_t rn_rdv_dial_create_without(const union rn_sockaddr *addrs, int nadd
   ncclResult_t res = ncclSuccess;
   if (naddrs < 1 || nstreams < 0 || nstreams > RN_RDV_MAX_STREAMS || nlocals < 0)
     return ncclInternalError;
-  if (absent != 0 && (naddrs != nlocals || nlocals < 2 || nlocals > RN_RDV_MAX_SOURCES ||
+  if (absent != 0 && (naddrs != nlocals || nlocals < 2 || nlocals > 16 /* the hello's bits */ ||
                       (absent >> nlocals) != 0 || absent == (1u << nlocals) - 1 ||
                       nstreams < nlocals))
     return ncclInternalError;
