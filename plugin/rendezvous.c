@@ -29,9 +29,7 @@
  *   (a real connection completes within microseconds of its first socket,
  *   so only a stalled one is ever the oldest).  A complete group waits for
  *   poll to return it, one per call, and is never evicted; an incomplete
- *   one is dropped RAILNET_CONNECT_TIMEOUT_MS after it started, or at once
- *   when its connector closes a socket of it (it dialed again without a
- *   rail, or gave up: nothing more of it can come).  A group is
+ *   one is dropped RAILNET_CONNECT_TIMEOUT_MS after it started.  A group is
  *   complete with its control connection and the data streams of every
  *   rail not left out.
  * - Refused hellos: a data stream count outside the listener's range (1..32
@@ -97,7 +95,6 @@
 static_assert(RN_RDV_MAX_LFDS <= RN_RDV_MAX_SOURCES, "a source slot per listening socket");
 static_assert(RN_RDV_MAX_GROUP_FDS >= 1 + RN_RDV_MAX_STREAMS, "room for one whole connection");
 static_assert(sizeof(struct rn_hello) == 32, "the hello's wire size");
-static_assert(RN_RDV_MAX_GROUPS <= 64, "a bit per group (rn_rdv_drop_abandoned)");
 
 /* Nonces and connection ids come from the kernel's generator, read 32 at
  * a time: every listen and every dial takes one, and a getrandom call per
@@ -181,7 +178,6 @@ enum rn_rdv_stray {
   RN_STRAY_NO_ROOM,      /* authenticated, but every group was complete */
   RN_STRAY_EVICTED,      /* incomplete connection evicted for a newer one */
   RN_STRAY_TIMED_OUT,    /* incomplete connection past the connect timeout */
-  RN_STRAY_ABANDONED,    /* incomplete connection whose connector closed a socket of it */
   RN_STRAY_NREASONS
 };
 static const char *const rn_rdv_stray_name[RN_STRAY_NREASONS] = {
@@ -195,7 +191,6 @@ static const char *const rn_rdv_stray_name[RN_STRAY_NREASONS] = {
     "no room: every connection in progress was complete",
     "incomplete connection evicted for a newer one",
     "streams missing past the connect timeout",
-    "incomplete connection its connector closed (it dialed again, or gave up)",
 };
 
 /* An accepted socket whose hello is still arriving. */
@@ -631,39 +626,6 @@ static ncclResult_t rn_rdv_accept_some(struct rn_rdv *r, int64_t now) {
 
 /* Mark the waiting sockets that have bytes (or an error) to read: one
  * poll() rather than a recv() each. */
-/* Incomplete groups whose connector closed one of their sockets (a
- * connector that dials again without a rail, or gave up) are dropped at
- * once rather than at their deadline: nothing more of them can come.  A
- * socket of an incomplete group reads nothing before the accept, so one
- * that is readable is closed, reset or broken. */
-static void rn_rdv_drop_abandoned(struct rn_rdv *r, int64_t now) {
-  struct pollfd pfd[RN_RDV_MAX_GROUP_FDS];
-  short group[RN_RDV_MAX_GROUP_FDS];
-  int n = 0;
-  for (int i = 0; i < r->ngroups; i++) {
-    const struct rn_rdv_group *g = &r->group[i];
-    if (g->have_ctrl && g->ndata == g->want) continue;
-    for (int k = -1; k < RN_RDV_MAX_STREAMS && n < RN_RDV_MAX_GROUP_FDS; k++) {
-      int fd = k < 0 ? g->conn.ctrl_fd : g->conn.data_fd[k];
-      if (fd < 0) continue;
-      pfd[n] = (struct pollfd){.fd = fd, .events = POLLIN};
-      group[n++] = (short)i;
-    }
-  }
-  if (n == 0 || poll(pfd, (nfds_t)n, 0) <= 0) return;
-  uint64_t gone = 0; /* bit i: group i */
-  for (int j = 0; j < n; j++) {
-    if (pfd[j].revents == 0) continue;
-    char b;
-    ssize_t got = recv(pfd[j].fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
-      gone |= 1ull << group[j];
-  }
-  /* Highest first: a drop moves the last group into the dropped one's place. */
-  for (int i = r->ngroups - 1; i >= 0; i--)
-    if (gone & (1ull << i)) rn_rdv_group_drop(r, i, RN_STRAY_ABANDONED, now);
-}
-
 static void rn_rdv_mark_readable(struct rn_rdv *r) {
   struct pollfd pfd[RN_RDV_MAX_ANON];
   int n = r->nanon;
@@ -696,7 +658,6 @@ ncclResult_t rn_rdv_poll(struct rn_rdv *r, struct rn_rdv_conn *conn, int *ready)
       rn_rdv_socket_drop(r, &s, got < 0 ? why : RN_STRAY_SILENT, now);
   }
   r->nanon = kept;
-  rn_rdv_drop_abandoned(r, now);
   for (int i = 0; i < r->ngroups;) {
     struct rn_rdv_group *g = &r->group[i];
     if (g->have_ctrl && g->ndata == g->want) {
