@@ -32,8 +32,8 @@ struct rn_hello {
    * streams i with i mod nlocals == k, which leave from the k-th address
    * for the listener's k-th listening socket.  The connector could not
    * reach them; they are not dialed, and the control connection leaves
-   * from the first rail not left out.  Nonzero only with 2 <= nlocals ==
-   * the listener's listening sockets, and never every rail. */
+   * from the first rail not left out.  Nonzero only with 2 <= nlocals <=
+   * the listener's listening sockets (and 16), and never every rail. */
   uint16_t absent;
 };
 
@@ -82,7 +82,7 @@ ncclResult_t rn_rdv_dial_create_from(const union rn_sockaddr *addrs, int naddrs,
                                      const union rn_sockaddr *locals, int nlocals, uint64_t nonce,
                                      int nstreams, struct rn_rdv_dial **out);
 /* The same, leaving out the rails in `absent` (struct rn_hello): needs
- * 2 <= naddrs == nlocals, addresses of one family, and a rail left. */
+ * 2 <= naddrs == nlocals <= 16, addresses of one family, and a rail left. */
 ncclResult_t rn_rdv_dial_create_without(const union rn_sockaddr *addrs, int naddrs,
                                         const union rn_sockaddr *locals, int nlocals,
                                         uint64_t nonce, int nstreams, uint32_t absent,
