@@ -120,27 +120,34 @@ static uint32_t peer_ip(int fd) {
   return ntohl(a.in.sin_addr.s_addr);
 }
 
+/* A dial of nstreams data streams to the listener's nlfds addresses (from
+ * nlocals of 127.0.0.1 and 127.0.0.3, if any), without the rails in
+ * absent: 1 with the connection the listener handed out in *conn. */
+static int dial_admitted(struct listener *l, int nstreams, int nlocals, uint32_t absent,
+                         struct rn_rdv_conn *conn) {
+  struct rn_rdv_dial *d = NULL;
+  struct rn_rdv_conn dialed;
+  int done = 0, ok = 0;
+  union rn_sockaddr locals[2] = {loopback("127.0.0.1", 0), loopback("127.0.0.3", 0)};
+  if (rn_rdv_dial_create_without(l->addr, l->nlfds, nlocals ? locals : NULL, nlocals, l->nonce,
+                                 nstreams, absent, &d) == ncclSuccess)
+    ok = pump(l, d, &dialed, &done, conn, NULL, NULL) == 1;
+  if (done) rn_rdv_conn_close(&dialed);
+  rn_rdv_dial_destroy(d);
+  return ok;
+}
+
 /* A dial of nstreams data streams (from locals, if any) is admitted whole. */
 static int admits_dial(int ctrl_only, int nlfds, int nstreams, int nlocals) {
   struct listener l;
-  struct rn_rdv_dial *d = NULL;
-  struct rn_rdv_conn dialed, conn;
-  int done = 0, ok = 0;
-  static const char *const src[2] = {"127.0.0.1", "127.0.0.3"};
-  union rn_sockaddr locals[2];
-  for (int i = 0; i < 2; i++) locals[i] = loopback(src[i], 0);
+  struct rn_rdv_conn conn;
+  int ok = 0;
   if (listener_open(&l, nlfds, ctrl_only) != 0) return 0;
-  if (rn_rdv_dial_create_from(l.addr, nlfds, nlocals ? locals : NULL, nlocals, l.nonce, nstreams,
-                              &d) != ncclSuccess)
-    goto out;
-  if (pump(&l, d, &dialed, &done, &conn, NULL, NULL) == 1) {
+  if (dial_admitted(&l, nstreams, nlocals, 0, &conn)) {
     ok = conn.nstreams == nstreams && conn.ctrl_fd >= 0;
     for (int i = 0; i < nstreams; i++) ok &= conn.data_fd[i] >= 0;
     rn_rdv_conn_close(&conn);
   }
-  if (done) rn_rdv_conn_close(&dialed);
-out:
-  rn_rdv_dial_destroy(d);
   listener_close(&l);
   return ok;
 }
@@ -151,14 +158,10 @@ out:
  * left. */
 static int admits_left_out(uint32_t absent) {
   struct listener l;
-  struct rn_rdv_dial *d = NULL;
-  struct rn_rdv_conn dialed, conn;
-  int done = 0, ok = 0;
-  union rn_sockaddr locals[2] = {loopback("127.0.0.1", 0), loopback("127.0.0.3", 0)};
+  struct rn_rdv_conn conn;
+  int ok = 0;
   if (listener_open(&l, 2, 0) != 0) return 0;
-  if (rn_rdv_dial_create_without(l.addr, 2, locals, 2, l.nonce, 4, absent, &d) != ncclSuccess)
-    goto out;
-  if (pump(&l, d, &dialed, &done, &conn, NULL, NULL) == 1) {
+  if (dial_admitted(&l, 4, 2, absent, &conn)) {
     int first = (absent & 1) ? 1 : 0;
     ok = conn.nstreams == 4 && conn.nrails == 2 && conn.ctrl_fd >= 0 &&
          peer_ip(conn.ctrl_fd) == (first ? 0x7f000003u : 0x7f000001u);
@@ -169,9 +172,6 @@ static int admits_left_out(uint32_t absent) {
     }
     rn_rdv_conn_close(&conn);
   }
-  if (done) rn_rdv_conn_close(&dialed);
-out:
-  rn_rdv_dial_destroy(d);
   listener_close(&l);
   return ok;
 }
