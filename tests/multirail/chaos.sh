@@ -58,9 +58,4 @@ for run in 1 2 3 4; do
   fi
 done
 
-"$RB" --name "$NAME" clean
-if ip netns list | awk '{print $1}' | grep -q "^$NAME-"; then
-  result NOTOK "left behind: namespaces of $NAME"
-else
-  result OK "clean removed the testbed"
-fi
+nothing_left_behind

@@ -135,11 +135,4 @@ else
 fi
 
 # 18. nothing left behind
-"$RB" --name "$NAME" clean
-left=$(ip netns list | awk '{print $1}' | grep -E "^$NAME-" | tr '\n' ' ')
-new=$(links | comm -13 "$OUT/links.before" - | grep -E '^veth[0-9]+$' | tr '\n' ' ')
-if [ -z "$left" ] && [ -z "$new" ]; then
-  result OK "clean removed the testbed: no namespace left, no rail on the host"
-else
-  result NOTOK "left behind: namespaces '$left', host links '$new'"
-fi
+nothing_left_behind

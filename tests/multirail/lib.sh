@@ -1,5 +1,5 @@
-# Shared by the multi-rail TAP scripts (two-rails.sh, standby.sh,
-# chaos.sh), sourced from the repository root once the script has set
+# Shared by the multi-rail TAP scripts (tests/multirail/*.sh),
+# sourced from the repository root once the script has set
 #   BEDS     the railbed names it may bring up (all removed on exit)
 #   OUT_TAG  the name of its temporary folder
 #   XFER_ENV more K=V,... for both sides of every transfer (may be empty)
@@ -115,4 +115,19 @@ both_error() { # LOG
 show() { # LOG
   grep -E '^(result|event|end|rails)' "$OUT/$1.log" | details
   grep -E 'WARN' "$OUT/$1.err" | tail -5 | cut -c1-300 | details
+}
+# The script's last test: clean every testbed in $BEDS, then no namespace
+# of theirs may be left and no vethN may have appeared on the host (the
+# rails are made inside the namespaces; other links come and go with other
+# programs on a shared host, so only ours are looked for).
+nothing_left_behind() {
+  for bed in $BEDS; do "$RB" --name "$bed" clean; done
+  pattern=$(echo $BEDS | tr ' ' '|')
+  left=$(ip netns list | awk '{print $1}' | grep -E "^($pattern)-" | tr '\n' ' ')
+  new=$(links | comm -13 "$OUT/links.before" - | grep -E '^veth[0-9]+$' | tr '\n' ' ')
+  if [ -z "$left" ] && [ -z "$new" ]; then
+    result OK "clean removed every testbed: no namespace left, no rail on the host"
+  else
+    result NOTOK "left behind: namespaces '$left', host links '$new'"
+  fi
 }

@@ -163,12 +163,4 @@ else
 fi
 
 # 9. nothing left behind
-"$RB" --name "$NAME" clean
-"$RB" --name "$NAME0" clean
-left=$(ip netns list | awk '{print $1}' | grep -E "^($NAME|$NAME0)-" | tr '\n' ' ')
-new=$(links | comm -13 "$OUT/links.before" - | grep -E '^veth[0-9]+$' | tr '\n' ' ')
-if [ -z "$left" ] && [ -z "$new" ]; then
-  result OK "clean removed every testbed: no namespace left, no rail on the host"
-else
-  result NOTOK "left behind: namespaces '$left', host links '$new'"
-fi
+nothing_left_behind

@@ -376,16 +376,4 @@ else
 fi
 
 # 23. nothing left behind
-"$RB" --name "$NAME" clean
-"$RB" --name "$NAME1" clean
-"$RB" --name "$NAME4" clean
-# The rails are made inside the namespaces and never appear on the host:
-# no vethN may have appeared there (other links come and go with other
-# programs on a shared host, so only ours are looked for).
-left=$(ip netns list | awk '{print $1}' | grep -E "^($NAME|$NAME1|$NAME4)-" | tr '\n' ' ')
-new=$(links | comm -13 "$OUT/links.before" - | grep -E '^veth[0-9]+$' | tr '\n' ' ')
-if [ -z "$left" ] && [ -z "$new" ]; then
-  result OK "clean removed every testbed: no namespace left, no rail on the host"
-else
-  result NOTOK "left behind: namespaces '$left', host links '$new'"
-fi
+nothing_left_behind

@@ -91,9 +91,4 @@ else
 fi
 
 # 7. nothing left behind
-"$RB" --name "$NAME" clean
-if ip netns list | awk '{print $1}' | grep -q "^$NAME-"; then
-  result NOTOK "left behind: namespaces of $NAME"
-else
-  result OK "clean removed the testbed"
-fi
+nothing_left_behind
