@@ -222,7 +222,7 @@ static void rn_tcp_rail_standing(const struct rn_tcp_comm *c, int i, char *buf, 
   const struct rn_tcp_rail *r = &c->rail[i];
   const char *how = !rn_tcp_rail_usable(c, i)    ? "is up"
                     : rn_tcp_rail_inflight(r) ? "progressed"
-                                              : "is idle, with no failure known";
+                                              : "delivered all it was given";
   snprintf(buf, len, "%s %s %s", r->standby ? "the standby" : "rail", r->name, how);
 }
 

@@ -310,7 +310,7 @@ if "$RB" --name "$NAME4" up --rails 4 --rate 150 >"$OUT/up4.log" 2>&1 &&
   if [ $rc -eq 0 ] && grep -q '^result status=ok receiver=ok.* sender=ok' "$OUT/dial.log" &&
     grep -q 'control connection: the dial over rail veth1 .* did not connect within 250 ms' "$OUT/dial.err" &&
     grep -q 'send comm .*control connection 1 resumed over rail veth2' "$OUT/dial.err" &&
-    grep -q 'rail veth0 taken out: the control connection on it: .* while rail veth1 is idle, with no failure known' "$OUT/dial.err"; then
+    grep -q 'rail veth0 taken out: the control connection on it: .* while rail veth1 delivered all it was given' "$OUT/dial.err"; then
     result OK "4-rail device, 4 KiB messages, rails 0 and 1 black-holed at 1 s (RAILNET_RAIL_TIMEOUT_MS=1000): rail 0 taken out naming rail 1 idle, not as working; the dial over rail 1 gave way after 250 ms, the control connection moved to veth2, every byte verified"
   else
     result NOTOK "4-rail device, 4 KiB messages, rails 0 and 1 black-holed at 1 s (RAILNET_RAIL_TIMEOUT_MS=1000): exit $rc, or rail 0's WARN not naming rail 1 idle, or no dial over veth1 given up, or the control connection not moved to veth2"
