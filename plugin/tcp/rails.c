@@ -701,6 +701,41 @@ static void rn_tcp_backlog_drain(struct rn_tcp_comm *c) {
     if (touched & (1u << i)) rn_tcp_wake(c, i);
 }
 
+static void rn_tcp_rail_mark_failed(struct rn_tcp_rail *r, const char *cause) {
+  atomic_store(&r->state, RN_TCP_RAIL_FAILED);
+  atomic_fetch_add(&r->failures, 1);
+  if (cause != r->cause) snprintf(r->cause, sizeof(r->cause), "%s", cause);
+}
+
+/* Send: rail r was just taken out.  Taken out less than
+ * RAILNET_RAIL_HOLD_MS after its re-admission, it is flapping: each such
+ * take-out in a row holds it out twice as long as the last, from 2 x
+ * RAILNET_RAIL_STALL_MS up to RAILNET_RAIL_HOLD_MS, so a link that keeps
+ * coming and going stalls the comm's striped messages (for up to
+ * RAILNET_RAIL_STALL_MS at each take-out) ever more rarely.  A rail up
+ * that long starts afresh.  The hold ends early when no other rail
+ * carries the comm (rn_tcp_rail_held). */
+static void rn_tcp_rail_hold(struct rn_tcp_comm *c, struct rn_tcp_rail *r) {
+  const int64_t now = rn_clock_ms(), max = rn_params()->rail_hold_ms;
+  const int64_t up = now - r->up_ms;
+  if (r->up_ms == 0 || max == 0 || up >= max) {
+    r->flaps = 0;
+    r->hold_until_ms = 0;
+    return;
+  }
+  r->flaps++;
+  int64_t hold = 2 * rn_params()->rail_stall_ms;
+  for (int k = 1; k < r->flaps && hold < max; k++) hold *= 2;
+  if (hold > max) hold = max;
+  r->hold_until_ms = now + hold;
+  RN_INFO(NCCL_NET,
+          "send comm to %s (dev %d): rail %s failed %.1f s after its re-admission (%d time(s) in "
+          "a row within RAILNET_RAIL_HOLD_MS, %lld ms): flapping, so it is held out for %lld ms "
+          "while another rail carries the comm",
+          c->peer, c->base.vdev, r->name, (double)up / 1000.0, r->flaps, (long long)max,
+          (long long)hold);
+}
+
 /* Take rail ri out of the send comm: its connections are reset (nothing
  * it still held reaches the receiver later), and every chunk it had not
  * yet written, or wrote for a send not yet acknowledged, waits in the
@@ -718,9 +753,7 @@ static ncclResult_t rn_tcp_rail_take_out(struct rn_tcp_comm *c, int ri, const ch
     if (c->backlog == NULL)
       return rn_tcp_fail(c, ncclSystemError, "out of memory taking rail %s out", r->name);
   }
-  atomic_store(&r->state, RN_TCP_RAIL_FAILED);
-  atomic_fetch_add(&r->failures, 1);
-  if (cause != r->cause) snprintf(r->cause, sizeof(r->cause), "%s", cause);
+  rn_tcp_rail_mark_failed(r, cause);
   int moved = 0, again = 0;
   for (int k = 0; k < r->nstreams; k++) {
     struct rn_tcp_stream *s = &c->stream[r->stream[k]];
@@ -772,13 +805,14 @@ static ncclResult_t rn_tcp_rail_take_out(struct rn_tcp_comm *c, int ri, const ch
         "its standby NIC %s takes over: %d chunk(s) queued or unacknowledged (%d to send "
         "again) go over it",
         c->peer, c->base.vdev, r->name, r->cause, c->rail[c->standby].name, moved, again);
-    return ncclSuccess;
+  } else {
+    RN_WARN(
+        "send comm to %s (dev %d): rail %s taken out: %s; %d chunk(s) queued or unacknowledged "
+        "(%d to send again) go over the %d other rail(s)",
+        c->peer, c->base.vdev, r->name, r->cause, moved, again,
+        c->on_standby || r->standby ? left : rn_tcp_rails_primary_up(c));
   }
-  RN_WARN(
-      "send comm to %s (dev %d): rail %s taken out: %s; %d chunk(s) queued or unacknowledged "
-      "(%d to send again) go over the %d other rail(s)",
-      c->peer, c->base.vdev, r->name, r->cause, moved, again,
-      c->on_standby || r->standby ? left : rn_tcp_rails_primary_up(c));
+  rn_tcp_rail_hold(c, r);
   return ncclSuccess;
 }
 
@@ -968,9 +1002,7 @@ ncclResult_t rn_tcp_rails_left_out(struct rn_tcp_comm *c, const char *why) {
               c->base.vdev, r->name, r->nstreams - missing, r->nstreams);
       return ncclRemoteError;
     }
-    atomic_store(&r->state, RN_TCP_RAIL_FAILED);
-    atomic_fetch_add(&r->failures, 1);
-    snprintf(r->cause, sizeof(r->cause), "%s", why);
+    rn_tcp_rail_mark_failed(r, why);
     offer |= r->streams;
     if (c->is_recv)
       RN_INFO(NCCL_NET,
@@ -1005,6 +1037,30 @@ ncclResult_t rn_tcp_rails_on_offer(struct rn_tcp_comm *c, const struct rn_tcp_of
   return ncclSuccess;
 }
 
+/* Send: another rail than ri carries the comm (up, and its bytes moved
+ * within RAILNET_RAIL_STALL_MS, or it has none in flight). */
+static int rn_tcp_rails_carried(const struct rn_tcp_comm *c, int ri, int64_t now) {
+  for (int i = 0; i < c->nrails; i++)
+    if (i != ri && rn_tcp_rail_usable(c, i) &&
+        now - c->rail[i].progress_ms < rn_params()->rail_stall_ms)
+      return 1;
+  return 0;
+}
+
+/* Send: a flapping rail's hold (rn_tcp_rail_hold) lasts only while
+ * another rail carries the comm: with none, the rail is its best hope. */
+static int rn_tcp_rail_held(struct rn_tcp_comm *c, int ri, int64_t now) {
+  struct rn_tcp_rail *r = &c->rail[ri];
+  if (now >= r->hold_until_ms) return 0;
+  if (rn_tcp_rails_carried(c, ri, now)) return 1;
+  RN_INFO(NCCL_NET,
+          "send comm to %s (dev %d): rail %s dialed %lld ms before its hold ends: no other rail "
+          "carries the comm",
+          c->peer, c->base.vdev, r->name, (long long)(r->hold_until_ms - now));
+  r->hold_until_ms = 0;
+  return 0;
+}
+
 /* Sender: probe the rails taken out that the receiver offered back. */
 static void rn_tcp_rails_probe(struct rn_tcp_comm *c) {
   int64_t now = rn_clock_ms();
@@ -1012,7 +1068,7 @@ static void rn_tcp_rails_probe(struct rn_tcp_comm *c) {
     struct rn_tcp_rail *r = &c->rail[i];
     if (!r->offered || atomic_load(&r->state) != RN_TCP_RAIL_FAILED) continue;
     if (r->dial == NULL) {
-      if (now < r->next_probe_ms) continue;
+      if (now < r->next_probe_ms || rn_tcp_rail_held(c, i, now)) continue;
       r->next_probe_ms = now + r->backoff_ms;
       if (r->backoff_ms < RN_TCP_PROBE_MAX_MS) r->backoff_ms *= 2;
       if (!rn_tcp_if_running(&r->local)) continue; /* its link is still down */
@@ -1053,6 +1109,7 @@ static void rn_tcp_rails_probe(struct rn_tcp_comm *c) {
     r->busy_prev = 0;
     r->progress_ms = now;
     r->offered = 0;
+    r->up_ms = now;
     atomic_store(&r->state, RN_TCP_RAIL_UP);
     rn_tcp_wake_all(c);
     RN_INFO(NCCL_NET, "send comm to %s (dev %d): rail %s re-admitted (down since: %s)", c->peer,

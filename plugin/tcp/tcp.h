@@ -240,6 +240,10 @@ struct rn_tcp_rail {
   uint64_t offer_nonce;
   struct rn_rdv_dial *dial;
   int64_t dial_ms, next_probe_ms, backoff_ms;
+  /* Send: a flapping rail is held out (rn_tcp_rail_hold). */
+  int64_t up_ms;         /* when it was last re-admitted (0: never) */
+  int64_t hold_until_ms; /* not dialed again before then */
+  int flaps;             /* take-outs in a row, each within RAILNET_RAIL_HOLD_MS of its re-admission */
   int busy_prev; /* caller: busy at the last sample */
   int standby;   /* the device's standby NIC: carries data only while every other rail is down */
 };
