@@ -70,6 +70,8 @@ static struct rn_shared_list rn_tcp_waiting = RN_SHARED_LIST_INIT(rn_tcp_waiting
 static _Atomic int64_t rn_tcp_next_wait_sweep_ms;
 
 void rn_tcp_comm_waiting(struct rn_tcp_comm *c) {
+  if (c->on_waiting) return;
+  c->on_waiting = 1;
   rn_shared_list_add_tail(&rn_tcp_waiting, &c->waiting);
 }
 
@@ -83,6 +85,7 @@ void rn_tcp_comm_sweep_waiting(void) {
     if (pthread_mutex_trylock(&c->lock) != 0) continue; /* its own caller is in it */
     if (c->nactive == 0) {
       rn_list_del(node);
+      c->on_waiting = 0;
     } else if (c->touched) {
       c->touched = 0; /* its caller tests it: nothing to do here */
     } else if (atomic_load(&c->error) == 0) {
@@ -100,10 +103,12 @@ static struct rn_shared_list rn_tcp_streamy = RN_SHARED_LIST_INIT(rn_tcp_streamy
 static _Atomic int64_t rn_tcp_next_sweep_ms;
 
 void rn_tcp_comm_streamy(struct rn_tcp_comm *c) {
-  /* c->lock held, as wherever c's node changes, so a comm already on the
-   * list is left as it is without the list's lock: the idle sweep holds
-   * that lock while it progresses c, whose streams may be admitted then. */
-  if (c->streamy.next != NULL) return;
+  /* c->lock held, as wherever c joins or leaves the list, so a comm
+   * already on it is left as it is without the list's lock: the idle sweep
+   * holds that lock while it progresses c, whose streams may be admitted
+   * then. */
+  if (c->on_streamy) return;
+  c->on_streamy = 1;
   pthread_mutex_lock(&rn_tcp_streamy.lock);
   rn_list_add_tail(&rn_tcp_streamy.head, &c->streamy);
   pthread_mutex_unlock(&rn_tcp_streamy.lock);
@@ -129,7 +134,10 @@ void rn_tcp_comm_sweep_idle(void) {
     nx = node->next;
     struct rn_tcp_comm *c = RN_LIST_ENTRY(node, struct rn_tcp_comm, streamy);
     if (pthread_mutex_trylock(&c->lock) != 0) continue;
-    if (!rn_tcp_lazy_sweep(c, now)) rn_list_del(node); /* no stream any more */
+    if (!rn_tcp_lazy_sweep(c, now)) { /* no stream any more */
+      rn_list_del(node);
+      c->on_streamy = 0;
+    }
     pthread_mutex_unlock(&c->lock);
   }
   pthread_mutex_unlock(&rn_tcp_streamy.lock);

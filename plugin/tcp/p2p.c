@@ -28,7 +28,7 @@ static struct rn_tcp_req *rn_tcp_req_alloc(struct rn_tcp_comm *c, int is_recv) {
     r->state = RN_TCP_REQ_ACTIVE;
     r->is_recv = is_recv;
     /* The sweep takes a comm off its list only under c->lock, as here. */
-    if (c->nactive++ == 0 && c->waiting.next == NULL) rn_tcp_comm_waiting(c);
+    if (c->nactive++ == 0) rn_tcp_comm_waiting(c);
     return r;
   }
   return NULL;

@@ -453,6 +453,10 @@ struct rn_tcp_comm {
   struct rn_list deferred; /* in comm.c's list of comms holding a deferred clear-to-send */
   struct rn_list streamy;  /* in comm.c's list of comms whose data streams opened */
   struct rn_list waiting;  /* in comm.c's list of comms with requests outstanding */
+  /* On those two lists (c->lock): a node's own links change as its
+   * neighbours come and go, under the list's lock alone, so they cannot
+   * tell a thread holding only c->lock whether it is on the list. */
+  int on_streamy, on_waiting;
   int nactive;             /* requests outstanding (c->lock) */
   int touched;             /* called since the last sweep of waiting comms (c->lock) */
   pthread_mutex_t lock;
