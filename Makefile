@@ -1,6 +1,7 @@
 # railnet top-level build.  `make` builds the plugin and the CLI, `make test`
 # runs the suite, `make SAN=1 test` the same under ASan+UBSan,
 # `make valgrind` part of it under memcheck (tests/valgrind/valgrind.mk),
+# `make tsan` its threaded part under ThreadSanitizer (tests/tsan/tsan.mk),
 # `make install`/`uninstall`/`deb` (scripts/install.mk).
 # Each area adds its own rules in its .mk file.
 
@@ -11,6 +12,12 @@ PKG_CONFIG ?= pkg-config
 ifeq ($(SAN),1)
 BUILD ?= build-san
 SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+OPT := -O1
+else ifeq ($(TSAN),1)
+# -Wno-tsan: the verbs transport's fences order reads of memory the NIC
+# writes, which ThreadSanitizer does not model (it warns that it ignores them)
+BUILD ?= build-tsan
+SANFLAGS := -fsanitize=thread -fno-omit-frame-pointer -Wno-tsan
 OPT := -O1
 else
 BUILD ?= build
@@ -46,4 +53,4 @@ $(BUILD)/%.o: %.c
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
 clean:
-	rm -rf build build-san
+	rm -rf build build-san build-tsan

@@ -20,8 +20,10 @@ all: $(BENCH_PROGS) $(VM_PROGS)
 test: all $(TEST_PROGS)
 	RN_BUILD=$(BUILD) tests/common/with-test-env.sh prove -f $(TEST_PROGS) $(TEST_SCRIPTS)
 
-# Everything CI runs: the suite, the suite under ASan+UBSan, memcheck.
+# Everything CI runs: the suite, the suite under ASan+UBSan, memcheck,
+# ThreadSanitizer.
 check:
 	$(MAKE) test
 	$(MAKE) SAN=1 test
 	$(MAKE) valgrind
+	$(MAKE) tsan

@@ -6,7 +6,8 @@
 #
 # RN_TIMEOUT_SCALE: the one factor every time bound in the tests is
 # multiplied by: 1 plain, 2 for a gcov build (make coverage), 3 under
-# ASan+UBSan, 10 under valgrind (an explicit value wins).  A bound only
+# ASan+UBSan, 10 under valgrind or ThreadSanitizer (an explicit value
+# wins).  A bound only
 # turns a hang into a failure; it never judges speed.
 #
 # Leak checking (ASan's LeakSanitizer, valgrind's memcheck) keeps
@@ -32,6 +33,8 @@ elif ldd "$rn_env_build/libnccl-net-railnet.so" 2>/dev/null | grep -q libasan; t
   ASAN_OPTIONS="verify_asan_link_order=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
   export LSAN_OPTIONS ASAN_OPTIONS
   rn_env_leakcheck=1
+elif ldd "$rn_env_build/libnccl-net-railnet.so" 2>/dev/null | grep -q libtsan; then
+  RN_TIMEOUT_SCALE=${RN_TIMEOUT_SCALE:-10}
 elif [ -n "$(find "$rn_env_build" -name '*.gcno' -print 2>/dev/null | head -1)" ]; then
   RN_TIMEOUT_SCALE=${RN_TIMEOUT_SCALE:-2}
 fi

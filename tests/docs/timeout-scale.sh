@@ -1,6 +1,6 @@
 #!/bin/sh
 # TAP: every hang guard a test script puts on a program (`timeout N`) is
-# multiplied by RN_TIMEOUT_SCALE (x2 gcov, x3 ASan+UBSan, x10 valgrind:
+# multiplied by RN_TIMEOUT_SCALE (x2 gcov, x3 ASan+UBSan, x10 valgrind or TSan:
 # tests/common/test-env.sh), so a slower build never turns into a failure.
 # The scripts' own bounds in C go through rn_bound_s()/rn_deadline().
 cd "$(dirname "$0")/../.." || exit 1
