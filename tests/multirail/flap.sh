@@ -68,12 +68,7 @@ XENV=RAILNET_RAIL_HOLD_MS=5000
 flapping held 25 8
 rc=$?
 XENV=
-if [ $rc -eq 0 ] && grep -q '^result status=ok receiver=ok.* sender=ok' "$OUT/held.log"; then
-  result OK "rail 1 flapping 8 times, held out: every byte verified, no error"
-else
-  result NOTOK "rail 1 flapping 8 times, held out: every byte verified, no error (exit $rc)"
-  show held
-fi
+verified held $rc "rail 1 flapping 8 times, held out"
 outs=$(grep -c 'WARN.*rail veth1 taken out' "$OUT/held.err")
 holds=$(sed -n 's/.*rail veth1 failed [0-9.]* s after its re-admission ([0-9]* time(s) in a row within RAILNET_RAIL_HOLD_MS, 5000 ms): flapping, so it is held out for \([0-9]*\) ms while another rail carries the comm.*/\1/p' "$OUT/held.err" | tr '\n' ' ')
 want=$(echo "2000 4000 5000 5000 5000 5000 5000 " | cut -c1-${#holds})
@@ -101,12 +96,7 @@ XENV=RAILNET_RAIL_HOLD_MS=0
 flapping nohold 10 3
 rc=$?
 XENV=
-if [ $rc -eq 0 ] && grep -q '^result status=ok receiver=ok.* sender=ok' "$OUT/nohold.log"; then
-  result OK "rail 1 flapping 3 times, RAILNET_RAIL_HOLD_MS=0: every byte verified, no error"
-else
-  result NOTOK "rail 1 flapping 3 times, RAILNET_RAIL_HOLD_MS=0: every byte verified, no error (exit $rc)"
-  show nohold
-fi
+verified nohold $rc "rail 1 flapping 3 times, RAILNET_RAIL_HOLD_MS=0"
 outs=$(grep -c 'WARN.*rail veth1 taken out' "$OUT/nohold.err")
 back=$(grep -c 'send comm to .*: rail veth1 re-admitted' "$OUT/nohold.err")
 held=$(grep -c 'flapping' "$OUT/nohold.err")
@@ -148,12 +138,7 @@ rc=$?
 XENV=
 "$RB" --name "$NAME" restore 0 >/dev/null 2>&1
 "$RB" --name "$NAME" restore 1 >/dev/null 2>&1
-if [ $rc -eq 0 ] && grep -q '^result status=ok receiver=ok.* sender=ok' "$OUT/early.log"; then
-  result OK "rail 0 black-holed while rail 1 is held out: every byte verified, no error"
-else
-  result NOTOK "rail 0 black-holed while rail 1 is held out: every byte verified, no error (exit $rc)"
-  show early
-fi
+verified early $rc "rail 0 black-holed while rail 1 is held out"
 held=$(grep -c 'rail veth1 .* held out for 4000 ms' "$OUT/early.err")
 early=$(grep -c 'rail veth1 dialed [0-9]* ms before its hold ends: no other rail carries the comm' "$OUT/early.err")
 out0=$(grep -c 'WARN.*rail veth0 taken out' "$OUT/early.err")

@@ -57,12 +57,7 @@ leftout() { # LOG RAIL DESCRIPTION FAULT UNDO WHY-PATTERN [reuse]
   xfer "$NAME" "$OUT/topo.xml" "$log" 2 "$@"
   rc=$?
   sh -c "$undo" >/dev/null 2>&1 # in case the run ended before it
-  if [ $rc -eq 0 ] && grep -q '^result status=ok receiver=ok.* sender=ok' "$OUT/$log.log"; then
-    result OK "$desc: connected, every byte verified, no error"
-  else
-    result NOTOK "$desc: connected, every byte verified, no error (exit $rc)"
-    show "$log"
-  fi
+  verified "$log" $rc "$desc: connected"
   nwarn=$(grep -c 'WARN' "$OUT/$log.err")
   warn=$(grep -c "WARN.*connection to .*: rail veth$rail (198\.18\.$rail\.1 to 198\.18\.$rail\.2:[0-9]*) $why; connecting over the other rail" "$OUT/$log.err")
   info=$(grep -c "receive comm from .*: rail veth$rail left out (the sender could not reach it $when)" "$OUT/$log.err")

@@ -131,3 +131,13 @@ nothing_left_behind() {
     result NOTOK "left behind: namespaces '$left', host links '$new'"
   fi
 }
+# One test: multirail-xfer exited RC, with every byte verified and no error
+# on either side by its verdict in $OUT/LOG.log (else what it said).
+verified() { # LOG RC DESCRIPTION
+  if [ "$2" -eq 0 ] && grep -q '^result status=ok receiver=ok.* sender=ok' "$OUT/$1.log"; then
+    result OK "$3: every byte verified, no error"
+  else
+    result NOTOK "$3: every byte verified, no error (exit $2)"
+    show "$1"
+  fi
+}
