@@ -95,6 +95,27 @@ static socklen_t rn_sockaddr_len(const union rn_sockaddr *sa) {
   return sa->sa.sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
 }
 
+int rn_sock_route_source(const union rn_sockaddr *to, union rn_sockaddr *src) {
+  if (to->sa.sa_family != AF_INET && to->sa.sa_family != AF_INET6) return -1;
+  int fd = socket(to->sa.sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  union rn_sockaddr dst = *to;
+  if (rn_sockaddr_port(&dst) == 0) { /* connect() wants a port; any will do */
+    if (dst.sa.sa_family == AF_INET6)
+      dst.in6.sin6_port = htons(9);
+    else
+      dst.in.sin_port = htons(9);
+  }
+  socklen_t len = sizeof(*src);
+  memset(src, 0, sizeof(*src));
+  int rc = connect(fd, &dst.sa, rn_sockaddr_len(&dst)) == 0 && getsockname(fd, &src->sa, &len) == 0
+               ? 0
+               : -1;
+  close(fd);
+  if (rc == 0) *src = rn_sockaddr_no_port(*src);
+  return rc;
+}
+
 void rn_sock_tune(int fd, int bufsize) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));

@@ -33,6 +33,9 @@ int rn_sockaddr_same_host(const union rn_sockaddr *a, const union rn_sockaddr *b
 int rn_sockaddr_port(const union rn_sockaddr *a);
 /* a with port 0: the address alone, to bind to or compare. */
 union rn_sockaddr rn_sockaddr_no_port(union rn_sockaddr a);
+/* The source address the kernel's routing gives a socket that sends to
+ * `to` (a connected UDP socket: nothing is sent): 0, or -1 (no route). */
+int rn_sock_route_source(const union rn_sockaddr *to, union rn_sockaddr *src);
 
 /* Listening socket bound to addr (port 0 = any), non-blocking; *bound gets
  * the real address. */

@@ -28,10 +28,86 @@
 
 _Static_assert(RN_TCP_STREAMS_ADDRS >= RN_TCP_MAX_ADDRS, "STREAMS holds a handle's addresses");
 
+/* A peer listening on n rails and a device of ndev others (one host
+ * started with a NIC down, say): the comm's rails are min(n, ndev) pairs,
+ * since a rail's NIC may reach only its counterpart (a rail-optimized
+ * fabric, one subnet per rail).  A peer address the kernel routes from one
+ * of the device's rails pairs with it; the rest pair in order.  The pairs
+ * go in the device's order into peer_out/dev_out; returns their number,
+ * said in one INFO naming `name` unless NULL. */
+static int rn_tcp_plan_pair(const union rn_sockaddr *peer, int n, const union rn_sockaddr *dev,
+                            int ndev, const char *name, union rn_sockaddr *peer_out,
+                            union rn_sockaddr *dev_out) {
+  int of_dev[RN_MAX_RAILS]; /* the peer rail each of the device's pairs with, or -1 */
+  uint32_t taken = 0, routed = 0;
+  const int m = n < ndev ? n : ndev;
+  for (int i = 0; i < ndev; i++) of_dev[i] = -1;
+  for (int j = 0; j < n; j++) {
+    union rn_sockaddr src;
+    if (rn_sock_route_source(&peer[j], &src) != 0) continue;
+    for (int i = 0; i < ndev; i++) {
+      if (of_dev[i] >= 0 || !rn_sockaddr_same_host(&dev[i], &src)) continue;
+      of_dev[i] = j;
+      taken |= 1u << j;
+      routed |= 1u << i;
+      break;
+    }
+  }
+  int paired = __builtin_popcount(routed);
+  for (int i = 0, j = 0; i < ndev && paired < m; i++) {
+    if (of_dev[i] >= 0) continue;
+    while ((taken >> j) & 1u) j++;
+    of_dev[i] = j;
+    taken |= 1u << j;
+    paired++;
+  }
+  char pairs[512] = "", left[256] = "";
+  size_t pl = 0, ll = 0;
+  int k = 0;
+  for (int i = 0; i < ndev; i++) {
+    char ifname[32], a[64], b[64];
+    rn_tcp_if_name_of(&dev[i], ifname, sizeof(ifname));
+    rn_sockaddr_str(&dev[i], a, sizeof(a));
+    if (of_dev[i] < 0) {
+      if (ll < sizeof(left))
+        ll += (size_t)snprintf(left + ll, sizeof(left) - ll, "%s%s (%s)", ll ? ", " : "", ifname,
+                               a);
+      continue;
+    }
+    rn_sockaddr_str(&peer[of_dev[i]], b, sizeof(b));
+    if (pl < sizeof(pairs))
+      pl += (size_t)snprintf(pairs + pl, sizeof(pairs) - pl, "%s%s (%s) to %s%s", pl ? ", " : "",
+                             ifname, a, b, (routed >> i) & 1u ? " by route" : " in order");
+    peer_out[k] = peer[of_dev[i]];
+    dev_out[k++] = dev[i];
+  }
+  for (int j = 0; j < n; j++) {
+    char b[64];
+    if ((taken >> j) & 1u || ll >= sizeof(left)) continue;
+    ll += (size_t)snprintf(left + ll, sizeof(left) - ll, "%sthe peer's %s", ll ? ", " : "",
+                           rn_sockaddr_str(&peer[j], b, sizeof(b)));
+  }
+  if (name != NULL)
+    RN_INFO(NCCL_NET,
+            "streams to %s: the peer listens on %d rail(s), this device has %d: the comm goes "
+            "over %d pair(s), %s; without %s",
+            name, n, ndev, k, pairs, left);
+  return k;
+}
+
 void rn_tcp_plan_streams(const union rn_sockaddr *peer, int n, int peer_standby,
                          const union rn_sockaddr *dev, int ndev, int dev_standby, const char *name,
                          struct rn_tcp_plan *out) {
   memset(out, 0, sizeof(*out));
+  union rn_sockaddr peer_paired[RN_MAX_RAILS], dev_paired[RN_MAX_RAILS];
+  if (ndev >= 1 && n >= 1 && n != ndev) {
+    const int m = rn_tcp_plan_pair(peer, n, dev, ndev, name, peer_paired, dev_paired);
+    if (peer_standby) peer_paired[m] = peer[n];
+    if (dev_standby) dev_paired[m] = dev[ndev];
+    peer = peer_paired;
+    dev = dev_paired;
+    n = ndev = m;
+  }
   memcpy(out->addrs, peer, sizeof(*peer) * (size_t)(n + (peer_standby ? 1 : 0)));
   out->naddrs = n;
   /* Leave from this device's own rails, in step with the peer's. */
@@ -391,8 +467,9 @@ ncclResult_t rn_tcp_lazy_on_streams(struct rn_tcp_comm *c, const struct rn_tcp_s
     }
   }
   c->msg_in++;
+  /* Its INFO lines said once per comm: at the first opening */
   rn_tcp_plan_streams(peer, n, standby, z->u.tx.locals, z->u.tx.nlocals, z->u.tx.local_standby,
-                      c->peer, &z->u.tx.plan);
+                      z->opened == 0 ? c->peer : NULL, &z->u.tx.plan);
   z->u.tx.nonce = m->nonce;
   z->u.tx.absent = 0;
   z->state = RN_TCP_STREAMS_DIALING;

@@ -620,10 +620,11 @@ int rn_tcp_if_match(const char *spec, const char *name);
 /* open.c: the data streams opened and closed (struct rn_tcp_lazy) */
 /* The streams of a connection to a peer listening on its n rails (peer[n]
  * its standby when peer_standby) from a device of ndev rails (dev[ndev]
- * its standby when dev_standby): RAILNET_SOCKET_NSTREAMS, rounded up to a
- * multiple of the device's rails; the standbys as one more rail when both
- * sides have one and as many rails (else one INFO naming `name`, unless
- * NULL). */
+ * its standby when dev_standby): when n != ndev, over min(n, ndev) pairs
+ * of a rail of each side (by the kernel's routes, else in order; one INFO
+ * naming `name`, unless NULL); RAILNET_SOCKET_NSTREAMS, rounded up to a
+ * multiple of the rails; the standbys as one more rail when both sides
+ * have one (else one INFO naming `name`, unless NULL). */
 void rn_tcp_plan_streams(const union rn_sockaddr *peer, int n, int peer_standby,
                          const union rn_sockaddr *dev, int ndev, int dev_standby, const char *name,
                          struct rn_tcp_plan *out);

@@ -238,6 +238,9 @@ static ncclResult_t rn_tcp_connect(const struct rn_rails *r, const struct rn_han
      * messages announced before they open (open.c). */
     rn_tcp_plan_streams(addrs, n, peer_standby, k->dev, k->ndev, k->dev_standby,
                         lazy ? NULL : k->peer, &k->plan);
+    /* From here on the peer is named by the address its control
+     * connection goes to (another, where the rails were paired). */
+    rn_sockaddr_str(&k->plan.addrs[0], k->peer, sizeof(k->peer));
     k->expect = k->plan.nstreams;
     if (lazy) {
       /* The control connection alone, to the first rail: the streams
@@ -336,8 +339,12 @@ static ncclResult_t rn_tcp_connect(const struct rn_rails *r, const struct rn_han
       rn_tcp_comm_create(&k->conn, 0, k->pooled == 1 ? &k->kept : NULL, k->plan.locals, &c), res,
       out_free);
   c->pool_token = k->token;
-  memcpy(c->lazy.u.tx.locals, k->dev, sizeof(k->dev));
-  c->lazy.u.tx.nlocals = k->ndev;
+  /* Streams opened again later go over the same rails: those paired with
+   * the peer's (rn_tcp_plan_streams), the device's standby last. */
+  const int nrails = k->plan.nlocals - k->plan.standby;
+  memcpy(c->lazy.u.tx.locals, k->plan.locals, sizeof(k->plan.locals[0]) * (size_t)nrails);
+  if (k->dev_standby) c->lazy.u.tx.locals[nrails] = k->dev[k->ndev];
+  c->lazy.u.tx.nlocals = nrails;
   c->lazy.u.tx.local_standby = k->dev_standby;
   c->lazy.expect = k->expect;
   /* Before its streams open, as they will be (rn_tcp_rails_init): a
@@ -345,7 +352,7 @@ static ncclResult_t rn_tcp_connect(const struct rn_rails *r, const struct rn_han
    * rails, so its chunks can go again over another. */
   if (c->nstreams == 0) {
     const int64_t ack = rn_params()->rail_ack;
-    c->ack = ack < 0 ? k->ndev > 1 : ack == 1;
+    c->ack = ack < 0 ? nrails > 1 : ack == 1;
   }
   if (k->plan.standby) {
     c->lazy.standby_set = 1;

@@ -92,3 +92,12 @@ TEST_PROGS += $(TCP_LAZY_TEST)
 TCP_RAIL_MISMATCH_TEST := $(BUILD)/tests/tcp/test_rail_mismatch
 $(eval $(call rn_harness_prog,$(TCP_RAIL_MISMATCH_TEST),$(BUILD)/tests/tcp/test_rail_mismatch.o))
 TEST_PROGS += $(TCP_RAIL_MISMATCH_TEST)
+
+# Which rails a connection goes over when the two devices have a different
+# number of them: the planning alone, no connection (tests/tcp/test_pairing.c).
+TCP_PAIRING_TEST := $(BUILD)/tests/tcp/test_pairing
+$(TCP_PAIRING_TEST): $(BUILD)/tests/tcp/test_pairing.o $(BUILD)/tests/common/tap.o $(PLUGIN_LIB) $(TOPO_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS_COMMON) -o $@ $^ -ldl -lpthread
+
+TEST_PROGS += $(TCP_PAIRING_TEST)

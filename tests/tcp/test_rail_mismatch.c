@@ -13,8 +13,9 @@
  * called either, must read the sender's close in those sweeps and let its
  * ends of the streams go, not hold their sockets until NCCL calls it
  * again (it keeps its streams only for a sender of several rails).  The same idle pair
- * the other way round (a sender of two rails keeps its streams), and
- * every message after the idle time, verified. */
+ * the other way round (the sender's comm goes over the one rail both
+ * devices have, rn_tcp_plan_streams), and every message after the idle
+ * time, verified. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
