@@ -332,6 +332,12 @@ out_oom:
 
 static int rn_hw_init(hwloc_topology_t *topo, int keep_all) {
   if (hwloc_topology_init(topo)) return -1;
+  /* NCCL reads a device's numa_node from sysfs, which no cgroup narrows.
+   * Without this flag hwloc drops the NUMA nodes a cpuset (cpuset.mems)
+   * disallows and hangs their devices off the machine: they would lose
+   * their CPU node, and two of them on different NUMA nodes would meet
+   * at one anonymous CPU (PHB) instead of crossing SYS. */
+  (void)hwloc_topology_set_flags(*topo, HWLOC_TOPOLOGY_FLAG_INCLUDE_DISALLOWED);
   /* I/O objects are filtered out by default; the rail plan needs them. */
   hwloc_topology_set_io_types_filter(
       *topo, keep_all ? HWLOC_TYPE_FILTER_KEEP_ALL : HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
