@@ -1,7 +1,8 @@
 /* `nvidia-smi topo -m` text into the model.
  *
- * Copies come tab-separated (the real output) or space-separated (pasted
- * into issues and chats), may start with the command line or other text,
+ * Copies come tab-separated (the real output, its header underlined with
+ * terminal escapes even in a file) or space-separated (pasted into issues
+ * and chats), may start with the command line or other text,
  * and newer drivers add "NUMA Affinity" and "GPU NUMA ID" columns (whose
  * tab-separated rows hold an extra empty cell).  Cells never contain
  * spaces, so rows are split on any whitespace and the columns after the
@@ -81,6 +82,24 @@ static int rn_smi_split(char *line, char **tok, int max) {
     tok[n++] = p;
   }
   return n;
+}
+
+/* Drops terminal control sequences (ESC [ parameters final-byte) in place.
+ * nvidia-smi underlines the matrix header with them ("\x1b[4m" ...
+ * "\x1b[0m") whether or not its output is a terminal, so a file saved with
+ * `nvidia-smi topo -m > FILE` has them. */
+static void rn_smi_strip_csi(char *line) {
+  char *w = line;
+  for (const char *r = line; *r;) {
+    if (r[0] == '\x1b' && r[1] == '[') {
+      r += 2;
+      while (*r && !(*r >= 0x40 && *r <= 0x7e)) r++;
+      if (*r) r++;
+      continue;
+    }
+    *w++ = *r++;
+  }
+  *w = '\0';
 }
 
 /* A CPU list or NUMA list cell ("0-55,112-167", "0,3-9", "N/A"); the
@@ -202,6 +221,7 @@ static int rn_smi_parse(struct rn_smi *s, const char *buf, size_t len) {
       rn_smi_fail(s, lineno, "NUL byte in text");
       goto out_free;
     }
+    rn_smi_strip_csi(line);
     int n = rn_smi_split(line, tok, RN_SMI_MAX_TOK);
     if (n < 0) {
       rn_smi_fail(s, lineno, "more than %d cells", RN_SMI_MAX_TOK);
