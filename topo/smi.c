@@ -6,7 +6,9 @@
  * and newer drivers add "NUMA Affinity" and "GPU NUMA ID" columns (whose
  * tab-separated rows hold an extra empty cell).  Cells never contain
  * spaces, so rows are split on any whitespace and the columns after the
- * device matrix are matched by position.
+ * device matrix are matched by position; a tab-separated row keeps its
+ * empty cells there (CPU Affinity is empty for a GPU whose cores the
+ * process's cpuset leaves out).  A space-separated copy has lost them.
  *
  * The matrix gives relations only (no bus ids, switches or speeds), so the
  * loader builds the smallest tree that reproduces them in NCCL's terms:
@@ -157,7 +159,10 @@ static int rn_smi_header(struct rn_smi *s, char **tok, int n, int lineno) {
   return 0;
 }
 
-static int rn_smi_row(struct rn_smi *s, int row, char **tok, int n, int lineno) {
+/* One matrix row: tok[0] its name, tok[1..ndev] the relations, and aff[]
+ * the cells after the matrix ("" for an empty cell of a tab-separated row). */
+static int rn_smi_row(struct rn_smi *s, int row, char **tok, int n, char **aff, int naff,
+                      int lineno) {
   if (s->rowseen[row])
     return rn_smi_fail(s, lineno, "second row for %s (first on line %d)", s->col[row],
                        s->rowline[row]);
@@ -178,19 +183,20 @@ static int rn_smi_row(struct rn_smi *s, int row, char **tok, int n, int lineno) 
   }
   /* After the matrix: CPU affinity, NUMA affinity, GPU NUMA ID, as the
    * header announced them. */
-  int want = s->has_cpu_aff + s->has_numa_aff + s->has_gpu_numa, k = 1 + s->ndev;
-  if (n - k > want)
+  int want = s->has_cpu_aff + s->has_numa_aff + s->has_gpu_numa;
+  if (naff > want)
     return rn_smi_fail(s, lineno, "row %s has %d cells after the matrix, expected at most %d",
-                       tok[0], n - k, want);
+                       tok[0], naff, want);
   int kinds[3], nk = 0; /* 0 CPU affinity, 1 NUMA affinity, 2 GPU NUMA ID */
   if (s->has_cpu_aff) kinds[nk++] = 0;
   if (s->has_numa_aff) kinds[nk++] = 1;
   if (s->has_gpu_numa) kinds[nk++] = 2;
-  for (int col = 0; k < n; k++, col++) {
-    int v = rn_smi_first_num(tok[k]);
+  for (int col = 0; col < naff; col++) {
+    if (!aff[col][0]) continue;
+    int v = rn_smi_first_num(aff[col]);
     if (v == -2)
       return rn_smi_fail(s, lineno, "row %s: \"%.20s\" is not a CPU or NUMA list (nor N/A)", tok[0],
-                         tok[k]);
+                         aff[col]);
     if (kinds[col] == 1) s->numa[row] = v;
     if (kinds[col] == 2) s->gpu_numa[row] = v;
   }
@@ -199,10 +205,51 @@ static int rn_smi_row(struct rn_smi *s, int row, char **tok, int n, int lineno) 
   return 0;
 }
 
+/* The cells after the matrix of a tab-separated row, empty ones kept: a
+ * process whose cpuset leaves out a GPU's cores gets an empty CPU Affinity
+ * cell, and splitting on whitespace would shift NUMA Affinity and GPU NUMA
+ * ID one column left.  raw is the row (modified); the cells go to aff.
+ * Returns their number, or -1 when the row does not split into the matrix
+ * by tabs (the caller then splits on whitespace). */
+static int rn_smi_tab_aff(const struct rn_smi *s, char *raw, char **aff) {
+  char *cell[RN_SMI_MAX_TOK];
+  int n = 0;
+  for (char *p = raw;;) {
+    char *tab = strchr(p, '\t');
+    if (tab) *tab = '\0';
+    while (*p && strchr(" \r\v\f", *p)) p++;
+    char *e = p + strlen(p);
+    while (e > p && strchr(" \r\v\f", e[-1])) *--e = '\0';
+    /* Cells before the row name (a row indented by a tab) are not cells. */
+    if (n || *p) {
+      if (n == RN_SMI_MAX_TOK) return -1;
+      cell[n++] = p;
+    }
+    if (!tab) break;
+    p = tab + 1;
+  }
+  if (n < 1 + s->ndev) return -1;
+  for (int c = 1; c <= s->ndev; c++)
+    if (!cell[c][0]) return -1;
+  int want = s->has_cpu_aff + s->has_numa_aff + s->has_gpu_numa, naff = n - 1 - s->ndev;
+  char **a = cell + 1 + s->ndev;
+  /* nvidia-smi pads the cell before GPU NUMA ID with a second tab. */
+  if (s->has_gpu_numa && naff == want + 1 && !a[want - 1][0]) {
+    a[want - 1] = a[want];
+    naff--;
+  }
+  while (naff > want && !a[naff - 1][0]) naff--;
+  for (int i = 0; i < naff; i++) aff[i] = a[i];
+  return naff;
+}
+
 static int rn_smi_parse(struct rn_smi *s, const char *buf, size_t len) {
-  char *line = malloc(RN_SMI_LINE), *tok[RN_SMI_MAX_TOK];
+  char *line = malloc(RN_SMI_LINE), *raw = malloc(RN_SMI_LINE), *tok[RN_SMI_MAX_TOK];
+  char *aff[RN_SMI_MAX_TOK];
   int lineno = 0, in_matrix = 0, rc = -1;
-  if (!line) {
+  if (!line || !raw) {
+    free(line);
+    free(raw);
     rn_topo_errf(s->err, s->errlen, "%s: out of memory", s->name);
     return -1;
   }
@@ -222,6 +269,8 @@ static int rn_smi_parse(struct rn_smi *s, const char *buf, size_t len) {
       goto out_free;
     }
     rn_smi_strip_csi(line);
+    int tabbed = strchr(line, '\t') != NULL;
+    if (tabbed) memcpy(raw, line, strlen(line) + 1);
     int n = rn_smi_split(line, tok, RN_SMI_MAX_TOK);
     if (n < 0) {
       rn_smi_fail(s, lineno, "more than %d cells", RN_SMI_MAX_TOK);
@@ -239,7 +288,12 @@ static int rn_smi_parse(struct rn_smi *s, const char *buf, size_t len) {
     for (int d = 0; n > 0 && d < s->ndev && row < 0; d++)
       if (strcmp(s->col[d], tok[0]) == 0) row = d;
     if (in_matrix && row >= 0) {
-      if (rn_smi_row(s, row, tok, n, lineno)) goto out_free;
+      int naff = tabbed ? rn_smi_tab_aff(s, raw, aff) : -1;
+      if (naff < 0) {
+        naff = n > 1 + s->ndev ? n - 1 - s->ndev : 0;
+        for (int i = 0; i < naff; i++) aff[i] = tok[1 + s->ndev + i];
+      }
+      if (rn_smi_row(s, row, tok, n, aff, naff, lineno)) goto out_free;
       continue;
     }
     in_matrix = 0;
@@ -271,6 +325,7 @@ static int rn_smi_parse(struct rn_smi *s, const char *buf, size_t len) {
   rc = 0;
 out_free:
   free(line);
+  free(raw);
   return rc;
 }
 
