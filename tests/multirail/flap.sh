@@ -18,13 +18,16 @@
 #    rail 0 black-holed for good, with RAILNET_RAIL_TIMEOUT_MS=3000 (less
 #    than the hold left): rail 1 is dialed before its hold ends (one INFO),
 #    rail 0 taken out, every byte verified, no error.
+#  - A rail up for RAILNET_RAIL_HOLD_MS starts afresh: with 3000, two black
+#    holes 1 s apart (the second take-out held 2000 ms), then the rail up
+#    about 4.5 s before a third: that take-out holds nothing.
 # Every isend/irecv/test return code is checked by multirail-xfer.  Time
 # bounds only turn hangs into failures (x RN_TIMEOUT_SCALE).
 # Skips (before any test) only without root, ip, tc, network namespaces,
 # veth or tbf.  Every testbed is removed on exit, also on failure.
 cd "$(dirname "$0")/../.." || exit 1
 NAME=rbflap$$
-BEDS="$NAME" OUT_TAG=flap XFER_ENV= PLAN=10
+BEDS="$NAME" OUT_TAG=flap XFER_ENV= PLAN=12
 . tests/multirail/lib.sh
 
 # 1. the testbed
@@ -150,5 +153,29 @@ else
   grep -E '^event' "$OUT/early.log" | details
 fi
 
-# 10. nothing left behind
+# 10-11. a rail up for RAILNET_RAIL_HOLD_MS starts afresh: with 3000,
+# rail 1 black-holed at 1-2.5 s and 3.5-5 s (the second take-out comes
+# within 3 s of its re-admission: held 2000 ms), then up from about 6.5 s
+# until 11 s, black-holed again until 12.5 s: that take-out, about 5 s
+# after its re-admission, holds nothing
+XENV=RAILNET_RAIL_HOLD_MS=3000
+xfer "$NAME" "$OUT/topo.xml" afresh 2 --seconds 15 --bytes 16G --interval 1 --timeout 45 \
+  --at "1:$RB --name $NAME blackhole 1" --at "2.5:$RB --name $NAME restore 1" \
+  --at "3.5:$RB --name $NAME blackhole 1" --at "5:$RB --name $NAME restore 1" \
+  --at "11:$RB --name $NAME blackhole 1" --at "12.5:$RB --name $NAME restore 1"
+rc=$?
+XENV=
+"$RB" --name "$NAME" restore 1 >/dev/null 2>&1
+verified afresh $rc "rail 1 up for longer than RAILNET_RAIL_HOLD_MS between black holes"
+outs=$(grep -c 'WARN.*rail veth1 taken out' "$OUT/afresh.err")
+holds=$(sed -n 's/.*rail veth1 failed .* held out for \([0-9]*\) ms while another rail carries the comm.*/\1/p' "$OUT/afresh.err" | tr '\n' ' ')
+counters afresh 3
+if [ "$outs" -eq 3 ] && [ "$holds" = "2000 " ] && [ $ok = 1 ]; then
+  result OK "3 take-outs, one hold (2000 ms, the second), none after the rail was up for 3 s; counters at close:$line"
+else
+  result NOTOK "take-outs $outs (3), holds '$holds' ('2000 ': the second only); counters at close (veth1 up, 3 failures):$line"
+  grep -E 'taken out|re-admitted|flapping' "$OUT/afresh.err" | cut -c1-260 | details
+fi
+
+# 12. nothing left behind
 nothing_left_behind
