@@ -28,13 +28,19 @@
 
 _Static_assert(RN_TCP_STREAMS_ADDRS >= RN_TCP_MAX_ADDRS, "STREAMS holds a handle's addresses");
 
-/* A peer listening on n rails and a device of ndev others (one host
- * started with a NIC down, say): the comm's rails are min(n, ndev) pairs,
- * since a rail's NIC may reach only its counterpart (a rail-optimized
- * fabric, one subnet per rail).  A peer address the kernel routes from one
- * of the device's rails pairs with it; the rest pair in order.  The pairs
- * go in the device's order into peer_out/dev_out; returns their number,
- * said in one INFO naming `name` unless NULL. */
+/* Which of the peer's n listening addresses each of the device's ndev
+ * rails dials.  A rail's NIC may reach only its counterpart (a
+ * rail-optimized fabric, one subnet per rail; a host that checks the
+ * source of what it receives, rp_filter), so a peer address the kernel
+ * routes from one of the device's rails pairs with that rail:
+ *  - as many rails on both sides: rail k with address k, unless the routes
+ *    pair every address with a rail of its own (two hosts that list their
+ *    NICs in another order);
+ *  - a different number (one host started with a NIC down, say):
+ *    min(n, ndev) pairs, those the routes give, the rest in order.
+ * The pairs go in the device's order into peer_out/dev_out; returns their
+ * number.  Anything but rail k with address k is said in one INFO naming
+ * `name`, unless NULL. */
 static int rn_tcp_plan_pair(const union rn_sockaddr *peer, int n, const union rn_sockaddr *dev,
                             int ndev, const char *name, union rn_sockaddr *peer_out,
                             union rn_sockaddr *dev_out) {
@@ -54,6 +60,11 @@ static int rn_tcp_plan_pair(const union rn_sockaddr *peer, int n, const union rn
     }
   }
   int paired = __builtin_popcount(routed);
+  if (n == ndev && paired < n) {
+    for (int i = 0; i < ndev; i++) of_dev[i] = i;
+    routed = 0;
+    paired = n;
+  }
   for (int i = 0, j = 0; i < ndev && paired < m; i++) {
     if (of_dev[i] >= 0) continue;
     while ((taken >> j) & 1u) j++;
@@ -87,11 +98,13 @@ static int rn_tcp_plan_pair(const union rn_sockaddr *peer, int n, const union rn
     ll += (size_t)snprintf(left + ll, sizeof(left) - ll, "%sthe peer's %s", ll ? ", " : "",
                            rn_sockaddr_str(&peer[j], b, sizeof(b)));
   }
-  if (name != NULL)
+  int in_order = n == ndev;
+  for (int i = 0; i < ndev && in_order; i++) in_order = of_dev[i] == i;
+  if (name != NULL && !in_order)
     RN_INFO(NCCL_NET,
             "streams to %s: the peer listens on %d rail(s), this device has %d: the comm goes "
-            "over %d pair(s), %s; without %s",
-            name, n, ndev, k, pairs, left);
+            "over %d pair(s), %s%s%s",
+            name, n, ndev, k, pairs, left[0] ? "; without " : "", left);
   return k;
 }
 
@@ -100,7 +113,7 @@ void rn_tcp_plan_streams(const union rn_sockaddr *peer, int n, int peer_standby,
                          struct rn_tcp_plan *out) {
   memset(out, 0, sizeof(*out));
   union rn_sockaddr peer_paired[RN_MAX_RAILS], dev_paired[RN_MAX_RAILS];
-  if (ndev >= 1 && n >= 1 && n != ndev) {
+  if (ndev >= 1 && n >= 1 && (n != ndev || n >= 2)) {
     const int m = rn_tcp_plan_pair(peer, n, dev, ndev, name, peer_paired, dev_paired);
     if (peer_standby) peer_paired[m] = peer[n];
     if (dev_standby) dev_paired[m] = dev[ndev];

@@ -5,9 +5,12 @@
  * from one of the device's rails pairs with it, the rest in order, the
  * pairs in the device's order.  No connection is made: the route lookups
  * send nothing.  Addresses: 127.0.0.1 is the source the kernel gives any
- * 127/8 destination; 198.51.100.0/24 and 203.0.113.0/24 (documentation
- * ranges) are no address of this host, so no route leaves from them. */
+ * 127/8 destination, and a host's own address the source for itself;
+ * 198.51.100.0/24 and 203.0.113.0/24 (documentation ranges) are no
+ * address of this host, so no route leaves from them. */
 #include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <stdio.h>
 #include <string.h>
 #include "../../plugin/tcp/tcp.h"
@@ -63,9 +66,26 @@ static void check(const char *what, const char *const *dev, int ndev, int dev_st
              plan.nlocals, plan.standby ? ", the standbys last" : "", plan.nstreams);
 }
 
+/* An IPv4 address of this host outside 127/8, of an interface that is up;
+ * 0 when there is none. */
+static int other_address(char *buf, size_t len) {
+  struct ifaddrs *all = NULL;
+  int found = 0;
+  if (getifaddrs(&all) != 0) return 0;
+  for (const struct ifaddrs *a = all; a != NULL && !found; a = a->ifa_next) {
+    if (a->ifa_addr == NULL || a->ifa_addr->sa_family != AF_INET || !(a->ifa_flags & IFF_UP))
+      continue;
+    const struct sockaddr_in *in = (const struct sockaddr_in *)a->ifa_addr;
+    if ((ntohl(in->sin_addr.s_addr) >> 24) == 127) continue;
+    found = inet_ntop(AF_INET, &in->sin_addr, buf, (socklen_t)len) != NULL;
+  }
+  freeifaddrs(all);
+  return found;
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
-  tap_plan(7);
+  tap_plan(8);
   {
     const char *dev[] = {"198.51.100.7", "127.0.0.1"}, *peer[] = {"127.0.0.9"};
     const char *want[] = {"127.0.0.1>127.0.0.9"};
@@ -107,8 +127,22 @@ int main(void) {
   {
     const char *dev[] = {"198.51.100.7", "127.0.0.1"}, *peer[] = {"127.0.0.9", "203.0.113.1"};
     const char *want[] = {"198.51.100.7>127.0.0.9", "127.0.0.1>203.0.113.1"};
-    check("as many rails on both sides: rail k to rail k, as always", dev, 2, 0, peer, 2, 0, want,
-          2, 0);
+    check("as many rails, one address routed from a rail, one from none: rail k to rail k", dev,
+          2, 0, peer, 2, 0, want, 2, 0);
+  }
+  char own[64];
+  if (other_address(own, sizeof(own))) {
+    /* The peer lists its two rails the other way round: each address is
+     * routed from a rail of its own, so each pairs with that rail. */
+    const char *dev[] = {own, "127.0.0.1"}, *peer[] = {"127.0.0.9", own};
+    char w0[160], w1[160];
+    snprintf(w0, sizeof(w0), "%s>%s", own, own);
+    snprintf(w1, sizeof(w1), "127.0.0.1>127.0.0.9");
+    const char *want[] = {w0, w1};
+    check("as many rails, each address routed from another rail of its own: paired by route",
+          dev, 2, 0, peer, 2, 0, want, 2, 0);
+  } else {
+    tap_skip("this host has no IPv4 address outside 127/8 to stand for a second rail");
   }
   printf("# %d passed, %d failed\n", tap_count() - tap_failed(), tap_failed());
   return tap_failed() != 0;
