@@ -2,6 +2,7 @@
  * for hwloc XML, NCCL topology XML or `nvidia-smi topo -m` text. */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "model.h"
@@ -37,6 +38,16 @@ static enum rn_fmt rn_detect(const char *path, char *err, size_t errlen) {
   if (strcmp(root, "topology") == 0 || strcmp(root, "root") == 0) return RN_FMT_HWLOC;
   if (strcmp(root, "system") == 0) return RN_FMT_NCCL;
   if (!root[0] && n && memchr(head, '\0', n) == NULL && rn_detect_smi(head)) return RN_FMT_SMI;
+  if (!root[0] && n == sizeof(head) - 1 && head[0] != '<' && !strstr(head, "<?xml") &&
+      memchr(head, '\0', n) == NULL) {
+    /* A saved report or log with the matrix further down. */
+    char *buf;
+    size_t len;
+    if (rn_topo_xml_read_file(path, &buf, &len, err, errlen)) return RN_FMT_UNKNOWN;
+    int smi = memchr(buf, '\0', len) == NULL && rn_detect_smi(buf);
+    free(buf);
+    if (smi) return RN_FMT_SMI;
+  }
   if (n == 0)
     rn_topo_errf(err, errlen, "%s:1: empty file", path);
   else if (root[0])

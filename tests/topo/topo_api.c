@@ -455,6 +455,31 @@ static void test_sysfs_helpers(void) {
   }
 }
 
+/* A saved report or log whose nvidia-smi matrix starts past the first
+ * 16 KiB (the bytes format detection used to look at). */
+static void test_smi_long_report(void) {
+  size_t cap = 24 * 1024, len = 0;
+  char *text = malloc(cap), err[256] = "";
+  if (!text) return;
+  len += (size_t)snprintf(text, cap, "## Environment\n");
+  for (int i = 0; len + 64 < 20 * 1024; i++)
+    len += (size_t)snprintf(text + len, cap - len, "package-%03d                   %d.%d.%d\n", i,
+                            i % 7, i % 13, i % 5);
+  snprintf(text + len, cap - len,
+           "$ nvidia-smi topo -m\n"
+           "        GPU0    GPU1    NIC0    CPU Affinity    NUMA Affinity\n"
+           "GPU0     X      NODE    PIX     0-31            0\n"
+           "GPU1    NODE     X      NODE    0-31            0\n"
+           "NIC0    PIX     NODE     X\n");
+  struct rn_topo *t = NULL;
+  int rc = rn_topo_load_file(write_tmp("long-report.txt", text), &t, err, sizeof(err));
+  ok(rc == 0 && rn_topo_ngpus(t) == 2 && rn_topo_nnics(t) == 1,
+     "nvidia-smi: a matrix past the first 16 KiB of a saved report is found");
+  if (rc) printf("# err: %s\n", err);
+  rn_topo_free(t);
+  free(text);
+}
+
 static void test_hwloc_grace(void) {
   struct rn_topo *t;
   char err[256];
@@ -587,6 +612,7 @@ int main(void) {
   test_plan_log();
   test_sysfs_helpers();
   test_hwloc_grace();
+  test_smi_long_report();
   test_live();
   test_threads();
   printf("1..%d\n", n_tests);
