@@ -10,15 +10,16 @@
 
 enum rn_fmt { RN_FMT_UNKNOWN, RN_FMT_HWLOC, RN_FMT_NCCL, RN_FMT_SMI };
 
-/* 1 when some line of head starts (after blanks) with the token GPU0: the
- * header of an nvidia-smi matrix, in tabs or spaces, wherever the pasted
- * text begins. */
+/* 1 when some line of head starts (after blanks, or the bar of a markdown
+ * table) with the token GPU0: the header of an nvidia-smi matrix, in tabs
+ * or spaces, wherever the pasted text begins. */
 static int rn_detect_smi(const char *head) {
   for (const char *l = head; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
     const char *p = l;
-    while (*p == ' ' || *p == '\t' || *p == '\r') p++;
+    while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '|') p++;
     if (strncmp(p, "GPU0", 4) == 0 &&
-        (p[4] == ' ' || p[4] == '\t' || p[4] == '\r' || p[4] == '\n' || p[4] == '\0'))
+        (p[4] == ' ' || p[4] == '\t' || p[4] == '\r' || p[4] == '\n' || p[4] == '\0' ||
+         p[4] == '|'))
       return 1;
   }
   return 0;

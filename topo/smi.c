@@ -76,10 +76,12 @@ static int rn_smi_rel(const char *cell) {
   return RN_REL_NONE;
 }
 
-/* Splits on spaces and tabs; empty cells vanish (see the top comment). */
+/* Splits on spaces and tabs, and on the bars of a copy turned into a
+ * markdown table ("| GPU0 | X | NV18 |"); empty cells vanish (see the top
+ * comment). */
 static int rn_smi_split(char *line, char **tok, int max) {
   int n = 0;
-  for (char *p = strtok(line, " \t\r\v\f"); p; p = strtok(NULL, " \t\r\v\f")) {
+  for (char *p = strtok(line, " \t\r\v\f|"); p; p = strtok(NULL, " \t\r\v\f|")) {
     if (n == max) return -1;
     tok[n++] = p;
   }
@@ -113,6 +115,17 @@ static int rn_smi_first_num(const char *s) {
     if (!isdigit((unsigned char)*p) && *p != ',' && *p != '-') return -2;
   long v = strtol(s, NULL, 10);
   return v > 1 << 20 ? -2 : (int)v;
+}
+
+/* A table rule: "-----", "|---|---|", "+====+": drawn under the header of
+ * a copy turned into a markdown or box table; no cells. */
+static int rn_smi_is_rule(const char *line) {
+  int dashes = 0;
+  for (const char *p = line; *p; p++) {
+    if (*p == '-' || *p == '=') dashes++;
+    else if (!strchr(" \t\r\v\f|+:", *p)) return 0;
+  }
+  return dashes >= 3;
 }
 
 static int rn_smi_fail(struct rn_smi *s, int line, const char *fmt, ...)
@@ -269,6 +282,7 @@ static int rn_smi_parse(struct rn_smi *s, const char *buf, size_t len) {
       goto out_free;
     }
     rn_smi_strip_csi(line);
+    if (rn_smi_is_rule(line)) continue; /* neither ends the matrix nor is a row */
     int tabbed = strchr(line, '\t') != NULL;
     if (tabbed) memcpy(raw, line, strlen(line) + 1);
     int n = rn_smi_split(line, tok, RN_SMI_MAX_TOK);
