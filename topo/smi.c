@@ -158,14 +158,13 @@ static int rn_smi_header(struct rn_smi *s, char **tok, int n, int lineno) {
     s->numa[s->ndev] = s->gpu_numa[s->ndev] = -1;
     s->ndev++;
   }
+  /* Known by their first words: "CPU Affinity", "NUMA Affinity", "GPU NUMA
+   * ID", or shortened by hand ("CPU", "NUMA", "GPU NUMA"). */
   for (; i < n; i++) {
-    if (i + 1 < n && strcmp(tok[i], "CPU") == 0 && strcmp(tok[i + 1], "Affinity") == 0)
-      s->has_cpu_aff = 1;
-    if (i + 1 < n && strcmp(tok[i], "NUMA") == 0 && strcmp(tok[i + 1], "Affinity") == 0 &&
-        (i == 0 || strcmp(tok[i - 1], "GPU") != 0))
+    if (strcmp(tok[i], "CPU") == 0) s->has_cpu_aff = 1;
+    if (strcmp(tok[i], "NUMA") == 0 && (i == 0 || strcmp(tok[i - 1], "GPU") != 0))
       s->has_numa_aff = 1;
-    if (i + 2 < n && strcmp(tok[i], "GPU") == 0 && strcmp(tok[i + 1], "NUMA") == 0 &&
-        strcmp(tok[i + 2], "ID") == 0)
+    if (i + 1 < n && strcmp(tok[i], "GPU") == 0 && strcmp(tok[i + 1], "NUMA") == 0)
       s->has_gpu_numa = 1;
   }
   s->header_line = lineno;
