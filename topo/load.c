@@ -17,9 +17,8 @@ static int rn_detect_smi(const char *head) {
   for (const char *l = head; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
     const char *p = l;
     while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '|') p++;
-    if (strncmp(p, "GPU0", 4) == 0 &&
-        (p[4] == ' ' || p[4] == '\t' || p[4] == '\r' || p[4] == '\n' || p[4] == '\0' ||
-         p[4] == '|'))
+    if (strncmp(p, "GPU0", 4) == 0 && (p[4] == ' ' || p[4] == '\t' || p[4] == '\r' ||
+                                       p[4] == '\n' || p[4] == '\0' || p[4] == '|'))
       return 1;
   }
   return 0;

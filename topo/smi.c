@@ -122,8 +122,10 @@ static int rn_smi_first_num(const char *s) {
 static int rn_smi_is_rule(const char *line) {
   int dashes = 0;
   for (const char *p = line; *p; p++) {
-    if (*p == '-' || *p == '=') dashes++;
-    else if (!strchr(" \t\r\v\f|+:", *p)) return 0;
+    if (*p == '-' || *p == '=')
+      dashes++;
+    else if (!strchr(" \t\r\v\f|+:", *p))
+      return 0;
   }
   return dashes >= 3;
 }
