@@ -686,8 +686,10 @@ enum rn_path rn_topo_path(const struct rn_topo *t, int g, int n, char *via, size
     int peer;
     const struct rn_topo_gpu *gp = &t->gpus[g].pub;
     const struct rn_topo_nic *np = &t->nics[n].pub;
-    if (p == RN_PATH_PXN && rn_topo_pxn_peer(t, g, n, 1, &peer))
+    if (p == RN_PATH_PXN && rn_topo_pxn_peer(t, g, n, 1, &peer) && t->gpus[peer].pub.busid[0])
       snprintf(via, vialen, "NVLink to GPU %s", t->gpus[peer].pub.busid);
+    else if (p == RN_PATH_PXN && rn_topo_pxn_peer(t, g, n, 1, &peer))
+      snprintf(via, vialen, "NVLink to GPU GPU%d", peer); /* no bus ids (nvidia-smi) */
     else if (p == RN_PATH_P2C)
       snprintf(via, vialen, "C2C to CPU (NUMA %d)", gp->numa);
     else if (p == RN_PATH_SYS)

@@ -433,6 +433,15 @@ static enum rn_path rn_nccl_path(const struct rn_pl *s, int g, int n, int *peer)
   return rn_topo_pci_path(s->t, g, n);
 }
 
+/* A GPU as lines name it: its bus id, or for sources without bus ids
+ * (nvidia-smi) its model index. */
+static void rn_gpu_label(const struct rn_topo *t, int g, char *buf, size_t len) {
+  if (t->gpus[g].pub.busid[0])
+    snprintf(buf, len, "%s", t->gpus[g].pub.busid);
+  else
+    snprintf(buf, len, "GPU%d", g);
+}
+
 /* NCCL's GDR decision for GPU g and NIC n (ncclTopoCheckGdr, v2.28):
  * both must allow it; a PXN pair is judged by the peer GPU's distance; a
  * P2C pair counts as C2C when NCCL_NET_GDR_C2C is on; then distance <=
@@ -450,10 +459,11 @@ static int rn_gdr(const struct rn_pl *s, int g, int n, char *why, size_t len) {
   }
   int peer;
   enum rn_path d = rn_nccl_path(s, g, n, &peer);
-  char pxn[64] = "";
+  char pxn[64] = "", pname[24];
   if (d == RN_PATH_PXN) {
     d = rn_topo_pci_path(t, peer, n);
-    snprintf(pxn, sizeof(pxn), "PXN: GPU %s is %s, ", t->gpus[peer].pub.busid, rn_path_name(d));
+    rn_gpu_label(t, peer, pname, sizeof(pname));
+    snprintf(pxn, sizeof(pxn), "PXN: GPU %s is %s, ", pname, rn_path_name(d));
   }
   if (d == RN_PATH_P2C && s->o->gdr_c2c) {
     snprintf(why, len, "%sP2C counts as C2C with NCCL_NET_GDR_C2C=1, C2C %s %s", pxn,
@@ -464,15 +474,6 @@ static int rn_gdr(const struct rn_pl *s, int g, int n, char *why, size_t len) {
   return d <= lvl;
 }
 
-/* A GPU as lines name it: its bus id, or for sources without bus ids
- * (nvidia-smi) its model index. */
-static void rn_gpu_label(const struct rn_topo *t, int g, char *buf, size_t len) {
-  if (t->gpus[g].pub.busid[0])
-    snprintf(buf, len, "%s", t->gpus[g].pub.busid);
-  else
-    snprintf(buf, len, "GPU%d", g);
-}
-
 static void rn_reason(struct rn_pl *s, int g, struct rn_plan_rail *rail) {
   const struct rn_topo *t = s->t;
   const struct rn_topo_gpu *gp = &t->gpus[g].pub;
@@ -480,9 +481,10 @@ static void rn_reason(struct rn_pl *s, int g, struct rn_plan_rail *rail) {
   char via[96], why[128] = "", gname[24];
   int peer;
   size_t k = (size_t)g * (size_t)t->nnics + (size_t)rail->nic;
-  if (rail->path == RN_PATH_PXN && rn_nccl_path(s, g, rail->nic, &peer) == RN_PATH_PXN)
-    snprintf(via, sizeof(via), "NVLink to GPU %s", t->gpus[peer].pub.busid);
-  else if (rail->path == RN_PATH_P2C)
+  if (rail->path == RN_PATH_PXN && rn_nccl_path(s, g, rail->nic, &peer) == RN_PATH_PXN) {
+    rn_gpu_label(t, peer, gname, sizeof(gname));
+    snprintf(via, sizeof(via), "NVLink to GPU %s", gname);
+  } else if (rail->path == RN_PATH_P2C)
     snprintf(via, sizeof(via), "C2C to CPU (NUMA %d)", gp->numa);
   else if (rail->path == RN_PATH_SYS)
     snprintf(via, sizeof(via), "NUMA %d -> NUMA %d", gp->numa, np->numa);
