@@ -76,6 +76,24 @@ static int rn_smi_rel(const char *cell) {
   return RN_REL_NONE;
 }
 
+/* A row of `nvidia-smi topo -p2p` (or -p2p r/w/n/a), printed with the same
+ * header as the topology matrix: its cells are X or a peer-to-peer status
+ * (OK, CNS, GNS, TNS, NS, U), at least one of them a status. */
+static int rn_smi_p2p_row(char **tok, int n) {
+  static const char *const status[] = {"OK", "CNS", "GNS", "TNS", "NS", "U"};
+  int seen = 0;
+  for (int i = 1; i < n; i++) {
+    int k = 0;
+    while (k < (int)(sizeof(status) / sizeof(status[0])) && strcmp(tok[i], status[k]) != 0) k++;
+    if (k == (int)(sizeof(status) / sizeof(status[0]))) {
+      if (strcmp(tok[i], "X") != 0) return 0;
+    } else {
+      seen = 1;
+    }
+  }
+  return seen;
+}
+
 /* Splits on spaces and tabs, and on the bars of a copy turned into a
  * markdown table ("| GPU0 | X | NV18 |"); empty cells vanish (see the top
  * comment). */
@@ -261,6 +279,7 @@ static int rn_smi_parse(struct rn_smi *s, const char *buf, size_t len) {
   char *line = malloc(RN_SMI_LINE), *raw = malloc(RN_SMI_LINE), *tok[RN_SMI_MAX_TOK];
   char *aff[RN_SMI_MAX_TOK];
   int lineno = 0, in_matrix = 0, rc = -1;
+  int next_header = 0; /* a header-like line after the matrix ended */
   if (!line || !raw) {
     free(line);
     free(raw);
@@ -302,6 +321,36 @@ static int rn_smi_parse(struct rn_smi *s, const char *buf, size_t len) {
     int row = -1;
     for (int d = 0; n > 0 && d < s->ndev && row < 0; d++)
       if (strcmp(s->col[d], tok[0]) == 0) row = d;
+    if (in_matrix && row >= 0 && rn_smi_p2p_row(tok, n)) {
+      /* The header was a peer-to-peer matrix's: look on for the topology
+       * (a status among the topology's rows is an error, below). */
+      int seen = 0;
+      for (int d = 0; d < s->ndev; d++) seen |= s->rowseen[d];
+      if (!seen) {
+        s->ndev = 0;
+        s->has_cpu_aff = s->has_numa_aff = s->has_gpu_numa = 0;
+        in_matrix = 0;
+        continue;
+      }
+    }
+    /* After the matrix, another one's header and a row of relations: the
+     * text holds two machines (a peer-to-peer matrix is no topology). */
+    if (!in_matrix && n >= 1 && strcmp(tok[0], "GPU0") == 0 &&
+        (n == 1 || strcmp(tok[1], "X") != 0)) {
+      next_header = lineno;
+      continue;
+    }
+    if (!in_matrix && next_header && n >= 2 && rn_smi_is_gpu(tok[0]) && !rn_smi_p2p_row(tok, n)) {
+      int rels = 0;
+      for (int i = 1; i < n; i++) rels += rn_smi_rel(tok[i]) != RN_REL_NONE;
+      if (rels >= 2) {
+        rn_smi_fail(s, lineno,
+                    "a second nvidia-smi matrix (its header on line %d, the first's on line %d): "
+                    "one machine per file",
+                    next_header, s->header_line);
+        goto out_free;
+      }
+    }
     if (in_matrix && row >= 0) {
       int naff = tabbed ? rn_smi_tab_aff(s, raw, aff) : -1;
       if (naff < 0) {

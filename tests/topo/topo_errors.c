@@ -180,6 +180,11 @@ int main(void) {
               ":3:", "second row for GPU0");
   expect_fail("nvidia-smi header naming a column twice", "smi-twice.txt",
               "\tGPU0\tGPU0\nGPU0\t X \tX\n", ":1:", "appears twice");
+  /* Two machines pasted together: the second's rows would be ignored. */
+  expect_fail("nvidia-smi text with two topology matrices", "smi-two.txt",
+              "\tGPU0\tGPU1\nGPU0\t X \tNV12\nGPU1\tNV12\t X \n\nLegend:\n  X = Self\n\n"
+              "\tGPU0\tGPU1\tNIC0\nGPU0\t X \tSYS\tPIX\nGPU1\tSYS\t X \tSYS\nNIC0\tPIX\tSYS\t X \n",
+              ":9:", "a second nvidia-smi matrix (its header on line 8, the first's on line 1)");
   const char *files[] = {"/nonexistent/a.xml", "/nonexistent/b.xml"};
   rc = rn_topo_load_files(files, 2, &t, err, sizeof(err));
   ok(rc == -1 && strstr(err, "/nonexistent/a.xml"), "merging: a missing file is named", err);
