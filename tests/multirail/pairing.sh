@@ -86,9 +86,8 @@ mismatch send1 a "rail 1's NIC down at the sender's start (devices of 1 and 2 ra
 sed 's/name="veth0"/name="vethX"/; s/name="veth1"/name="veth0"/; s/vethX/veth1/' \
   "$OUT/topo.xml" >"$OUT/topo-swapped.xml"
 for side in a b; do
-  for k in all default veth0 veth1; do
-    ip netns exec "$NAME-$side" sysctl -qw "net.ipv4.conf.$k.rp_filter=1"
-  done
+  ip netns exec "$NAME-$side" sh -c \
+    'for k in all default veth0 veth1; do echo 1 >/proc/sys/net/ipv4/conf/$k/rp_filter; done'
 done
 xfer "$NAME" "$OUT/topo.xml" crossed 2 --recv-env "RAILNET_TOPO_FILE=$OUT/topo-swapped.xml" \
   --seconds 6 --bytes 4G --interval 0.5 --timeout 40 --at "3:$RB --name $NAME blackhole 1"
