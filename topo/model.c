@@ -655,6 +655,11 @@ double rn_topo_path_bw(const struct rn_topo *t, int g, int n) {
 }
 
 int rn_topo_pxn_peer(const struct rn_topo *t, int g, int n, int pxn_c2c, int *peer) {
+  return rn_topo_pxn_peer_at(t, g, n, pxn_c2c, RN_PATH_PXB, 1, peer);
+}
+
+int rn_topo_pxn_peer_at(const struct rn_topo *t, int g, int n, int pxn_c2c, enum rn_path gdr_level,
+                        int gdr_c2c, int *peer) {
   *peer = -1;
   if (g < 0 || g >= t->ngpus || n < 0 || n >= t->nnics) return 0;
   /* When g is as close as the NIC's local GPU, the NIC is local to g and
@@ -671,6 +676,12 @@ int rn_topo_pxn_peer(const struct rn_topo *t, int g, int n, int pxn_c2c, int *pe
   if (!rn_topo_nvlinked(t, g, best)) return 0;
   if (t->gpus[g].pub.host != t->gpus[best].pub.host) return 0;
   if (!(bp > bg || pg > RN_PATH_PXN)) return 0;
+  /* The relay is only worth it with GPUDirect RDMA (ncclTopoCheckGdr): the
+   * NIC and both GPUs allow it and the peer's distance is within the level,
+   * P2C counting as C2C with NCCL_NET_GDR_C2C.  Otherwise NCCL 2.28 diverts
+   * the pair through g's CPU and 2.30 never sets PXN: no PXN either way. */
+  if (!t->nics[n].pub.gdr || !t->gpus[g].pub.gdr || !t->gpus[best].pub.gdr) return 0;
+  if ((pp == RN_PATH_P2C && gdr_c2c ? RN_PATH_C2C : pp) > gdr_level) return 0;
   *peer = best;
   return 1;
 }

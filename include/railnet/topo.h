@@ -94,8 +94,13 @@ enum rn_path rn_topo_path(const struct rn_topo *t, int g, int n, char *via, size
 /* The same without PXN: the PCIe/C2C distance the planner ranks NICs by. */
 enum rn_path rn_topo_pci_path(const struct rn_topo *t, int g, int n);
 /* GPU g reaches NIC n through NVLink peer *peer (model GPU index), PXN:
- * 1 when NCCL would do so with PXN enabled and pxn_c2c as NCCL_PXN_C2C. */
+ * 1 when NCCL would do so with PXN enabled and pxn_c2c as NCCL_PXN_C2C,
+ * GPUDirect RDMA at NCCL's default level and NCCL_NET_GDR_C2C on. */
 int rn_topo_pxn_peer(const struct rn_topo *t, int g, int n, int pxn_c2c, int *peer);
+/* The same at GDR level gdr_level with gdr_c2c as NCCL_NET_GDR_C2C: NCCL
+ * uses a relay GPU only when GPUDirect RDMA works through it. */
+int rn_topo_pxn_peer_at(const struct rn_topo *t, int g, int n, int pxn_c2c, enum rn_path gdr_level,
+                        int gdr_c2c, int *peer);
 /* Bandwidth of that path in GB/s as NCCL models it (NIC speed, PCIe links,
  * C2C, inter-CPU), 0 when nothing is known. */
 double rn_topo_path_bw(const struct rn_topo *t, int g, int n);
