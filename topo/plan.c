@@ -430,8 +430,8 @@ static void rn_sort_rails(struct rn_pl *s, int g) {
  * GPUDirect RDMA works through the relay at the plan's level. */
 static enum rn_path rn_nccl_path(const struct rn_pl *s, int g, int n, int *peer) {
   *peer = -1;
-  if (s->o->pxn && rn_topo_pxn_peer_at(s->t, g, n, s->o->pxn_c2c, s->o->gdr_level, s->o->gdr_c2c,
-                                       peer))
+  if (s->o->pxn &&
+      rn_topo_pxn_peer_at(s->t, g, n, s->o->pxn_c2c, s->o->gdr_level, s->o->gdr_c2c, peer))
     return RN_PATH_PXN;
   return rn_topo_pci_path(s->t, g, n);
 }
