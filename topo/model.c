@@ -111,9 +111,12 @@ double rn_topo_pcie_bw(const char *speed, int width) {
              {"5.0 GT/s PCIe", 30},   {"8.0 GT/s PCIe", 60},  {"16.0 GT/s PCIe", 120},
              {"32.0 GT/s PCIe", 240}, {"64.0 GT/s PCIe", 480}};
   if (!speed || width <= 0) return 0;
+  /* As NCCL's kvConvertToInt: the first entry the value starts with, else
+   * PCIe Gen3 ("", "32.0 GT/s" and other spellings the kernel never
+   * wrote). */
   for (size_t i = 0; i < sizeof(gen) / sizeof(gen[0]); i++)
-    if (strcmp(speed, gen[i].s) == 0) return width * gen[i].v / 80.0;
-  return 0;
+    if (strncmp(speed, gen[i].s, strlen(gen[i].s)) == 0) return width * gen[i].v / 80.0;
+  return width * 60 / 80.0;
 }
 
 struct rn_topo *rn_topo_alloc(const char *source) {

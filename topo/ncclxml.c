@@ -282,7 +282,11 @@ static int rn_nx_pci(struct rn_nx *x, const struct rn_topo_xml_node *e, int pare
     if (node < 0) return -1;
     if (!ids.class_code && !is_gpu && !is_nic && !npci) x->pending[node] = 1;
   }
-  long width = rn_nx_long(rn_topo_xml_attr(e, "link_width"), 0);
+  /* NCCL takes a width of 0 (sysfs did not say) for 16 lanes; a link
+   * without the attributes (NCCL refuses such a file) stays unknown. */
+  const char *wattr = rn_topo_xml_attr(e, "link_width");
+  long width = rn_nx_long(wattr, 0);
+  if (wattr && width == 0) width = 16;
   double bw =
       rn_topo_pcie_bw(rn_topo_xml_attr(e, "link_speed"), width > 0 && width <= 32 ? (int)width : 0);
   if (bw > 0) x->t->nodes[node].up_bw = bw;
