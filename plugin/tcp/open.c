@@ -113,6 +113,8 @@ void rn_tcp_plan_streams(const union rn_sockaddr *peer, int n, int peer_standby,
                          struct rn_tcp_plan *out) {
   memset(out, 0, sizeof(*out));
   union rn_sockaddr peer_paired[RN_MAX_RAILS], dev_paired[RN_MAX_RAILS];
+  const int rails_here = ndev, rails_there = n; /* before pairing */
+  const int as_many = n == ndev;
   if (ndev >= 1 && n >= 1 && (n != ndev || n >= 2)) {
     const int m = rn_tcp_plan_pair(peer, n, dev, ndev, name, peer_paired, dev_paired);
     if (peer_standby) peer_paired[m] = peer[n];
@@ -134,7 +136,7 @@ void rn_tcp_plan_streams(const union rn_sockaddr *peer, int n, int peer_standby,
   /* Both standbys, as one more rail of as many streams as each rail
    * (stream i goes from locals[i % n] to addrs[i % n]): only when both
    * sides have one and as many rails, so the streams pair up alike. */
-  if (peer_standby && dev_standby && ndev == n && n < RN_MAX_RAILS) {
+  if (peer_standby && dev_standby && as_many && n < RN_MAX_RAILS) {
     int per = nstreams / n;
     if (per * (n + 1) > RN_TCP_MAX_STREAMS) per = RN_TCP_MAX_STREAMS / (n + 1);
     out->locals[n] = dev[n];
@@ -145,7 +147,8 @@ void rn_tcp_plan_streams(const union rn_sockaddr *peer, int n, int peer_standby,
     RN_INFO(NCCL_NET,
             "streams to %s: no standby for this comm (this device's: %s; the peer's: %s; rails "
             "here %d, there %d)",
-            name, dev_standby ? "yes" : "none", peer_standby ? "yes" : "none", ndev, n);
+            name, dev_standby ? "yes" : "none", peer_standby ? "yes" : "none", rails_here,
+            rails_there);
   }
 }
 

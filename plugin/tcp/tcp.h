@@ -624,7 +624,8 @@ int rn_tcp_if_match(const char *spec, const char *name);
  * of a rail of each side (by the kernel's routes, else in order; one INFO
  * naming `name`, unless NULL); RAILNET_SOCKET_NSTREAMS, rounded up to a
  * multiple of the rails; the standbys as one more rail when both sides
- * have one (else one INFO naming `name`, unless NULL). */
+ * have one and as many rails (else one INFO naming `name`, unless
+ * NULL). */
 void rn_tcp_plan_streams(const union rn_sockaddr *peer, int n, int peer_standby,
                          const union rn_sockaddr *dev, int ndev, int dev_standby, const char *name,
                          struct rn_tcp_plan *out);

@@ -85,7 +85,7 @@ static int other_address(char *buf, size_t len) {
 
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
-  tap_plan(8);
+  tap_plan(9);
   {
     const char *dev[] = {"198.51.100.7", "127.0.0.1"}, *peer[] = {"127.0.0.9"};
     const char *want[] = {"127.0.0.1>127.0.0.9"};
@@ -120,9 +120,18 @@ int main(void) {
   {
     const char *dev[] = {"127.0.0.1", "198.51.100.8", "198.51.100.9"};
     const char *peer[] = {"127.0.0.9", "203.0.113.5"};
-    const char *want[] = {"127.0.0.1>127.0.0.9", "198.51.100.9>203.0.113.5"};
-    check("device of 2 and a standby, peer of 1 and a standby: one pair, then the standbys", dev,
-          2, 1, peer, 1, 1, want, 2, 1);
+    const char *want[] = {"127.0.0.1>127.0.0.9"};
+    check("device of 2 and a standby, peer of 1 and a standby: one pair, no standby (only "
+          "between devices alike)",
+          dev, 2, 1, peer, 1, 1, want, 1, 0);
+  }
+  {
+    const char *dev[] = {"198.51.100.7", "127.0.0.1", "198.51.100.9"};
+    const char *peer[] = {"127.0.0.9", "203.0.113.1", "203.0.113.5"};
+    const char *want[] = {"198.51.100.7>127.0.0.9", "127.0.0.1>203.0.113.1",
+                          "198.51.100.9>203.0.113.5"};
+    check("as many rails and a standby each: rail k to rail k, the standbys last", dev, 2, 1, peer,
+          2, 1, want, 3, 1);
   }
   {
     const char *dev[] = {"198.51.100.7", "127.0.0.1"}, *peer[] = {"127.0.0.9", "203.0.113.1"};
