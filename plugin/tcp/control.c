@@ -796,9 +796,11 @@ static ncclResult_t rn_tcp_parse(struct rn_tcp_comm *c, size_t *pos) {
     *pos += sizeof(d);
     RN_CHECK(rn_tcp_on_data(c, &d));
     size_t avail = c->in_len - *pos, take = avail < c->rx_left ? avail : c->rx_left;
-    if (take) memcpy(c->rx_dst, c->in + *pos, take);
+    if (take) {
+      memcpy(c->rx_dst, c->in + *pos, take);
+      c->rx_dst += take; /* never NULL + 0: a message of no payload has no destination */
+    }
     *pos += take;
-    c->rx_dst += take;
     c->rx_left -= take;
     if (c->rx_left == 0) RN_CHECK(rn_tcp_rx_done(c));
   }
@@ -837,7 +839,7 @@ ncclResult_t rn_tcp_progress(struct rn_tcp_comm *c) {
     ssize_t k = rn_tcp_move_read(c, iov, niov);
     if (k > 0) {
       size_t d = (size_t)k < direct ? (size_t)k : direct;
-      c->rx_dst += d;
+      if (d > 0) c->rx_dst += d;
       c->rx_left -= d;
       c->in_len += (size_t)k - d;
       if (d > 0 && c->rx_left == 0) RN_CHECK(rn_tcp_rx_done(c));
