@@ -1,7 +1,8 @@
 #!/bin/sh
 # Builds one libFuzzer target over the topo sources (clang, ASan+UBSan),
 # replays its saved regression inputs, then fuzzes for a bounded time from
-# the fixtures.  Usage: fuzz_common.sh TARGET (ncclxml, hwloc, smi, filter).
+# the fixtures.  Usage: fuzz_common.sh TARGET (ncclxml, hwloc, smi, filter,
+# wire).
 # FUZZ_SECONDS sets the run length (default 10); FUZZ_RUNS=N runs N inputs
 # instead (long runs by hand: FUZZ_RUNS=1000000).  An input counts as hung
 # after 60 s, far above the milliseconds any input takes, so a loaded host
@@ -32,9 +33,30 @@ if [ ! -f "$STAMP" ] || [ -n "$(find topo include/railnet -newer "$STAMP" -type 
   done
   touch "$STAMP"
 fi
+OBJS="$OUT/obj/*.o"
+# The wire target links the plugin itself: the core and the TCP transport
+# (plugin/*.c, plugin/tcp/*.c), with the verbs transport's stub and the
+# pieces of it that need no verbs headers (as a build without rdma-core).
+if [ "$TARGET" = wire ]; then
+  PSTAMP=$OUT/obj-plugin/.stamp
+  mkdir -p "$OUT/obj-plugin"
+  if [ ! -f "$PSTAMP" ] || [ -n "$(find plugin include -newer "$PSTAMP" -type f 2>/dev/null)" ]; then
+    for src in plugin/*.c plugin/tcp/*.c plugin/ib/mr_cache.c plugin/ib/stripe.c plugin/ib/stub.c; do
+      case $src in plugin/tcp/*) tr=tcp ;; plugin/ib/*) tr=ib ;; *) tr= ;; esac
+      # shellcheck disable=SC2086
+      "$CC_FUZZ" $FLAGS -Wall -Wextra ${tr:+-DRN_LOG_TRANSPORT=\"$tr\"} -fsanitize=fuzzer-no-link \
+        -c "$src" -o "$OUT/obj-plugin/$(echo "$src" | tr / _ | sed 's/\.c$//').o" >"$T/build.log" 2>&1 ||
+        { echo "1..1"; echo "not ok 1 - plugin sources build for fuzzing ($src)"; sed 's/^/# /' "$T/build.log"; exit 1; }
+    done
+    touch "$PSTAMP"
+  fi
+  OBJS="$OBJS $OUT/obj-plugin/*.o"
+  LIBS="$LIBS -ldl -lpthread"
+  [ "$PSTAMP" -nt "$STAMP" ] && STAMP=$PSTAMP
+fi
 if [ ! -x "$BIN" ] || [ "$STAMP" -nt "$BIN" ] || [ "tests/fuzz/fuzz_$TARGET.c" -nt "$BIN" ]; then
   # shellcheck disable=SC2086
-  "$CC_FUZZ" $FLAGS -fsanitize=fuzzer "tests/fuzz/fuzz_$TARGET.c" "$OUT"/obj/*.o -o "$BIN" $LIBS >"$T/build.log" 2>&1 ||
+  "$CC_FUZZ" $FLAGS -fsanitize=fuzzer "tests/fuzz/fuzz_$TARGET.c" $OBJS -o "$BIN" $LIBS >"$T/build.log" 2>&1 ||
     { echo "1..1"; echo "not ok 1 - fuzz target $TARGET builds"; sed 's/^/# /' "$T/build.log"; exit 1; }
 fi
 # libhwloc's own rejection paths leak (tests/fuzz/lsan-hwloc.supp).
@@ -68,6 +90,7 @@ DICT=tests/fuzz/$TARGET.dict
 LEN=16384
 [ "$TARGET" = hwloc ] && LEN=32768
 [ "$TARGET" = filter ] && LEN=512
+[ "$TARGET" = wire ] && LEN=4096
 if [ -n "${FUZZ_RUNS:-}" ]; then LIMIT="-runs=$FUZZ_RUNS"; WHAT="$FUZZ_RUNS runs"; else LIMIT="-max_total_time=$SECS"; WHAT="${SECS}s"; fi
 if "$BIN" $LIMIT -print_final_stats=1 -rss_limit_mb=2048 -timeout=60 -max_len=$LEN \
      -artifact_prefix="$T/" -dict="$DICT" "$T/corpus" >"$T/fuzz.log" 2>&1; then

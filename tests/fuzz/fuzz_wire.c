@@ -1,0 +1,632 @@
+/* libFuzzer target for the TCP transport's wire (plugin/tcp/PROTOCOL.md)
+ * and the rendezvous hello (plugin/rendezvous.c): the plugin's own code,
+ * linked in (tests/fuzz/fuzz_wire.sh builds it), faces a peer whose bytes
+ * come from the input.  The first byte picks the peer:
+ *
+ *   0  hostile connector: the plugin listens on loopback; up to 4 raw
+ *      sockets dial its listener and write hellos (a valid template the
+ *      input overwrites field by field, or raw bytes) and more; accept()
+ *      is called a bounded number of times; then a real connect from the
+ *      plugin must still be accepted (the listener is not wedged).
+ *   1  hostile sender: a raw connector passes the rendezvous (control
+ *      connection alone, or with 1..3 data streams), the receive comm
+ *      posts 1..3 grouped receives whose sizes and tags the input gives,
+ *      and the input's records go onto the control connection and the
+ *      data streams, test() polled between them.
+ *   2  hostile receiver: the plugin connects to a raw listener posing as
+ *      the receiver (a real handle with its address swapped), posts 1..4
+ *      sends, and the input's records go onto its control connection;
+ *      data streams it dials (STREAMS, OFFER) reach the raw listener too.
+ *
+ * A record is one header sealed by the harness (its type's hlen and a
+ * CRC-32C put in, unless the record says to keep the input's), so the
+ * fuzzer reaches the checks behind the checksum, or raw bytes; each may
+ * end in polls, and the peer may close its sockets at the end.  Checked
+ * beyond the sanitizers: a receive reported done has sizes within what
+ * was posted and wrote nothing past its buffers (guard bytes); once the
+ * peer closed every socket, each request ends (done or an error) within
+ * a bounded number of polls; no call blocks (libFuzzer's -timeout). */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "railnet/core.h"
+#include "railnet/rendezvous.h"
+#include "railnet/transport.h"
+#include "../../plugin/tcp/wire.h"
+
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define FW_GUARD 64     /* guard bytes after every receive buffer */
+#define FW_POLLS 64     /* test() calls after the input, per request */
+#define FW_END_POLLS 400 /* after the peer closed: every request must end by then */
+#define FW_MAX_FDS 16
+
+static int fw_verbose;
+static int fw_dev = -1;
+
+static void fw_logger(ncclDebugLogLevel level, unsigned long flags, const char *file, int line,
+                      const char *fmt, ...) {
+  (void)flags;
+  if (!fw_verbose && level != NCCL_LOG_ABORT) return;
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "[%d] %s:%d ", (int)level, file ? file : "?", line);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+}
+
+static void fw_fail(const char *what) {
+  fprintf(stderr, "fuzz_wire: %s\n", what);
+  abort();
+}
+
+/* ---- the input --------------------------------------------------------- */
+struct fw_in {
+  const uint8_t *d;
+  size_t n, pos;
+};
+static uint8_t fw_u8(struct fw_in *in) { return in->pos < in->n ? in->d[in->pos++] : 0; }
+static uint16_t fw_u16(struct fw_in *in) { return (uint16_t)(fw_u8(in) | fw_u8(in) << 8); }
+static size_t fw_bytes(struct fw_in *in, void *dst, size_t len) {
+  size_t k = in->n - in->pos < len ? in->n - in->pos : len;
+  memcpy(dst, in->d + in->pos, k);
+  memset((uint8_t *)dst + k, 0, len - k);
+  in->pos += k;
+  return k;
+}
+static int fw_more(const struct fw_in *in) { return in->pos < in->n; }
+
+/* ---- sockets ------------------------------------------------------------ */
+static void fw_nonblock(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
+
+static int fw_dial(const struct rn_wire_addr *w) {
+  union rn_sockaddr a;
+  if (rn_sockaddr_from_wire(w, &a) != 0) return -1;
+  int fd = socket(a.sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  socklen_t len = a.sa.sa_family == AF_INET ? sizeof(a.in) : sizeof(a.in6);
+  if (connect(fd, &a.sa, len) != 0) {
+    close(fd);
+    return -1;
+  }
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  fw_nonblock(fd);
+  return fd;
+}
+
+/* Write what fits now; the rest is dropped after a few tries (a peer that
+ * stopped reading).  poll_fn drives the plugin between tries. */
+static void fw_write(int fd, const void *buf, size_t len, void (*poll_fn)(void *), void *arg) {
+  const uint8_t *p = buf;
+  for (int tries = 0; len > 0 && tries < 16;) {
+    ssize_t k = send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (k > 0) {
+      p += k;
+      len -= (size_t)k;
+      continue;
+    }
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return;
+    tries++;
+    if (poll_fn) poll_fn(arg);
+  }
+}
+
+/* Read and drop whatever the plugin wrote to fd. */
+static void fw_drain(int fd) {
+  char buf[65536];
+  while (fd >= 0 && recv(fd, buf, sizeof buf, MSG_DONTWAIT) > 0) {
+  }
+}
+
+/* Wait up to ms for one byte on a blocking-free fd. */
+static int fw_read_byte(int fd, int ms, uint8_t *b) {
+  struct pollfd p = {.fd = fd, .events = POLLIN};
+  if (poll(&p, 1, ms) <= 0) return -1;
+  return recv(fd, b, 1, MSG_DONTWAIT) == 1 ? 0 : -1;
+}
+
+static void fw_close_all(int *fds, int n) {
+  for (int i = 0; i < n; i++)
+    if (fds[i] >= 0) {
+      close(fds[i]);
+      fds[i] = -1;
+    }
+}
+
+static uint32_t fw_handle_check(const struct rn_handle *h) {
+  const uint8_t *b = (const uint8_t *)h;
+  uint32_t x = 2166136261u;
+  for (size_t i = 0; i < offsetof(struct rn_handle, check); i++) x = (x ^ b[i]) * 16777619u;
+  return x;
+}
+
+static struct rn_hello fw_hello(const struct rn_handle *h, uint8_t role, uint8_t index,
+                                uint64_t conn_id, uint32_t nstreams) {
+  struct rn_hello o;
+  memset(&o, 0, sizeof o);
+  o.magic = RN_HELLO_MAGIC;
+  o.version = RN_WIRE_VERSION;
+  o.role = role;
+  o.index = index;
+  o.nonce = h->nonce;
+  o.conn_id = conn_id;
+  o.nstreams = nstreams;
+  return o;
+}
+
+/* ---- records --------------------------------------------------------- */
+/* One record: a flags byte, then
+ *   op 0/3: a type byte, the header's bytes after its type (hlen - 1 of
+ *           them, the CRC's included), a 16-bit payload length, the payload;
+ *           op 0 puts in the type's hlen and the CRC, op 3 keeps the CRC read;
+ *   op 1:   a length byte and that many raw bytes;
+ *   op 2:   nothing (polls only).
+ * flags: bits 0-1 the connection (0 control, k the data stream k-1),
+ * bits 2-3 op, bit 4 poll after, bit 5 keep the input's hlen, bit 6 plen =
+ * the payload's length, bit 7 (mode 2) STREAMS/OFFER addresses of port 0
+ * become the raw listener's. */
+struct fw_target {
+  int fds[1 + RN_RDV_MAX_STREAMS];
+  int nfds;
+  const struct rn_wire_addr *self; /* mode 2: the raw listener */
+  void (*poll_fn)(void *);
+  void *arg;
+};
+
+static void fw_fix_addr(struct rn_wire_addr *a, const struct rn_wire_addr *self) {
+  if (self != NULL && a->port == 0) *a = *self;
+}
+
+static void fw_record(struct fw_in *in, struct fw_target *t) {
+  static uint8_t buf[128 + 65536];
+  uint8_t fl = fw_u8(in);
+  int fd = t->fds[(fl & 3) % t->nfds];
+  int op = fl >> 2 & 3;
+  size_t len = 0;
+  if (op == 2) {
+    /* polls only */
+  } else if (op == 1) {
+    len = fw_bytes(in, buf, fw_u8(in));
+  } else {
+    uint8_t type = fw_u8(in);
+    size_t hl = rn_tcp_wire_hlen(type);
+    if (hl == 0) hl = 8 + (type & 63);
+    buf[0] = type;
+    fw_bytes(in, buf + 1, hl - 1);
+    uint16_t plen16 = fw_u16(in);
+    size_t pl = plen16 % 8192 + (plen16 >= 0xF000 ? 65536 - 8192 : 0);
+    if (pl > 65536) pl = 65536;
+    struct rn_tcp_prefix p;
+    memcpy(&p, buf, sizeof p);
+    if (!(fl & 0x20)) p.hlen = (uint16_t)hl;
+    if (fl & 0x40) p.plen = (uint32_t)pl;
+    memcpy(buf, &p, sizeof p);
+    if ((fl & 0x80) && t->self != NULL) {
+      if (type == RN_TCP_MSG_STREAMS && hl == sizeof(struct rn_tcp_streams)) {
+        struct rn_tcp_streams *s = (struct rn_tcp_streams *)buf;
+        for (int i = 0; i < RN_TCP_STREAMS_ADDRS; i++) fw_fix_addr(&s->addr[i], t->self);
+      } else if (type == RN_TCP_MSG_OFFER && hl == sizeof(struct rn_tcp_offer)) {
+        fw_fix_addr(&((struct rn_tcp_offer *)buf)->addr, t->self);
+      }
+    }
+    if (op == 0) {
+      uint32_t crc = rn_tcp_wire_crc(buf, hl - 4);
+      memcpy(buf + hl - 4, &crc, 4);
+    }
+    size_t got = fw_bytes(in, buf + hl, pl);
+    for (size_t i = got; i < pl; i++) buf[hl + i] = (uint8_t)(i * 131 + 7);
+    len = hl + pl;
+  }
+  if (len > 0 && fd >= 0) fw_write(fd, buf, len, t->poll_fn, t->arg);
+  if (fl & 0x10 || op == 2) t->poll_fn(t->arg);
+}
+
+/* ---- mode 1: a hostile sender ------------------------------------------ */
+#define FW_GROUPS 3
+struct fw_recv {
+  void *rcomm;
+  int ngroups;
+  int n[FW_GROUPS];
+  size_t sizes[FW_GROUPS][RN_MAX_RECVS];
+  int tags[FW_GROUPS][RN_MAX_RECVS];
+  uint8_t *bufs[FW_GROUPS][RN_MAX_RECVS];
+  void *mhs[FW_GROUPS][RN_MAX_RECVS];
+  void *req[FW_GROUPS];
+  int done[FW_GROUPS]; /* 1 done, -1 failed */
+  int ctrl;            /* the raw side of the control connection */
+};
+
+static void fw_check_guard(const struct fw_recv *r, int g) {
+  for (int i = 0; i < r->n[g]; i++)
+    for (int k = 0; k < FW_GUARD; k++)
+      if (r->bufs[g][i][r->sizes[g][i] + k] != 0xEE)
+        fw_fail("a receive wrote past its buffer");
+}
+
+static void fw_recv_poll(void *arg) {
+  struct fw_recv *r = arg;
+  fw_drain(r->ctrl);
+  for (int g = 0; g < r->ngroups; g++) {
+    if (r->req[g] == NULL || r->done[g]) continue;
+    int done = 0, sizes[RN_MAX_RECVS];
+    for (int i = 0; i < RN_MAX_RECVS; i++) sizes[i] = -7;
+    ncclResult_t res = rn_core_test(r->req[g], &done, sizes);
+    if (res != ncclSuccess) {
+      r->done[g] = -1;
+      continue;
+    }
+    if (!done) continue;
+    r->done[g] = 1;
+    for (int i = 0; i < r->n[g]; i++)
+      if (sizes[i] < 0 || (size_t)sizes[i] > r->sizes[g][i])
+        fw_fail("a receive reported a size outside what was posted");
+    fw_check_guard(r, g);
+  }
+}
+
+static int fw_recv_pending(const struct fw_recv *r) {
+  int n = 0;
+  for (int g = 0; g < r->ngroups; g++) n += r->req[g] != NULL && r->done[g] == 0;
+  return n;
+}
+
+static void fw_sender(struct fw_in *in) {
+  uint8_t cfg = fw_u8(in);
+  int nstreams = cfg & 3;
+  int close_end = cfg >> 2 & 1;
+  int shift = cfg >> 3 & 7; /* sizes: 16 bits << shift (up to 8 MiB) */
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  void *lcomm = NULL;
+  if (rn_core_listen(NULL, fw_dev, handle, &lcomm) != ncclSuccess) fw_fail("listen failed");
+  struct rn_handle h;
+  memcpy(&h, handle, sizeof h);
+  const struct rn_wire_addr *w = (const struct rn_wire_addr *)h.payload;
+  struct fw_target t = {.nfds = 1 + nstreams};
+  for (int i = 0; i < FW_MAX_FDS; i++) t.fds[i] = -1;
+  uint64_t conn_id = 0x1234567800000000ull | (uint64_t)in->n;
+  for (int i = 0; i < 1 + nstreams; i++) {
+    t.fds[i] = fw_dial(&w[0]);
+    if (t.fds[i] < 0) fw_fail("cannot dial the listener");
+    struct rn_hello hello = fw_hello(&h, i == 0 ? RN_ROLE_CTRL : RN_ROLE_DATA,
+                                     (uint8_t)(i == 0 ? 0 : i - 1), conn_id, (uint32_t)nstreams);
+    fw_write(t.fds[i], &hello, sizeof hello, NULL, NULL);
+  }
+  struct fw_recv r;
+  memset(&r, 0, sizeof r);
+  r.ctrl = t.fds[0];
+  for (int k = 0; k < 1000 && r.rcomm == NULL; k++) {
+    if (rn_core_accept(lcomm, &r.rcomm, NULL) != ncclSuccess) fw_fail("accept failed");
+    if (r.rcomm == NULL) usleep(100);
+  }
+  if (r.rcomm == NULL) fw_fail("accept never completed");
+  uint8_t b = 0;
+  if (fw_read_byte(t.fds[0], 1000, &b) != 0 || b != 0xA5) fw_fail("no accept byte");
+  r.ngroups = 1 + fw_u8(in) % FW_GROUPS;
+  for (int g = 0; g < r.ngroups; g++) {
+    r.n[g] = 1 + fw_u8(in) % RN_MAX_RECVS;
+    void *ptrs[RN_MAX_RECVS];
+    for (int i = 0; i < r.n[g]; i++) {
+      size_t sz = (size_t)fw_u16(in) << shift;
+      if (sz > (8u << 20)) sz = 8u << 20;
+      r.sizes[g][i] = sz;
+      r.tags[g][i] = (int8_t)fw_u8(in);
+      r.bufs[g][i] = malloc(sz + FW_GUARD);
+      memset(r.bufs[g][i], 0xEE, sz + FW_GUARD);
+      if (rn_core_reg_mr(r.rcomm, r.bufs[g][i], sz, NCCL_PTR_HOST, &r.mhs[g][i]) != ncclSuccess)
+        fw_fail("regMr failed");
+      ptrs[i] = r.bufs[g][i];
+    }
+    for (int k = 0; k < 100 && r.req[g] == NULL; k++) {
+      if (rn_core_irecv(r.rcomm, r.n[g], ptrs, r.sizes[g], r.tags[g], r.mhs[g], &r.req[g]) !=
+          ncclSuccess)
+        break; /* the comm failed already: a clean error */
+      if (r.req[g] == NULL) fw_recv_poll(&r);
+    }
+  }
+  t.poll_fn = fw_recv_poll;
+  t.arg = &r;
+  for (int k = 0; k < 256 && fw_more(in); k++) fw_record(in, &t);
+  for (int k = 0; k < FW_POLLS && fw_recv_pending(&r); k++) fw_recv_poll(&r);
+  if (close_end) {
+    fw_close_all(t.fds, t.nfds);
+    r.ctrl = -1;
+    for (int k = 0; k < FW_END_POLLS && fw_recv_pending(&r); k++) {
+      fw_recv_poll(&r);
+      if (k > 20) usleep(200);
+    }
+    if (fw_recv_pending(&r)) fw_fail("a receive neither ended nor failed after the peer closed");
+  }
+  if (fw_verbose)
+    for (int g = 0; g < r.ngroups; g++)
+      fprintf(stderr, "fuzz_wire: receive %d: %s\n", g,
+              r.req[g] == NULL ? "not posted" : r.done[g] == 1 ? "done" : r.done[g] ? "failed" : "pending");
+  for (int g = 0; g < r.ngroups; g++)
+    for (int i = 0; i < r.n[g]; i++) rn_core_dereg_mr(r.rcomm, r.mhs[g][i]);
+  (void)rn_core_close_recv(r.rcomm); /* an error at close is a clean end too */
+  for (int g = 0; g < r.ngroups; g++)
+    for (int i = 0; i < r.n[g]; i++) {
+      if (r.done[g] == 1) fw_check_guard(&r, g);
+      free(r.bufs[g][i]);
+    }
+  fw_close_all(t.fds, t.nfds);
+  rn_core_close_listen(lcomm);
+}
+
+/* ---- mode 0: a hostile connector --------------------------------------- */
+static void fw_connector(struct fw_in *in) {
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  void *lcomm = NULL;
+  if (rn_core_listen(NULL, fw_dev, handle, &lcomm) != ncclSuccess) fw_fail("listen failed");
+  struct rn_handle h;
+  memcpy(&h, handle, sizeof h);
+  const struct rn_wire_addr *w = (const struct rn_wire_addr *)h.payload;
+  int fds[FW_MAX_FDS];
+  int nfds = 1 + fw_u8(in) % 6;
+  for (int i = 0; i < FW_MAX_FDS; i++) fds[i] = -1;
+  for (int i = 0; i < nfds; i++) {
+    uint8_t opt = fw_u8(in);
+    fds[i] = fw_dial(&w[0]);
+    if (fds[i] < 0) fw_fail("cannot dial the listener");
+    uint8_t buf[256];
+    size_t len = 0;
+    if (opt & 1) {
+      struct rn_hello o = fw_hello(&h, 1 + fw_u8(in) % 4, fw_u8(in), 1 + fw_u8(in) % 3, fw_u8(in));
+      uint8_t mut = fw_u8(in);
+      if (mut & 1) o.nlocals = fw_u16(in);
+      if (mut & 2) o.absent = fw_u16(in);
+      if (mut & 4) o.nstreams = (uint32_t)fw_u16(in) << 16 | fw_u16(in);
+      if (mut & 8) o.version = fw_u16(in);
+      if (mut & 16) o.nonce ^= 1;
+      if (mut & 32) o.magic ^= fw_u8(in);
+      memcpy(buf, &o, sizeof o);
+      len = sizeof o;
+      if (mut & 64) len = fw_u8(in) % sizeof o; /* a partial hello */
+    }
+    len += fw_bytes(in, buf + len, fw_u8(in) % 64);
+    fw_write(fds[i], buf, len, NULL, NULL);
+    if (opt & 2) shutdown(fds[i], SHUT_WR);
+    if (opt & 4) {
+      close(fds[i]);
+      fds[i] = -1;
+    }
+  }
+  for (int k = 0; k < 4 + fw_u8(in) % 16; k++) {
+    void *rcomm = NULL;
+    if (rn_core_accept(lcomm, &rcomm, NULL) != ncclSuccess) continue; /* a clean error */
+    if (rcomm != NULL) rn_core_close_recv(rcomm);
+    for (int i = 0; i < nfds; i++) fw_drain(fds[i]);
+  }
+  /* The listener still serves a real connector. */
+  void *scomm = NULL, *rcomm = NULL;
+  for (int k = 0; k < 20000 && scomm == NULL; k++) {
+    if (rn_core_connect(NULL, RN_TRAFFIC_CLASS_UNDEF, fw_dev, handle, &scomm, NULL) != ncclSuccess)
+      fw_fail("a real connect failed after hostile connectors");
+    void *rc = NULL;
+    if (rn_core_accept(lcomm, &rc, NULL) != ncclSuccess)
+      fw_fail("accept failed for a real connector after hostile connectors");
+    if (rc != NULL) {
+      if (rcomm != NULL) rn_core_close_recv(rcomm);
+      rcomm = rc;
+    }
+    if (scomm == NULL) usleep(50);
+  }
+  if (scomm == NULL) fw_fail("a real connect was never accepted after hostile connectors");
+  for (int k = 0; k < 2000 && rcomm == NULL; k++) {
+    if (rn_core_accept(lcomm, &rcomm, NULL) != ncclSuccess) fw_fail("accept failed");
+    if (rcomm == NULL) usleep(50);
+  }
+  if (rcomm == NULL) fw_fail("the real connection's receive comm never came");
+  rn_core_close_send(scomm);
+  rn_core_close_recv(rcomm);
+  fw_close_all(fds, nfds);
+  rn_core_close_listen(lcomm);
+}
+
+/* ---- mode 2: a hostile receiver ---------------------------------------- */
+#define FW_SENDS 4
+struct fw_send {
+  void *scomm;
+  int lfd;
+  struct fw_target *t;
+  int n, posted, failed;
+  void *req[FW_SENDS];
+  int done[FW_SENDS];
+  size_t sizes[FW_SENDS];
+  int tags[FW_SENDS];
+  uint8_t *bufs[FW_SENDS];
+  void *mhs[FW_SENDS];
+};
+
+/* Sends go in order, each once isend takes it (it may wait for a
+ * clear-to-send). */
+static void fw_send_post(struct fw_send *s) {
+  while (!s->failed && s->posted < s->n) {
+    int i = s->posted;
+    if (rn_core_isend(s->scomm, s->bufs[i], s->sizes[i], s->tags[i], s->mhs[i], &s->req[i]) !=
+        ncclSuccess) {
+      s->failed = 1; /* the comm failed: a clean error */
+      return;
+    }
+    if (s->req[i] == NULL) return;
+    s->posted++;
+  }
+}
+
+static void fw_send_poll(void *arg) {
+  struct fw_send *s = arg;
+  /* Streams the sender dials: accepted and read, never answered. */
+  for (;;) {
+    int fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) break;
+    if (s->t->nfds < FW_MAX_FDS)
+      s->t->fds[s->t->nfds++] = fd;
+    else
+      close(fd);
+  }
+  for (int i = 0; i < s->t->nfds; i++) fw_drain(s->t->fds[i]);
+  fw_send_post(s);
+  for (int i = 0; i < s->n; i++) {
+    if (s->req[i] == NULL || s->done[i]) continue;
+    int done = 0, size = -7;
+    ncclResult_t res = rn_core_test(s->req[i], &done, &size);
+    if (res != ncclSuccess)
+      s->done[i] = -1;
+    else if (done)
+      s->done[i] = 1;
+  }
+}
+
+static int fw_send_pending(const struct fw_send *s) {
+  int n = 0;
+  for (int i = 0; i < s->n; i++) n += s->req[i] != NULL && s->done[i] == 0;
+  return n;
+}
+
+static void fw_receiver(struct fw_in *in) {
+  uint8_t cfg = fw_u8(in);
+  int close_end = cfg & 1;
+  int shift = cfg >> 1 & 7;
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  void *lcomm = NULL;
+  if (rn_core_listen(NULL, fw_dev, handle, &lcomm) != ncclSuccess) fw_fail("listen failed");
+  rn_core_close_listen(lcomm);
+  struct rn_handle h;
+  memcpy(&h, handle, sizeof h);
+  struct rn_wire_addr *w = (struct rn_wire_addr *)h.payload;
+  /* The raw receiver listens where the handle says. */
+  int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t sl = sizeof sa;
+  if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(lfd, 64) != 0 ||
+      getsockname(lfd, (struct sockaddr *)&sa, &sl) != 0)
+    fw_fail("raw listener");
+  fw_nonblock(lfd);
+  union rn_sockaddr self_sa;
+  memset(&self_sa, 0, sizeof self_sa);
+  memcpy(&self_sa.in, &sa, sizeof sa);
+  struct rn_wire_addr self;
+  rn_sockaddr_to_wire(&self_sa, &self);
+  memset(h.payload, 0, sizeof(struct rn_wire_addr) * 5);
+  w[0] = self;
+  h.nrails = 1;
+  h.check = fw_handle_check(&h);
+  memcpy(handle, &h, sizeof h);
+
+  struct fw_target t = {.nfds = 0, .self = &self};
+  for (int i = 0; i < FW_MAX_FDS; i++) t.fds[i] = -1;
+  struct fw_send s;
+  memset(&s, 0, sizeof s);
+  s.lfd = lfd;
+  s.t = &t;
+  int ctrl = -1;
+  for (int k = 0; k < 4000 && s.scomm == NULL; k++) {
+    if (rn_core_connect(NULL, RN_TRAFFIC_CLASS_UNDEF, fw_dev, handle, &s.scomm, NULL) !=
+        ncclSuccess)
+      fw_fail("connect to the raw receiver failed");
+    if (ctrl < 0) {
+      ctrl = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+      if (ctrl >= 0) {
+        struct rn_hello hello;
+        struct pollfd p = {.fd = ctrl, .events = POLLIN};
+        if (poll(&p, 1, 1000) <= 0 || recv(ctrl, &hello, sizeof hello, MSG_WAITALL) !=
+                                          (ssize_t)sizeof hello)
+          fw_fail("no hello from the plugin's connect");
+        uint8_t a5 = 0xA5;
+        fw_nonblock(ctrl);
+        fw_write(ctrl, &a5, 1, NULL, NULL);
+        t.fds[t.nfds++] = ctrl;
+      }
+    }
+    if (s.scomm == NULL) usleep(50);
+  }
+  if (s.scomm == NULL) fw_fail("connect to the raw receiver never completed");
+  s.n = 1 + fw_u8(in) % FW_SENDS;
+  for (int i = 0; i < s.n; i++) {
+    size_t sz = (size_t)fw_u16(in) << shift;
+    if (sz > (4u << 20)) sz = 4u << 20;
+    s.tags[i] = (int8_t)fw_u8(in);
+    s.sizes[i] = sz;
+    s.bufs[i] = malloc(sz + 1);
+    memset(s.bufs[i], 0x5A, sz + 1);
+    if (rn_core_reg_mr(s.scomm, s.bufs[i], sz, NCCL_PTR_HOST, &s.mhs[i]) != ncclSuccess)
+      fw_fail("regMr failed");
+  }
+  fw_send_poll(&s);
+  t.poll_fn = fw_send_poll;
+  t.arg = &s;
+  for (int k = 0; k < 256 && fw_more(in); k++) fw_record(in, &t);
+  for (int k = 0; k < FW_POLLS && fw_send_pending(&s); k++) fw_send_poll(&s);
+  if (close_end) {
+    fw_close_all(t.fds, t.nfds);
+    close(lfd);
+    s.lfd = -1;
+    for (int k = 0; k < FW_END_POLLS && fw_send_pending(&s); k++) {
+      fw_send_poll(&s);
+      if (k > 20) usleep(200);
+    }
+    if (fw_send_pending(&s)) fw_fail("a send neither ended nor failed after the peer closed");
+  }
+  if (fw_verbose)
+    for (int i = 0; i < s.n; i++)
+      fprintf(stderr, "fuzz_wire: send %d: %s\n", i,
+              s.req[i] == NULL ? "not posted" : s.done[i] == 1 ? "done" : s.done[i] ? "failed" : "pending");
+  for (int i = 0; i < s.n; i++) rn_core_dereg_mr(s.scomm, s.mhs[i]);
+  rn_core_close_send(s.scomm);
+  for (int i = 0; i < s.n; i++) free(s.bufs[i]);
+  fw_close_all(t.fds, t.nfds);
+  if (s.lfd >= 0) close(s.lfd);
+}
+
+/* ---- entry points -------------------------------------------------------- */
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+  (void)argc;
+  (void)argv;
+  signal(SIGPIPE, SIG_IGN);
+  fw_verbose = getenv("FUZZ_WIRE_VERBOSE") != NULL;
+  setenv("RAILNET_TRANSPORT", "socket", 1);
+  setenv("RAILNET_SOCKET_IFNAME", "lo", 1);
+  setenv("RAILNET_SOCKET_FAMILY", "AF_INET", 1);
+  setenv("RAILNET_SOCKET_NSTREAMS", "2", 1);
+  setenv("RAILNET_SOCKET_NTHREADS", "0", 1); /* every byte moves in test(): deterministic */
+  setenv("RAILNET_SOCKET_POOL", "0", 1);     /* nothing kept across inputs */
+  setenv("RAILNET_SOCKET_CHUNK", "4096", 1);
+  setenv("RAILNET_SOCKET_INLINE", "256", 1);
+  setenv("RAILNET_CONNECT_TIMEOUT_MS", "200", 1);
+  setenv("RAILNET_HELLO_TIMEOUT_MS", "50", 1);
+  setenv("RAILNET_RAIL_TIMEOUT_MS", "1000", 1);
+  setenv("RAILNET_RAIL_ACK", "1", 1);
+  if (rn_core_init(fw_logger) != ncclSuccess) fw_fail("init failed");
+  int ndev = 0;
+  if (rn_core_devices(&ndev) != ncclSuccess || ndev < 1) fw_fail("no loopback device");
+  fw_dev = 0;
+  return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  if (size < 1) return 0;
+  struct fw_in in = {data, size, 1};
+  switch (data[0] % 3) {
+    case 0: fw_connector(&in); break;
+    case 1: fw_sender(&in); break;
+    default: fw_receiver(&in); break;
+  }
+  return 0;
+}

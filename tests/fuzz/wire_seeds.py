@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""Writes the seed inputs of tests/fuzz/fuzz_wire.c into
+tests/fuzz/corpus/wire/: the messages a real peer sends (wire.h) in the
+target's record format (the target seals each header: hlen and CRC)."""
+import os
+import struct
+
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus", "wire")
+NOBUF = 0xFFFFFFFFFFFFFFFF
+HLEN = {1: 128, 2: 56, 3: 64, 4: 32, 5: 24, 6: 48, 7: 32, 8: 24, 9: 20, 10: 20, 11: 128}
+
+
+def rec(typ, flags, fields, payload=b"", conn=0, poll=True, plen_from_payload=True, fix_addr=False):
+    """One sealed header: prefix (plen from the payload), fields, CRC placeholder."""
+    hl = HLEN[typ]
+    body = struct.pack("<BHI", flags, hl, len(payload)) + fields
+    body = body.ljust(hl - 1 - 4, b"\0") + b"\0\0\0\0"
+    assert len(body) == hl - 1, (typ, len(body))
+    fl = conn | (0x10 if poll else 0) | (0x40 if plen_from_payload else 0) | (0x80 if fix_addr else 0)
+    return bytes([fl, typ]) + body + struct.pack("<H", len(payload)) + payload
+
+
+def data(flags, seq, size, msg, tag, idx, grid, nth, claim, payload=b""):
+    return rec(2, flags, struct.pack("<QQIiIIIII", seq, size, msg, tag, idx, grid, nth, claim, 0), payload)
+
+
+def chunk(conn, flags, seq, total, offset, idx, index, grid, tag=0, nth=0, claim=0, attempt=0):
+    n = min(grid, total - offset)
+    return rec(3, flags, struct.pack("<QQQIIIIiII", seq, total, offset, idx, index, grid, attempt, tag, nth, claim),
+               bytes((offset + i) & 255 for i in range(n)), conn=conn)
+
+
+def cts(seq, msg, sizes_tags):
+    sizes = [s for s, _ in sizes_tags] + [NOBUF] * (8 - len(sizes_tags))
+    tags = [t for _, t in sizes_tags] + [0] * (8 - len(sizes_tags))
+    return rec(1, 0, struct.pack("<Q8QII8iI", seq, *sizes, msg, len(sizes_tags), *tags, 0))
+
+
+def wire_addr_v4_port0():
+    return struct.pack("<BBH16s", 4, 0, 0, bytes([127, 0, 0, 1]) + b"\0" * 12)
+
+
+def recv_mode(cfg, groups, records):
+    out = bytes([1, cfg, len(groups) - 1])
+    for g in groups:
+        out += bytes([len(g) - 1])
+        for size, tag in g:
+            out += struct.pack("<Hb", size, tag)
+    return out + b"".join(records)
+
+
+def send_mode(cfg, sends, records):
+    out = bytes([2, cfg, len(sends) - 1])
+    for size, tag in sends:
+        out += struct.pack("<Hb", size, tag)
+    return out + b"".join(records)
+
+
+def hello(role, index, conn, nstreams, extra=b""):
+    return bytes([1, role - 1, index, conn, nstreams, 0, len(extra)]) + extra
+
+
+seeds = {
+    # a hostile sender: the receive comm's view
+    "recv-inline": recv_mode(0, [[(16, 1)]], [data(0, 0, 16, 0, 1, 0, 0, 0, 0, bytes(range(16)))]),
+    "recv-eager": recv_mode(0, [[(64, 3)]], [data(1, 0, 40, 0, 3, 0, 0, 0, 0, bytes(40))]),
+    "recv-eager-held": recv_mode(0, [[(8, 1)], [(8, 1)]],
+                                 [data(1, 0, 8, 0, 1, 0, 0, 1, 0, b"b" * 8),
+                                  data(1, 0, 8, 1, 1, 0, 0, 0, 1, b"a" * 8)]),
+    "recv-group-close": recv_mode(4, [[(16, 1), (0, 2), (32, 3)]],
+                                  [data(0, 0, 16, 0, 1, 0, 0, 0, 0, b"x" * 16),
+                                   data(0, 0, 0, 1, 2, 1, 0, 0, 1),
+                                   data(4, 0, 99, 2, 3, 2, 0, 0, 2)]),
+    "recv-streamed": recv_mode(1, [[(2048, 5)]],
+                               [data(2 | 8, 0, 2048, 0, 5, 0, 1024, 0, 0),
+                                chunk(1, 0, 0, 2048, 0, 0, 0, 1024),
+                                chunk(1, 0, 0, 2048, 1024, 0, 1, 1024)]),
+    "recv-claim": recv_mode(2, [[(1500, 7)]],
+                            [chunk(1, 1 | 2, 0, 1500, 1024, 0, 1, 1024, 7, 0, 0),
+                             chunk(2, 1 | 2, 0, 1500, 0, 0, 0, 1024, 7, 0, 0)]),
+    "recv-down": recv_mode(6, [[(16, 1)]],
+                           [rec(5, 0, struct.pack("<III", 0, 1, 0)),
+                            data(0, 0, 16, 1, 1, 0, 0, 0, 0, b"y" * 16)]),
+    "recv-open-want-bye": recv_mode(0, [[(300, 1)], [(300, 1)]],
+                                    [rec(9, 0, struct.pack("<II", 0, 0)),
+                                     rec(10, 0, struct.pack("<II", 1, 0)),
+                                     data(2, 0, 300, 2, 1, 0, 4096, 0, 0),
+                                     rec(8, 0, struct.pack("<III", 3, 0, 0))]),
+    # a hostile receiver: the send comm's view
+    "send-cts": send_mode(0, [(16, 1)], [cts(0, 0, [(16, 1)])]),
+    "send-cts-group": send_mode(1, [(16, 1), (200, 2), (16, 1)],
+                                [cts(0, 0, [(16, 1), (200, 2)]), cts(1, 1, [(8, 1)])]),
+    "send-streams-ack": send_mode(0, [(8192, 4)],
+                                  [cts(0, 0, [(8192, 4)]),
+                                   rec(11, 0, struct.pack("<QII", 99, 1, 1) + wire_addr_v4_port0(), fix_addr=True),
+                                   rec(4, 0, struct.pack("<QIII", 0, 2, 0, 0))]),
+    "send-offer": send_mode(0, [(16, 1)],
+                            [cts(0, 0, [(16, 1)]),
+                             rec(6, 0, struct.pack("<QII", 7, 1, 1) + wire_addr_v4_port0(), fix_addr=True)]),
+    # a hostile connector: the listener's view
+    "hello-ctrl": bytes([0, 0]) + hello(1, 0, 0, 0) + bytes([4]),
+    "hello-streams": bytes([0, 2]) + hello(1, 0, 0, 2) + hello(2, 0, 0, 2) + hello(2, 1, 0, 2) + bytes([4]),
+    "hello-garbage": bytes([0, 1, 0, 16]) + b"\x6f\x68\x6e\x72\x0c\x00\x01\x00garbage!" + bytes([2, 5]) + b"hello" + bytes([8]),
+}
+os.makedirs(OUT, exist_ok=True)
+for name, blob in seeds.items():
+    with open(os.path.join(OUT, name), "wb") as f:
+        f.write(blob)
