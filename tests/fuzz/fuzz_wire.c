@@ -130,10 +130,12 @@ static void fw_write(int fd, const void *buf, size_t len, void (*poll_fn)(void *
 }
 
 /* Read and drop whatever the plugin wrote to fd. */
-static void fw_drain(int fd) {
-  char buf[65536];
-  while (fd >= 0 && recv(fd, buf, sizeof buf, MSG_DONTWAIT) > 0) {
-  }
+static size_t fw_drain(int fd) {
+  static char buf[65536];
+  size_t n = 0;
+  ssize_t k;
+  while (fd >= 0 && (k = recv(fd, buf, sizeof buf, MSG_DONTWAIT)) > 0) n += (size_t)k;
+  return n;
 }
 
 /* Wait up to ms for one byte on a blocking-free fd. */
@@ -192,7 +194,7 @@ struct fw_target {
 };
 
 static void fw_fix_addr(struct rn_wire_addr *a, const struct rn_wire_addr *self) {
-  if (self != NULL && a->port == 0) *a = *self;
+  if (self != NULL && a->family != 0 && a->port == 0) *a = *self;
 }
 
 static void fw_record(struct fw_in *in, struct fw_target *t) {
@@ -252,7 +254,62 @@ struct fw_recv {
   void *req[FW_GROUPS];
   int done[FW_GROUPS]; /* 1 done, -1 failed */
   int ctrl;            /* the raw side of the control connection */
+  struct fw_target *t;
+  int lazy_streams; /* answer the receiver's STREAMS by dialing this many streams (0: never) */
+  uint8_t out[4096];  /* what the receiver wrote, framed by the prefix */
+  size_t out_len, out_skip;
 };
+
+/* Read what the receiver wrote on the control connection; a STREAMS
+ * message in it is answered as a real sender would: one connection of
+ * lazy_streams data streams (and a control connection the receiver
+ * closes) to its first address, with its nonce. */
+static void fw_recv_read(struct fw_recv *r) {
+  for (;;) {
+    if (r->ctrl < 0) return;
+    ssize_t k = recv(r->ctrl, r->out + r->out_len, sizeof r->out - r->out_len, MSG_DONTWAIT);
+    if (k <= 0) return;
+    r->out_len += (size_t)k;
+    for (;;) {
+      if (r->out_skip > 0) {
+        size_t d = r->out_skip < r->out_len ? r->out_skip : r->out_len;
+        memmove(r->out, r->out + d, r->out_len - d);
+        r->out_len -= d;
+        r->out_skip -= d;
+      }
+      struct rn_tcp_prefix p;
+      if (r->out_len < sizeof p) break;
+      memcpy(&p, r->out, sizeof p);
+      if (p.hlen < sizeof p) { /* cannot be: the plugin frames its own messages */
+        fw_fail("the receiver wrote a malformed control message");
+      }
+      if (p.type == RN_TCP_MSG_STREAMS && p.hlen == sizeof(struct rn_tcp_streams)) {
+        if (r->out_len < p.hlen) break;
+        struct rn_tcp_streams m;
+        memcpy(&m, r->out, sizeof m);
+        if (r->lazy_streams > 0 && r->t->nfds + 1 + r->lazy_streams <= FW_MAX_FDS) {
+          struct rn_handle h = {.nonce = m.nonce};
+          uint64_t conn_id = 0x5354524dull << 32 | (uint32_t)r->t->nfds;
+          for (int i = 0; i <= r->lazy_streams; i++) {
+            int fd = fw_dial(&m.addr[0]);
+            if (fd < 0) break;
+            struct rn_hello hello = fw_hello(&h, i == 0 ? RN_ROLE_CTRL : RN_ROLE_DATA,
+                                             (uint8_t)(i == 0 ? 0 : i - 1), conn_id,
+                                             (uint32_t)r->lazy_streams);
+            fw_write(fd, &hello, sizeof hello, NULL, NULL);
+            if (i == 0)
+              close(fd); /* the receiver closes it too */
+            else
+              r->t->fds[r->t->nfds++] = fd;
+          }
+        }
+      }
+      r->out_skip = (size_t)p.hlen + p.plen;
+      if (r->out_skip == 0) break;
+    }
+    if (r->out_len == sizeof r->out) r->out_len = 0; /* cannot be: no header is this long */
+  }
+}
 
 static void fw_check_guard(const struct fw_recv *r, int g) {
   for (int i = 0; i < r->n[g]; i++)
@@ -263,7 +320,8 @@ static void fw_check_guard(const struct fw_recv *r, int g) {
 
 static void fw_recv_poll(void *arg) {
   struct fw_recv *r = arg;
-  fw_drain(r->ctrl);
+  fw_recv_read(r);
+  for (int i = 1; i < r->t->nfds; i++) fw_drain(r->t->fds[i]);
   for (int g = 0; g < r->ngroups; g++) {
     if (r->req[g] == NULL || r->done[g]) continue;
     int done = 0, sizes[RN_MAX_RECVS];
@@ -293,6 +351,8 @@ static void fw_sender(struct fw_in *in) {
   int nstreams = cfg & 3;
   int close_end = cfg >> 2 & 1;
   int shift = cfg >> 3 & 7; /* sizes: 16 bits << shift (up to 8 MiB) */
+  /* bits 6-7, with no streams at connect: how many to dial when the
+   * receiver answers an OPEN with STREAMS */
   char handle[NCCL_NET_HANDLE_MAXSIZE];
   void *lcomm = NULL;
   if (rn_core_listen(NULL, fw_dev, handle, &lcomm) != ncclSuccess) fw_fail("listen failed");
@@ -312,6 +372,8 @@ static void fw_sender(struct fw_in *in) {
   struct fw_recv r;
   memset(&r, 0, sizeof r);
   r.ctrl = t.fds[0];
+  r.t = &t;
+  r.lazy_streams = nstreams == 0 ? (cfg >> 6 & 3) : 0;
   for (int k = 0; k < 1000 && r.rcomm == NULL; k++) {
     if (rn_core_accept(lcomm, &r.rcomm, NULL) != ncclSuccess) fw_fail("accept failed");
     if (r.rcomm == NULL) usleep(100);
@@ -447,6 +509,7 @@ struct fw_send {
   int lfd;
   struct fw_target *t;
   int n, posted, failed;
+  size_t moved; /* bytes the sender wrote */
   void *req[FW_SENDS];
   int done[FW_SENDS];
   size_t sizes[FW_SENDS];
@@ -481,7 +544,7 @@ static void fw_send_poll(void *arg) {
     else
       close(fd);
   }
-  for (int i = 0; i < s->t->nfds; i++) fw_drain(s->t->fds[i]);
+  for (int i = 0; i < s->t->nfds; i++) s->moved += fw_drain(s->t->fds[i]);
   fw_send_post(s);
   for (int i = 0; i < s->n; i++) {
     if (s->req[i] == NULL || s->done[i]) continue;
@@ -561,7 +624,7 @@ static void fw_receiver(struct fw_in *in) {
   s.n = 1 + fw_u8(in) % FW_SENDS;
   for (int i = 0; i < s.n; i++) {
     size_t sz = (size_t)fw_u16(in) << shift;
-    if (sz > (4u << 20)) sz = 4u << 20;
+    if (sz > (8u << 20)) sz = 8u << 20; /* above 4 MiB: data streams (OPEN, STREAMS) */
     s.tags[i] = (int8_t)fw_u8(in);
     s.sizes[i] = sz;
     s.bufs[i] = malloc(sz + 1);
@@ -573,7 +636,12 @@ static void fw_receiver(struct fw_in *in) {
   t.poll_fn = fw_send_poll;
   t.arg = &s;
   for (int k = 0; k < 256 && fw_more(in); k++) fw_record(in, &t);
-  for (int k = 0; k < FW_POLLS && fw_send_pending(&s); k++) fw_send_poll(&s);
+  /* A send over the data streams takes many calls (its chunks go out
+   * between pauses of the rails' pacing): go on while its bytes move. */
+  int polls = FW_POLLS;
+  for (int i = 0; i < s.n; i++)
+    if (s.sizes[i] > (4u << 20)) polls = 80 * FW_POLLS;
+  for (int k = 0; k < polls && fw_send_pending(&s); k++) fw_send_poll(&s);
   if (close_end) {
     fw_close_all(t.fds, t.nfds);
     close(lfd);
