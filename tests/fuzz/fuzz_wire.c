@@ -180,7 +180,8 @@ static struct rn_hello fw_hello(const struct rn_handle *h, uint8_t role, uint8_t
  *           them, the CRC's included), a 16-bit payload length, the payload;
  *           op 0 puts in the type's hlen and the CRC, op 3 keeps the CRC read;
  *   op 1:   a length byte and that many raw bytes;
- *   op 2:   nothing (polls only).
+ *   op 2:   nothing (polls only; with bit 5, in mode 1, the next receive
+ *           group is posted first).
  * flags: bits 0-1 the connection (0 control, k the data stream k-1),
  * bits 2-3 op, bit 4 poll after, bit 5 keep the input's hlen, bit 6 plen =
  * the payload's length, bit 7 (mode 2) STREAMS/OFFER addresses of port 0
@@ -190,6 +191,7 @@ struct fw_target {
   int nfds;
   const struct rn_wire_addr *self; /* mode 2: the raw listener */
   void (*poll_fn)(void *);
+  void (*post_fn)(void *); /* mode 1: post the next receive group */
   void *arg;
 };
 
@@ -238,6 +240,7 @@ static void fw_record(struct fw_in *in, struct fw_target *t) {
     len = hl + pl;
   }
   if (len > 0 && fd >= 0) fw_write(fd, buf, len, t->poll_fn, t->arg);
+  if (op == 2 && (fl & 0x20) && t->post_fn != NULL) t->post_fn(t->arg);
   if (fl & 0x10 || op == 2) t->poll_fn(t->arg);
 }
 
@@ -253,6 +256,7 @@ struct fw_recv {
   void *mhs[FW_GROUPS][RN_MAX_RECVS];
   void *req[FW_GROUPS];
   int done[FW_GROUPS]; /* 1 done, -1 failed */
+  int posted, failed;
   int ctrl;            /* the raw side of the control connection */
   struct fw_target *t;
   int lazy_streams; /* answer the receiver's STREAMS by dialing this many streams (0: never) */
@@ -340,6 +344,24 @@ static void fw_recv_poll(void *arg) {
   }
 }
 
+/* Post the next group (irecv may ask to be called again). */
+static void fw_recv_post(void *arg) {
+  struct fw_recv *r = arg;
+  if (r->failed || r->posted >= r->ngroups) return;
+  int g = r->posted;
+  void *ptrs[RN_MAX_RECVS];
+  for (int i = 0; i < r->n[g]; i++) ptrs[i] = r->bufs[g][i];
+  for (int k = 0; k < 100 && r->req[g] == NULL; k++) {
+    if (rn_core_irecv(r->rcomm, r->n[g], ptrs, r->sizes[g], r->tags[g], r->mhs[g], &r->req[g]) !=
+        ncclSuccess) {
+      r->failed = 1; /* the comm failed already: a clean error */
+      return;
+    }
+    if (r->req[g] == NULL) fw_recv_poll(r);
+  }
+  r->posted++;
+}
+
 static int fw_recv_pending(const struct fw_recv *r) {
   int n = 0;
   for (int g = 0; g < r->ngroups; g++) n += r->req[g] != NULL && r->done[g] == 0;
@@ -381,10 +403,13 @@ static void fw_sender(struct fw_in *in) {
   if (r.rcomm == NULL) fw_fail("accept never completed");
   uint8_t b = 0;
   if (fw_read_byte(t.fds[0], 1000, &b) != 0 || b != 0xA5) fw_fail("no accept byte");
-  r.ngroups = 1 + fw_u8(in) % FW_GROUPS;
+  /* groups: bits 0-1 how many (1..3), bits 2-3 how many are posted
+   * before the records (the others when a record asks, or at the end) */
+  uint8_t gb = fw_u8(in);
+  r.ngroups = 1 + (gb & 3) % FW_GROUPS;
+  int pre = (gb >> 2 & 3) > r.ngroups ? r.ngroups : gb >> 2 & 3;
   for (int g = 0; g < r.ngroups; g++) {
     r.n[g] = 1 + fw_u8(in) % RN_MAX_RECVS;
-    void *ptrs[RN_MAX_RECVS];
     for (int i = 0; i < r.n[g]; i++) {
       size_t sz = (size_t)fw_u16(in) << shift;
       if (sz > (8u << 20)) sz = 8u << 20;
@@ -394,18 +419,14 @@ static void fw_sender(struct fw_in *in) {
       memset(r.bufs[g][i], 0xEE, sz + FW_GUARD);
       if (rn_core_reg_mr(r.rcomm, r.bufs[g][i], sz, NCCL_PTR_HOST, &r.mhs[g][i]) != ncclSuccess)
         fw_fail("regMr failed");
-      ptrs[i] = r.bufs[g][i];
-    }
-    for (int k = 0; k < 100 && r.req[g] == NULL; k++) {
-      if (rn_core_irecv(r.rcomm, r.n[g], ptrs, r.sizes[g], r.tags[g], r.mhs[g], &r.req[g]) !=
-          ncclSuccess)
-        break; /* the comm failed already: a clean error */
-      if (r.req[g] == NULL) fw_recv_poll(&r);
     }
   }
   t.poll_fn = fw_recv_poll;
   t.arg = &r;
+  t.post_fn = fw_recv_post;
+  for (int g = 0; g < pre; g++) fw_recv_post(&r);
   for (int k = 0; k < 256 && fw_more(in); k++) fw_record(in, &t);
+  while (r.posted < r.ngroups && !r.failed) fw_recv_post(&r);
   for (int k = 0; k < FW_POLLS && fw_recv_pending(&r); k++) fw_recv_poll(&r);
   if (close_end) {
     fw_close_all(t.fds, t.nfds);
@@ -423,11 +444,10 @@ static void fw_sender(struct fw_in *in) {
   for (int g = 0; g < r.ngroups; g++)
     for (int i = 0; i < r.n[g]; i++) rn_core_dereg_mr(r.rcomm, r.mhs[g][i]);
   (void)rn_core_close_recv(r.rcomm); /* an error at close is a clean end too */
-  for (int g = 0; g < r.ngroups; g++)
-    for (int i = 0; i < r.n[g]; i++) {
-      if (r.done[g] == 1) fw_check_guard(&r, g);
-      free(r.bufs[g][i]);
-    }
+  for (int g = 0; g < r.ngroups; g++) {
+    if (r.done[g] == 1) fw_check_guard(&r, g);
+    for (int i = 0; i < r.n[g]; i++) free(r.bufs[g][i]);
+  }
   fw_close_all(t.fds, t.nfds);
   rn_core_close_listen(lcomm);
 }

@@ -40,8 +40,11 @@ def wire_addr_v4_port0():
     return struct.pack("<BBH16s", 4, 0, 0, bytes([127, 0, 0, 1]) + b"\0" * 12)
 
 
-def recv_mode(cfg, groups, records):
-    out = bytes([1, cfg, len(groups) - 1])
+def recv_mode(cfg, groups, records, pre=None):
+    """pre: groups posted before the records (all by default); a record
+    bytes([0x28]) posts the next."""
+    pre = len(groups) if pre is None else pre
+    out = bytes([1, cfg, (len(groups) - 1) | pre << 2])
     for g in groups:
         out += bytes([len(g) - 1])
         for size, tag in g:
@@ -67,6 +70,12 @@ seeds = {
     "recv-eager-held": recv_mode(0, [[(8, 1)], [(8, 1)]],
                                  [data(1, 0, 8, 0, 1, 0, 0, 1, 0, b"b" * 8),
                                   data(1, 0, 8, 1, 1, 0, 0, 0, 1, b"a" * 8)]),
+    "recv-eager-before-post": recv_mode(0, [[(8, 1)], [(8, 1), (16, 2)]],
+                                        [data(1, 0, 8, 0, 1, 0, 0, 1, 0, b"b" * 8),
+                                         data(1, 0, 16, 1, 2, 0, 0, 0, 1, b"c" * 16),
+                                         bytes([0x28]),
+                                         data(1, 0, 8, 2, 1, 0, 0, 0, 2, b"a" * 8),
+                                         bytes([0x28])], pre=0),
     "recv-group-close": recv_mode(4, [[(16, 1), (0, 2), (32, 3)]],
                                   [data(0, 0, 16, 0, 1, 0, 0, 0, 0, b"x" * 16),
                                    data(0, 0, 0, 1, 2, 1, 0, 0, 1),
