@@ -72,7 +72,7 @@ static void fw_logger(ncclDebugLogLevel level, unsigned long flags, const char *
 }
 
 static void fw_fail(const char *what) {
-  fprintf(stderr, "fuzz_wire: %s\n", what);
+  fprintf(stderr, "fuzz_wire: %s (errno: %s)\n", what, strerror(errno));
   abort();
 }
 
@@ -98,13 +98,20 @@ static void fw_nonblock(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONB
 static int fw_dial(const struct rn_wire_addr *w) {
   union rn_sockaddr a;
   if (rn_sockaddr_from_wire(w, &a) != 0) return -1;
-  int fd = socket(a.sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
   socklen_t len = a.sa.sa_family == AF_INET ? sizeof(a.in) : sizeof(a.in6);
-  if (connect(fd, &a.sa, len) != 0) {
+  int fd = -1;
+  /* Out of local ports (EADDRNOTAVAIL) is this host's state, not the
+   * plugin's: wait a little for some to come back. */
+  for (int tries = 0; fd < 0 && tries < 200; tries++) {
+    if ((fd = socket(a.sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0) return -1;
+    if (connect(fd, &a.sa, len) == 0) break;
+    int err = errno;
     close(fd);
-    return -1;
+    fd = -1;
+    if (err != EADDRNOTAVAIL) return -1;
+    usleep(5000);
   }
+  if (fd < 0) return -1;
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   fw_nonblock(fd);
@@ -145,9 +152,16 @@ static int fw_read_byte(int fd, int ms, uint8_t *b) {
   return recv(fd, b, 1, MSG_DONTWAIT) == 1 ? 0 : -1;
 }
 
-static void fw_close_all(int *fds, int n) {
+/* Close the raw sockets: in order (the peer reads an end of file), or
+ * with a reset, which leaves no TIME_WAIT behind: at thousands of
+ * connections a second those would use up the loopback's ports. */
+static void fw_close_all(int *fds, int n, int reset) {
   for (int i = 0; i < n; i++)
     if (fds[i] >= 0) {
+      if (reset) {
+        struct linger lg = {.l_onoff = 1, .l_linger = 0};
+        setsockopt(fds[i], SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+      }
       close(fds[i]);
       fds[i] = -1;
     }
@@ -429,7 +443,7 @@ static void fw_sender(struct fw_in *in) {
   while (r.posted < r.ngroups && !r.failed) fw_recv_post(&r);
   for (int k = 0; k < FW_POLLS && fw_recv_pending(&r); k++) fw_recv_poll(&r);
   if (close_end) {
-    fw_close_all(t.fds, t.nfds);
+    fw_close_all(t.fds, t.nfds, 0);
     r.ctrl = -1;
     for (int k = 0; k < FW_END_POLLS && fw_recv_pending(&r); k++) {
       fw_recv_poll(&r);
@@ -441,6 +455,7 @@ static void fw_sender(struct fw_in *in) {
     for (int g = 0; g < r.ngroups; g++)
       fprintf(stderr, "fuzz_wire: receive %d: %s\n", g,
               r.req[g] == NULL ? "not posted" : r.done[g] == 1 ? "done" : r.done[g] ? "failed" : "pending");
+  fw_close_all(t.fds, t.nfds, 1);
   for (int g = 0; g < r.ngroups; g++)
     for (int i = 0; i < r.n[g]; i++) rn_core_dereg_mr(r.rcomm, r.mhs[g][i]);
   (void)rn_core_close_recv(r.rcomm); /* an error at close is a clean end too */
@@ -448,7 +463,6 @@ static void fw_sender(struct fw_in *in) {
     if (r.done[g] == 1) fw_check_guard(&r, g);
     for (int i = 0; i < r.n[g]; i++) free(r.bufs[g][i]);
   }
-  fw_close_all(t.fds, t.nfds);
   rn_core_close_listen(lcomm);
 }
 
@@ -518,7 +532,7 @@ static void fw_connector(struct fw_in *in) {
   if (rcomm == NULL) fw_fail("the real connection's receive comm never came");
   rn_core_close_send(scomm);
   rn_core_close_recv(rcomm);
-  fw_close_all(fds, nfds);
+  fw_close_all(fds, nfds, 1);
   rn_core_close_listen(lcomm);
 }
 
@@ -663,7 +677,7 @@ static void fw_receiver(struct fw_in *in) {
     if (s.sizes[i] > (4u << 20)) polls = 80 * FW_POLLS;
   for (int k = 0; k < polls && fw_send_pending(&s); k++) fw_send_poll(&s);
   if (close_end) {
-    fw_close_all(t.fds, t.nfds);
+    fw_close_all(t.fds, t.nfds, 0);
     close(lfd);
     s.lfd = -1;
     for (int k = 0; k < FW_END_POLLS && fw_send_pending(&s); k++) {
@@ -676,10 +690,10 @@ static void fw_receiver(struct fw_in *in) {
     for (int i = 0; i < s.n; i++)
       fprintf(stderr, "fuzz_wire: send %d: %s\n", i,
               s.req[i] == NULL ? "not posted" : s.done[i] == 1 ? "done" : s.done[i] ? "failed" : "pending");
+  fw_close_all(t.fds, t.nfds, 1);
   for (int i = 0; i < s.n; i++) rn_core_dereg_mr(s.scomm, s.mhs[i]);
   rn_core_close_send(s.scomm);
   for (int i = 0; i < s.n; i++) free(s.bufs[i]);
-  fw_close_all(t.fds, t.nfds);
   if (s.lfd >= 0) close(s.lfd);
 }
 
