@@ -95,6 +95,22 @@ static int fw_more(const struct fw_in *in) { return in->pos < in->n; }
 /* ---- sockets ------------------------------------------------------------ */
 static void fw_nonblock(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
 
+/* poll() one fd until ready or ms passed, whatever signals come
+ * (libFuzzer's -timeout ticks with SIGALRM). */
+static int fw_wait(int fd, short events, int ms) {
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (;;) {
+    struct pollfd p = {.fd = fd, .events = events};
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    int left = ms - (int)((t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000);
+    if (left < 0) return 0;
+    int k = poll(&p, 1, left);
+    if (k >= 0) return k;
+    if (errno != EINTR) return -1;
+  }
+}
+
 static int fw_dial(const struct rn_wire_addr *w) {
   union rn_sockaddr a;
   if (rn_sockaddr_from_wire(w, &a) != 0) return -1;
@@ -103,9 +119,15 @@ static int fw_dial(const struct rn_wire_addr *w) {
   /* Out of local ports (EADDRNOTAVAIL) is this host's state, not the
    * plugin's: wait a little for some to come back. */
   for (int tries = 0; fd < 0 && tries < 200; tries++) {
-    if ((fd = socket(a.sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0) return -1;
-    if (connect(fd, &a.sa, len) == 0) break;
-    int err = errno;
+    if ((fd = socket(a.sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)) < 0)
+      return -1;
+    int err = connect(fd, &a.sa, len) == 0 ? 0 : errno;
+    if (err == EINPROGRESS || err == EINTR) {
+      socklen_t el = sizeof err;
+      if (fw_wait(fd, POLLOUT, 2000) <= 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0)
+        err = ETIMEDOUT;
+    }
+    if (err == 0) break;
     close(fd);
     fd = -1;
     if (err != EADDRNOTAVAIL) return -1;
@@ -147,9 +169,20 @@ static size_t fw_drain(int fd) {
 
 /* Wait up to ms for one byte on a blocking-free fd. */
 static int fw_read_byte(int fd, int ms, uint8_t *b) {
-  struct pollfd p = {.fd = fd, .events = POLLIN};
-  if (poll(&p, 1, ms) <= 0) return -1;
+  if (fw_wait(fd, POLLIN, ms) <= 0) return -1;
   return recv(fd, b, 1, MSG_DONTWAIT) == 1 ? 0 : -1;
+}
+
+/* Read exactly len bytes within ms. */
+static int fw_read_all(int fd, void *buf, size_t len, int ms) {
+  size_t got = 0;
+  while (got < len) {
+    if (fw_wait(fd, POLLIN, ms) <= 0) return -1;
+    ssize_t k = recv(fd, (char *)buf + got, len - got, MSG_DONTWAIT);
+    if (k == 0 || (k < 0 && errno != EINTR && errno != EAGAIN)) return -1;
+    if (k > 0) got += (size_t)k;
+  }
+  return 0;
 }
 
 /* Close the raw sockets: in order (the peer reads an end of file), or
@@ -642,12 +675,10 @@ static void fw_receiver(struct fw_in *in) {
       ctrl = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
       if (ctrl >= 0) {
         struct rn_hello hello;
-        struct pollfd p = {.fd = ctrl, .events = POLLIN};
-        if (poll(&p, 1, 1000) <= 0 || recv(ctrl, &hello, sizeof hello, MSG_WAITALL) !=
-                                          (ssize_t)sizeof hello)
+        fw_nonblock(ctrl);
+        if (fw_read_all(ctrl, &hello, sizeof hello, 1000) != 0)
           fw_fail("no hello from the plugin's connect");
         uint8_t a5 = 0xA5;
-        fw_nonblock(ctrl);
         fw_write(ctrl, &a5, 1, NULL, NULL);
         t.fds[t.nfds++] = ctrl;
       }
