@@ -409,7 +409,19 @@ static void fw_recv_post(void *arg) {
   r->posted++;
 }
 
-static int fw_recv_pending(const struct fw_recv *r) {
+/* Once the raw peer closed every socket: each request ends or fails within
+ * FW_END_POLLS calls, else the input found a hang (what says whose). */
+static void fw_after_close(int (*pending)(const void *), void (*poll_fn)(void *), void *arg,
+                           const char *what) {
+  for (int k = 0; k < FW_END_POLLS && pending(arg); k++) {
+    poll_fn(arg);
+    if (k > 20) usleep(200);
+  }
+  if (pending(arg)) fw_fail(what);
+}
+
+static int fw_recv_pending(const void *arg) {
+  const struct fw_recv *r = arg;
   int n = 0;
   for (int g = 0; g < r->ngroups; g++) n += r->req[g] != NULL && r->done[g] == 0;
   return n;
@@ -478,11 +490,8 @@ static void fw_sender(struct fw_in *in) {
   if (close_end) {
     fw_close_all(t.fds, t.nfds, 0);
     r.ctrl = -1;
-    for (int k = 0; k < FW_END_POLLS && fw_recv_pending(&r); k++) {
-      fw_recv_poll(&r);
-      if (k > 20) usleep(200);
-    }
-    if (fw_recv_pending(&r)) fw_fail("a receive neither ended nor failed after the peer closed");
+    fw_after_close(fw_recv_pending, fw_recv_poll, &r,
+                   "a receive neither ended nor failed after the peer closed");
   }
   if (fw_verbose)
     for (int g = 0; g < r.ngroups; g++)
@@ -624,7 +633,8 @@ static void fw_send_poll(void *arg) {
   }
 }
 
-static int fw_send_pending(const struct fw_send *s) {
+static int fw_send_pending(const void *arg) {
+  const struct fw_send *s = arg;
   int n = 0;
   for (int i = 0; i < s->n; i++) n += s->req[i] != NULL && s->done[i] == 0;
   return n;
@@ -711,11 +721,8 @@ static void fw_receiver(struct fw_in *in) {
     fw_close_all(t.fds, t.nfds, 0);
     close(lfd);
     s.lfd = -1;
-    for (int k = 0; k < FW_END_POLLS && fw_send_pending(&s); k++) {
-      fw_send_poll(&s);
-      if (k > 20) usleep(200);
-    }
-    if (fw_send_pending(&s)) fw_fail("a send neither ended nor failed after the peer closed");
+    fw_after_close(fw_send_pending, fw_send_poll, &s,
+                   "a send neither ended nor failed after the peer closed");
   }
   if (fw_verbose)
     for (int i = 0; i < s.n; i++)
