@@ -160,6 +160,19 @@ static int rn_smi_fail(struct rn_smi *s, int line, const char *fmt, ...) {
   return -1;
 }
 
+/* A GPU or NIC column name followed by another ("GPU7NIC0", "NIC8NIC9"). */
+static int rn_smi_glued(const char *cell) {
+  for (int k = 0; k < 2; k++) {
+    const char *kind = k ? "NIC" : "GPU";
+    if (strncmp(cell, kind, 3) != 0 || !isdigit((unsigned char)cell[3])) continue;
+    const char *p = cell + 3;
+    while (isdigit((unsigned char)*p)) p++;
+    if (strncmp(p, "GPU", 3) == 0 || strncmp(p, "NIC", 3) == 0 || strncmp(p, "mlx5", 4) == 0)
+      return 1;
+  }
+  return 0;
+}
+
 static int rn_smi_header(struct rn_smi *s, char **tok, int n, int lineno) {
   int i = 0;
   for (; i < n; i++) {
@@ -174,6 +187,12 @@ static int rn_smi_header(struct rn_smi *s, char **tok, int n, int lineno) {
     for (int d = 0; d < s->ndev; d++)
       if (strcmp(s->col[d], tok[i]) == 0)
         return rn_smi_fail(s, lineno, "column %s appears twice in the header", tok[i]);
+    /* "NIC8NIC9": a copy that lost the tab between two names. */
+    if (rn_smi_glued(tok[i]))
+      return rn_smi_fail(s, lineno,
+                         "header cell \"%.40s\" holds two column names: were the tabs lost "
+                         "when it was copied?",
+                         tok[i]);
     snprintf(s->col[s->ndev], sizeof(s->col[0]), "%s", tok[i]);
     s->numa[s->ndev] = s->gpu_numa[s->ndev] = -1;
     s->ndev++;

@@ -180,6 +180,10 @@ int main(void) {
               ":3:", "second row for GPU0");
   expect_fail("nvidia-smi header naming a column twice", "smi-twice.txt",
               "\tGPU0\tGPU0\nGPU0\t X \tX\n", ":1:", "appears twice");
+  /* A copy whose tabs were lost: two column names glued together. */
+  expect_fail("nvidia-smi header with two names glued", "smi-glued.txt",
+              "\tGPU0\tNIC0NIC1\nGPU0\t X \tNODENODE\nNIC0\tNODE\t X \n", ":1:",
+              "header cell \"NIC0NIC1\" holds two column names");
   /* Two machines pasted together: the second's rows would be ignored. */
   expect_fail("nvidia-smi text with two topology matrices", "smi-two.txt",
               "\tGPU0\tGPU1\nGPU0\t X \tNV12\nGPU1\tNV12\t X \n\nLegend:\n  X = Self\n\n"
