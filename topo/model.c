@@ -689,6 +689,14 @@ int rn_topo_pxn_peer_at(const struct rn_topo *t, int g, int n, int pxn_c2c, enum
   return 1;
 }
 
+const char *rn_topo_gpu_label(const struct rn_topo *t, int g, char *buf, size_t len) {
+  if (t->gpus[g].pub.busid[0])
+    snprintf(buf, len, "%s", t->gpus[g].pub.busid);
+  else
+    snprintf(buf, len, "GPU%d", g);
+  return buf;
+}
+
 enum rn_path rn_topo_path(const struct rn_topo *t, int g, int n, char *via, size_t vialen) {
   if (g < 0 || g >= t->ngpus || n < 0 || n >= t->nnics) {
     if (via && vialen) via[0] = '\0';
@@ -700,10 +708,9 @@ enum rn_path rn_topo_path(const struct rn_topo *t, int g, int n, char *via, size
     int peer;
     const struct rn_topo_gpu *gp = &t->gpus[g].pub;
     const struct rn_topo_nic *np = &t->nics[n].pub;
-    if (p == RN_PATH_PXN && rn_topo_pxn_peer(t, g, n, 1, &peer) && t->gpus[peer].pub.busid[0])
-      snprintf(via, vialen, "NVLink to GPU %s", t->gpus[peer].pub.busid);
-    else if (p == RN_PATH_PXN && rn_topo_pxn_peer(t, g, n, 1, &peer))
-      snprintf(via, vialen, "NVLink to GPU GPU%d", peer); /* no bus ids (nvidia-smi) */
+    char name[24];
+    if (p == RN_PATH_PXN && rn_topo_pxn_peer(t, g, n, 1, &peer))
+      snprintf(via, vialen, "NVLink to GPU %s", rn_topo_gpu_label(t, peer, name, sizeof(name)));
     else if (p == RN_PATH_P2C)
       snprintf(via, vialen, "C2C to CPU (NUMA %d)", gp->numa);
     else if (p == RN_PATH_SYS)

@@ -155,5 +155,8 @@ void rn_topo_errf(char *err, size_t errlen, const char *fmt, ...)
 /* PCIe link bandwidth as NCCL computes it: lanes x per-lane rate ("32.0
  * GT/s PCIe" -> 240 x 100 Mb/s) / 80, GB/s; 0 when unknown. */
 double rn_topo_pcie_bw(const char *speed, int width);
+/* GPU g as log lines name it: its bus id, or for sources without bus ids
+ * (nvidia-smi) its model index ("GPU3"); returns buf. */
+const char *rn_topo_gpu_label(const struct rn_topo *t, int g, char *buf, size_t len);
 
 #endif

@@ -436,15 +436,6 @@ static enum rn_path rn_nccl_path(const struct rn_pl *s, int g, int n, int *peer)
   return rn_topo_pci_path(s->t, g, n);
 }
 
-/* A GPU as lines name it: its bus id, or for sources without bus ids
- * (nvidia-smi) its model index. */
-static void rn_gpu_label(const struct rn_topo *t, int g, char *buf, size_t len) {
-  if (t->gpus[g].pub.busid[0])
-    snprintf(buf, len, "%s", t->gpus[g].pub.busid);
-  else
-    snprintf(buf, len, "GPU%d", g);
-}
-
 /* NCCL's GDR decision for GPU g and NIC n (ncclTopoCheckGdr, v2.28):
  * both must allow it; a PXN pair is judged by the peer GPU's distance; a
  * P2C pair counts as C2C when NCCL_NET_GDR_C2C is on; then distance <=
@@ -465,7 +456,7 @@ static int rn_gdr(const struct rn_pl *s, int g, int n, char *why, size_t len) {
   char pxn[64] = "", pname[24];
   if (d == RN_PATH_PXN) {
     d = rn_topo_pci_path(t, peer, n);
-    rn_gpu_label(t, peer, pname, sizeof(pname));
+    rn_topo_gpu_label(t, peer, pname, sizeof(pname));
     snprintf(pxn, sizeof(pxn), "PXN: GPU %s is %s, ", pname, rn_path_name(d));
   }
   if (d == RN_PATH_P2C && s->o->gdr_c2c) {
@@ -485,7 +476,7 @@ static void rn_reason(struct rn_pl *s, int g, struct rn_plan_rail *rail) {
   int peer;
   size_t k = (size_t)g * (size_t)t->nnics + (size_t)rail->nic;
   if (rail->path == RN_PATH_PXN && rn_nccl_path(s, g, rail->nic, &peer) == RN_PATH_PXN) {
-    rn_gpu_label(t, peer, gname, sizeof(gname));
+    rn_topo_gpu_label(t, peer, gname, sizeof(gname));
     snprintf(via, sizeof(via), "NVLink to GPU %s", gname);
   } else if (rail->path == RN_PATH_P2C)
     snprintf(via, sizeof(via), "C2C to CPU (NUMA %d)", gp->numa);
@@ -501,7 +492,7 @@ static void rn_reason(struct rn_pl *s, int g, struct rn_plan_rail *rail) {
   } else if (s->users[rail->nic] > 1) {
     snprintf(why, sizeof(why), ", shared by %d GPUs", s->users[rail->nic]);
   }
-  rn_gpu_label(t, g, gname, sizeof(gname));
+  rn_topo_gpu_label(t, g, gname, sizeof(gname));
   char gdrwhy[sizeof(rail->gdr_why)]; /* a copy: reason and gdr_why share the struct */
   snprintf(gdrwhy, sizeof(gdrwhy), "%s", rail->gdr_why);
   int w =
@@ -596,7 +587,7 @@ static void rn_unused_why(struct rn_pl *s, int n, char *buf, size_t len) {
       for (int r = 0; r < fg->nrails; r++)
         if (fg->rails[r].nic == n && !s->sel[fg->gpu]) {
           char gname[24];
-          rn_gpu_label(t, fg->gpu, gname, sizeof(gname));
+          rn_topo_gpu_label(t, fg->gpu, gname, sizeof(gname));
           snprintf(buf, len, "rail of GPU %s, which is not in the GPU subset", gname);
           return;
         }
@@ -714,7 +705,7 @@ static void rn_standby(struct rn_pl *s, struct rn_plan_vdev *v, const int *vuser
   char from[64];
   if (bg >= 0) {
     char gname[24];
-    rn_gpu_label(t, bg, gname, sizeof(gname));
+    rn_topo_gpu_label(t, bg, gname, sizeof(gname));
     snprintf(from, sizeof(from), "from GPU %s", gname);
   } else
     snprintf(from, sizeof(from), "from %.48s", t->nics[lead].pub.name);
@@ -791,7 +782,7 @@ static int rn_plan_fill(struct rn_pl *s, const struct rn_plan *full, char *err, 
       if (pg->nrails == 0) {
         /* Without any candidate NIC one plan-level note says it for all. */
         char gname[24];
-        rn_gpu_label(t, g, gname, sizeof(gname));
+        rn_topo_gpu_label(t, g, gname, sizeof(gname));
         if (ncand && rn_plan_note(p, "GPU %s has no NIC: no candidate NIC on its host", gname))
           goto out_oom_users;
         continue;
