@@ -160,6 +160,11 @@ static int rn_smi_fail(struct rn_smi *s, int line, const char *fmt, ...) {
   return -1;
 }
 
+/* A matrix header: GPU0 first, not followed by X (that is GPU0's row). */
+static int rn_smi_is_header(char **tok, int n) {
+  return n >= 1 && strcmp(tok[0], "GPU0") == 0 && (n == 1 || strcmp(tok[1], "X") != 0);
+}
+
 /* A GPU or NIC column name followed by another ("GPU7NIC0", "NIC8NIC9"). */
 static int rn_smi_glued(const char *cell) {
   for (int k = 0; k < 2; k++) {
@@ -330,8 +335,7 @@ static int rn_smi_parse(struct rn_smi *s, const char *buf, size_t len) {
       goto out_free;
     }
     if (!s->ndev) {
-      /* The header: GPU0 first, not followed by X (that is a row). */
-      if (n >= 1 && strcmp(tok[0], "GPU0") == 0 && (n == 1 || strcmp(tok[1], "X") != 0)) {
+      if (rn_smi_is_header(tok, n)) {
         if (rn_smi_header(s, tok, n, lineno)) goto out_free;
         in_matrix = 1;
       }
@@ -354,8 +358,7 @@ static int rn_smi_parse(struct rn_smi *s, const char *buf, size_t len) {
     }
     /* After the matrix, another one's header and a row of relations: the
      * text holds two machines (a peer-to-peer matrix is no topology). */
-    if (!in_matrix && n >= 1 && strcmp(tok[0], "GPU0") == 0 &&
-        (n == 1 || strcmp(tok[1], "X") != 0)) {
+    if (!in_matrix && rn_smi_is_header(tok, n)) {
       next_header = lineno;
       continue;
     }
