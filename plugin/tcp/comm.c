@@ -274,7 +274,8 @@ void rn_tcp_comm_free(struct rn_tcp_comm *c) {
   rn_shared_list_del(&rn_tcp_streamy, &c->streamy);
   rn_shared_list_del(&rn_tcp_waiting, &c->waiting);
   pthread_mutex_unlock(&c->lock);
-  if (c->nrails > 0) rn_tcp_rails_close(c);
+  /* Its close line, also for a comm whose messages all went inline (no rails). */
+  if (c->id != 0) rn_tcp_rails_close(c);
   atomic_store(&c->stop, 1);
   /* No engine thread touches the comm after this, whatever it had queued. */
   rn_tcp_engine_detach(c);

@@ -12,16 +12,22 @@
  *    NCCL_IB_HCA does not pick TCP ones), NCCL_TOPO_FILE is the file read;
  *  - RAILNET_SOCKET_NSTREAMS in range sets the stream count of a
  *    connection, and out of range leaves the default;
- *  - a string longer than the knob holds is truncated with a WARN.
+ *  - a string longer than the knob holds is truncated with a WARN;
+ *  - RAILNET_STATS: %h/%p expanded, a relative name made absolute, the
+ *    file named in one INFO; an unwritable one is one WARN, used once it
+ *    can be written; a comm without data streams has its close line too.
  * The knob table is include/railnet/params.def itself, so a new knob is
  * tested as soon as it is added. */
 #include <dlfcn.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 #include "nccl/net_v11.h"
 #include "railnet/version.h"
 
@@ -352,6 +358,78 @@ static void init_lines(void) {
   if (up) close_ctx();
 }
 
+/* RAILNET_STATS names a file as NCCL_DEBUG_FILE does: %h and %p expand
+ * (one file per rank), a relative name is taken from the working
+ * directory, and the file is named once in an INFO; a file that cannot
+ * be written is one WARN, and the comms go on. */
+static int file_lines(const char *path, const char *needle) {
+  FILE *f = fopen(path, "r");
+  if (f == NULL) return -1;
+  char line[4096];
+  int n = 0;
+  while (fgets(line, sizeof(line), f) != NULL) n += strstr(line, needle) != NULL;
+  fclose(f);
+  return n;
+}
+
+static void stats_file(void) {
+  char dir[] = "/tmp/rn-stats-XXXXXX", want[512], host[256] = "", cwd[512];
+  if (mkdtemp(dir) == NULL || gethostname(host, sizeof(host)) != 0 ||
+      getcwd(cwd, sizeof(cwd)) == NULL) {
+    ok(0, "a scratch directory for RAILNET_STATS: %s", strerror(errno));
+    ok(0, "(skipped with the one above)");
+    ok(0, "(skipped with the one above)");
+    return;
+  }
+  env_clear();
+  setenv("RAILNET_SOCKET_LAZY", "0", 1); /* streams, so rails and their lines, from connect */
+  setenv("RAILNET_STATS", "rn-%h-%p-100%%.jsonl", 1);
+  int up = chdir(dir) == 0 && open_ctx() == 0, s = up ? connect_streams() : -1;
+  snprintf(want, sizeof(want), "%s/rn-%s-%d-100%%.jsonl", dir, host, (int)getpid());
+  int info = log_count("RAILNET_STATS=rn-%h-%p-100%%.jsonl: appending") == 1 &&
+             log_find(NCCL_LOG_INFO, want, NULL, NULL) != NULL;
+  int closes = file_lines(want, "\"event\":\"close\"");
+  if (!ok(up && s > 0 && info && closes == 2,
+          "RAILNET_STATS=rn-%%h-%%p-100%%%%.jsonl (relative): %s gets both comms' close lines "
+          "(%d), named once in an INFO",
+          want, closes))
+    log_dump();
+  if (up) close_ctx();
+  unlink(want);
+  if (chdir(cwd) != 0) printf("# chdir back to %s failed\n", cwd);
+  /* a directory that does not exist */
+  snprintf(want, sizeof(want), "%s/gone/stats.jsonl", dir);
+  env_clear();
+  setenv("RAILNET_SOCKET_LAZY", "0", 1);
+  setenv("RAILNET_STATS", want, 1);
+  up = open_ctx() == 0, s = up ? connect_streams() : -1;
+  int warns = 0;
+  for (int i = 0; i < log_n; i++)
+    warns += log_level[i] == NCCL_LOG_WARN && strstr(log_line[i], "RAILNET_STATS") != NULL;
+  const char *w = log_find(NCCL_LOG_WARN, "cannot append to", want, "No such file");
+  if (!ok(up && s > 0 && warns == 1 && w != NULL,
+          "RAILNET_STATS in a missing directory: one WARN naming the file and why, for two "
+          "comms (%d), and they connect and close as before",
+          warns))
+    log_dump();
+  if (up) close_ctx();
+  /* ... made later: used from the next line on */
+  char sub[512];
+  snprintf(sub, sizeof(sub), "%s/gone", dir);
+  unsetenv("RAILNET_SOCKET_LAZY"); /* and comms without data streams have their lines too */
+  up = mkdir(sub, 0755) == 0 && open_ctx() == 0, s = up ? connect_streams() : -1;
+  closes = file_lines(want, "\"event\":\"close\"");
+  ok(up && s > 0 && closes == 2,
+     "once that directory exists, the next comms' close lines land, also with no data streams "
+     "(%d)",
+     closes);
+  if (up) close_ctx();
+  unlink(want);
+  rmdir(sub);
+  rmdir(dir);
+  unsetenv("RAILNET_STATS");
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0); /* TAP survives an exit without flushing */
   const char *b = getenv("RN_BUILD");
@@ -359,7 +437,7 @@ int main(void) {
   snprintf(so, sizeof(so), "%s/libnccl-net-railnet.so", b ? b : "build");
   int plan = 0;
   for (int i = 0; i < NKNOBS; i++) plan += knobs[i].is_int ? 4 : (knobs[i].fallback[0] ? 2 : 0);
-  plan += 4 + 7 + 2 + 1;
+  plan += 4 + 7 + 2 + 1 + 3;
   void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
   net = h ? dlsym(h, "ncclNetPlugin_v11") : NULL;
   if (net == NULL) {
@@ -378,6 +456,7 @@ int main(void) {
   fallback_effects();
   nstreams_effect();
   long_string();
+  stats_file();
   dlclose(h);
   printf("# %d passed, %d failed\n", count - failures, failures);
   return failures != 0;
