@@ -8,7 +8,9 @@
  * spaces, so rows are split on any whitespace and the columns after the
  * device matrix are matched by position; a tab-separated row keeps its
  * empty cells there (CPU Affinity is empty for a GPU whose cores the
- * process's cpuset leaves out).  A space-separated copy has lost them.
+ * process's cpuset leaves out).  A space-separated copy has lost them:
+ * a GPU row one cell short there lost its CPU Affinity, the only cell
+ * nvidia-smi leaves empty (NUMA Affinity and GPU NUMA ID say N/A).
  *
  * The matrix gives relations only (no bus ids, switches or speeds), so the
  * loader builds the smallest tree that reproduces them in NCCL's terms:
@@ -376,8 +378,17 @@ static int rn_smi_parse(struct rn_smi *s, const char *buf, size_t len) {
     if (in_matrix && row >= 0) {
       int naff = tabbed ? rn_smi_tab_aff(s, raw, aff) : -1;
       if (naff < 0) {
+        static char empty[1];
         naff = n > 1 + s->ndev ? n - 1 - s->ndev : 0;
-        for (int i = 0; i < naff; i++) aff[i] = tok[1 + s->ndev + i];
+        /* A copy without tabs lost its empty cells.  nvidia-smi leaves
+         * only CPU Affinity empty (a GPU whose cores the cpuset leaves
+         * out; the others say N/A), so a GPU row one cell short lost
+         * that one. */
+        int want = s->has_cpu_aff + s->has_numa_aff + s->has_gpu_numa;
+        int lost = s->has_cpu_aff && want >= 2 && naff == want - 1 && rn_smi_is_gpu(tok[0]);
+        if (lost) aff[0] = empty;
+        for (int i = 0; i < naff; i++) aff[lost + i] = tok[1 + s->ndev + i];
+        naff += lost;
       }
       if (rn_smi_row(s, row, tok, n, aff, naff, lineno)) goto out_free;
       continue;
