@@ -24,7 +24,9 @@
 #   down RAIL [a|b|both]       link down (default both ends)
 #   up-link RAIL               both ends up again
 #   blackhole RAIL [a|b|both]  drop every packet leaving that end (default both)
-#   restore RAIL               links up, no black hole, the rail's rate again
+#   loss RAIL PCT [a|b|both]   drop PCT% of the packets arriving at that end, at
+#                              random (default both: each way; needs nft)
+#   restore RAIL               links up, no black hole, no loss, the rail's rate again
 #   exec a|b CMD [ARG...]      run CMD inside side a or b
 #   addr RAIL a|b              the rail's address on that side
 #   counters [a|b]             per-rail tx_bytes/rx_bytes of each side
@@ -313,6 +315,32 @@ do_link() { # up|down RAIL [SIDES]
   done
 }
 
+# Random loss: PCT% of the packets arriving at that end over the rail are
+# dropped (nftables' numgen: this kernel may have no netem), so "both"
+# loses packets both ways.  The rate and the links are left alone;
+# restore removes it.
+loss_table() { echo "railbed_loss$1"; }
+do_loss() { # RAIL PCT [SIDES]
+  [ $# -ge 2 ] || usage
+  check_rail "$1"
+  case $2 in '' | *[!0-9]*) die "bad loss '$2' (a whole percentage, 1..100)" ;; esac
+  [ "$2" -ge 1 ] && [ "$2" -le 100 ] || die "bad loss '$2' (a whole percentage, 1..100)"
+  command -v nft >/dev/null 2>&1 || die "loss needs nft (nftables)"
+  t=$(loss_table "$1")
+  for s in $(sides_of "${3:-both}"); do
+    nsof "$s"
+    ip netns exec "$NS" nft delete table inet "$t" 2>/dev/null
+    ip netns exec "$NS" nft -f - <<EOF || die "loss on rail $1 side $s (nft)"
+table inet $t {
+  chain in {
+    type filter hook input priority 0; policy accept;
+    iifname "veth$1" numgen random mod 100 < $2 drop
+  }
+}
+EOF
+  done
+}
+
 do_blackhole() {
   [ $# -ge 1 ] || usage
   check_rail "$1"
@@ -332,6 +360,8 @@ do_restore() {
     nsof $s
     ip -n "$NS" link set "veth$1" up || die "link up, rail $1 side $s"
     shape_end $s "$1" "$k" "${d:-0}" || die "tbf on rail $1 side $s"
+    ! command -v nft >/dev/null 2>&1 ||
+      ip netns exec "$NS" nft delete table inet "$(loss_table "$1")" 2>/dev/null || true
   done
 }
 
@@ -505,6 +535,7 @@ case $cmd in
     ;;
   up-link) require_bed; do_link up "$@" ;;
   blackhole) require_bed; do_blackhole "$@" ;;
+  loss) require_bed; do_loss "$@" ;;
   restore) require_bed; do_restore "$@" ;;
   exec)
     require_bed

@@ -4,8 +4,10 @@
  * random workload of tests/common/churn.c (groups of 1..8 receives,
  * random tags, sizes 0 B .. 16 MiB, random test order), while the runner
  * damages the rails at random: one rail at a time, for 0.5 .. 3 s, its
- * link down at both ends or at one, every packet dropped (links up), or
- * its rate cut to 2 Mbit/s (a queue that still delivers, slowly); then
+ * link down at both ends or at one, every packet dropped (links up), 20%
+ * of its packets dropped each way at random (a lossy link: TCP's
+ * retransmission timeouts stall it for up to seconds at a time), or its
+ * rate cut to 2 Mbit/s (a queue that still delivers, slowly); then
  * restored, and the next after 0.3 .. 1.5 s.  One rail always stays
  * whole, so every byte must arrive: each side verifies every byte, size
  * and guard, no call may fail, and neither side may WARN of a protocol
@@ -131,10 +133,11 @@ static void tick(void *arg) {
   }
   if (d.rail >= 0 || t < d.next) return;
   d.rail = (int)(rng_next(&d.rng) % (uint64_t)g.rails);
-  switch (rng_next(&d.rng) % 4) {
+  switch (rng_next(&d.rng) % 5) {
   case 0: railbed("down %d", d.rail); break;
   case 1: railbed("down %d a", d.rail); break;
   case 2: railbed("blackhole %d", d.rail); break;
+  case 3: railbed("loss %d 20", d.rail); break;
   default:
     railbed("rate %d 2", d.rail);
     d.slow = 1;

@@ -1,7 +1,8 @@
 #!/bin/sh
 # TAP: railnet's TCP transport on a 3-rail testbed (scripts/railbed) while
 # the rails fail at random, one at a time (multirail-chaos: its link down
-# at both ends or one, a black hole, or its rate cut to 2 Mbit/s, each for
+# at both ends or one, a black hole, 20% loss each way (nft), or its rate
+# cut to 2 Mbit/s, each for
 # 0.5 .. 3 s, then restored): 4 comm pairs on the fused device, a thread
 # per side, random grouped receives, tags and sizes (0 B .. 16 MiB).
 # Every byte verified, no call failed, no protocol violation and no failed

@@ -8,7 +8,8 @@ $(eval $(call rn_harness_prog,$(MULTIRAIL_XFER),$(BUILD)/tests/multirail/xfer.o)
 
 BENCH_PROGS += $(MULTIRAIL_XFER)
 TEST_SCRIPTS += tests/multirail/two-rails.sh tests/multirail/standby.sh tests/multirail/waiting.sh \
-  tests/multirail/leftout.sh tests/multirail/flap.sh tests/multirail/pairing.sh
+  tests/multirail/leftout.sh tests/multirail/flap.sh tests/multirail/pairing.sh \
+  tests/multirail/lossy.sh
 
 # Several comm pairs with random grouped traffic while the rails fail one
 # at a time (tests/multirail/chaos.c; tests/multirail/chaos.sh runs it).
