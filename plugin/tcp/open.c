@@ -115,6 +115,7 @@ void rn_tcp_plan_streams(const union rn_sockaddr *peer, int n, int peer_standby,
   union rn_sockaddr peer_paired[RN_MAX_RAILS], dev_paired[RN_MAX_RAILS];
   const int rails_here = ndev, rails_there = n; /* before pairing */
   const int as_many = n == ndev;
+  out->standby_ok = as_many;
   if (ndev >= 1 && n >= 1 && (n != ndev || n >= 2)) {
     const int m = rn_tcp_plan_pair(peer, n, dev, ndev, name, peer_paired, dev_paired);
     if (peer_standby) peer_paired[m] = peer[n];
@@ -150,6 +151,19 @@ void rn_tcp_plan_streams(const union rn_sockaddr *peer, int n, int peer_standby,
             name, dev_standby ? "yes" : "none", peer_standby ? "yes" : "none", rails_here,
             rails_there);
   }
+}
+
+/* What streams opened again later leave from (rn_tcp_lazy_on_streams):
+ * the rails plan paired with the peer's, the device's standby (NULL: none)
+ * last.  Paired, the rails are as many as the peer's, so the standby is
+ * kept only where the devices had as many rails when plan was made. */
+void rn_tcp_plan_keep(const struct rn_tcp_plan *plan, const union rn_sockaddr *standby,
+                      union rn_sockaddr *locals, int *nlocals, int *local_standby) {
+  const int nrails = plan->nlocals - plan->standby;
+  memcpy(locals, plan->locals, sizeof(plan->locals[0]) * (size_t)nrails);
+  *nlocals = nrails;
+  *local_standby = standby != NULL && plan->standby_ok;
+  if (*local_standby) locals[nrails] = *standby;
 }
 
 /* The standby dropped from a plan whose dial failed with it. */

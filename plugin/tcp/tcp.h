@@ -388,6 +388,7 @@ struct rn_tcp_move {
 struct rn_tcp_plan {
   union rn_sockaddr addrs[RN_MAX_RAILS], locals[RN_MAX_RAILS];
   int naddrs, nlocals, nstreams, standby;
+  int standby_ok; /* the two devices had as many rails: standbys may pair (now or when reopened) */
 };
 
 enum rn_tcp_lazy_state {
@@ -629,6 +630,8 @@ int rn_tcp_if_match(const char *spec, const char *name);
 void rn_tcp_plan_streams(const union rn_sockaddr *peer, int n, int peer_standby,
                          const union rn_sockaddr *dev, int ndev, int dev_standby, const char *name,
                          struct rn_tcp_plan *out);
+void rn_tcp_plan_keep(const struct rn_tcp_plan *plan, const union rn_sockaddr *standby,
+                      union rn_sockaddr *locals, int *nlocals, int *local_standby);
 void rn_tcp_plan_drop_standby(struct rn_tcp_plan *p);
 /* Dialing a plan (connect, and the streams' opening on a kept
  * connection): without the rails in *absent (bits: plan indexes), whose

@@ -245,7 +245,9 @@ static ncclResult_t rn_tcp_connect(const struct rn_rails *r, const struct rn_han
     if (lazy) {
       /* The control connection alone, to the first rail: the streams
        * open with the first message that needs them (open.c). */
+      const int standby_ok = k->plan.standby_ok;
       memset(&k->plan, 0, sizeof(k->plan));
+      k->plan.standby_ok = standby_ok; /* for the streams' opening */
       memcpy(k->plan.addrs, addrs, sizeof(addrs[0]) * (size_t)n);
       k->plan.naddrs = n;
       memcpy(k->plan.locals, k->dev, sizeof(k->dev[0]) * (size_t)k->ndev);
@@ -342,10 +344,8 @@ static ncclResult_t rn_tcp_connect(const struct rn_rails *r, const struct rn_han
   /* Streams opened again later go over the same rails: those paired with
    * the peer's (rn_tcp_plan_streams), the device's standby last. */
   const int nrails = k->plan.nlocals - k->plan.standby;
-  memcpy(c->lazy.u.tx.locals, k->plan.locals, sizeof(k->plan.locals[0]) * (size_t)nrails);
-  if (k->dev_standby) c->lazy.u.tx.locals[nrails] = k->dev[k->ndev];
-  c->lazy.u.tx.nlocals = nrails;
-  c->lazy.u.tx.local_standby = k->dev_standby;
+  rn_tcp_plan_keep(&k->plan, k->dev_standby ? &k->dev[k->ndev] : NULL, c->lazy.u.tx.locals,
+                   &c->lazy.u.tx.nlocals, &c->lazy.u.tx.local_standby);
   c->lazy.expect = k->expect;
   /* Before its streams open, as they will be (rn_tcp_rails_init): a
    * message announced meanwhile asks for its ACK on a comm of several

@@ -85,7 +85,7 @@ static int other_address(char *buf, size_t len) {
 
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
-  tap_plan(9);
+  tap_plan(11);
   {
     const char *dev[] = {"198.51.100.7", "127.0.0.1"}, *peer[] = {"127.0.0.9"};
     const char *want[] = {"127.0.0.1>127.0.0.9"};
@@ -124,6 +124,34 @@ int main(void) {
     check("device of 2 and a standby, peer of 1 and a standby: one pair, no standby (only "
           "between devices alike)",
           dev, 2, 1, peer, 1, 1, want, 1, 0);
+  }
+  {
+    /* Streams reopened later (after RAILNET_SOCKET_IDLE_MS) leave from
+     * what connect kept (rn_tcp_plan_keep): the paired rail, as many as
+     * the peer's, so the standby must not come back with them. */
+    union rn_sockaddr d[3] = {v4("127.0.0.1"), v4("198.51.100.8"), v4("198.51.100.9")};
+    union rn_sockaddr p[2] = {v4("127.0.0.9"), v4("203.0.113.5")};
+    union rn_sockaddr locals[RN_MAX_RAILS];
+    int nlocals = 0, local_standby = -1;
+    struct rn_tcp_plan plan, again;
+    rn_tcp_plan_streams(p, 1, 1, d, 2, 1, NULL, &plan);
+    rn_tcp_plan_keep(&plan, &d[2], locals, &nlocals, &local_standby);
+    rn_tcp_plan_streams(p, 1, 1, locals, nlocals, local_standby, NULL, &again);
+    tap_result(plan.standby == 0 && again.standby == 0 && again.nlocals == 1 && !local_standby &&
+                   again.nstreams == plan.nstreams,
+               "device of 2 and a standby, peer of 1 and a standby: reopened streams go as at "
+               "connect, one pair and no standby (at connect %d, reopened %d, %d stream(s) "
+               "against %d)",
+               plan.standby, again.standby, again.nstreams, plan.nstreams);
+    /* ... and between devices alike the standby comes back with them */
+    union rn_sockaddr q[3] = {v4("127.0.0.9"), v4("203.0.113.1"), v4("203.0.113.5")};
+    rn_tcp_plan_streams(q, 2, 1, d, 2, 1, NULL, &plan);
+    rn_tcp_plan_keep(&plan, &d[2], locals, &nlocals, &local_standby);
+    rn_tcp_plan_streams(q, 2, 1, locals, nlocals, local_standby, NULL, &again);
+    tap_result(plan.standby == 1 && again.standby == 1 && again.nlocals == 3,
+               "as many rails and a standby each: reopened streams keep the standby (at connect "
+               "%d, reopened %d)",
+               plan.standby, again.standby);
   }
   {
     const char *dev[] = {"198.51.100.7", "127.0.0.1", "198.51.100.9"};
