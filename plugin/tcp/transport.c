@@ -12,7 +12,6 @@
 #include "tcp.h"
 
 #define RN_TCP_MAX_IFS RN_MAX_NICS
-#define RN_TCP_MAX_ADDRS ((int)(RN_HANDLE_PAYLOAD / sizeof(struct rn_wire_addr)))
 
 static struct rn_tcp_if rn_tcp_ifs[RN_TCP_MAX_IFS];
 static int rn_tcp_nifs;
@@ -144,6 +143,16 @@ static ncclResult_t rn_tcp_listen(const struct rn_rails *r, struct rn_handle *h,
     return ncclSystemError;
   }
   int n = r->n < RN_TCP_MAX_ADDRS ? r->n : RN_TCP_MAX_ADDRS;
+  if (n < r->n) {
+    /* Said once per device (by its first NIC). */
+    static _Atomic uint64_t said;
+    const uint64_t bit = 1ull << (r->nic[0]->table_index % 64);
+    if (!(atomic_fetch_or(&said, bit) & bit))
+      RN_INFO(NCCL_NET,
+              "listen on %s: the device has %d rails and a handle holds %d addresses, so comms "
+              "with it use its first %d rails (%s and after carry nothing)",
+              r->nic[0]->name, r->n, RN_TCP_MAX_ADDRS, n, r->nic[n]->name);
+  }
   struct rn_wire_addr *w = (struct rn_wire_addr *)h->payload;
   for (int i = 0; i < n; i++) {
     union rn_sockaddr a = rn_sockaddr_no_port(rn_tcp_ifs[r->nic[i]->table_index].addr), bound;

@@ -94,8 +94,16 @@ int main(void) {
              "... it reports all 8 in vProps, no common rail (-1), plane mask 0x4001 (got %d, "
              "0x%x)",
              vp_ok ? p.railId : -2, vp_ok ? (unsigned)p.planeId : 0u);
-  tap_result(c && traffic(n, ctx, d8, 4u << 20) == 0, "%s",
-             "4 MiB over the 8-rail device, verified");
+  /* A TCP handle holds 5 listening addresses: comms with the 8-rail
+   * device use its first 5 rails, said once however many comms. */
+  int said = rn_log_watch("the device has 8 rails and a handle holds 5 addresses, so comms with "
+                          "it use its first 5 rails (rnv");
+  int moved = c && traffic(n, ctx, d8, 4u << 20) == 0 && traffic(n, ctx, d8, 1u << 20) == 0;
+  int infos = rn_log_seen(said);
+  tap_result(moved && infos == 1,
+             "4 MiB and 1 MiB over the 8-rail device, verified; one INFO says its comms use the "
+             "first 5 rails (%d)",
+             infos);
   int w = rn_log_warns();
   ncclNetProperties_v11_t p11;
   tap_result(c && n11->getProperties(d8, &p11) == ncclInternalError && rn_log_warns() > w, "%s",
