@@ -679,12 +679,19 @@ int rn_topo_pxn_peer_at(const struct rn_topo *t, int g, int n, int pxn_c2c, enum
   if (!rn_topo_nvlinked(t, g, best)) return 0;
   if (t->gpus[g].pub.host != t->gpus[best].pub.host) return 0;
   if (!(bp > bg || pg > RN_PATH_PXN)) return 0;
-  /* The relay is only worth it with GPUDirect RDMA (ncclTopoCheckGdr): the
-   * NIC and both GPUs allow it and the peer's distance is within the level,
-   * P2C counting as C2C with NCCL_NET_GDR_C2C.  Otherwise NCCL 2.28 diverts
-   * the pair through g's CPU and 2.30 never sets PXN: no PXN either way. */
-  if (!t->nics[n].pub.gdr || !t->gpus[g].pub.gdr || !t->gpus[best].pub.gdr) return 0;
+  /* NCCL 2.28 sets PXN first and then asks ncclTopoCheckGdr about g and
+   * the NIC: their own gdr flags, and the distance of the relay's path
+   * (P2C counting as C2C with NCCL_NET_GDR_C2C) against the level.  When
+   * that fails it diverts the pair through g's CPU: no PXN.  The relay's
+   * own gdr flag is not asked (NCCL 2.30 asks ncclTopoCheckGdr about the
+   * relay before setting PXN, and refuses a relay without GDR). */
+  if (!t->nics[n].pub.gdr || !t->gpus[g].pub.gdr) return 0;
   if ((pp == RN_PATH_P2C && gdr_c2c ? RN_PATH_C2C : pp) > gdr_level) return 0;
+  /* The flag still matters through NCCL's order: it walks the GPUs one by
+   * one for each NIC, and on reaching a relay with gdr=0 it diverts the
+   * relay's own pair through the CPU, so GPUs after it (bus order here)
+   * find no relay close to the NIC any more. */
+  if (!t->gpus[best].pub.gdr && g > best) return 0;
   *peer = best;
   return 1;
 }

@@ -98,7 +98,8 @@ enum rn_path rn_topo_pci_path(const struct rn_topo *t, int g, int n);
  * GPUDirect RDMA at NCCL's default level and NCCL_NET_GDR_C2C on. */
 int rn_topo_pxn_peer(const struct rn_topo *t, int g, int n, int pxn_c2c, int *peer);
 /* The same at GDR level gdr_level with gdr_c2c as NCCL_NET_GDR_C2C: NCCL
- * uses a relay GPU only when GPUDirect RDMA works through it. */
+ * 2.28 keeps a relay only when g and the NIC get GPUDirect RDMA through it
+ * (their gdr flags, the relay's distance; not the relay's own flag). */
 int rn_topo_pxn_peer_at(const struct rn_topo *t, int g, int n, int pxn_c2c, enum rn_path gdr_level,
                         int gdr_c2c, int *peer);
 /* Bandwidth of that path in GB/s as NCCL models it (NIC speed, PCIe links,
