@@ -98,7 +98,8 @@ static void rn_print_json(const struct rn_topo *t, const struct rn_plan *p,
       rn_json_str(n->name);
       printf(",\"busid\":");
       rn_json_str(n->busid);
-      printf(",\"path\":\"%s\",\"gdr\":%s,\"gdr_why\":", rn_path_name(rl->path), rn_tf(rl->gdr));
+      printf(",\"path\":\"%s\",\"pci_path\":\"%s\",\"gdr\":%s,\"gdr_why\":", rn_path_name(rl->path),
+             rn_path_name(rl->pci_path), rn_tf(rl->gdr));
       rn_json_str(rl->gdr_why);
       printf(",\"reason\":");
       rn_json_str(rl->reason);
@@ -192,7 +193,9 @@ static void rn_print_matrix(const struct rn_topo *t, const struct rn_plan *p, in
       else
         printf("\tN/A\n");
     }
-    printf("\nCPU = the NUMA node NCCL attaches the GPU to; paths as NCCL names them.\n");
+    printf(
+        "\nCPU = the NUMA node NCCL attaches the GPU to; paths as NCCL names them (a pair\n"
+        "without GPUDirect RDMA goes through the GPU's CPU: PHB, or SYS across CPUs).\n");
   }
   printf("\nNIC Legend:\n");
   for (int n = 0; n < nn; n++) {

@@ -6,7 +6,9 @@
  * worst of its links, where a link between a device and a PCI switch is
  * PIX, between two PCI switches PXB, touching a CPU PHB, between CPUs SYS.
  * A GPU with NVLink-C2C to its CPU reaches that CPU's NICs as P2C; a GPU
- * NVLink-connected to a GPU close to a NIC reaches it as PXN. */
+ * NVLink-connected to a GPU close to a NIC reaches it as PXN.  A pair
+ * closer than PHB that gets no GPUDirect RDMA goes through the GPU's CPU
+ * instead (PHB, SYS across CPUs); the PCI path still ranks the NICs. */
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -431,12 +433,13 @@ static int rn_topo_compute_paths(struct rn_topo *t) {
     }
     t->nic_local[n] = best;
   }
+  struct rn_route_opts o;
+  rn_route_opts_default(&o);
   for (size_t g = 0; g < G; g++)
     for (size_t n = 0; n < N; n++) {
-      int peer;
-      t->ncclp[g * N + n] = rn_topo_pxn_peer(t, (int)g, (int)n, 1, &peer)
-                                ? (unsigned char)RN_PATH_PXN
-                                : t->pci[g * N + n];
+      struct rn_route r;
+      rn_topo_route(t, (int)g, (int)n, &o, &r);
+      t->ncclp[g * N + n] = (unsigned char)r.path;
     }
   return 0;
 }
@@ -657,43 +660,117 @@ double rn_topo_path_bw(const struct rn_topo *t, int g, int n) {
   return t->bw[(size_t)g * (size_t)t->nnics + (size_t)n];
 }
 
+/* The GPU NCCL would relay g's traffic to NIC n through (ncclTopoComputePaths,
+ * before any GDR check), -1 when none.  When g is as close as the NIC's
+ * local GPU, the NIC is local to g and PXN does not apply. */
+static int rn_topo_relay(const struct rn_topo *t, int g, int n, int pxn_c2c) {
+  int best = t->nic_local[n];
+  if (best < 0) return -1;
+  enum rn_path pg = rn_topo_pci_path(t, g, n), pp = rn_topo_pci_path(t, best, n);
+  double bg = rn_topo_path_bw(t, g, n), bp = rn_topo_path_bw(t, best, n);
+  if (bp == bg && pp == pg) return -1; /* g is local to the NIC too */
+  /* The peer is PXB (or P2C with NCCL_PXN_C2C) from the NIC,
+   * NVLink-connected to g, on g's host, and either wider to the NIC or g
+   * would otherwise cross the CPU. */
+  if (pp > (pxn_c2c ? RN_PATH_P2C : RN_PATH_PXB)) return -1;
+  if (!rn_topo_nvlinked(t, g, best)) return -1;
+  if (t->gpus[g].pub.host != t->gpus[best].pub.host) return -1;
+  if (!(bp > bg || pg > RN_PATH_PXN)) return -1;
+  return best;
+}
+
+/* ncclTopoCheckGdr (v2.28) for GPU g and NIC n whose path is d through
+ * relay peer (-1 none): both gdr flags allow it; a PXN pair is judged by
+ * the relay's distance; P2C counts as C2C with NCCL_NET_GDR_C2C; then
+ * distance <= level.  why (may be NULL) gets the rule that decided. */
+static int rn_topo_gdr_check(const struct rn_topo *t, int g, int n, int peer, enum rn_path d,
+                             const struct rn_route_opts *o, char *why, size_t len) {
+  char scratch[8], pxn[64] = "", pname[24];
+  enum rn_path lvl = o->gdr_level;
+  if (!why) why = scratch, len = sizeof(scratch);
+  if (!t->nics[n].pub.gdr) {
+    snprintf(why, len, "the NIC has gdr=0");
+    return 0;
+  }
+  if (!t->gpus[g].pub.gdr) {
+    snprintf(why, len, "the GPU has gdr=0");
+    return 0;
+  }
+  if (peer >= 0) {
+    d = rn_topo_pci_path(t, peer, n);
+    snprintf(pxn, sizeof(pxn), "PXN: GPU %s is %s, ",
+             rn_topo_gpu_label(t, peer, pname, sizeof(pname)), rn_path_name(d));
+  }
+  if (d == RN_PATH_P2C && o->gdr_c2c) {
+    snprintf(why, len, "%sP2C counts as C2C with NCCL_NET_GDR_C2C=1, C2C %s %s", pxn,
+             RN_PATH_C2C <= lvl ? "<=" : ">", rn_path_name(lvl));
+    return RN_PATH_C2C <= lvl;
+  }
+  snprintf(why, len, "%s%s %s %s", pxn, rn_path_name(d), d <= lvl ? "<=" : ">", rn_path_name(lvl));
+  return d <= lvl;
+}
+
+enum rn_path rn_topo_cpu_path(const struct rn_topo *t, int g, int n) {
+  int cpu = rn_topo_node_cpu(t, t->gpus[g].node);
+  if (cpu < 0) return rn_topo_pci_path(t, g, n); /* no CPU to go through */
+  enum rn_path p = rn_topo_node_path(t, cpu, t->nics[n].node, NULL, NULL);
+  if (p < RN_PATH_PHB) p = RN_PATH_PHB; /* the GPU's own hop to its CPU */
+  /* NVLink-C2C to the CPU, then PCIe below it (NCCL's C2C + PHB). */
+  if (p == RN_PATH_PHB && t->gpus[g].pub.c2c) p = RN_PATH_P2C;
+  return p;
+}
+
+void rn_topo_route(const struct rn_topo *t, int g, int n, const struct rn_route_opts *o,
+                   struct rn_route *r) {
+  memset(r, 0, sizeof(*r));
+  r->peer = -1;
+  r->path = r->pci = rn_topo_pci_path(t, g, n);
+  if (r->pci == RN_PATH_DIS) return;
+  int best = o->pxn ? rn_topo_relay(t, g, n, o->pxn_c2c) : -1;
+  /* NCCL 2.28 sets PXN without asking about the relay's GDR (2.30 asks
+   * ncclTopoCheckGdr about the relay first and refuses a relay without
+   * it).  Order still matters: NCCL walks the GPUs one by one for each
+   * NIC and, on reaching the relay, diverts the relay's own pair through
+   * its CPU when that pair has no GDR (a relay with gdr=0, or too far at
+   * this level); GPUs after it (bus order here) then find no relay close
+   * to the NIC. */
+  if (best >= 0 && g > best &&
+      !rn_topo_gdr_check(t, best, n, -1, rn_topo_pci_path(t, best, n), o, NULL, 0))
+    best = -1;
+  if (best >= 0) r->path = RN_PATH_PXN, r->peer = best;
+  /* Then ncclTopoCheckGdr for g itself: the NIC's and g's flags, the
+   * relay's distance for a PXN pair. */
+  r->gdr = rn_topo_gdr_check(t, g, n, r->peer, r->path, o, r->gdr_why, sizeof(r->gdr_why));
+  /* A pair closer than PHB without GPUDirect RDMA goes through g's CPU,
+   * both ways (ncclTopoComputePaths in 2.28 and 2.30). */
+  if (r->path < RN_PATH_PHB && !r->gdr) {
+    r->path = rn_topo_cpu_path(t, g, n);
+    r->peer = -1;
+    r->diverted = 1;
+  }
+}
+
+void rn_route_opts_default(struct rn_route_opts *o) {
+  o->pxn = 1;
+  o->pxn_c2c = 1;
+  o->gdr_level = RN_PATH_PXB;
+  o->gdr_c2c = 1;
+}
+
 int rn_topo_pxn_peer(const struct rn_topo *t, int g, int n, int pxn_c2c, int *peer) {
   return rn_topo_pxn_peer_at(t, g, n, pxn_c2c, RN_PATH_PXB, 1, peer);
 }
 
 int rn_topo_pxn_peer_at(const struct rn_topo *t, int g, int n, int pxn_c2c, enum rn_path gdr_level,
                         int gdr_c2c, int *peer) {
+  struct rn_route_opts o = {
+      .pxn = 1, .pxn_c2c = pxn_c2c, .gdr_level = gdr_level, .gdr_c2c = gdr_c2c};
+  struct rn_route r;
   *peer = -1;
   if (g < 0 || g >= t->ngpus || n < 0 || n >= t->nnics) return 0;
-  /* When g is as close as the NIC's local GPU, the NIC is local to g and
-   * PXN does not apply. */
-  int best = t->nic_local[n];
-  if (best < 0) return 0;
-  enum rn_path pg = rn_topo_pci_path(t, g, n), pp = rn_topo_pci_path(t, best, n);
-  double bg = rn_topo_path_bw(t, g, n), bp = rn_topo_path_bw(t, best, n);
-  if (bp == bg && pp == pg) return 0; /* g is local to the NIC too */
-  /* ncclTopoComputePaths: the peer is PXB (or P2C with NCCL_PXN_C2C) from
-   * the NIC, NVLink-connected to g, on g's host, and either wider to the
-   * NIC or g would otherwise cross the CPU. */
-  if (pp > (pxn_c2c ? RN_PATH_P2C : RN_PATH_PXB)) return 0;
-  if (!rn_topo_nvlinked(t, g, best)) return 0;
-  if (t->gpus[g].pub.host != t->gpus[best].pub.host) return 0;
-  if (!(bp > bg || pg > RN_PATH_PXN)) return 0;
-  /* NCCL 2.28 sets PXN first and then asks ncclTopoCheckGdr about g and
-   * the NIC: their own gdr flags, and the distance of the relay's path
-   * (P2C counting as C2C with NCCL_NET_GDR_C2C) against the level.  When
-   * that fails it diverts the pair through g's CPU: no PXN.  The relay's
-   * own gdr flag is not asked (NCCL 2.30 asks ncclTopoCheckGdr about the
-   * relay before setting PXN, and refuses a relay without GDR). */
-  if (!t->nics[n].pub.gdr || !t->gpus[g].pub.gdr) return 0;
-  if ((pp == RN_PATH_P2C && gdr_c2c ? RN_PATH_C2C : pp) > gdr_level) return 0;
-  /* The flag still matters through NCCL's order: it walks the GPUs one by
-   * one for each NIC, and on reaching a relay with gdr=0 it diverts the
-   * relay's own pair through the CPU, so GPUs after it (bus order here)
-   * find no relay close to the NIC any more. */
-  if (!t->gpus[best].pub.gdr && g > best) return 0;
-  *peer = best;
-  return 1;
+  rn_topo_route(t, g, n, &o, &r);
+  *peer = r.peer;
+  return r.path == RN_PATH_PXN;
 }
 
 const char *rn_topo_gpu_label(const struct rn_topo *t, int g, char *buf, size_t len) {
@@ -704,26 +781,35 @@ const char *rn_topo_gpu_label(const struct rn_topo *t, int g, char *buf, size_t 
   return buf;
 }
 
+void rn_topo_via(const struct rn_topo *t, int g, int n, enum rn_path p, int peer, char *via,
+                 size_t len) {
+  const struct rn_topo_gpu *gp = &t->gpus[g].pub;
+  char name[24];
+  if (p == RN_PATH_PXN && peer >= 0)
+    snprintf(via, len, "NVLink to GPU %s", rn_topo_gpu_label(t, peer, name, sizeof(name)));
+  else if (p == RN_PATH_P2C)
+    snprintf(via, len, "C2C to CPU (NUMA %d)", gp->numa);
+  else if (p == RN_PATH_SYS)
+    snprintf(via, len, "NUMA %d -> NUMA %d", gp->numa, t->nics[n].pub.numa);
+  else if (p == RN_PATH_PHB && rn_topo_node_cpu(t, t->gpus[g].node) >= 0)
+    /* the GPU's CPU: where a PCI path meets, or the detour without GDR */
+    rn_topo_node_describe(t, rn_topo_node_cpu(t, t->gpus[g].node), via, len);
+  else
+    rn_topo_node_describe(t, t->lca[(size_t)g * (size_t)t->nnics + (size_t)n], via, len);
+}
+
 enum rn_path rn_topo_path(const struct rn_topo *t, int g, int n, char *via, size_t vialen) {
   if (g < 0 || g >= t->ngpus || n < 0 || n >= t->nnics) {
     if (via && vialen) via[0] = '\0';
     return RN_PATH_DIS;
   }
-  size_t k = (size_t)g * (size_t)t->nnics + (size_t)n;
-  enum rn_path p = (enum rn_path)t->ncclp[k];
+  enum rn_path p = (enum rn_path)t->ncclp[(size_t)g * (size_t)t->nnics + (size_t)n];
   if (via && vialen) {
-    int peer;
-    const struct rn_topo_gpu *gp = &t->gpus[g].pub;
-    const struct rn_topo_nic *np = &t->nics[n].pub;
-    char name[24];
-    if (p == RN_PATH_PXN && rn_topo_pxn_peer(t, g, n, 1, &peer))
-      snprintf(via, vialen, "NVLink to GPU %s", rn_topo_gpu_label(t, peer, name, sizeof(name)));
-    else if (p == RN_PATH_P2C)
-      snprintf(via, vialen, "C2C to CPU (NUMA %d)", gp->numa);
-    else if (p == RN_PATH_SYS)
-      snprintf(via, vialen, "NUMA %d -> NUMA %d", gp->numa, np->numa);
-    else
-      rn_topo_node_describe(t, t->lca[k], via, vialen);
+    struct rn_route_opts o;
+    struct rn_route r;
+    rn_route_opts_default(&o);
+    rn_topo_route(t, g, n, &o, &r);
+    rn_topo_via(t, g, n, r.path, r.peer, via, vialen);
   }
   return p;
 }

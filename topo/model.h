@@ -135,6 +135,38 @@ int rn_topo_nvlinked(const struct rn_topo *t, int g, int h);
 /* Path type between two NICs (the standby search without GPUs). */
 enum rn_path rn_topo_nic_path(const struct rn_topo *t, int a, int b);
 
+/* What decides NCCL's path for a GPU-NIC pair: its PXN and GDR settings. */
+struct rn_route_opts {
+  int pxn;                /* PXN on (NCCL_PXN_DISABLE unset) */
+  int pxn_c2c;            /* NCCL_PXN_C2C */
+  enum rn_path gdr_level; /* NCCL_NET_GDR_LEVEL */
+  int gdr_c2c;            /* NCCL_NET_GDR_C2C */
+};
+/* NCCL's defaults: PXN on, PXN_C2C 1, level PXB, GDR_C2C 1. */
+void rn_route_opts_default(struct rn_route_opts *o);
+/* NCCL's path for GPU g and NIC n (ncclTopoComputePaths, v2.28): the PCI
+ * path, PXN through an NVLink peer close to the NIC, and a pair closer
+ * than PHB without GPUDirect RDMA (ncclTopoCheckGdr) diverted through
+ * g's CPU. */
+struct rn_route {
+  enum rn_path path; /* NCCL's label */
+  enum rn_path pci;  /* the PCIe/C2C distance (rn_topo_pci_path), for ranking */
+  int peer;          /* PXN relay (model GPU index) when path is PXN, else -1 */
+  int gdr;           /* NCCL uses GPUDirect RDMA for the pair */
+  int diverted;      /* through g's CPU for want of GPUDirect RDMA */
+  char gdr_why[128]; /* the rule that decided gdr: "PIX <= PXB", "the NIC has gdr=0" */
+};
+void rn_topo_route(const struct rn_topo *t, int g, int n, const struct rn_route_opts *o,
+                   struct rn_route *r);
+/* NCCL's path from GPU g through its local CPU to NIC n: PHB when the NIC
+ * is below that CPU (P2C for a GPU with NVLink-C2C), SYS across CPUs. */
+enum rn_path rn_topo_cpu_path(const struct rn_topo *t, int g, int n);
+/* What path p of GPU g to NIC n goes through, for reasons: "switch
+ * 0000:17:00.0", "CPU (NUMA 0)", "NVLink to GPU 0000:1b:00.0" (peer for
+ * PXN), "NUMA 0 -> NUMA 1". */
+void rn_topo_via(const struct rn_topo *t, int g, int n, enum rn_path p, int peer, char *via,
+                 size_t len);
+
 /* Format loaders (one file each). */
 int rn_topo_load_ncclxml(const char *const *paths, int npaths, struct rn_topo **out, char *err,
                          size_t errlen);

@@ -426,64 +426,30 @@ static void rn_sort_rails(struct rn_pl *s, int g) {
   }
 }
 
-/* NCCL's path for a pair under the plan's options: PXN only when enabled and
- * GPUDirect RDMA works through the relay at the plan's level. */
-static enum rn_path rn_nccl_path(const struct rn_pl *s, int g, int n, int *peer) {
-  *peer = -1;
-  if (s->o->pxn &&
-      rn_topo_pxn_peer_at(s->t, g, n, s->o->pxn_c2c, s->o->gdr_level, s->o->gdr_c2c, peer))
-    return RN_PATH_PXN;
-  return rn_topo_pci_path(s->t, g, n);
+/* NCCL's path and GDR decision for GPU g and NIC n under the plan's options
+ * (rn_topo_route): the label NCCL shows, which the plan shows too; the
+ * rails are ranked by the PCI distance (rn_topo_pci_path) all the same. */
+static void rn_route_of(const struct rn_pl *s, int g, int n, struct rn_route *r) {
+  struct rn_route_opts ro = {.pxn = s->o->pxn,
+                             .pxn_c2c = s->o->pxn_c2c,
+                             .gdr_level = s->o->gdr_level,
+                             .gdr_c2c = s->o->gdr_c2c};
+  rn_topo_route(s->t, g, n, &ro, r);
 }
 
-/* NCCL's GDR decision for GPU g and NIC n (ncclTopoCheckGdr, v2.28):
- * both must allow it; a PXN pair is judged by the peer GPU's distance; a
- * P2C pair counts as C2C when NCCL_NET_GDR_C2C is on; then distance <=
- * level.  why gets the rule that decided. */
-static int rn_gdr(const struct rn_pl *s, int g, int n, char *why, size_t len) {
+static void rn_reason(struct rn_pl *s, int g, struct rn_plan_rail *rail,
+                      const struct rn_route *rt) {
   const struct rn_topo *t = s->t;
-  enum rn_path lvl = s->o->gdr_level;
-  if (!t->nics[n].pub.gdr) {
-    snprintf(why, len, "the NIC has gdr=0");
-    return 0;
-  }
-  if (!t->gpus[g].pub.gdr) {
-    snprintf(why, len, "the GPU has gdr=0");
-    return 0;
-  }
-  int peer;
-  enum rn_path d = rn_nccl_path(s, g, n, &peer);
-  char pxn[64] = "", pname[24];
-  if (d == RN_PATH_PXN) {
-    d = rn_topo_pci_path(t, peer, n);
-    rn_topo_gpu_label(t, peer, pname, sizeof(pname));
-    snprintf(pxn, sizeof(pxn), "PXN: GPU %s is %s, ", pname, rn_path_name(d));
-  }
-  if (d == RN_PATH_P2C && s->o->gdr_c2c) {
-    snprintf(why, len, "%sP2C counts as C2C with NCCL_NET_GDR_C2C=1, C2C %s %s", pxn,
-             RN_PATH_C2C <= lvl ? "<=" : ">", rn_path_name(lvl));
-    return RN_PATH_C2C <= lvl;
-  }
-  snprintf(why, len, "%s%s %s %s", pxn, rn_path_name(d), d <= lvl ? "<=" : ">", rn_path_name(lvl));
-  return d <= lvl;
-}
-
-static void rn_reason(struct rn_pl *s, int g, struct rn_plan_rail *rail) {
-  const struct rn_topo *t = s->t;
-  const struct rn_topo_gpu *gp = &t->gpus[g].pub;
   const struct rn_topo_nic *np = &t->nics[rail->nic].pub;
-  char via[96], why[128] = "", gname[24];
-  int peer;
-  size_t k = (size_t)g * (size_t)t->nnics + (size_t)rail->nic;
-  if (rail->path == RN_PATH_PXN && rn_nccl_path(s, g, rail->nic, &peer) == RN_PATH_PXN) {
-    rn_topo_gpu_label(t, peer, gname, sizeof(gname));
-    snprintf(via, sizeof(via), "NVLink to GPU %s", gname);
-  } else if (rail->path == RN_PATH_P2C)
-    snprintf(via, sizeof(via), "C2C to CPU (NUMA %d)", gp->numa);
-  else if (rail->path == RN_PATH_SYS)
-    snprintf(via, sizeof(via), "NUMA %d -> NUMA %d", gp->numa, np->numa);
-  else
-    rn_topo_node_describe(t, t->lca[k], via, sizeof(via));
+  char via[96], pci[128] = "", why[128] = "", gname[24];
+  rn_topo_via(t, g, rail->nic, rt->path, rt->peer, via, sizeof(via));
+  /* Without GPUDirect RDMA NCCL goes through the GPU's CPU: say what the
+   * PCI path (the one the rails are ranked by) would have been. */
+  if (rt->diverted && rt->path != rt->pci) {
+    char pvia[96];
+    rn_topo_via(t, g, rail->nic, rt->pci, -1, pvia, sizeof(pvia));
+    snprintf(pci, sizeof(pci), " instead of %s via %s", rn_path_name(rt->pci), pvia);
+  }
   if (s->how[g] == RN_HOW_SHARE) {
     enum rn_node_kind kind = t->nodes[s->share_node[g]].kind;
     snprintf(why, sizeof(why), "%s",
@@ -495,9 +461,9 @@ static void rn_reason(struct rn_pl *s, int g, struct rn_plan_rail *rail) {
   rn_topo_gpu_label(t, g, gname, sizeof(gname));
   char gdrwhy[sizeof(rail->gdr_why)]; /* a copy: reason and gdr_why share the struct */
   snprintf(gdrwhy, sizeof(gdrwhy), "%s", rail->gdr_why);
-  int w =
-      snprintf(rail->reason, sizeof(rail->reason), "GPU %s -> %s: %s via %s%s, GDR %s (%s)", gname,
-               np->name, rn_path_name(rail->path), via, why, rail->gdr ? "yes" : "no", gdrwhy);
+  int w = snprintf(rail->reason, sizeof(rail->reason), "GPU %s -> %s: %s via %s%s%s, GDR %s (%s)",
+                   gname, np->name, rn_path_name(rail->path), via, pci, why,
+                   rail->gdr ? "yes" : "no", gdrwhy);
   if (w >= (int)sizeof(rail->reason)) /* long names: mark the cut */
     memcpy(rail->reason + sizeof(rail->reason) - 4, "...", 4);
 }
@@ -702,17 +668,23 @@ static void rn_standby(struct rn_pl *s, struct rn_plan_vdev *v, const int *vuser
   }
   v->standby = best;
   chosen[best]++;
-  char from[64];
+  char from[64], path[24];
+  snprintf(path, sizeof(path), "%s", rn_path_name((enum rn_path)bpath));
   if (bg >= 0) {
     char gname[24];
+    struct rn_route rt;
     rn_topo_gpu_label(t, bg, gname, sizeof(gname));
     snprintf(from, sizeof(from), "from GPU %s", gname);
+    /* A pair without GPUDirect RDMA: NCCL's name for it, as the matrix
+     * shows it, and the PCI path, which picked the standby. */
+    rn_route_of(s, bg, best, &rt);
+    if (rt.diverted && rt.path != rt.pci)
+      snprintf(path, sizeof(path), "%s (%s on PCIe)", rn_path_name(rt.path), rn_path_name(rt.pci));
   } else
     snprintf(from, sizeof(from), "from %.48s", t->nics[lead].pub.name);
   snprintf(v->standby_why, sizeof(v->standby_why),
-           "%.48s: %s %s, %s; used only while every rail is down", t->nics[best].pub.name,
-           rn_path_name((enum rn_path)bpath), from,
-           busers ? "another GPU's rail" : "otherwise unused");
+           "%.48s: %s %s, %s; used only while every rail is down", t->nics[best].pub.name, path,
+           from, busers ? "another GPU's rail" : "otherwise unused");
 }
 
 static int rn_plan_fill(struct rn_pl *s, const struct rn_plan *full, char *err, size_t errlen) {
@@ -755,8 +727,9 @@ static int rn_plan_fill(struct rn_pl *s, const struct rn_plan *full, char *err, 
   p->npath_nics = (int)N;
   for (size_t g = 0; g < G; g++)
     for (size_t n = 0; n < N; n++) {
-      int peer;
-      p->paths[g * N + n] = (unsigned char)rn_nccl_path(s, (int)g, (int)n, &peer);
+      struct rn_route rt;
+      rn_route_of(s, (int)g, (int)n, &rt);
+      p->paths[g * N + n] = (unsigned char)rt.path;
     }
 
   if (gpuless) {
@@ -773,11 +746,14 @@ static int rn_plan_fill(struct rn_pl *s, const struct rn_plan *full, char *err, 
       pg->nrails = s->nrails[g];
       for (int i = 0; i < pg->nrails; i++) {
         struct rn_plan_rail *r = &pg->rails[i];
-        int peer;
+        struct rn_route rt;
         r->nic = s->rails[g * RN_PLAN_MAX_RAILS + i];
-        r->path = rn_nccl_path(s, g, r->nic, &peer);
-        r->gdr = rn_gdr(s, g, r->nic, r->gdr_why, sizeof(r->gdr_why));
-        rn_reason(s, g, r);
+        rn_route_of(s, g, r->nic, &rt);
+        r->path = rt.path;
+        r->pci_path = rt.pci;
+        r->gdr = rt.gdr;
+        snprintf(r->gdr_why, sizeof(r->gdr_why), "%s", rt.gdr_why);
+        rn_reason(s, g, r, &rt);
       }
       if (pg->nrails == 0) {
         /* Without any candidate NIC one plan-level note says it for all. */

@@ -87,11 +87,14 @@ const struct rn_topo_nic *rn_topo_nic(const struct rn_topo *t, int i);
  * netdev) or busid; -1 if none.  With several hosts, the first match. */
 int rn_topo_find_nic(const struct rn_topo *t, const char *name, const char *busid);
 /* Path type between GPU g and NIC n as NCCL computes it with its defaults
- * (PCI tree, C2C -> P2C, NVLink -> PXN), with what it goes through written
- * into via (may be NULL): "switch 0000:17:00.0", "CPU 0", "GPU 0000:1b:00.0".
+ * (PCI tree, C2C -> P2C, NVLink -> PXN, and through the GPU's CPU when a
+ * pair closer than PHB has no GPUDirect RDMA), with what it goes through
+ * written into via (may be NULL): "switch 0000:17:00.0", "CPU (NUMA 0)",
+ * "NVLink to GPU 0000:1b:00.0".
  * A plan holds the same under its own options (rn_plan_path). */
 enum rn_path rn_topo_path(const struct rn_topo *t, int g, int n, char *via, size_t vialen);
-/* The same without PXN: the PCIe/C2C distance the planner ranks NICs by. */
+/* The same without PXN or the detour: the PCIe/C2C distance the planner
+ * ranks NICs by. */
 enum rn_path rn_topo_pci_path(const struct rn_topo *t, int g, int n);
 /* GPU g reaches NIC n through NVLink peer *peer (model GPU index), PXN:
  * 1 when NCCL would do so with PXN enabled and pxn_c2c as NCCL_PXN_C2C,
@@ -188,12 +191,17 @@ void rn_plan_opts_default(struct rn_plan_opts *o);
 void rn_plan_opts_from_settings(struct rn_plan_opts *o, const struct rn_topo_settings *s);
 
 struct rn_plan_rail {
-  int nic;           /* model NIC index */
-  enum rn_path path; /* as NCCL computes it (may be PXN) */
-  int gdr;           /* NCCL will use GPUDirect RDMA for this GPU-NIC pair */
+  int nic; /* model NIC index */
+  /* As NCCL computes it: PXN through a relay GPU; a pair closer than PHB
+   * without GPUDirect RDMA goes through the GPU's CPU (PHB, SYS; P2C with
+   * NVLink-C2C). */
+  enum rn_path path;
+  enum rn_path pci_path; /* the PCIe/C2C distance the rails are ranked by */
+  int gdr;               /* NCCL will use GPUDirect RDMA for this GPU-NIC pair */
   char reason[256];  /* "GPU 0000:1b:00.0 -> mlx5_0: PIX via switch ..., GDR yes (PIX <= PXB)" */
   char gdr_why[128]; /* "PIX <= PXB", "NIC has gdr=0", "P2C counts as C2C (NCCL_NET_GDR_C2C=1)" */
 };
+
 struct rn_plan_gpu {
   int gpu; /* model GPU index */
   int nrails;

@@ -41,6 +41,18 @@ json "$T/json" 'sorted(d["unused_nics"]) == ["mlx5_1", "mlx5_2", "mlx5_7", "mlx5
   and all(u["reason"] for u in d["unused"])'
 ok $? "--json: unused NICs with reasons"
 
+# A PIX pair whose NIC has gdr=0: NCCL goes through the CPU, and so do the
+# matrix, the plan line and the JSON; the PCI path is kept beside it.
+"$CLI" --topo "$F/detour-no-gdr.xml" >"$T/od" 2>&1
+grep -q "^GPU0	PHB	PXN" "$T/od" &&
+  grep -q "GPU 0000:11:00.0 -> mlx5_0: PHB via CPU (NUMA 0) instead of PIX via switch 0000:10:00.0, GDR no (the NIC has gdr=0)" "$T/od"
+ok $? "a pair without GPUDirect RDMA shows NCCL's PHB through the CPU, and its PCI path"
+"$CLI" --topo "$F/detour-no-gdr.xml" --json >"$T/jd" 2>&1
+json "$T/jd" 'd["gpus"][0]["paths"][0] == "PHB" and d["gpus"][0]["nics"][0]["name"] == "mlx5_0"
+  and d["gpus"][0]["nics"][0]["path"] == "PHB" and d["gpus"][0]["nics"][0]["pci_path"] == "PIX"
+  and not d["gpus"][0]["nics"][0]["gdr"]'
+ok $? "--json: a rail's path is NCCL's, pci_path the PCI distance it was ranked by"
+
 "$CLI" --topo "$F/dgx-h100-like.xml" --gpus 1 --nics '^mlx5_3' --gdr-level PHB --json >"$T/j2" 2>&1
 ok $? "--gpus, --nics and --gdr-level are accepted"
 json "$T/j2" 'len(d["gpus"]) == 1 and d["gpus"][0]["busid"] == "0000:43:00.0"

@@ -10,6 +10,7 @@
  *   gpu GPU NIC:PATH:gdr|nogdr ...   the GPU's rail set, best first ("none")
  *   path GPU NIC PATH    NCCL's path type for the pair (the matrix cell)
  *   gdrwhy GPU NIC TEXT  the pair's GDR decision says TEXT
+ *   reason GPU NIC TEXT  the rail's reason (the plan line) contains TEXT
  *   numa GPU N           the NUMA node (NCCL's CPU) of the GPU
  *   unused NAME ...      exactly these NICs are unused ("-": none)
  *   why NAME TEXT        the unused NIC's reason contains TEXT
@@ -269,6 +270,21 @@ static int rn_check_gdrwhy(const struct rn_topo *t, const struct rn_plan *p, cha
   return 0;
 }
 
+static int rn_check_reason(const struct rn_topo *t, const struct rn_plan *p, char *args, char *why,
+                           size_t wl) {
+  const struct rn_plan_gpu *pg;
+  int n;
+  char *rest;
+  if (!rn_pair(t, p, args, &pg, &n, &rest, why, wl)) return 0;
+  for (int r = 0; r < pg->nrails; r++)
+    if (pg->rails[r].nic == n) {
+      snprintf(why, wl, "reason: %s", pg->rails[r].reason);
+      return rest && strstr(pg->rails[r].reason, rest) != NULL;
+    }
+  snprintf(why, wl, "the NIC is not one of the GPU's rails");
+  return 0;
+}
+
 static int rn_check_unused(const struct rn_topo *t, const struct rn_plan *p, char *args, char *why,
                            size_t wl) {
   int want = 0;
@@ -518,6 +534,8 @@ static void rn_run_expect(const char *path) {
       ok = rn_check_path(t, p, l + 5, why, sizeof(why));
     else if (strncmp(l, "gdrwhy ", 7) == 0)
       ok = rn_check_gdrwhy(t, p, l + 7, why, sizeof(why));
+    else if (strncmp(l, "reason ", 7) == 0)
+      ok = rn_check_reason(t, p, l + 7, why, sizeof(why));
     else if (strncmp(l, "numa ", 5) == 0) {
       char g[64];
       int want;

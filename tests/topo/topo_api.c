@@ -259,6 +259,29 @@ static void test_gdr_levels(void) {
      "railnet level: anything else is malformed");
 }
 
+/* A pair closer than PHB without GPUDirect RDMA: NCCL's path goes through
+ * the GPU's CPU; the PCI path stays what the planner ranks by. */
+static void test_detour_path(void) {
+  struct rn_topo *t;
+  char err[256], via[96];
+  if (rn_topo_load_file("tests/topo/fixtures/detour-no-gdr.xml", &t, err, sizeof(err)) != 0) {
+    ok(0, "detour-no-gdr.xml loads");
+    fprintf(stderr, "# %s\n", err);
+    return;
+  }
+  int n0 = rn_topo_find_nic(t, "mlx5_0", NULL), n1 = rn_topo_find_nic(t, "mlx5_1", NULL), peer;
+  ok(rn_topo_path(t, 0, n0, via, sizeof(via)) == RN_PATH_PHB && strcmp(via, "CPU (NUMA 0)") == 0 &&
+         rn_topo_pci_path(t, 0, n0) == RN_PATH_PIX,
+     "a PIX pair whose NIC has gdr=0 is PHB through the GPU's CPU, PIX on PCIe");
+  ok(rn_topo_pxn_peer(t, 0, n1, 1, &peer) == 1 && peer == 1 &&
+         rn_topo_path(t, 0, n1, NULL, 0) == RN_PATH_PXN,
+     "a relay GPU with gdr=0 still relays for a GPU before it (NCCL 2.28)");
+  ok(rn_topo_pxn_peer(t, 2, n1, 1, &peer) == 0 && peer == -1 &&
+         rn_topo_path(t, 2, n1, NULL, 0) == RN_PATH_PHB,
+     "... and not for a GPU after it: NCCL has diverted the relay's own pair by then");
+  rn_topo_free(t);
+}
+
 static void test_settings(void) {
   static const char *const vars[] = {"RAILNET_NICS",     "NCCL_IB_HCA",       "RAILNET_TOPO_FILE",
                                      "NCCL_TOPO_FILE",   "RAILNET_GDR_LEVEL", "NCCL_NET_GDR_LEVEL",
@@ -604,6 +627,7 @@ int main(void) {
   test_subset_and_candidates();
   test_sysfs_replay();
   test_gdr_levels();
+  test_detour_path();
   test_settings();
   test_cuda_visible();
   test_filter_ids();
