@@ -301,6 +301,29 @@ static int rn_smi_tab_aff(const struct rn_smi *s, char *raw, char **aff) {
   return naff;
 }
 
+/* The matrix read so far told nothing: its rows hold X cells only (the
+ * one-GPU matrix of `nvidia-smi topo -p2p r`, "GPU0 X", has no status cell
+ * to tell it from a topology) and its header no affinity columns. */
+static int rn_smi_told_nothing(const struct rn_smi *s) {
+  int rows = 0;
+  if (s->has_cpu_aff || s->has_numa_aff || s->has_gpu_numa) return 0;
+  for (int d = 0; d < s->ndev; d++) {
+    rows += s->rowseen[d];
+    for (int c = 0; s->rowseen[d] && c < s->ndev; c++)
+      if (s->rel[d][c] != RN_REL_X) return 0;
+  }
+  return rows > 0;
+}
+
+/* Forgets the matrix read so far. */
+static void rn_smi_forget(struct rn_smi *s) {
+  s->ndev = 0;
+  s->has_cpu_aff = s->has_numa_aff = s->has_gpu_numa = 0;
+  memset(s->rowseen, 0, sizeof(s->rowseen));
+  memset(s->nicname, 0, sizeof(s->nicname));
+  memset(s->rel, RN_REL_NONE, sizeof(s->rel));
+}
+
 static int rn_smi_parse(struct rn_smi *s, const char *buf, size_t len) {
   char *line = malloc(RN_SMI_LINE), *raw = malloc(RN_SMI_LINE), *tok[RN_SMI_MAX_TOK];
   char *aff[RN_SMI_MAX_TOK];
@@ -343,6 +366,15 @@ static int rn_smi_parse(struct rn_smi *s, const char *buf, size_t len) {
       }
       continue;
     }
+    /* A header after a matrix that told nothing (see above): that was no
+     * topology; read this one instead. */
+    if (rn_smi_is_header(tok, n) && rn_smi_told_nothing(s)) {
+      rn_smi_forget(s);
+      if (rn_smi_header(s, tok, n, lineno)) goto out_free;
+      in_matrix = 1;
+      next_header = 0;
+      continue;
+    }
     int row = -1;
     for (int d = 0; n > 0 && d < s->ndev && row < 0; d++)
       if (strcmp(s->col[d], tok[0]) == 0) row = d;
@@ -352,8 +384,7 @@ static int rn_smi_parse(struct rn_smi *s, const char *buf, size_t len) {
       int seen = 0;
       for (int d = 0; d < s->ndev; d++) seen |= s->rowseen[d];
       if (!seen) {
-        s->ndev = 0;
-        s->has_cpu_aff = s->has_numa_aff = s->has_gpu_numa = 0;
+        rn_smi_forget(s);
         in_matrix = 0;
         continue;
       }

@@ -189,6 +189,12 @@ int main(void) {
               "\tGPU0\tGPU1\nGPU0\t X \tNV12\nGPU1\tNV12\t X \n\nLegend:\n  X = Self\n\n"
               "\tGPU0\tGPU1\tNIC0\nGPU0\t X \tSYS\tPIX\nGPU1\tSYS\t X \tSYS\nNIC0\tPIX\tSYS\t X \n",
               ":9:", "a second nvidia-smi matrix (its header on line 8, the first's on line 1)");
+  /* A one-GPU matrix with affinity columns is a topology (a one-GPU
+   * peer-to-peer matrix has none): a later matrix is a second machine. */
+  expect_fail("nvidia-smi one-GPU topology, then another matrix", "smi-one-two.txt",
+              "\tGPU0\tCPU Affinity\nGPU0\t X \t0-3\n\n\tGPU0\tNIC0\nGPU0\t X \tPIX\n"
+              "NIC0\tPIX\t X \n",
+              ":5:", "a second nvidia-smi matrix (its header on line 4, the first's on line 1)");
   const char *files[] = {"/nonexistent/a.xml", "/nonexistent/b.xml"};
   rc = rn_topo_load_files(files, 2, &t, err, sizeof(err));
   ok(rc == -1 && strstr(err, "/nonexistent/a.xml"), "merging: a missing file is named", err);
