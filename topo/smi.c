@@ -266,18 +266,21 @@ static int rn_smi_row(struct rn_smi *s, int row, char **tok, int n, char **aff, 
 /* The cells after the matrix of a tab-separated row, empty ones kept: a
  * process whose cpuset leaves out a GPU's cores gets an empty CPU Affinity
  * cell, and splitting on whitespace would shift NUMA Affinity and GPU NUMA
- * ID one column left.  raw is the row (modified); the cells go to aff.
- * Returns their number, or -1 when the row does not split into the matrix
- * by tabs (the caller then splits on whitespace). */
+ * ID one column left.  A markdown table copied with its tabs ("| GPU0\t|
+ * X\t| NV4\t|") has bars at the edges of the cells: they are no cells.
+ * raw is the row (modified); the cells go to aff.  Returns their number,
+ * or -1 when the row does not split into the matrix by tabs, or a bar
+ * stands inside a cell (the caller then splits on whitespace and bars). */
 static int rn_smi_tab_aff(const struct rn_smi *s, char *raw, char **aff) {
   char *cell[RN_SMI_MAX_TOK];
   int n = 0;
   for (char *p = raw;;) {
     char *tab = strchr(p, '\t');
     if (tab) *tab = '\0';
-    while (*p && strchr(" \r\v\f", *p)) p++;
+    while (*p && strchr(" \r\v\f|", *p)) p++;
     char *e = p + strlen(p);
-    while (e > p && strchr(" \r\v\f", e[-1])) *--e = '\0';
+    while (e > p && strchr(" \r\v\f|", e[-1])) *--e = '\0';
+    if (strchr(p, '|')) return -1;
     /* Cells before the row name (a row indented by a tab) are not cells. */
     if (n || *p) {
       if (n == RN_SMI_MAX_TOK) return -1;
