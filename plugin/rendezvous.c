@@ -276,6 +276,19 @@ void rn_rdv_conn_close(const struct rn_rdv_conn *c) {
     if (c->data_fd[i] >= 0) close(c->data_fd[i]);
 }
 
+int rn_rdv_conn_dropped(const struct rn_rdv_conn *c) {
+  struct pollfd p[RN_RDV_MAX_STREAMS];
+  int n = 0;
+  for (int i = 0; i < RN_RDV_MAX_STREAMS; i++)
+    if (c->data_fd[i] >= 0) p[n++] = (struct pollfd){.fd = c->data_fd[i], .events = POLLIN};
+  if (n == 0 || poll(p, (nfds_t)n, 0) <= 0) return 0;
+  /* The listener writes nothing on a data stream: anything to read is its
+   * end (a close or a reset). */
+  for (int i = 0; i < n; i++)
+    if (p[i].revents != 0) return 1;
+  return 0;
+}
+
 /* Close with a reset: a stray leaves no TIME_WAIT behind on this host. */
 static void rn_rdv_close_reset(int fd) {
   struct linger lg = {.l_onoff = 1, .l_linger = 0};

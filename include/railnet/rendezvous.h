@@ -51,6 +51,11 @@ struct rn_rdv_conn {
 };
 /* Close every socket of a connection (unused slots hold -1). */
 void rn_rdv_conn_close(const struct rn_rdv_conn *c);
+/* Connector, waiting for the listener's accept: 1 when the listener
+ * dropped one of the connection's data streams (it closes one whose hello
+ * came too late, RAILNET_HELLO_TIMEOUT_MS, as a retransmitted one may on
+ * a lossy path), so the group can never complete: dial again. */
+int rn_rdv_conn_dropped(const struct rn_rdv_conn *c);
 
 struct rn_rdv;
 /* A listener for connections of 1..RN_RDV_MAX_STREAMS data streams (the

@@ -84,8 +84,8 @@ static int rn_tcp_connect_redial(struct rn_tcp_connecting *k) {
   if (k->retry_at_ms > last) k->retry_at_ms = last;
   if (k->attempts++ == 0)
     RN_INFO(NCCL_NET,
-            "%s dropped the connection during the handshake (a busy listener); dialing "
-            "again until the connect timeout",
+            "%s dropped the connection during the handshake (a busy listener, or a hello "
+            "late on a lossy path); dialing again until the connect timeout",
             k->peer);
   return 0;
 }
@@ -303,6 +303,10 @@ static ncclResult_t rn_tcp_connect(const struct rn_rails *r, const struct rn_han
     uint8_t ack = 0;
     size_t got = 0;
     res = rn_sock_recv_some(k->conn.ctrl_fd, &ack, 1, &got);
+    /* A data stream the listener dropped (its hello late: retransmitted
+     * on a lossy path) leaves the connection incomplete for good: the
+     * listener would only drop the rest at the connect timeout. */
+    if (res == ncclSuccess && got == 0 && rn_rdv_conn_dropped(&k->conn)) res = ncclRemoteError;
     if (res == ncclSuccess && got == 1 && ack != RN_TCP_ACCEPT_ACK) {
       RN_WARN("%s answered the connection with 0x%02x instead of its accept", k->peer, ack);
       res = ncclRemoteError;

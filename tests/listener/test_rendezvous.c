@@ -393,11 +393,65 @@ out:
   return ok;
 }
 
+/* The connector's side while it waits for the accept: a data stream the
+ * listener dropped (closed with a reset, as it closes one whose hello came
+ * past RAILNET_HELLO_TIMEOUT_MS) is seen, and nothing before that.  The
+ * listener here is a plain listening socket that takes the connections
+ * and reads nothing. */
+static int dropped_stream_seen(void) {
+  union rn_sockaddr a = loopback("127.0.0.1", 0), bound;
+  int lfd = -1, acc[4] = {-1, -1, -1, -1}, nacc = 0, done = 0, ok = 0;
+  struct rn_rdv_dial *d = NULL;
+  struct rn_rdv_conn dialed;
+  if (rn_sock_listen(&a, &lfd, &bound) != ncclSuccess ||
+      rn_rdv_dial_create(&bound, 1, 42, 2, &d) != ncclSuccess)
+    goto out;
+  double end = now_s() + BOUND_S;
+  while ((!done || nacc < 3) && now_s() < end) {
+    if (!done && rn_rdv_dial_poll(d, &dialed, &done) != ncclSuccess) goto out;
+    int fd = nacc < 3 ? accept(lfd, NULL, NULL) : -1;
+    if (fd >= 0) acc[nacc++] = fd;
+    sleep_us(200);
+  }
+  if (!done || nacc < 3) goto out;
+  int before = rn_rdv_conn_dropped(&dialed);
+  /* the last connection accepted is a data stream or the control one:
+   * drop the first that is not the dial's control connection */
+  int victim = -1;
+  for (int i = 0; i < nacc && victim < 0; i++) {
+    union rn_sockaddr pa, la;
+    socklen_t pl = sizeof pa, ll = sizeof la;
+    if (getpeername(acc[i], &pa.sa, &pl) != 0) continue;
+    if (getsockname(dialed.ctrl_fd, &la.sa, &ll) != 0) continue;
+    if (pa.in.sin_port != la.in.sin_port) victim = i;
+  }
+  if (victim < 0) goto close_dialed;
+  struct linger lg = {.l_onoff = 1, .l_linger = 0};
+  setsockopt(acc[victim], SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+  close(acc[victim]);
+  acc[victim] = -1;
+  int after = 0;
+  while (!after && now_s() < end) {
+    after = rn_rdv_conn_dropped(&dialed);
+    if (!after) sleep_us(200);
+  }
+  ok = before == 0 && after == 1;
+  if (!ok) diag("dropped before the reset: %d, after: %d", before, after);
+close_dialed:
+  rn_rdv_conn_close(&dialed);
+out:
+  for (int i = 0; i < 4; i++)
+    if (acc[i] >= 0) close(acc[i]);
+  if (lfd >= 0) close(lfd);
+  rn_rdv_dial_destroy(d);
+  return ok;
+}
+
 int main(void) {
   setenv("RAILNET_SOCKET_IFNAME", "lo", 0);
   /* silence past the hello timeout is not what these tests are about */
   setenv("RAILNET_HELLO_TIMEOUT_MS", "60000", 1);
-  tap_plan(23);
+  tap_plan(24);
   tap_result(admits_dial(0, 1, 4, 0), "a dial of 4 streams is admitted whole");
   tap_result(admits_dial(1, 1, 0, 0), "a control-only listener admits a dial of 0 streams");
   tap_result(admits_dial(0, 2, 5, 2),
@@ -432,5 +486,8 @@ int main(void) {
   tap_result(refuses_n(2, 0, h_absent_more_sources),
              "a hello leaving out rails of more sources than the listener's sockets is refused");
   tap_result(refuses_n(2, 0, h_absent_stream), "a data stream of a rail left out is refused");
+  tap_result(dropped_stream_seen(),
+             "a connector waiting for the accept sees a data stream the listener dropped "
+             "(reset), and none before");
   return tap_failed() ? 1 : 0;
 }
