@@ -20,7 +20,10 @@
  *   flood of R connections a second every socket thus has
  *   min(hello timeout, RN_RDV_MAX_ANON / R) for its hello, the most a
  *   fixed table can give each of them; a real connector's hello follows
- *   its handshake by microseconds, and a dropped one dials again.  A flood
+ *   its handshake by microseconds (by seconds where TCP resends it on a
+ *   lossy path: the default timeout leaves it four tries), and a dropped
+ *   one dials again (a connector waiting for its accept watches its data
+ *   streams too: rn_rdv_conn_dropped).  A flood
  *   of silent or garbage connections costs each of them an accept, a recv
  *   and a close.
  * - Authenticated sockets join the group of their connection id.  At most
