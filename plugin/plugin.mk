@@ -7,7 +7,7 @@ PLUGIN_SO := $(BUILD)/libnccl-net-railnet.so
 PLUGIN_LIB := $(BUILD)/librailnet-plugin.a
 PLUGIN_CFLAGS := -fvisibility=hidden
 PLUGIN_LIB_SRCS := plugin/core.c plugin/devices.c plugin/registry.c plugin/transport.c plugin/param.c \
-  plugin/log.c plugin/sock.c plugin/rendezvous.c
+  plugin/log.c plugin/sock.c plugin/rendezvous.c plugin/pairing.c
 PLUGIN_ABI_SRCS :=
 EXTRA_CFLAGS_plugin_ := $(PLUGIN_CFLAGS)
 include $(sort $(wildcard plugin/*/*.mk))

@@ -23,89 +23,45 @@
 #include <unistd.h>
 #include "railnet/check.h"
 #include "railnet/clock.h"
+#include "railnet/pairing.h"
 #include "railnet/param.h"
 #include "tcp.h"
 
 _Static_assert(RN_TCP_STREAMS_ADDRS >= RN_TCP_MAX_ADDRS, "STREAMS holds a handle's addresses");
 
 /* Which of the peer's n listening addresses each of the device's ndev
- * rails dials.  A rail's NIC may reach only its counterpart (a
- * rail-optimized fabric, one subnet per rail; a host that checks the
- * source of what it receives, rp_filter), so a peer address the kernel
- * routes from one of the device's rails pairs with that rail:
- *  - as many rails on both sides: rail k with address k, unless the routes
- *    pair every address with a rail of its own (two hosts that list their
- *    NICs in another order);
- *  - a different number (one host started with a NIC down, say):
- *    min(n, ndev) pairs, those the routes give, the rest in order.
- * The pairs go in the device's order into peer_out/dev_out; returns their
- * number.  Anything but rail k with address k is said in one INFO naming
- * `name`, unless NULL. */
+ * rails dials: the rule of include/railnet/pairing.h over the kernel's
+ * routes.  The pairs go in the device's order into peer_out/dev_out;
+ * returns their number.  Anything but rail k with address k is said in
+ * one INFO naming `name`, unless NULL. */
 static int rn_tcp_plan_pair(const union rn_sockaddr *peer, int n, const union rn_sockaddr *dev,
                             int ndev, const char *name, union rn_sockaddr *peer_out,
                             union rn_sockaddr *dev_out) {
-  int of_dev[RN_MAX_RAILS]; /* the peer rail each of the device's pairs with, or -1 */
-  uint32_t taken = 0, routed = 0;
-  const int m = n < ndev ? n : ndev;
-  for (int i = 0; i < ndev; i++) of_dev[i] = -1;
-  for (int j = 0; j < n; j++) {
-    union rn_sockaddr src;
-    if (rn_sock_route_source(&peer[j], &src) != 0) continue;
-    for (int i = 0; i < ndev; i++) {
-      if (of_dev[i] >= 0 || !rn_sockaddr_same_host(&dev[i], &src)) continue;
-      of_dev[i] = j;
-      taken |= 1u << j;
-      routed |= 1u << i;
-      break;
-    }
+  uint32_t from[RN_MAX_RAILS];
+  struct rn_pairing pairing;
+  rn_pairing_routes(peer, n, dev, ndev, from);
+  rn_pairing_plan(from, n, ndev, &pairing);
+  for (int k = 0; k < pairing.n; k++) {
+    peer_out[k] = peer[pairing.peer[k]];
+    dev_out[k] = dev[pairing.local[k]];
   }
-  int paired = __builtin_popcount(routed);
-  if (n == ndev && paired < n) {
-    for (int i = 0; i < ndev; i++) of_dev[i] = i;
-    routed = 0;
-    paired = n;
-  }
-  for (int i = 0, j = 0; i < ndev && paired < m; i++) {
-    if (of_dev[i] >= 0) continue;
-    while ((taken >> j) & 1u) j++;
-    of_dev[i] = j;
-    taken |= 1u << j;
-    paired++;
-  }
-  char pairs[512] = "", left[256] = "";
-  size_t pl = 0, ll = 0;
-  int k = 0;
+  if (name == NULL || pairing.identity) return pairing.n;
+  char dev_label[RN_MAX_RAILS][112], peer_label[RN_MAX_RAILS][64], how[1024];
+  const char *dl[RN_MAX_RAILS], *pl[RN_MAX_RAILS];
   for (int i = 0; i < ndev; i++) {
-    char ifname[32], a[64], b[64];
+    char ifname[32], a[64];
     rn_tcp_if_name_of(&dev[i], ifname, sizeof(ifname));
-    rn_sockaddr_str(&dev[i], a, sizeof(a));
-    if (of_dev[i] < 0) {
-      if (ll < sizeof(left))
-        ll += (size_t)snprintf(left + ll, sizeof(left) - ll, "%s%s (%s)", ll ? ", " : "", ifname,
-                               a);
-      continue;
-    }
-    rn_sockaddr_str(&peer[of_dev[i]], b, sizeof(b));
-    if (pl < sizeof(pairs))
-      pl += (size_t)snprintf(pairs + pl, sizeof(pairs) - pl, "%s%s (%s) to %s%s", pl ? ", " : "",
-                             ifname, a, b, (routed >> i) & 1u ? " by route" : " in order");
-    peer_out[k] = peer[of_dev[i]];
-    dev_out[k++] = dev[i];
+    snprintf(dev_label[i], sizeof(dev_label[i]), "%s (%s)", ifname,
+             rn_sockaddr_str(&dev[i], a, sizeof(a)));
+    dl[i] = dev_label[i];
   }
-  for (int j = 0; j < n; j++) {
-    char b[64];
-    if ((taken >> j) & 1u || ll >= sizeof(left)) continue;
-    ll += (size_t)snprintf(left + ll, sizeof(left) - ll, "%sthe peer's %s", ll ? ", " : "",
-                           rn_sockaddr_str(&peer[j], b, sizeof(b)));
-  }
-  int in_order = n == ndev;
-  for (int i = 0; i < ndev && in_order; i++) in_order = of_dev[i] == i;
-  if (name != NULL && !in_order)
-    RN_INFO(NCCL_NET,
-            "streams to %s: the peer listens on %d rail(s), this device has %d: the comm goes "
-            "over %d pair(s), %s%s%s",
-            name, n, ndev, k, pairs, left[0] ? "; without " : "", left);
-  return k;
+  for (int j = 0; j < n; j++) pl[j] = rn_sockaddr_str(&peer[j], peer_label[j], sizeof(peer_label[j]));
+  rn_pairing_describe(&pairing, dl, ndev, pl, n, how, sizeof(how));
+  RN_INFO(NCCL_NET,
+          "streams to %s: the peer listens on %d rail(s), this device has %d: the comm goes "
+          "over %d pair(s), %s",
+          name, n, ndev, pairing.n, how);
+  return pairing.n;
 }
 
 void rn_tcp_plan_streams(const union rn_sockaddr *peer, int n, int peer_standby,
