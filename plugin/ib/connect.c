@@ -4,9 +4,11 @@
  * block and return success with a NULL comm until ready.
  *
  *   connector (send side)              listener (recv side)
- *   dial, create QPs (INIT)   --info-->  create QPs (INIT), post RECVs,
- *                                        RTR/RTS against the sender's QPs
- *   RTR/RTS                   <--info--
+ *   dial, create QPs (INIT)   --info-->  pair rails (pairing.c), create
+ *   on every rail (+standby)             QPs (INIT), post RECVs, RTR/RTS
+ *                                        against the sender's paired QPs
+ *   order its rails as the    <--info--  (peer_rail: the sender's rail
+ *   answer pairs them, RTR/RTS           each of its rails pairs with)
  *   send "ready"              --ready->  comm returned
  *
  * accept waits for "ready" so the receiver never writes a FIFO slot into a
@@ -25,6 +27,7 @@
 #include <unistd.h>
 #include "railnet/check.h"
 #include "railnet/clock.h"
+#include "railnet/pairing.h"
 #include "railnet/param.h"
 #include "ib.h"
 
@@ -212,11 +215,8 @@ static ncclResult_t rn_ib_qp_connect(struct ibv_qp *qp, enum rn_ib_qp_role role,
 }
 
 static void rn_ib_rail_info_fill(const struct rn_ib_rail *rl, struct rn_ib_rail_info *ri) {
-  memcpy(ri->gid, rl->port->gid.raw, 16);
+  rn_ib_port_info(rl->port, ri);
   ri->rkey = rl->remote_mr ? rl->remote_mr->rkey : 0;
-  ri->lid = rl->port->lid;
-  ri->link = (uint8_t)rl->port->link;
-  ri->mtu = (uint8_t)rl->port->mtu;
 }
 
 ncclResult_t rn_ib_post_recvs(struct rn_ib_comm *c, int qi, int count) {
@@ -555,6 +555,30 @@ static void rn_ib_comm_ready(struct rn_ib_comm *c, int *fd, const char *how) {
   rn_ib_live_add(&c->live, 0);
 }
 
+/* Which of the connecting peer's peer_rails rails (the standby aside)
+ * each of ours pairs with (pairing.c); *paired gets our rails in the
+ * pairs' order, our standby kept. */
+static ncclResult_t rn_ib_accept_pair(const struct rn_ib_listen_comm *l, int peer_rails,
+                                      struct rn_pairing *pairing, struct rn_rails *paired,
+                                      char *how, size_t howlen) {
+  struct rn_ib_rail_info here[RN_MAX_RAILS];
+  const char *name[RN_MAX_RAILS];
+  for (int i = 0; i < l->rails.n; i++) {
+    const struct rn_ib_port *port = rn_ib_port_of(l->rails.nic[i]);
+    if (!port) {
+      RN_WARN("rail %d (%s) is not a verbs NIC", i, l->rails.nic[i]->name);
+      return ncclInternalError;
+    }
+    rn_ib_port_info(port, &here[i]);
+    name[i] = l->rails.nic[i]->name;
+  }
+  rn_ib_pairing(here, name, l->rails.n, l->rinfo.rail, peer_rails, pairing, how, howlen);
+  *paired = l->rails;
+  paired->n = pairing->n;
+  for (int k = 0; k < pairing->n; k++) paired->nic[k] = l->rails.nic[pairing->local[k]];
+  return ncclSuccess;
+}
+
 static ncclResult_t rn_ib_accept_step(struct rn_ib_listen_comm *l, void **rcomm) {
   int done;
   for (;;) {
@@ -575,21 +599,37 @@ static ncclResult_t rn_ib_accept_step(struct rn_ib_listen_comm *l, void **rcomm)
         if (!done) return ncclSuccess;
         RN_CHECK(rn_ib_info_check(&l->rinfo, 1, "a connecting peer"));
         int peer_rails = l->rinfo.nrails - l->rinfo.standby;
-        int nrails = peer_rails < l->rails.n ? peer_rails : l->rails.n;
-        if (peer_rails != l->rails.n)
-          RN_INFO(NCCL_NET, "peer %s has %d rail(s), %s has %d: using %d", l->rinfo.dev,
-                  peer_rails, l->rails.nic[0]->name, l->rails.n, nrails);
+        struct rn_pairing pairing;
+        struct rn_rails paired;
+        char how[1024];
+        RN_CHECK(rn_ib_accept_pair(l, peer_rails, &pairing, &paired, how, sizeof(how)));
         /* A standby when both sides have one beside as many rails. */
         int standby = l->rinfo.standby && l->rails.standby && peer_rails == l->rails.n;
-        RN_CHECK(rn_ib_comm_create(&l->rails, nrails, standby, l->rinfo.nqps, 0, &l->comm));
+        RN_CHECK(rn_ib_comm_create(&paired, pairing.n, standby, l->rinfo.nqps, 0, &l->comm));
         struct rn_ib_comm *c = l->comm;
         snprintf(c->peer, sizeof(c->peer), "%s", l->rinfo.dev);
+        if (!pairing.identity)
+          RN_INFO(NCCL_NET,
+                  "recv comm from %s: the peer offers %d rail(s), this device has %d: the comm "
+                  "goes over %d pair(s), %s",
+                  c->peer, peer_rails, l->rails.n, pairing.n, how);
         /* RECVs before RTR: an immediate must never find an empty queue. */
         for (int p = 0; p < c->nlive; p++)
           for (int k = 0; k < c->nqps; k++)
             RN_CHECK(rn_ib_post_recvs(c, rn_ib_qp_index(c, c->in_use[p], k), RN_IB_RECV_DEPTH));
-        RN_CHECK(rn_ib_comm_connect(c, &l->rinfo, -1));
+        /* The peer's rails in the pairs' order, its standby after them. */
+        struct rn_ib_conn_info rem = l->rinfo;
+        int peer_of[RN_MAX_RAILS];
+        for (int k = 0; k < pairing.n; k++) peer_of[k] = pairing.peer[k];
+        if (standby) peer_of[pairing.n] = peer_rails;
+        rem.nrails = (uint8_t)c->nrails;
+        for (int k = 0; k < c->nrails; k++) {
+          rem.rail[k] = l->rinfo.rail[peer_of[k]];
+          memcpy(rem.qpn[k], l->rinfo.qpn[peer_of[k]], sizeof(rem.qpn[k]));
+        }
+        RN_CHECK(rn_ib_comm_connect(c, &rem, -1));
         rn_ib_info_fill(c, 0, &l->linfo);
+        for (int k = 0; k < c->nrails; k++) l->linfo.peer_rail[k] = (uint8_t)peer_of[k];
         l->stage = RN_IB_ACC_SEND_INFO;
         break;
       }
@@ -659,6 +699,41 @@ static void rn_ib_connect_free(struct rn_ib_connect_state *s) {
 
 void rn_ib_connect_abort(void *state) { rn_ib_connect_free(state); }
 
+/* The listener's answer names, for each of its rails, the rail of ours it
+ * pairs with (peer_rail, checked here: in range, each rail once, a
+ * standby with our standby): our rails move to those places, the rest
+ * after them.  Nothing points into c->rail[] yet (the CQs carry no
+ * context, the QPs are in INIT with nothing posted, registrations and
+ * telemetry come after connect), so the structs move as they are. */
+static ncclResult_t rn_ib_connect_pair(struct rn_ib_comm *c, const struct rn_ib_conn_info *rem,
+                                       const char *peer) {
+  const int rails = c->nlocal - (c->standby >= 0); /* ours, the standby aside */
+  const int n = rem->nrails - rem->standby;
+  uint32_t seen = 0;
+  for (int k = 0; k < rem->nrails; k++) {
+    int r = rem->peer_rail[k];
+    int want_standby = rem->standby && k == n;
+    int bad = want_standby ? r != c->standby : r >= rails || ((seen >> r) & 1u);
+    if (bad) {
+      RN_WARN("%s answered that its rail %d pairs with our rail %d (%s); we offered %d rail(s)%s",
+              peer, k, r, want_standby ? "not our standby" : "out of range or named twice", rails,
+              c->standby >= 0 ? " and a standby" : "");
+      return ncclRemoteError;
+    }
+    seen |= 1u << r;
+  }
+  struct rn_ib_rail moved[RN_MAX_RAILS];
+  int m = 0;
+  for (int k = 0; k < rem->nrails; k++) moved[m++] = c->rail[rem->peer_rail[k]];
+  for (int r = 0; r < c->nlocal; r++)
+    if (!((seen >> r) & 1u)) {
+      if (r == c->standby) c->standby = m; /* dropped by the caller when unused */
+      moved[m++] = c->rail[r];
+    }
+  memcpy(c->rail, moved, sizeof(moved[0]) * (size_t)m);
+  return ncclSuccess;
+}
+
 static ncclResult_t rn_ib_connect_step(struct rn_ib_connect_state *s, const struct rn_rails *r,
                                        void **scomm) {
   int done;
@@ -704,6 +779,7 @@ static ncclResult_t rn_ib_connect_step(struct rn_ib_connect_state *s, const stru
                   rails, c->nqps, c->standby >= 0 ? " and a standby" : "");
           return ncclRemoteError;
         }
+        RN_CHECK(rn_ib_connect_pair(c, &s->rinfo, s->peer));
         if (!s->rinfo.standby) c->standby = -1;
         c->nrails = s->rinfo.nrails;
         rn_ib_strcpy(c->peer, 32, s->rinfo.dev);

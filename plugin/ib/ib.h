@@ -106,8 +106,10 @@ struct rn_ib_ctl {
  * once over the bootstrap socket, and what the handle carries. */
 #define RN_IB_INFO_MAGIC 0x726e6962u /* "rnib" */
 /* 2: only part of the control block is remote, new immediates; 3: the
- * failover messages below follow on the same socket */
-#define RN_IB_INFO_VERSION 4
+ * failover messages below follow on the same socket; 5: the listener's
+ * answer says which of the connector's rails each of its rails pairs with
+ * (peer_rail) */
+#define RN_IB_INFO_VERSION 5
 
 /* Every field is checked on arrival (rn_ib_info_check, rn_ib_comm_connect). */
 struct rn_ib_rail_info {
@@ -126,6 +128,10 @@ struct rn_ib_conn_info {
   uint8_t reserved[7];
   uint64_t ctl_addr; /* the remotely writable part: the sender's fifo, the receiver's sizes */
   char dev[32];      /* first rail's name, for messages */
+  /* The listener's answer: rail k here pairs with the connector's rail
+   * peer_rail[k] (pairing.c); the connector connects its rails in that
+   * order.  Unused (zero) in the connector's offer. */
+  uint8_t peer_rail[RN_MAX_RAILS];
   struct rn_ib_rail_info rail[RN_MAX_RAILS];
   uint32_t qpn[RN_MAX_RAILS][RN_IB_MAX_QPS];
 };
@@ -390,11 +396,23 @@ static inline const char *rn_ib_comm_nic(const struct rn_ib_comm *c) {
 
 /* Calls between the files go one way: transport.c (the table, finalize)
  * -> p2p.c (data path) -> failover.c (rebuilds) -> connect.c (QPs,
- * out-of-band exchange) ->
+ * out-of-band exchange) -> pairing.c (which rails pair) ->
  * discovery.c (devices) -> gdr.c (probes), reg.c (the MR cache callbacks).
  * reg.c (registration) and stats.c (telemetry, called from p2p.c,
  * failover.c and connect.c) call none of them. */
 
+/* pairing.c: which of the connector's rails each of the listener's pairs
+ * with (include/railnet/pairing.h's rule): RoCE rails by the kernel's
+ * routes to the peer's GIDs that are IP addresses, InfiniBand rails by GID
+ * subnet prefix where the prefixes tell each host's rails apart, the rest
+ * in order.  local_name[i] names local rail i; *how gets the pairing in
+ * words (for the INFO a comm says when it is not the identity). */
+struct rn_pairing;
+void rn_ib_pairing(const struct rn_ib_rail_info *local, const char *const *local_name, int nlocal,
+                   const struct rn_ib_rail_info *peer, int npeer, struct rn_pairing *p, char *how,
+                   size_t howlen);
+/* The GID, link layer, LID and MTU of a port as its rail's info says them. */
+void rn_ib_port_info(const struct rn_ib_port *port, struct rn_ib_rail_info *ri);
 /* discovery.c */
 ncclResult_t rn_ib_init(const struct rn_nic **nics, int *n, char *why, size_t whylen);
 /* At fini, after every comm and registration is gone. */

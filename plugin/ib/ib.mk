@@ -6,7 +6,7 @@
 PLUGIN_LIB_SRCS += plugin/ib/mr_cache.c plugin/ib/stripe.c
 ifeq ($(HAVE_VERBS),1)
 PLUGIN_LIB_SRCS += plugin/ib/transport.c plugin/ib/discovery.c plugin/ib/connect.c \
-  plugin/ib/reg.c plugin/ib/p2p.c plugin/ib/failover.c plugin/ib/stats.c plugin/ib/rates.c plugin/ib/gdr.c plugin/ib/ibvwrap.c
+  plugin/ib/pairing.c plugin/ib/reg.c plugin/ib/p2p.c plugin/ib/failover.c plugin/ib/stats.c plugin/ib/rates.c plugin/ib/gdr.c plugin/ib/ibvwrap.c
 EXTRA_CFLAGS_plugin_ib_ := $(PLUGIN_CFLAGS) $(VERBS_CFLAGS) -DRN_LOG_TRANSPORT='"ib"'
 else
 PLUGIN_LIB_SRCS += plugin/ib/stub.c
