@@ -59,3 +59,14 @@ $(eval $(call rn_harness_prog,$(IB_DISCOVERY_TEST),$(BUILD)/tests/ib/test_discov
 $(IB_DISCOVERY_TEST): | $(IB_FAKE_LIBS)
 TEST_PROGS += $(IB_DISCOVERY_TEST)
 endif
+
+# Which rails of two verbs devices pair up (plugin/ib/pairing.c): RoCE by
+# the kernel's routes, InfiniBand by subnet prefix, else in order; no
+# verbs called, no packet sent.
+ifeq ($(HAVE_VERBS),1)
+IB_PAIRING_TEST := $(BUILD)/tests/ib/test_pairing
+$(IB_PAIRING_TEST): $(BUILD)/tests/ib/test_pairing.o $(BUILD)/tests/common/tap.o $(PLUGIN_LIB) $(TOPO_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS_COMMON) -o $@ $^ -ldl -lpthread
+TEST_PROGS += $(IB_PAIRING_TEST)
+endif

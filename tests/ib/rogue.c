@@ -82,6 +82,7 @@ enum attack_kind {
   A_CON_VERSION,
   A_CON_RAILS,
   A_CON_QPS,
+  A_CON_PAIR,
 };
 
 struct attack {
@@ -166,6 +167,8 @@ static const struct attack attacks[] = {
      "answered 2 rail(s) x 1 QP(s); offered 1 x 1"},
     {"the listener answers another QP count", A_CON_QPS, VICTIM_CONNECT, 1, 1,
      "answered 1 rail(s) x 2 QP(s); offered 1 x 1"},
+    {"the listener pairs its rail with a rail not offered", A_CON_PAIR, VICTIM_CONNECT, 1, 1,
+     "answered that its rail 0 pairs with our rail 5 (out of range or named twice)"},
 };
 #define NATTACKS (int)(sizeof attacks / sizeof attacks[0])
 
@@ -721,6 +724,9 @@ static int rogue_listener(struct rn_peer *p) {
     case A_CON_QPS:
       info.nqps = 2;
       info.qpn[0][1] = info.qpn[0][0];
+      break;
+    case A_CON_PAIR:
+      info.peer_rail[0] = 5;
       break;
     default:
       rc = peer_fail(p, "not a listener attack");
