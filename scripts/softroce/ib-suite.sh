@@ -1,8 +1,8 @@
 #!/bin/sh
 # Runs INSIDE the Soft-RoCE VM (after rxe-test.sh made rxe0..rxe3 on two
 # veth pairs): the plugin's verbs transport under the conformance and fault
-# suites, the multi-rail driver, the rogue peer and the matching-rule
-# program.  Usage: ib-suite.sh BUILD OUTDIR
+# suites, the multi-rail driver (failover, striping, rail pairing), the
+# rogue peer and the matching-rule program.  Usage: ib-suite.sh BUILD OUTDIR
 # Writes OUTDIR/results ("ok NAME (N s)" / "not ok NAME ...") and one log
 # per check; the host turns them into TAP.  (The numbers: ib-bench.sh.)
 B=${1:-build}; O=${2:-/tmp}
@@ -295,6 +295,69 @@ st_degrade() { # NAME
   fi
 }
 st_degrade stripe-degrade
+# Rail pairing (verbs): the listener pairs each of its rails with the
+# connector's rail whose GID (an IPv4 address here) the kernel routes from
+# it, and its answer tells the connector which; rxe0<->rxe1 is subnet 0
+# (veth0/veth1), rxe2<->rxe3 subnet 1 (veth2/veth3).  Every byte verified,
+# the receiver's one INFO naming the pairs, and what tells paired from
+# crossed rails:
+#  - pair-crossed: the receiver's device lists rxe3+rxe1, the sender's
+#    rxe0+rxe2.  RoCE packets on subnet 1 (UDP 4791 leaving veth2 and
+#    veth3) are dropped from 0.5 s to 4 s: paired, only the rxe2<->rxe3
+#    rail fails (the WARNs name rxe2 or rxe3, never rxe0 or rxe1) and the
+#    comm goes on over the other; crossed (rxe3<->rxe0, rxe1<->rxe2), each
+#    rail sends one way through subnet 1, both fail and so does the comm;
+#  - pair-recv1: the receiver has rxe3 only, the sender rxe0+rxe2 (the
+#    connector uses the rail the listener chose, not its first);
+#  - pair-send1: the sender has rxe2 only, the receiver rxe1+rxe3.
+#    For these two, rxe0 and rxe1 send no packet at all (their
+#    hw_counters/sent_pkts), rxe2 and rxe3 carry the comm.
+rxe_sent() { cat "/sys/class/infiniband/$1/ports/1/hw_counters/sent_pkts" 2>/dev/null || echo -1; }
+DROP1="for d in veth2 veth3; do tc qdisc add dev \$d root handle 1: prio && tc filter add dev \$d parent 1: protocol ip prio 1 u32 match ip protocol 17 0xff match ip dport 4791 0xffff action drop || exit 1; done"
+PASS1="for d in veth2 veth3; do tc qdisc del dev \$d root; done"
+pr_check() { # NAME RECV_ENV SEND_ENV INFO-REGEX XFER-ARGS...
+  name=$1; renv=$2; senv=$3; info_re=$4; shift 4
+  picked "$name" || return 0
+  t0=$(date +%s)
+  for x in 0 1 2 3; do eval "s0_$x=\$(rxe_sent rxe$x)"; done
+  RN_CONF_VERBOSE=1 RN_CONF_RECV_ENV="$renv" RN_CONF_SEND_ENV="$senv" timeout "$T" \
+    "$B/tests/multirail-xfer" --vdev 0,1 --interval 0 --timeout 100 "$@" >"$O/$name.log" 2>&1
+  rc=$?; t=$(( $(date +%s) - t0 ))
+  sh -c "$PASS1" 2>/dev/null
+  L=$O/$name.log
+  sent=""
+  for x in 0 1 2 3; do eval "d=\$(( \$(rxe_sent rxe$x) - s0_$x ))"; eval "sent_$x=$d"; sent="$sent rxe$x=$d"; done
+  ninfo=$(grep -cE "$info_re" "$L")
+  nall=$(grep -c 'the comm goes over [0-9]* pair(s)' "$L")
+  nwarn=$(grep -c 'WARN' "$L")
+  sub1=$(grep -cE 'WARN.*rail [01] \(rxe[23]\) of the .* comm with .* failed' "$L")
+  sub0=$(grep -cE 'WARN.*rail [01] \(rxe[01]\) of the .* comm with .* failed' "$L")
+  ok=$([ $rc -eq 0 ] && grep -q '^result status=ok receiver=ok.* sender=ok' "$L" &&
+    [ "$ninfo" -eq 1 ] && [ "$nall" -eq 1 ] && echo 1)
+  case $name in
+    pair-crossed) what="WARNs $nwarn, naming a subnet-1 rail failing $sub1, a subnet-0 rail $sub0"
+      [ -n "$ok" ] && [ "$sub1" -ge 1 ] && [ "$sub0" -eq 0 ] && [ "$sent_0" -gt 0 ] && [ "$sent_1" -gt 0 ] || ok="" ;;
+    *) what="WARNs $nwarn"
+      [ -n "$ok" ] && [ "$nwarn" -eq 0 ] && [ "$sent_0" -eq 0 ] && [ "$sent_1" -eq 0 ] &&
+        [ "$sent_2" -gt 0 ] && [ "$sent_3" -gt 0 ] || ok="" ;;
+  esac
+  if [ -n "$ok" ]; then
+    echo "ok $name (${t} s; the pairing's INFO $ninfo; $what; packets sent:$sent)" >>"$R"
+  else
+    echo "not ok $name (exit $rc after ${t} s; the pairing's INFO as wanted $ninfo of 1, any $nall; $what; packets sent:$sent; see $name.log)" >>"$R"
+    { grep -E 'WARN|goes over|has [0-9]* rail|^(result|end|runner)' "$L" | head -20; } | cut -c1-300 | sed 's/^/#   /' >>"$R"
+  fi
+}
+PR="RAILNET_IB_QPS=2"
+pr_check pair-crossed "RAILNET_NICS==rxe1,rxe3,RN_XFER_VDEV=1,0,$FO" "$TWO_R,$FO" \
+  'recv comm from rxe0: the peer offers 2 rail\(s\), this device has 2: the comm goes over 2 pair\(s\), rxe3 \(10\.77\.1\.2\) to rail 1 \(10\.77\.1\.1\) by route, rxe1 \(10\.77\.0\.2\) to rail 0 \(10\.77\.0\.1\) by route' \
+  --bytes 320M --at "0.5:$DROP1" --at "4:$PASS1"
+pr_check pair-recv1 "RAILNET_NICS==rxe3,RN_XFER_VDEV=0,$PR" "$TWO_R,$PR" \
+  "recv comm from rxe0: the peer offers 2 rail\\(s\\), this device has 1: the comm goes over 1 pair\\(s\\), rxe3 \\(10\\.77\\.1\\.2\\) to rail 1 \\(10\\.77\\.1\\.1\\) by route; without the peer's rail 0 \\(10\\.77\\.0\\.1\\)" \
+  --bytes 64M
+pr_check pair-send1 "RAILNET_NICS==rxe1,rxe3,$PR" "RAILNET_NICS==rxe2,RN_XFER_VDEV=0,$PR" \
+  'recv comm from rxe2: the peer offers 1 rail\(s\), this device has 2: the comm goes over 1 pair\(s\), rxe3 \(10\.77\.1\.2\) to rail 0 \(10\.77\.1\.1\) by route; without rxe1 \(10\.77\.0\.2\)' \
+  --bytes 64M
 fo_check failover-1of2 0 --expect-rails 2 --bytes 320M --at "0.5:ip link set veth2 down" \
   --at "3:ip link set veth2 up" --timeout 100
 fo_check failover-2of2 1 --expect-rails 2 --bytes 2G --at "0.5:ip link set veth2 down" \

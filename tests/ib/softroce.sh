@@ -10,7 +10,7 @@ cd "$(dirname "$0")/../.." || exit 1
 B=${RN_BUILD:-build}
 S=scripts/softroce
 export RXEVM_DIR=${RXEVM_DIR:-/tmp/rxevm}
-NAMES="conformance-1qp conformance-4qp conformance-v8-2qp verify-1qp verify-noinline verify-2rail-2qp fault conformance-noinline rogue matching stripe-4to1 stripe-2to1 stripe-degrade failover-1of2 failover-2of2 failover-standby"
+NAMES="conformance-1qp conformance-4qp conformance-v8-2qp verify-1qp verify-noinline verify-2rail-2qp fault conformance-noinline rogue matching stripe-4to1 stripe-2to1 stripe-degrade failover-1of2 failover-2of2 failover-standby pair-crossed pair-recv1 pair-send1"
 NT=$(echo $NAMES | wc -w)
 OUT=$(mktemp -d /tmp/rn-softroce.XXXXXX) || { echo "1..0 # SKIP no temp dir"; exit 0; }
 trap 'rm -rf "$OUT"' EXIT

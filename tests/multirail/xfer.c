@@ -192,9 +192,13 @@ static int end_side(struct rn_peer *p, enum xfer_outcome oc, double t, uint64_t 
 static int pick_device(struct rn_peer *p, const struct xfer_opts *o, char rails[][32],
                        int *nrails) {
   if (o->vdev != NULL) {
+    /* one side's own list (through RN_CONF_RECV_ENV / RN_CONF_SEND_ENV):
+     * two hosts whose devices list their NICs differently */
+    const char *vdev = getenv("RN_XFER_VDEV") && *getenv("RN_XFER_VDEV") ? getenv("RN_XFER_VDEV")
+                                                                         : o->vdev;
     ncclNetVDeviceProps_t vp;
     memset(&vp, 0, sizeof vp);
-    for (const char *s = o->vdev; *s && vp.ndevs < NCCL_NET_MAX_DEVS_PER_NIC;) {
+    for (const char *s = vdev; *s && vp.ndevs < NCCL_NET_MAX_DEVS_PER_NIC;) {
       vp.devs[vp.ndevs++] = atoi(s);
       if ((s = strchr(s, ',')) == NULL) break;
       s++;
@@ -203,7 +207,7 @@ static int pick_device(struct rn_peer *p, const struct xfer_opts *o, char rails[
     ncclResult_t r = p->net.t.v11->makeVDevice(&d, &vp);
     if (r == ncclSuccess) r = rn_net_props(&p->net, d, &p->props);
     if (r != ncclSuccess)
-      return end_side(p, XO_SETUP, now_s(), 0, NULL, 0, "makeVDevice(%s): %s", o->vdev,
+      return end_side(p, XO_SETUP, now_s(), 0, NULL, 0, "makeVDevice(%s): %s", vdev,
                       rn_result_str(r));
     p->dev = d;
   } else if (o->dev_name != NULL) {
@@ -753,6 +757,7 @@ static void usage(void) {
           "  --recv-env K=V,..., --send-env K=V,...   one side's environment\n"
           "  --dev N | --dev-name NAME   the device (default 0)\n"
           "  --vdev a,b          fuse devices a,b with makeVDevice (v11) and use the result\n"
+          "                      (a side whose environment sets RN_XFER_VDEV fuses those)\n"
           "  --expect-rails N    fail (set-up) unless the device fuses N rails\n"
           "  --rails a,b         netdevs to count per rail (default: the device's name)\n"
           "  --bytes B           payload to move (default 256M; K/M/G suffixes)\n"
