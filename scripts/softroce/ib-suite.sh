@@ -26,6 +26,7 @@ fi
 # TODO tests (known plugin bugs) are counted and named in the line.
 # RN_VM_ONLY=REGEX runs only the checks whose names match (a quicker boot
 # while working on one).
+[ -z "$RN_VM_ONLY" ] && [ -s "$O/vm-only" ] && RN_VM_ONLY=$(cat "$O/vm-only")
 picked() { [ -z "$RN_VM_ONLY" ] || echo "$1" | grep -Eq "$RN_VM_ONLY"; }
 check() { # NAME RECV_ENV SEND_ENV CMD...
   name=$1; renv=$2; senv=$3; shift 3
