@@ -40,11 +40,11 @@ def wire_addr_v4_port0():
     return struct.pack("<BBH16s", 4, 0, 0, bytes([127, 0, 0, 1]) + b"\0" * 12)
 
 
-def recv_mode(cfg, groups, records, pre=None):
+def recv_mode(cfg, groups, records, pre=None, mode=1):
     """pre: groups posted before the records (all by default); a record
     bytes([0x28]) posts the next."""
     pre = len(groups) if pre is None else pre
-    out = bytes([1, cfg, (len(groups) - 1) | pre << 2])
+    out = bytes([mode, cfg, (len(groups) - 1) | pre << 2])
     for g in groups:
         out += bytes([len(g) - 1])
         for size, tag in g:
@@ -52,11 +52,39 @@ def recv_mode(cfg, groups, records, pre=None):
     return out + b"".join(records)
 
 
-def send_mode(cfg, sends, records):
-    out = bytes([2, cfg, len(sends) - 1])
+def send_mode(cfg, sends, records, mode=2):
+    out = bytes([mode, cfg, len(sends) - 1])
     for size, tag in sends:
         out += struct.pack("<Hb", size, tag)
     return out + b"".join(records)
+
+
+# Actions (fw_record: op 2 with bit 7, then the action byte and its
+# arguments; fw_recv_action / fw_send_action in fuzz_wire.c).
+ACT = 0x88
+
+
+def tmpl(kind, a, *more, mutate=b"\0"):
+    """A message the harness makes from its state (kind: mode 1 0 DOWN,
+    1 WANT, 2 BYE, 3 OPEN, 4 EAGER DATA; mode 2 0 CTS, 1 ACK, 2 OFFER,
+    3 STREAMS, 4 BYE, 5 RESUME), sealed unmutated."""
+    return bytes([ACT, kind << 3, a]) + bytes(more) + mutate
+
+
+def eager(tag, size, credit=0):
+    return bytes([ACT, 4 << 3, credit]) + struct.pack("<Hb", size, tag) + b"\0"
+
+
+def act(what, *args):
+    return bytes([ACT, what]) + bytes(args)
+
+
+CLOSE, QUIET, PAUSE, MOVE, REJOIN, REPEAT = 1, 2, 3, 4, 5, 6
+
+
+def repeat(n, action):
+    """An action record (ACT, then the action byte) repeated n times."""
+    return bytes([ACT, REPEAT, n - 1]) + action[1:]
 
 
 def hello(role, index, conn, nstreams, extra=b""):
@@ -121,6 +149,50 @@ seeds = {
     "send-offer": send_mode(0, [(16, 1)],
                             [cts(0, 0, [(16, 1)]),
                              rec(6, 0, struct.pack("<QII", 7, 1, 1) + wire_addr_v4_port0(), fix_addr=True)]),
+    # the same on a device of two rails (first byte + 3: fuzz_wire.sh runs
+    # the target in a network namespace with a second interface)
+    "mr-recv-inline": recv_mode(0, [[(16, 1)]], [data(0, 0, 16, 0, 1, 0, 0, 0, 0, bytes(range(16)))], mode=4),
+    "mr-recv-claim": recv_mode(0, [[(6000, 7)]],
+                               [chunk(1, 1 | 2, 0, 6000, 4096, 0, 1, 4096, 7, 0, 0),
+                                chunk(2, 1 | 2, 0, 6000, 0, 0, 0, 4096, 7, 0, 0)], mode=4),
+    "mr-recv-down-rejoin": recv_mode(0, [[(6000, 7)]],
+                                     [chunk(1, 1 | 2, 0, 6000, 0, 0, 0, 4096, 7, 0, 0),
+                                      tmpl(0, 1), act(PAUSE, 4), act(REJOIN, 0), act(PAUSE, 12),
+                                      chunk(2, 1 | 2, 0, 6000, 4096, 0, 1, 4096, 7, 0, 0)], mode=4),
+    "mr-recv-down-resend": recv_mode(0, [[(9000, 7)]],
+                                     [chunk(2, 1 | 2, 0, 9000, 0, 0, 0, 4096, 7, 0, 0),
+                                      tmpl(0, 1), act(PAUSE, 2),
+                                      chunk(1, 1 | 2, 0, 9000, 4096, 0, 1, 4096, 7, 0, 0, attempt=1),
+                                      chunk(1, 1 | 2, 0, 9000, 8192, 0, 2, 4096, 7, 0, 0, attempt=1),
+                                      chunk(1, 1 | 2, 0, 9000, 0, 0, 0, 4096, 7, 0, 0, attempt=1)], mode=4),
+    "mr-recv-move": recv_mode(0, [[(16, 1)], [(16, 2)]],
+                              [data(0, 0, 16, 0, 1, 0, 0, 0, 0, b"a" * 16), act(PAUSE, 2),
+                               act(MOVE, 1), act(PAUSE, 12),
+                               data(0, 1, 16, 1, 2, 0, 0, 0, 1, b"b" * 16)], mode=4),
+    "mr-recv-move-close-old": recv_mode(0, [[(16, 1)]],
+                                        [act(MOVE, 0x80), act(PAUSE, 12),
+                                         data(0, 0, 16, 0, 1, 0, 0, 0, 0, b"c" * 16)], mode=4),
+    "mr-recv-close-ctrl": recv_mode(4, [[(16, 1)]], [act(CLOSE, 0), act(PAUSE, 20)], mode=4),
+    "mr-recv-left-out": recv_mode(0x40, [[(6000, 3)]],
+                                  [act(PAUSE, 4), act(REJOIN, 0), act(PAUSE, 12),
+                                   chunk(1, 1 | 2, 0, 6000, 0, 0, 0, 4096, 3, 0, 0),
+                                   chunk(2, 1 | 2, 0, 6000, 4096, 0, 1, 4096, 3, 0, 0)], mode=4),
+    "mr-recv-eager-held": recv_mode(0, [[(8, 1)]], [repeat(70, eager(9, 8))], mode=4),
+    "mr-recv-eager-bytes": recv_mode(0, [[(8, 1)]], [repeat(9, eager(9, 0xFFFF, 1))], mode=4),
+    "mr-recv-want-bye": recv_mode(0, [[(16, 1)]], [tmpl(1, 0), tmpl(2, 0)], mode=4),
+    "mr-recv-idle-open": recv_mode(0, [[(16, 1)]], [tmpl(0, 6), act(PAUSE, 4), tmpl(3, 0)], mode=4),
+    "mr-send-cts": send_mode(0, [(16, 1), (9000, 2)], [tmpl(0, 1), act(PAUSE, 4), tmpl(1, 1)], mode=5),
+    "mr-send-cts-window": send_mode(0, [(9000, 1)], [repeat(70, tmpl(0, 0))], mode=5),
+    "mr-send-move": send_mode(0, [(16, 1), (9000, 2)],
+                              [tmpl(2, 3), tmpl(2, 2), act(PAUSE, 2), act(CLOSE, 0x80), act(PAUSE, 30),
+                               tmpl(0, 1), act(PAUSE, 4), tmpl(1, 1)], mode=5),
+    "mr-send-rail-close": send_mode(0, [(60000, 2)],
+                                    [tmpl(2, 3), tmpl(2, 2), tmpl(0, 0), act(PAUSE, 2), act(CLOSE, 2),
+                                     act(PAUSE, 30), tmpl(2, 1), act(PAUSE, 40), tmpl(1, 1)], mode=5),
+    "mr-send-streams": send_mode(0, [(16, 1)], [tmpl(3, 0), tmpl(4, 0)], mode=5),
+    "mr-send-resume-bad": send_mode(0, [(16, 1)],
+                                    [tmpl(2, 3), act(7, 1, 0x18, 1), act(CLOSE, 0x80), act(PAUSE, 30)], mode=5),
+    "mr-hello-flood": bytes([3, 0x80 | 2]) + hello(1, 0, 0, 2) + hello(2, 0, 0, 2) + hello(2, 1, 0, 2) + bytes([4]),
     # a hostile connector: the listener's view
     "hello-ctrl": bytes([0, 0]) + hello(1, 0, 0, 0) + bytes([4]),
     "hello-streams": bytes([0, 2]) + hello(1, 0, 0, 2) + hello(2, 0, 0, 2) + hello(2, 1, 0, 2) + bytes([4]),
