@@ -260,6 +260,7 @@ struct fw_ctl {
   int lost;            /* a move went wrong: what is read is no longer framed */
   uint8_t mut[8];      /* (offset, xor) pairs for the next RESUME written */
   int nmut;
+  int withhold;        /* the next move writes no RESUME (the input may, or not) */
 };
 
 /* ---- records --------------------------------------------------------- */
@@ -357,12 +358,16 @@ static void fw_ctl_switch(struct fw_target *t, int fd, int keep_old) {
   struct fw_ctl *c = &t->ctl;
   if (c->old_fd >= 0) close(c->old_fd);
   c->old_fd = keep_old ? t->fds[0] : -1;
-  if (!keep_old && t->fds[0] >= 0) close(t->fds[0]);
+  if (!keep_old) fw_close_all(&t->fds[0], 1, 1); /* a reset, as a rail that died */
   t->fds[0] = fd;
   t->quiet &= ~1ull;
   c->epoch++;
   c->resume_got = 0;
   c->skip = 0;
+  if (c->withhold) {
+    c->withhold = 0;
+    return;
+  }
   struct rn_tcp_resume r = {.from = c->tx, .received = c->rx, .epoch = c->epoch};
   rn_tcp_wire_seal(&r, RN_TCP_MSG_RESUME, 0, 0);
   for (int i = 0; i + 1 < c->nmut; i += 2) ((uint8_t *)&r)[c->mut[i] % sizeof r] ^= c->mut[i + 1];
@@ -372,6 +377,9 @@ static void fw_ctl_switch(struct fw_target *t, int fd, int keep_old) {
   }
   c->nmut = 0;
   fw_write(fd, &r, sizeof r, NULL, NULL); /* not counted: RESUME is outside the byte stream */
+  if (fw_verbose)
+    fprintf(stderr, "fuzz_wire: control connection %u: RESUME from %llu received %llu\n", c->epoch,
+            (unsigned long long)r.from, (unsigned long long)r.received);
 }
 
 /* A header made by the harness: mutated by the input ((offset, xor)
@@ -468,8 +476,9 @@ static int fw_action_common(struct fw_target *t, struct fw_in *in, uint8_t what)
       } while ((t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000 < ms);
       return 1;
     }
-    case 7: { /* mutations for the next RESUME this side writes */
-      uint8_t n = fw_u8(in) % 4;
+    case 7: { /* mutations for the next RESUME this side writes, or none */
+      uint8_t b = fw_u8(in), n = b % 4;
+      t->ctl.withhold = b >> 7;
       t->ctl.nmut = 0;
       for (int i = 0; i < n; i++) {
         t->ctl.mut[t->ctl.nmut++] = fw_u8(in);
@@ -604,7 +613,8 @@ static uint32_t fw_rail_streams(int nstreams, int nrails, int k) {
 }
 
 /* Mode 1's actions (see fw_record): 0 a message made from the sender's
- * state (DOWN, WANT, BYE, OPEN, an EAGER DATA, a CHUNK re-sent), 4 move
+ * state (DOWN, WANT, BYE, OPEN, an EAGER or STREAMED DATA, a CHUNK, first
+ * or re-sent, a RESUME where a move withheld it), 4 move
  * the control connection to an offered listener, 5 dial the offered rail
  * back, 6 the next action repeated. */
 static void fw_recv_action(void *arg, struct fw_in *in, uint8_t what) {
@@ -617,7 +627,33 @@ static void fw_recv_action(void *arg, struct fw_in *in, uint8_t what) {
       uint8_t a = fw_u8(in);
       size_t hl = 0, pl = 0;
       memset(buf, 0, 128);
-      switch ((what >> 3) % 6) {
+      switch ((what >> 3) % 8) {
+        case 7: { /* STREAMED (with ACK unless a&0x80) for buffer i of group a */
+          struct rn_tcp_data *d = (struct rn_tcp_data *)buf;
+          int g = (a & 7) % FW_GROUPS, i = fw_u8(in) % RN_MAX_RECVS;
+          d->seq = (uint64_t)g;
+          d->size = r->sizes[g][i] ? r->sizes[g][i] : 1;
+          d->msg = t->ctl.msgs;
+          d->tag = r->tags[g][i];
+          d->idx = (uint32_t)i;
+          d->grid = 4096;
+          d->nth = r->nth[(uint8_t)d->tag]++;
+          d->claim = r->claims++;
+          rn_tcp_wire_seal(d, RN_TCP_MSG_DATA,
+                           RN_TCP_DATA_STREAMED | (a & 0x80 ? 0 : RN_TCP_DATA_ACK), 0);
+          hl = sizeof *d;
+          break;
+        }
+        case 6: { /* RESUME, epoch this side's (+1 with a&1), where a move withheld it */
+          struct rn_tcp_resume *m = (struct rn_tcp_resume *)buf;
+          m->from = t->ctl.tx;
+          m->received = t->ctl.rx;
+          m->epoch = t->ctl.epoch + (a & 1);
+          rn_tcp_wire_seal(m, RN_TCP_MSG_RESUME, 0, 0);
+          fw_mutate_seal(in, buf, sizeof *m);
+          fw_write(t->fds[0], buf, sizeof *m, t->poll_fn, t->arg);
+          return;
+        }
         case 0: { /* DOWN of one rail, or IDLE of all */
           struct rn_tcp_down *d = (struct rn_tcp_down *)buf;
           d->msg = t->ctl.msgs;
@@ -662,9 +698,9 @@ static void fw_recv_action(void *arg, struct fw_in *in, uint8_t what) {
           hl = sizeof *d;
           break;
         }
-        default: { /* a chunk of group a, sent again (attempt > 0), on stream k */
+        case 5: { /* a chunk of group a, sent again (attempt > 0), on stream k */
           struct rn_tcp_chunk *c = (struct rn_tcp_chunk *)buf;
-          int g = a % FW_GROUPS, i = fw_u8(in) % RN_MAX_RECVS;
+          int g = (a & 7) % FW_GROUPS, i = fw_u8(in) % RN_MAX_RECVS;
           size_t total = r->sizes[g][i] ? r->sizes[g][i] : 1;
           c->seq = (uint64_t)g;
           c->total = total;
@@ -672,7 +708,7 @@ static void fw_recv_action(void *arg, struct fw_in *in, uint8_t what) {
           c->grid = 4096;
           c->index = fw_u8(in) % (uint32_t)((total + 4095) / 4096);
           c->offset = (uint64_t)c->index * 4096;
-          c->attempt = 1 + (a >> 4);
+          c->attempt = a >> 3; /* 0: a first copy */
           pl = total - c->offset < 4096 ? total - c->offset : 4096;
           rn_tcp_wire_seal(c, RN_TCP_MSG_CHUNK, 0, (uint32_t)pl);
           hl = sizeof *c;

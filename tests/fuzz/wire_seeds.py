@@ -75,6 +75,15 @@ def eager(tag, size, credit=0):
     return bytes([ACT, 4 << 3, credit]) + struct.pack("<Hb", size, tag) + b"\0"
 
 
+def chunk_tmpl(group, idx, index, stream, attempt=0):
+    """A chunk of buffer idx of a group, made by the harness (mode 1)."""
+    return bytes([ACT, 5 << 3, attempt << 3 | group, idx, index, 0, stream])
+
+
+def streamed_tmpl(group, idx, ack=True):
+    return bytes([ACT, 7 << 3, group | (0 if ack else 0x80), idx, 0])
+
+
 def act(what, *args):
     return bytes([ACT, what]) + bytes(args)
 
@@ -181,6 +190,18 @@ seeds = {
     "mr-recv-eager-bytes": recv_mode(0, [[(8, 1)]], [repeat(9, eager(9, 0xFFFF, 1))], mode=4),
     "mr-recv-want-bye": recv_mode(0, [[(16, 1)]], [tmpl(1, 0), tmpl(2, 0)], mode=4),
     "mr-recv-idle-open": recv_mode(0, [[(16, 1)]], [tmpl(0, 6), act(PAUSE, 4), tmpl(3, 0)], mode=4),
+    "mr-recv-tmpl-resend": recv_mode(0, [[(9000, 4)]],
+                                     [streamed_tmpl(0, 0), chunk_tmpl(0, 0, 0, 0), chunk_tmpl(0, 0, 1, 1),
+                                      tmpl(0, 1), act(PAUSE, 2), chunk_tmpl(0, 0, 1, 0, attempt=1),
+                                      chunk_tmpl(0, 0, 2, 0)], mode=4),
+    "mr-recv-move-twice": recv_mode(0, [[(16, 1)], [(16, 2)], [(16, 3)]],
+                                    [act(MOVE, 1), act(PAUSE, 12), data(0, 0, 16, 0, 1, 0, 0, 0, 0, b"a" * 16),
+                                     act(PAUSE, 2), act(MOVE, 0x80), act(PAUSE, 12),
+                                     data(0, 1, 16, 1, 2, 0, 0, 0, 1, b"b" * 16), act(PAUSE, 2),
+                                     data(0, 2, 16, 2, 3, 0, 0, 0, 2, b"c" * 16)], mode=4),
+    "mr-recv-move-withheld": recv_mode(0, [[(16, 1)]],
+                                       [act(7, 0x80), act(MOVE, 1), act(PAUSE, 12), tmpl(6, 0),
+                                        act(PAUSE, 12), data(0, 0, 16, 0, 1, 0, 0, 0, 0, b"d" * 16)], mode=4),
     "mr-send-cts": send_mode(0, [(16, 1), (9000, 2)], [tmpl(0, 1), act(PAUSE, 4), tmpl(1, 1)], mode=5),
     "mr-send-cts-window": send_mode(0, [(9000, 1)], [repeat(70, tmpl(0, 0))], mode=5),
     "mr-send-move": send_mode(0, [(16, 1), (9000, 2)],
