@@ -39,8 +39,8 @@
  * (message counts, ranks, claim numbers, the next sends for a CTS, the raw
  * listeners' addresses for OFFER and STREAMS, byte counts for RESUME) and
  * then mutated; a socket closed (in order or reset) or left unread; a
- * pause of up to 315 ms (the rails' stall and timeout rules run on the
- * clock); a move of the control connection; a rail dialled back; or the
+ * pause of up to 315 ms, 2 s in all (the rails' stall and timeout rules run
+ * on the clock); a move of the control connection; a rail dialled back; or the
  * next action repeated up to 96 times (the 64-group CTS window, the eager
  * limits).  Records may end in polls, and the peer may close its sockets
  * at the end.  Checked beyond the sanitizers: a receive reported done has
@@ -83,11 +83,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define FW_MAX_FDS 40
 #define FW_FLOOD_MIN 66 /* mode 0: more incomplete connections than the rendezvous holds (64) */
 #define FW_RECORDS 1024 /* records read from one input */
+#define FW_PAUSE_MS 2000 /* pauses in one input, in all */
 
 static int fw_verbose;
 static int fw_dev = -1;  /* loopback: one rail */
 static int fw_vdev = -1; /* loopback and a second interface fused: two rails (FUZZ_WIRE_RAILS) */
 static int fw_multi;     /* this input runs on fw_vdev */
+static int fw_pause_left; /* ms of pauses (fw_action_common) this input may still take */
 
 static void fw_logger(ncclDebugLogLevel level, unsigned long flags, const char *file, int line,
                       const char *fmt, ...) {
@@ -465,9 +467,11 @@ static int fw_action_common(struct fw_target *t, struct fw_in *in, uint8_t what)
     case 2: /* leave a socket unread (or read it again) */
       t->quiet ^= 1ull << (fw_u8(in) % t->nfds);
       return 1;
-    case 3: { /* a pause of up to 315 ms, polling */
+    case 3: { /* a pause of up to 315 ms, polling (FW_PAUSE_MS in all) */
       struct timespec t0, t1;
       int ms = (fw_u8(in) % 64) * 5;
+      if (ms > fw_pause_left) ms = fw_pause_left;
+      fw_pause_left -= ms;
       clock_gettime(CLOCK_MONOTONIC, &t0);
       do {
         t->poll_fn(t->arg);
@@ -1398,6 +1402,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1) return 0;
   struct fw_in in = {data, size, 1};
   fw_multi = fw_vdev >= 0 && data[0] % 6 >= 3;
+  fw_pause_left = FW_PAUSE_MS;
   switch (data[0] % 3) {
     case 0: fw_connector(&in); break;
     case 1: fw_sender(&in); break;
