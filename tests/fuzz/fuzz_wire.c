@@ -285,6 +285,7 @@ struct fw_target {
   int fds[FW_MAX_FDS];
   int nfds;
   uint64_t quiet;                  /* bit i: fds[i] is left unread (a black hole) */
+  int closed;                      /* the socket the input closed last (-1: none) */
   const struct rn_wire_addr *self; /* mode 2: the raw listener */
   struct fw_ctl ctl;
   void (*poll_fn)(void *);
@@ -462,6 +463,7 @@ static int fw_action_common(struct fw_target *t, struct fw_in *in, uint8_t what)
         t->ctl.old_fd = -1;
       }
       fw_close_all(&t->fds[i], 1, a >> 7);
+      t->closed = i;
       return 1;
     }
     case 2: /* leave a socket unread (or read it again) */
@@ -873,7 +875,7 @@ static void fw_sender(struct fw_in *in) {
   const struct rn_wire_addr *w = (const struct rn_wire_addr *)h.payload;
   int nrails = fw_multi ? 2 : 1;
   if (h.nrails < nrails) fw_fail("the listener has fewer rails than its device");
-  struct fw_target t = {.nfds = 1 + nstreams, .ctl = {.old_fd = -1, .resume_got = sizeof(struct rn_tcp_resume)}};
+  struct fw_target t = {.nfds = 1 + nstreams, .closed = -1, .ctl = {.old_fd = -1, .resume_got = sizeof(struct rn_tcp_resume)}};
   for (int i = 0; i < FW_MAX_FDS; i++) t.fds[i] = -1;
   uint64_t conn_id = 0x1234567800000000ull | (uint64_t)in->n;
   for (int i = 0; i < 1 + nstreams; i++) {
@@ -1048,6 +1050,7 @@ struct fw_send {
   struct rn_wire_addr self[2];
   struct fw_target *t;
   int pending[FW_PENDING], npending; /* accepted, their hello not read yet */
+  int stream_of[FW_MAX_FDS];     /* the data stream index of fds[i] (its hello's), -1 for none */
   int nstreams, nrails;          /* the plugin's, from its control connection's hello */
   int n, posted, failed;
   size_t moved; /* bytes the sender wrote */
@@ -1112,6 +1115,7 @@ static void fw_send_accept(struct fw_send *s) {
     } else if (hello.role == RN_ROLE_CTRL && hello.nstreams == 0) {
       fw_ctl_switch(t, fd, 1);
     } else if (t->nfds < FW_MAX_FDS) {
+      s->stream_of[t->nfds] = hello.role == RN_ROLE_DATA ? hello.index : -1;
       t->fds[t->nfds++] = fd;
     } else {
       close(fd);
@@ -1205,12 +1209,15 @@ static void fw_send_action(void *arg, struct fw_in *in, uint8_t what) {
       hl = sizeof *k;
       break;
     }
-    case 2: { /* OFFER: rail a&1 back, or (a&2) a way for the control connection there */
+    case 2: { /* OFFER: rail a&1 back (a&8: the rail of the stream closed last), or (a&2)
+               * a way for the control connection there */
       struct rn_tcp_offer *o = (struct rn_tcp_offer *)buf;
       int rail = (a & 1) % s->nlfd;
+      if ((a & 8) && t->closed > 0 && s->stream_of[t->closed] >= 0)
+        rail = s->stream_of[t->closed] % (s->nrails > 0 ? s->nrails : 1) % s->nlfd;
       o->nonce = (uint64_t)rand() << 32 | (uint32_t)rand();
       o->msg = t->ctl.msgs;
-      o->streams = fw_rail_streams(s->nstreams, s->nrails, a & 4 ? -1 : (a & 1));
+      o->streams = fw_rail_streams(s->nstreams, s->nrails, a & 4 ? -1 : rail);
       o->addr = s->self[rail];
       rn_tcp_wire_seal(o, RN_TCP_MSG_OFFER, a & 2 ? RN_TCP_OFFER_CONTROL : 0, 0);
       hl = sizeof *o;
@@ -1284,7 +1291,8 @@ static void fw_receiver(struct fw_in *in) {
   h.check = fw_handle_check(&h);
   memcpy(handle, &h, sizeof h);
 
-  struct fw_target t = {.nfds = 1, .self = &s.self[0],
+  for (int i = 0; i < FW_MAX_FDS; i++) s.stream_of[i] = -1;
+  struct fw_target t = {.nfds = 1, .self = &s.self[0], .closed = -1,
                         .ctl = {.old_fd = -1, .resume_got = sizeof(struct rn_tcp_resume)}};
   for (int i = 0; i < FW_MAX_FDS; i++) t.fds[i] = -1;
   s.t = &t;

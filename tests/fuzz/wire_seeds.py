@@ -209,7 +209,7 @@ seeds = {
                                tmpl(0, 1), act(PAUSE, 4), tmpl(1, 1)], mode=5),
     "mr-send-rail-close": send_mode(0, [(60000, 2)],
                                     [tmpl(2, 3), tmpl(2, 2), tmpl(0, 0), act(PAUSE, 2), act(CLOSE, 2),
-                                     act(PAUSE, 30), tmpl(2, 1), act(PAUSE, 40), tmpl(1, 1)], mode=5),
+                                     act(PAUSE, 30), tmpl(2, 8), act(PAUSE, 60), tmpl(1, 0)], mode=5),
     "mr-send-streams": send_mode(0, [(16, 1)], [tmpl(3, 0), tmpl(4, 0)], mode=5),
     "mr-send-resume-bad": send_mode(0, [(16, 1)],
                                     [tmpl(2, 3), act(7, 1, 0x18, 1), act(CLOSE, 0x80), act(PAUSE, 30)], mode=5),
