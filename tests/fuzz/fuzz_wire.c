@@ -263,6 +263,8 @@ struct fw_ctl {
   uint8_t mut[8];      /* (offset, xor) pairs for the next RESUME written */
   int nmut;
   int withhold;        /* the next move writes no RESUME (the input may, or not) */
+  int replay;          /* the next RESUME's from is this many bytes back, which follow it */
+  uint8_t last[256];   /* the last bytes written (ring, by stream offset) */
 };
 
 /* ---- records --------------------------------------------------------- */
@@ -301,6 +303,8 @@ static void fw_fix_addr(struct rn_wire_addr *a, const struct rn_wire_addr *self)
 /* Write on the control connection, counted. */
 static void fw_ctl_write(struct fw_target *t, const void *buf, size_t len, int header) {
   size_t k = fw_write(t->fds[0], buf, len, t->poll_fn, t->arg);
+  for (size_t i = 0; i < k; i++)
+    t->ctl.last[(t->ctl.tx + i) % sizeof t->ctl.last] = ((const uint8_t *)buf)[i];
   t->ctl.tx += k;
   if (header && k == len) t->ctl.msgs++;
 }
@@ -371,7 +375,11 @@ static void fw_ctl_switch(struct fw_target *t, int fd, int keep_old) {
     c->withhold = 0;
     return;
   }
-  struct rn_tcp_resume r = {.from = c->tx, .received = c->rx, .epoch = c->epoch};
+  /* A real peer writes again the bytes TCP did not see acknowledged; here
+   * the input says how many, and the plugin drops those it read. */
+  uint64_t back = (uint64_t)c->replay < c->tx ? (uint64_t)c->replay : c->tx;
+  c->replay = 0;
+  struct rn_tcp_resume r = {.from = c->tx - back, .received = c->rx, .epoch = c->epoch};
   rn_tcp_wire_seal(&r, RN_TCP_MSG_RESUME, 0, 0);
   for (int i = 0; i + 1 < c->nmut; i += 2) ((uint8_t *)&r)[c->mut[i] % sizeof r] ^= c->mut[i + 1];
   if (c->nmut > 0 && !(c->mut[0] & 0x80)) {
@@ -380,6 +388,9 @@ static void fw_ctl_switch(struct fw_target *t, int fd, int keep_old) {
   }
   c->nmut = 0;
   fw_write(fd, &r, sizeof r, NULL, NULL); /* not counted: RESUME is outside the byte stream */
+  uint8_t again[sizeof c->last];
+  for (uint64_t i = 0; i < back; i++) again[i] = c->last[(r.from + i) % sizeof c->last];
+  fw_write(fd, again, (size_t)back, NULL, NULL);
   if (fw_verbose)
     fprintf(stderr, "fuzz_wire: control connection %u: RESUME from %llu received %llu\n", c->epoch,
             (unsigned long long)r.from, (unsigned long long)r.received);
@@ -482,9 +493,10 @@ static int fw_action_common(struct fw_target *t, struct fw_in *in, uint8_t what)
       } while ((t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000 < ms);
       return 1;
     }
-    case 7: { /* mutations for the next RESUME this side writes, or none */
+    case 7: { /* mutations for the next RESUME this side writes, or none; bytes written again */
       uint8_t b = fw_u8(in), n = b % 4;
       t->ctl.withhold = b >> 7;
+      t->ctl.replay = (b >> 2 & 31) * 8; /* at most 248: within the kept 256 */
       t->ctl.nmut = 0;
       for (int i = 0; i < n; i++) {
         t->ctl.mut[t->ctl.nmut++] = fw_u8(in);
@@ -1052,6 +1064,7 @@ struct fw_send {
   int pending[FW_PENDING], npending; /* accepted, their hello not read yet */
   int stream_of[FW_MAX_FDS];     /* the data stream index of fds[i] (its hello's), -1 for none */
   int nstreams, nrails;          /* the plugin's, from its control connection's hello */
+  int connected;                 /* its first control connection came (and got the accept byte) */
   int n, posted, failed;
   size_t moved; /* bytes the sender wrote */
   uint64_t cts_seq;
@@ -1106,7 +1119,8 @@ static void fw_send_accept(struct fw_send *s) {
       close(fd);
       continue;
     }
-    if (hello.role == RN_ROLE_CTRL && t->fds[0] < 0 && t->ctl.epoch == 0) {
+    if (hello.role == RN_ROLE_CTRL && !s->connected) {
+      s->connected = 1;
       uint8_t a5 = 0xA5;
       fw_write(fd, &a5, 1, NULL, NULL);
       t->fds[0] = fd;
@@ -1303,7 +1317,7 @@ static void fw_receiver(struct fw_in *in) {
     if (s.scomm == NULL) usleep(50);
   }
   if (s.scomm == NULL) fw_fail("connect to the raw receiver never completed");
-  if (t.fds[0] < 0) fw_fail("connected without a control connection");
+  if (!s.connected) fw_fail("connected without a control connection");
   s.n = 1 + fw_u8(in) % FW_SENDS;
   for (int i = 0; i < s.n; i++) {
     size_t sz = (size_t)fw_u16(in) << shift;
