@@ -820,9 +820,14 @@ ncclResult_t rn_tcp_progress(struct rn_tcp_comm *c) {
   RN_CHECK(rn_tcp_move_progress(c));
   RN_CHECK(rn_tcp_ctl_flush(c));
   /* Once the peer is gone, or closed them, drive the streams too so
-   * their EOF is seen. */
+   * their EOF is seen; likewise while a receiver waits for its sender to
+   * move a lost control connection: that wait lasts while a stream on
+   * another rail is open (rn_tcp_ctl_sender_moves), and a stream's end
+   * shows only to whoever reads it (else read only while a buffer of a
+   * byte or more waits for a chunk). */
   if (c->nthreads == 0 && (atomic_load(&c->stream_work) != 0 || atomic_load(&c->peer_closed) ||
-                           c->lazy.state == RN_TCP_STREAMS_CLOSING))
+                           c->lazy.state == RN_TCP_STREAMS_CLOSING ||
+                           (c->is_recv && c->move.state == RN_TCP_CTL_LOST)))
     rn_tcp_drive_streams(c);
   while (!atomic_load(&c->peer_closed)) {
     /* One system call (move.c, from whichever connection carries the
