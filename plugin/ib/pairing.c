@@ -90,7 +90,7 @@ void rn_ib_pairing(const struct rn_ib_rail_info *local, const char *const *local
           from[j] |= 1u << i;
     }
   rn_pairing_plan(from, npeer, nlocal, p);
-  char ll[RN_MAX_RAILS][112], pl[RN_MAX_RAILS][80], where[64];
+  char ll[RN_MAX_RAILS][112], pl[RN_MAX_RAILS][96], where[64];
   const char *lp[RN_MAX_RAILS], *pp[RN_MAX_RAILS];
   for (int i = 0; i < nlocal; i++) {
     rn_ib_rail_where(&local[i], where, sizeof(where));
