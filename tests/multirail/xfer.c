@@ -416,6 +416,7 @@ static int xfer_side_run(struct rn_peer *p) {
     send_rec(p, &s);
   }
   int stopping = 0;  /* sender: its count sent, waiting for the total */
+  int stopped = 0;   /* sender: the total came (padding may still wait for its clear-to-sends) */
   int stop_seen = 0; /* receiver: the sender's count arrived */
   char err[300] = "";
   long spins = 0;
@@ -428,7 +429,7 @@ static int xfer_side_run(struct rn_peer *p) {
     uint64_t done_before = x.done, posted_before = x.posted;
     if (o->seconds > 0) {
       uint64_t v;
-      if (!is_recv && !stopping && t - t0 >= o->seconds && x.posted < x.total) {
+      if (!is_recv && !stopping && !stopped && t - t0 >= o->seconds && x.posted < x.total) {
         x.total = x.posted; /* post nothing more until the receiver answers */
         if (peer_write(p, &x.posted, sizeof x.posted) != 0) {
           snprintf(err, sizeof err, "time mode: peer pipe closed");
@@ -457,6 +458,7 @@ static int xfer_side_run(struct rn_peer *p) {
         x.last_bytes = o->msg;
         x.total = v;
         stopping = 0;
+        stopped = 1;
       }
     }
     if (!stopping && post_some(&x, err, sizeof err) != 0) {
