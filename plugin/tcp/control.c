@@ -824,10 +824,12 @@ ncclResult_t rn_tcp_progress(struct rn_tcp_comm *c) {
    * move a lost control connection: that wait lasts while a stream on
    * another rail is open (rn_tcp_ctl_sender_moves), and a stream's end
    * shows only to whoever reads it (else read only while a buffer of a
-   * byte or more waits for a chunk). */
+   * byte or more waits for a chunk); and while a stream is to drop a copy
+   * of a chunk that landed over another (its group waits for that). */
   if (c->nthreads == 0 && (atomic_load(&c->stream_work) != 0 || atomic_load(&c->peer_closed) ||
                            c->lazy.state == RN_TCP_STREAMS_CLOSING ||
-                           (c->is_recv && c->move.state == RN_TCP_CTL_LOST)))
+                           (c->is_recv && c->move.state == RN_TCP_CTL_LOST) ||
+                           atomic_load(&c->rx_drops) != 0))
     rn_tcp_drive_streams(c);
   while (!atomic_load(&c->peer_closed)) {
     /* One system call (move.c, from whichever connection carries the

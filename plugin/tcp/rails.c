@@ -123,6 +123,13 @@ int rn_tcp_rail_usable(const struct rn_tcp_comm *c, int i) {
   return !r->standby || rn_tcp_rails_primary_up(c) == 0;
 }
 
+/* Send: a usable rail other than ri. */
+static int rn_tcp_rails_other_usable(const struct rn_tcp_comm *c, int ri) {
+  for (int i = 0; i < c->nrails; i++)
+    if (i != ri && rn_tcp_rail_usable(c, i)) return 1;
+  return 0;
+}
+
 int rn_tcp_fd_tx(int fd, uint64_t *acked, uint64_t *outq) {
   int rc = 0;
   if (acked != NULL) {
@@ -372,6 +379,61 @@ static void rn_tcp_held_sample(struct rn_tcp_comm *c, int held, int64_t limit) {
   c->idle_said = 1;
 }
 
+/* How long one rail may hold the comm up alone before its chunks go again
+ * over the others (rn_tcp_rescue_sample): a quarter of
+ * RAILNET_RAIL_STALL_MS (250 ms by default), and at least two sampling
+ * intervals (RN_TCP_SAMPLE_MS), so that two samples saw it.  Long against
+ * the few milliseconds by which proportional striping lets the rails of a
+ * message finish apart (a rail cut to a tenth of its rate still finishes
+ * its share with the others), short against the stalls of TCP's
+ * retransmission timeouts on a lossy rail (200 ms at least, doubling). */
+static int64_t rn_tcp_rescue_bound(void) {
+  const int64_t quarter = rn_params()->rail_stall_ms / 4;
+  return quarter > 2 * RN_TCP_SAMPLE_MS ? quarter : 2 * RN_TCP_SAMPLE_MS;
+}
+
+/* Send, on a comm whose sends are acknowledged: one usable rail has bytes
+ * in flight (queued, or in its sockets unacknowledged), every other usable
+ * rail has delivered all it was given (none in flight), and a send awaits
+ * its ACK: the comm waits on that rail alone.  A lossy rail does this in
+ * each of TCP's retransmission timeouts (it still trickles bytes, so the
+ * stall rule does not take it out, and should not: slow is not failed).
+ * Held so for rn_tcp_rescue_bound, the rail's chunks not yet acknowledged
+ * go again over the others (rn_tcp_rail_rescue, at the next failover),
+ * as MPTCP re-sends a subflow's data that blocks the window. */
+static void rn_tcp_rescue_sample(struct rn_tcp_comm *c, int64_t now, int away) {
+  int stuck = -1, others = 0;
+  if (!c->ack || c->nrails < 2 || c->nbacklog > 0 || away || c->acks_in == c->acks_asked ||
+      c->stream[0].queue == NULL) {
+    c->held_ms = 0;
+    return;
+  }
+  for (int i = 0; i < c->nrails; i++) {
+    const struct rn_tcp_rail *r = &c->rail[i];
+    if (!rn_tcp_rail_usable(c, i)) continue;
+    if (r->failing || r->rescue_due || (rn_tcp_rail_inflight(r) && stuck >= 0)) {
+      c->held_ms = 0;
+      return;
+    }
+    if (rn_tcp_rail_inflight(r))
+      stuck = i;
+    else
+      others++;
+  }
+  if (stuck < 0 || others == 0) {
+    c->held_ms = 0;
+    return;
+  }
+  if (c->held_ms == 0 || c->held_rail != stuck) {
+    c->held_ms = now;
+    c->held_rail = stuck;
+    return;
+  }
+  if (now - c->held_ms < rn_tcp_rescue_bound()) return;
+  c->rail[stuck].rescue_due = 1;
+  c->held_ms = 0;
+}
+
 /* Samples further apart than this: the caller stopped calling for a
  * while, so (without helper threads) nothing was read or written
  * meanwhile, and what arrived is still unread when the sample runs
@@ -538,18 +600,21 @@ static void rn_tcp_rails_sample(struct rn_tcp_comm *c, int64_t now) {
   for (int i = 0; i < c->nrails && any_busy && given_any; i++) {
     struct rn_tcp_rail *r = &c->rail[i];
     if (busy[i] || rn_tcp_rail_busy(r) || given[i] > 0 || !rn_tcp_rail_usable(c, i)) continue;
+    if (r->rescued_ms != 0 && now - r->rescued_ms < stall) continue; /* it held the comm up */
     r->rate *= 1.25;
     if (r->rate > RN_TCP_RATE_INIT) r->rate = RN_TCP_RATE_INIT;
     if (r->rate < top / 8) r->rate = top / 8;
   }
+  rn_tcp_rescue_sample(c, now, away);
 }
 
-int rn_tcp_rails_pick(struct rn_tcp_comm *c, size_t len, const uint64_t *load, const int *used) {
+int rn_tcp_rails_pick(struct rn_tcp_comm *c, size_t len, const uint64_t *load, const int *used,
+                      int avoid) {
   int best = -1;
   double best_t = 0;
   for (int i = 0; i < c->nrails; i++) {
     const struct rn_tcp_rail *r = &c->rail[i];
-    if (!rn_tcp_rail_usable(c, i)) continue;
+    if (i == avoid || !rn_tcp_rail_usable(c, i)) continue;
     int s = -1;
     for (int k = 0; k < r->nstreams; k++) {
       int j = r->stream[k];
@@ -580,9 +645,11 @@ static void rn_tcp_rails_write(struct rn_tcp_comm *c, const char *event, int64_t
   int n = snprintf(line, sizeof(line),
                    "{\"event\":\"%s\",\"pid\":%d,\"comm\":%" PRIu64
                    ",\"side\":\"%s\",\"peer\":\"%s\",\"ms\":%" PRId64 ",\"bytes\":%" PRIu64
-                   ",\"inline_bytes\":%" PRIu64 ",\"rails\":[",
+                   ",\"inline_bytes\":%" PRIu64 ",\"rescues\":%" PRIu64
+                   ",\"rescued_chunks\":%" PRIu64 ",\"rails\":[",
                    event, (int)getpid(), c->id, c->is_recv ? "recv" : "send", c->peer,
-                   now - c->created_ms, total, c->lazy.inline_bytes);
+                   now - c->created_ms, total, c->lazy.inline_bytes, c->rescues,
+                   c->rescued_chunks);
   for (int i = 0; i < c->nrails && n < (int)sizeof(line) - 300; i++) {
     struct rn_tcp_rail *r = &c->rail[i];
     uint64_t b = atomic_load(&r->bytes);
@@ -635,9 +702,10 @@ void rn_tcp_rails_close(struct rn_tcp_comm *c) {
                  (uint64_t)atomic_load(&r->chunks), (uint64_t)atomic_load(&r->replays),
                  (uint64_t)atomic_load(&r->failures), rn_tcp_rail_state_name(r), r->rate * 8 / 1e6);
   }
-  RN_INFO(NCCL_NET, "%s comm with %s closed after %.1f s, split over %d rails: %s",
+  RN_INFO(NCCL_NET, "%s comm with %s closed after %.1f s, split over %d rails: %s; %" PRIu64
+          " rescue(s), %" PRIu64 " chunk(s) sent again or moved",
           c->is_recv ? "receive" : "send", c->peer, (double)(now - c->created_ms) / 1000.0,
-          c->nrails, line);
+          c->nrails, line, c->rescues, c->rescued_chunks);
 }
 
 void rn_tcp_rails_stream_ended(struct rn_tcp_comm *c, struct rn_tcp_stream *s) {
@@ -681,7 +749,11 @@ static void rn_tcp_backlog_drain(struct rn_tcp_comm *c) {
       atomic_fetch_sub(&c->stream_work, 1);
       continue;
     }
-    int sidx = rn_tcp_rails_pick(c, q.hdr.p.plen, load, used);
+    /* A rescue's chunk avoids the rail it came from while another is
+     * usable (a copy there would only queue behind the first). */
+    int avoid = q.from_rail - 1;
+    if (avoid >= 0 && !rn_tcp_rails_other_usable(c, avoid)) avoid = -1;
+    int sidx = rn_tcp_rails_pick(c, q.hdr.p.plen, load, used, avoid);
     if (sidx < 0) {
       c->backlog[kept++] = q;
       continue;
@@ -776,8 +848,12 @@ static ncclResult_t rn_tcp_rail_take_out(struct rn_tcp_comm *c, int ri, const ch
         continue;
       }
       if (!unwritten) atomic_fetch_add(&c->stream_work, 1);
+      q.from_rail = 0; /* anywhere up: this rail is gone */
+      q.rescued = 0;
       if (started) {
-        q.hdr.attempt++;
+        /* A chunk a rescue sent again already may reach the bound: its
+         * copies are alike, the receiver takes any attempt above 0. */
+        if (q.hdr.attempt < RN_TCP_MAX_ATTEMPT) q.hdr.attempt++;
         rn_tcp_wire_seal(&q.hdr, RN_TCP_MSG_CHUNK, q.hdr.p.flags, q.hdr.p.plen);
         again++;
       }
@@ -816,6 +892,91 @@ static ncclResult_t rn_tcp_rail_take_out(struct rn_tcp_comm *c, int ri, const ch
   return ncclSuccess;
 }
 
+/* How much a rescue lowers the stuck rail's estimate: the picker gives it
+ * a quarter of the share it had, and it earns the rest back by delivering
+ * (its estimate is not raised for idling for RAILNET_RAIL_STALL_MS). */
+#define RN_TCP_RESCUE_PENALTY 4.0
+
+/* Send, c->lock held, on a comm whose sends are acknowledged: rail ri
+ * alone held the comm up (rn_tcp_rescue_sample).  Without taking it out
+ * (it stays up, no DOWN, no WARN), its chunks not yet acknowledged go
+ * again over the other rails: those it wrote (kept: still in its sockets
+ * or on the way) and the one it is writing, as copies with attempt + 1
+ * (the receiver lands whichever copy is first and drops the other,
+ * PROTOCOL.md CHUNK); those it has not started, moved.  Each is sent again
+ * once at most (`rescued`), never past RN_TCP_MAX_ATTEMPT.  A send whose
+ * chunk is being written on ri still completes only once that write ends
+ * (its bytes are the caller's buffer: `copying`).  Its estimate is
+ * lowered, so the picker gives it less. */
+static void rn_tcp_rail_rescue(struct rn_tcp_comm *c, int ri) {
+  struct rn_tcp_rail *r = &c->rail[ri];
+  r->rescue_due = 0;
+  /* Chunks of a rail taken out go first; the backlog then has room for
+   * every entry of this rail's queues. */
+  if (c->nbacklog > 0 || !rn_tcp_rails_other_usable(c, ri)) return;
+  if (c->backlog == NULL &&
+      (c->backlog = malloc((size_t)c->nstreams * RN_TCP_STREAM_QUEUE * sizeof(*c->backlog))) ==
+          NULL)
+    return; /* nothing changes: the rail delivers in time, or is taken out */
+  int copied = 0, moved = 0, writing = 0;
+  for (int k = 0; k < r->nstreams; k++) {
+    struct rn_tcp_stream *s = &c->stream[r->stream[k]];
+    if (atomic_load(&s->dead)) continue;
+    pthread_mutex_lock(&s->queue_lock);
+    rn_tcp_stream_retire(s);
+    /* The head chunk is being written (a thread in sendmsg, or part of it
+     * in the socket): it stays, and finishes on this rail. */
+    const int started = s->queue_head != s->queue_tail && (s->writing || s->off > 0);
+    const int first_unstarted = started ? (s->queue_head + 1) % RN_TCP_STREAM_QUEUE : s->queue_head;
+    for (int i = s->keep_head; i != first_unstarted; i = (i + 1) % RN_TCP_STREAM_QUEUE) {
+      struct rn_tcp_queued_chunk *q = &s->queue[i];
+      if (!q->keep || q->rescued || rn_tcp_chunk_stale(q) || q->hdr.attempt >= RN_TCP_MAX_ATTEMPT)
+        continue;
+      q->rescued = 1;
+      struct rn_tcp_queued_chunk copy = *q;
+      copy.hdr.attempt++;
+      rn_tcp_wire_seal(&copy.hdr, RN_TCP_MSG_CHUNK, copy.hdr.p.flags, copy.hdr.p.plen);
+      copy.from_rail = ri + 1;
+      copy.rescued = 0;
+      c->backlog[c->nbacklog++] = copy;
+      atomic_fetch_add(&c->stream_work, 1);
+      copied++;
+      writing += i == s->queue_head;
+    }
+    for (int i = first_unstarted; i != s->queue_tail; i = (i + 1) % RN_TCP_STREAM_QUEUE) {
+      struct rn_tcp_queued_chunk q = s->queue[i];
+      atomic_fetch_sub(&r->pending, q.hdr.p.plen);
+      if (rn_tcp_chunk_stale(&q)) {
+        atomic_fetch_sub(&c->stream_work, 1);
+        continue;
+      }
+      q.from_rail = ri + 1;
+      c->backlog[c->nbacklog++] = q;
+      moved++;
+    }
+    s->queue_tail = first_unstarted;
+    /* A head chunk not started may be counted in its send's `copying`
+     * (a write that found the socket full): it left the queue. */
+    if (!started) rn_tcp_stream_unhold(s);
+    pthread_mutex_unlock(&s->queue_lock);
+  }
+  if (copied + moved == 0) return;
+  const int64_t now = rn_clock_ms();
+  r->rate /= RN_TCP_RESCUE_PENALTY;
+  if (r->rate < RN_TCP_RATE_FLOOR) r->rate = RN_TCP_RATE_FLOOR;
+  r->rescued_ms = now;
+  c->rescues++;
+  c->rescued_chunks += (uint64_t)(copied + moved);
+  if (c->rescues == 1)
+    RN_INFO(NCCL_NET,
+            "send comm to %s (dev %d): rail %s alone held the comm up for %lld ms (every other "
+            "rail delivered all it was given): %d chunk(s) it wrote or is writing (%d) sent "
+            "again and %d not started moved over the other rail(s); it stays in, its estimate "
+            "lowered to %.0f Mbit/s (later ones counted in RAILNET_STATS \"rescues\")",
+            c->peer, c->base.vdev, r->name, (long long)rn_tcp_rescue_bound(), copied, writing,
+            moved, r->rate * 8 / 1e6);
+}
+
 static void rn_tcp_rails_probe(struct rn_tcp_comm *c);
 
 /* Send: rail ri came back while the standby carried the data: new chunks
@@ -845,6 +1006,13 @@ ncclResult_t rn_tcp_rails_failover(struct rn_tcp_comm *c) {
     }
     if (why[0] != '\0') RN_CHECK(rn_tcp_rail_take_out(c, i, why));
   }
+  for (int i = 0; i < c->nrails; i++)
+    if (c->rail[i].rescue_due) {
+      if (atomic_load(&c->rail[i].state) == RN_TCP_RAIL_UP)
+        rn_tcp_rail_rescue(c, i);
+      else
+        c->rail[i].rescue_due = 0;
+    }
   /* The receiver stops reading them before it can complete what their
    * chunks were filling (sent again meanwhile). */
   if (c->down_pending != 0 && rn_tcp_ctl_room(c)) {

@@ -14,6 +14,11 @@
 #include "railnet/check.h"
 #include "tcp.h"
 
+/* A chunk's place in its group: buffer idx, chunk index. */
+static uint32_t rn_tcp_chunk_pos(const struct rn_tcp_chunk *h) {
+  return h->idx * RN_TCP_MAX_CHUNKS + h->index;
+}
+
 static int rn_tcp_stream_queue_empty(struct rn_tcp_stream *s) {
   return s->queue_head == s->queue_tail;
 }
@@ -364,12 +369,62 @@ static ncclResult_t rn_tcp_chunk_begin(struct rn_tcp_comm *c, struct rn_tcp_stre
     } else {
       *busy |= bit;
       r->writers++;
+      s->rx_busy = 1;
+      s->rx_busy_seq = h->seq;
+      s->rx_busy_pos = rn_tcp_chunk_pos(h);
       s->rx_req = r;
       s->rx_dst = (char *)r->buf[h->idx] + h->offset;
     }
   }
   pthread_mutex_unlock(&c->rx_lock);
   return res;
+}
+
+/* rx_lock held: the stream no longer writes a chunk into a buffer (it
+ * ended, or the rest of the chunk is dropped). */
+static void rn_tcp_stream_unbusy(struct rn_tcp_comm *c, struct rn_tcp_stream *s) {
+  s->rx_busy = 0;
+  if (atomic_load(&s->rx_drop)) {
+    atomic_store(&s->rx_drop, 0);
+    atomic_fetch_sub(&c->rx_drops, 1);
+  }
+}
+
+/* rx_lock held: a copy of chunk (seq, pos) landed from stream `self`;
+ * every other stream still writing a copy of it into the buffer is told to
+ * drop the rest (its driver reads it into scratch: rn_tcp_stream_drop),
+ * so that the group does not wait for a copy that trickles in over a
+ * slow or lossy rail (a rescue, rn_tcp_rail_rescue, left that rail up).
+ * Returns those streams (bit i: stream i), to be woken. */
+static uint32_t rn_tcp_chunk_dup_drop(struct rn_tcp_comm *c, const struct rn_tcp_stream *self,
+                                      uint64_t seq, uint32_t pos) {
+  uint32_t mask = 0;
+  for (int i = 0; i < c->nstreams; i++) {
+    struct rn_tcp_stream *o = &c->stream[i];
+    if (o == self || !o->rx_busy || o->rx_busy_seq != seq || o->rx_busy_pos != pos ||
+        atomic_load(&o->rx_drop))
+      continue;
+    atomic_store(&o->rx_drop, 1);
+    atomic_fetch_add(&c->rx_drops, 1);
+    mask |= 1u << i;
+  }
+  return mask;
+}
+
+/* Receive, the stream's driver: another copy of the chunk it writes
+ * landed (rx_drop): it stops writing into the buffer, and reads the rest
+ * of the chunk into scratch; the group no longer waits for it.  The bytes
+ * it wrote so far are the same as the copy's. */
+static void rn_tcp_stream_drop(struct rn_tcp_comm *c, struct rn_tcp_stream *s) {
+  if (!atomic_load(&s->rx_drop)) return;
+  pthread_mutex_lock(&c->rx_lock);
+  if (atomic_load(&s->rx_drop) && s->rx_busy && s->rx_req != NULL && !s->rx_discard &&
+      (c->scratch != NULL || (c->scratch = malloc(RN_TCP_SCRATCH)) != NULL)) {
+    s->rx_req->writers--;
+    s->rx_discard = 1;
+    rn_tcp_stream_unbusy(c, s);
+  }
+  pthread_mutex_unlock(&c->rx_lock);
 }
 
 /* A chunk's payload has all landed (or, discarded, was read). */
@@ -386,14 +441,17 @@ static void rn_tcp_chunk_end(struct rn_tcp_comm *c, struct rn_tcp_stream *s) {
     return;
   }
   int counted = 0;
+  uint32_t drop = 0;
   pthread_mutex_lock(&c->rx_lock);
   uint64_t *word = &c->cover[h->seq % RN_TCP_RING][idx][h->index / 64];
   uint64_t bit = 1ull << (h->index % 64);
   c->inflight[h->seq % RN_TCP_RING][idx][h->index / 64] &= ~bit;
   r->writers--;
+  rn_tcp_stream_unbusy(c, s);
   if (!(*word & bit)) { /* the first copy to finish counts */
     *word |= bit;
     counted = 1;
+    if (r->resent & (1u << idx)) drop = rn_tcp_chunk_dup_drop(c, s, h->seq, rn_tcp_chunk_pos(h));
     r->arrived[idx] += h->p.plen;
     if (r->arrived[idx] == r->size_of[idx]) {
       r->filled |= 1u << idx;
@@ -406,6 +464,8 @@ static void rn_tcp_chunk_end(struct rn_tcp_comm *c, struct rn_tcp_stream *s) {
     atomic_fetch_add_explicit(&rail->bytes, h->p.plen, memory_order_relaxed);
     atomic_fetch_add_explicit(&rail->chunks, 1, memory_order_relaxed);
   }
+  for (int i = 0; drop != 0 && i < c->nstreams && c->nthreads > 0; i++)
+    if (drop & (1u << i)) rn_tcp_wake(c, i);
 }
 
 /* A receive stream ended: a chunk it was reading stops counting as being
@@ -418,6 +478,7 @@ static void rn_tcp_stream_recv_end(struct rn_tcp_comm *c, struct rn_tcp_stream *
     c->inflight[s->rx_hdr.seq % RN_TCP_RING][s->rx_hdr.idx][s->rx_hdr.index / 64] &=
         ~(1ull << (s->rx_hdr.index % 64));
     s->rx_req->writers--;
+    rn_tcp_stream_unbusy(c, s);
     pthread_mutex_unlock(&c->rx_lock);
   }
   s->rx_req = NULL;
@@ -450,6 +511,7 @@ static int rn_tcp_stream_recv(struct rn_tcp_comm *c, struct rn_tcp_stream *s, si
     struct iovec iov[2];
     size_t want;
     int niov = 1;
+    if (s->off >= hl) rn_tcp_stream_drop(c, s);
     if (s->off < hl) {
       want = hl - s->off;
       iov[0] = (struct iovec){(char *)&s->rx_hdr + s->off, want};
@@ -508,6 +570,7 @@ size_t rn_tcp_stream_step(struct rn_tcp_comm *c, struct rn_tcp_stream *s, short 
     return 0;
   }
   if (c->is_recv) {
+    rn_tcp_stream_drop(c, s); /* another copy of its chunk landed */
     if (re & (POLLIN | POLLHUP | POLLERR)) rc = rn_tcp_stream_recv(c, s, budget, &moved);
   } else if ((re & POLLIN) && !(re & POLLOUT)) {
     /* The receiver never writes on data streams: readable means EOF.
@@ -606,7 +669,7 @@ int rn_tcp_enqueue(struct rn_tcp_comm *c, struct rn_tcp_req *r, const char *data
   rn_tcp_rails_load(c, used, load);
   for (size_t k = 0; k < nchunks; k++) {
     size_t off = k * grid, len = size - off < grid ? size - off : grid;
-    int sidx = rn_tcp_rails_pick(c, len, load, used);
+    int sidx = rn_tcp_rails_pick(c, len, load, used, -1);
     if (sidx < 0) return 0;
     where[k] = (uint8_t)sidx;
     used[sidx]++;

@@ -198,6 +198,11 @@ struct rn_tcp_queued_chunk {
   struct rn_tcp_req *req;
   uint32_t gen; /* req's generation when queued */
   int keep;     /* kept once written until its send is acknowledged */
+  /* A rescue's (rn_tcp_rail_rescue): 1 + the rail it was taken from, which
+   * its copy avoids while another rail is usable; 0 any rail.  On the
+   * stuck rail's kept entries, `rescued` says a copy of it left already. */
+  int from_rail;
+  int rescued;
   struct rn_tcp_chunk hdr;
   const char *data;
 };
@@ -245,6 +250,11 @@ struct rn_tcp_rail {
   int64_t hold_until_ms; /* not dialed again before then */
   int flaps;             /* take-outs in a row, each within RAILNET_RAIL_HOLD_MS of its re-admission */
   int busy_prev; /* caller: busy at the last sample */
+  /* Send, caller: it alone held the comm up and its chunks went again
+   * over the others (rn_tcp_rail_rescue): due at the next failover, and
+   * when it last happened (its estimate is not raised for a while). */
+  int rescue_due;
+  int64_t rescued_ms;
   int standby;   /* the device's standby NIC: carries data only while every other rail is down */
 };
 
@@ -288,6 +298,13 @@ struct rn_tcp_stream {
   struct rn_tcp_req *rx_req;
   char *rx_dst;
   int rx_discard;    /* a copy of a chunk that already landed: read and dropped */
+  /* Receive, under the comm's rx_lock: the chunk this stream writes into
+   * its buffer (rx_busy), and rx_drop once another copy of it landed
+   * (then its driver reads the rest into scratch: rn_tcp_stream_drop). */
+  int rx_busy;
+  uint64_t rx_busy_seq;
+  uint32_t rx_busy_pos;
+  atomic_int rx_drop;
   int lost;          /* ended by an error or in the middle of a chunk (not a close) */
   atomic_int retire; /* receive: the sender took it out (DOWN): its driver ends it */
   char cause[96];    /* why it ended */
@@ -522,6 +539,9 @@ struct rn_tcp_comm {
    * that trails its re-sent one may still come for them after they
    * completed (rn_tcp_chunk_begin). */
   uint64_t resent_hi;
+  /* Streams told to drop the copy they are writing (rx_drop set), under
+   * rx_lock; read without it by the caller, which then drives them. */
+  atomic_int rx_drops;
   /* Filling messages seen, by claim number (under rx_lock): every one
    * below claim_low, and claim_ahead of those from there up to
    * claim_hi - 1 (bit n % RN_TCP_CLAIM_WINDOW of claim_seen).  The
@@ -566,6 +586,12 @@ struct rn_tcp_comm {
   uint64_t acks_mark;    /* send: acks_in + acks_asked when owed_ms was last set */
   int64_t owed_ms;       /* send: since when an ACK is owed with nothing in flight */
   uint32_t down_pending; /* send: streams taken out, DOWN not yet queued */
+  /* send: one rail alone has held the comm up since held_ms (0: none
+   * does), held_rail; rescues so far (RAILNET_STATS), the chunks they
+   * sent again or moved */
+  int64_t held_ms;
+  int held_rail;
+  uint64_t rescues, rescued_chunks;
   /* send side: CTSs of groups send_head .. cts_next - 1, by seq % RN_TCP_RING;
    * send_head is the oldest with a buffer no send has claimed */
   uint64_t send_head, cts_next;
@@ -709,8 +735,9 @@ void rn_tcp_rails_close(struct rn_tcp_comm *c);
 /* The stream for a chunk of len bytes: on the live rail that would
  * deliver it first at its estimated rate, given load[] bytes in flight per
  * rail, the stream of that rail with the fewest used[] queue entries; -1
- * when no stream has room. */
-int rn_tcp_rails_pick(struct rn_tcp_comm *c, size_t len, const uint64_t *load, const int *used);
+ * when no stream has room.  Never rail `avoid` (-1: none). */
+int rn_tcp_rails_pick(struct rn_tcp_comm *c, size_t len, const uint64_t *load, const int *used,
+                      int avoid);
 /* What rn_tcp_rails_pick needs: the used[] entries of each stream queue
  * (entries kept for a re-send included) and the load[] bytes in flight per
  * rail (the kernel's unacknowledged bytes too, when there are several). */
