@@ -494,6 +494,7 @@ void rn_tcp_comm_detach(struct rn_tcp_comm *c) {
     rn_sock_close_gently(c->stream[i].fd, 0);
     pthread_mutex_destroy(&c->stream[i].queue_lock);
     free(c->stream[i].queue);
+    free(c->stream[i].bounce);
   }
   free(c->stream);
   c->stream = NULL;

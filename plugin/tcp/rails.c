@@ -843,7 +843,10 @@ static ncclResult_t rn_tcp_rail_take_out(struct rn_tcp_comm *c, int ri, const ch
        * receiver accepts whether or not its first copy landed. */
       int started = !unwritten || i == s->queue_head;
       if (unwritten) atomic_fetch_sub(&r->pending, q.hdr.p.plen);
-      if (rn_tcp_chunk_stale(&q)) {
+      /* Stale, or a rescued head chunk that finishes from the stream's
+       * own copy (rn_tcp_stream_bounce): its copy from the send's memory
+       * left already, and this one's memory is the stream's. */
+      if (rn_tcp_chunk_stale(&q) || q.rescued == 2) {
         if (unwritten) atomic_fetch_sub(&c->stream_work, 1);
         continue;
       }
@@ -941,7 +944,14 @@ static void rn_tcp_rail_rescue(struct rn_tcp_comm *c, int ri) {
       c->backlog[c->nbacklog++] = copy;
       atomic_fetch_add(&c->stream_work, 1);
       copied++;
-      writing += i == s->queue_head;
+      if (i == s->queue_head) {
+        writing++;
+        /* A thread in sendmsg on it does this as it leaves the chunk. */
+        if (s->writing)
+          s->bounce_due = 1;
+        else
+          rn_tcp_stream_bounce(s, q);
+      }
     }
     for (int i = first_unstarted; i != s->queue_tail; i = (i + 1) % RN_TCP_STREAM_QUEUE) {
       struct rn_tcp_queued_chunk q = s->queue[i];
@@ -1060,6 +1070,7 @@ static void rn_tcp_stream_reset(struct rn_tcp_stream *s, int fd) {
   s->keep_head = s->queue_head = s->queue_tail;
   s->off = 0;
   s->writing = 0; /* no thread drives it now (rn_tcp_engine_swap_fd) */
+  s->bounce_due = 0;
   rn_tcp_stream_unhold(s);
   pthread_mutex_unlock(&s->queue_lock);
   s->rx_req = NULL;

@@ -54,12 +54,35 @@ void rn_tcp_stream_unhold(struct rn_tcp_stream *s) {
   s->hold = NULL;
 }
 
+int rn_tcp_stream_bounce(struct rn_tcp_stream *s, struct rn_tcp_queued_chunk *q) {
+  const size_t len = q->hdr.p.plen;
+  s->bounce_due = 0;
+  if (s->writing || s->hold == NULL || q->rescued == 2) return 0;
+  if (s->bounce_cap < len) {
+    char *b = realloc(s->bounce, len);
+    if (b == NULL) return 0; /* its send waits for the write, as before */
+    s->bounce = b;
+    s->bounce_cap = len;
+  }
+  memcpy(s->bounce, q->data, len);
+  q->data = s->bounce;
+  q->rescued = 2; /* never sent again from here: its memory is the stream's */
+  rn_tcp_stream_unhold(s);
+  return 1;
+}
+
 /* queue_lock held: the writing thread leaves the head chunk, written
  * whole or not; it lets go of its send's memory when done with it, or
  * when the stream died meanwhile (whoever took its queue left that, and
- * the offset, to the writer). */
+ * the offset, to the writer).  A rescue that found it writing left the
+ * chunk's bounce to it (rn_tcp_stream_bounce). */
 static void rn_tcp_stream_leave(struct rn_tcp_stream *s, int done) {
   s->writing = 0;
+  if (s->bounce_due) {
+    if (!done && !atomic_load(&s->dead))
+      rn_tcp_stream_bounce(s, &s->queue[s->queue_head]);
+    s->bounce_due = 0;
+  }
   if (!atomic_load(&s->dead)) {
     if (done) rn_tcp_stream_unhold(s);
     return;

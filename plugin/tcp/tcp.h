@@ -200,7 +200,8 @@ struct rn_tcp_queued_chunk {
   int keep;     /* kept once written until its send is acknowledged */
   /* A rescue's (rn_tcp_rail_rescue): 1 + the rail it was taken from, which
    * its copy avoids while another rail is usable; 0 any rail.  On the
-   * stuck rail's kept entries, `rescued` says a copy of it left already. */
+   * stuck rail's entries, `rescued` says a copy of it left already (1),
+   * and that it finishes from the stream's bounce buffer (2). */
   int from_rail;
   int rescued;
   struct rn_tcp_chunk hdr;
@@ -294,6 +295,12 @@ struct rn_tcp_stream {
    * thread is writing it right now (then that thread lets go of it) */
   struct rn_tcp_req *hold;
   int writing;
+  /* send, under queue_lock: where a rescued head chunk's payload was
+   * copied (rn_tcp_rail_rescue), so that the rest of its write no longer
+   * reads its send's memory; freed with the comm */
+  char *bounce;
+  size_t bounce_cap;
+  int bounce_due; /* a rescue found a thread writing the head chunk: it bounces it as it leaves */
   struct rn_tcp_chunk rx_hdr;
   struct rn_tcp_req *rx_req;
   char *rx_dst;
@@ -1009,6 +1016,15 @@ void rn_tcp_stream_retire(struct rn_tcp_stream *s);
 /* queue_lock held: the stream lets go of the send its head chunk reads
  * (only where no thread is writing it: s->writing == 0). */
 void rn_tcp_stream_unhold(struct rn_tcp_stream *s);
+/* queue_lock held, no thread writing: head chunk q, part written, whose
+ * copy a rescue sent over another rail, finishes its write from a copy of
+ * its payload in the stream's bounce buffer, and the stream lets go of
+ * its send, which then completes with its ACK (the copy landed) instead
+ * of waiting until the held-up rail takes the rest of this chunk
+ * (seconds on a lossy rail; on a dead one, until it is taken out).  The
+ * bytes are the same: the send is not complete before.  1 when done (0:
+ * no memory, or nothing to do; the send waits for the write). */
+int rn_tcp_stream_bounce(struct rn_tcp_stream *s, struct rn_tcp_queued_chunk *q);
 
 /* engine.c: the process's pool of helper threads. */
 /* Threads the pool runs: RAILNET_SOCKET_NTHREADS (auto: 0 below 8 CPUs,

@@ -8,6 +8,9 @@
 #  - rail 0, where the control connection starts, at 20% loss under 4 KiB
 #    messages (they travel on the control connection alone);
 #  - both rails at 5% loss (no clean rail to weigh a stalled one against).
+# Rail 1 lossy, the sender re-sends what it holds up over rail 0 whenever
+# rail 0 has delivered all it was given for 250 ms (a rescue: RAILNET_STATS
+# counts them), without taking it out.
 # Each: every byte verified, no error on either side, and no WARN but a
 # rail taken out (with its cause) when it stalled for RAILNET_RAIL_STALL_MS
 # while the other delivered, or left out at connect when its dial did not
@@ -21,7 +24,7 @@
 # The testbed is removed on exit, also on failure.
 cd "$(dirname "$0")/../.." || exit 1
 NAME=rbloss$$
-BEDS="$NAME" OUT_TAG=lossy XFER_ENV= PLAN=8
+BEDS="$NAME" OUT_TAG=lossy XFER_ENV= PLAN=9
 . tests/multirail/lib.sh
 
 # 1. the testbed
@@ -67,12 +70,23 @@ lossy() { # LOG DESCRIPTION "RAIL PCT ..." [xfer args...]
 # 2-3. rail 1 lossy, 1 MiB messages over both rails
 lossy rail1 "rail 1 at 20% loss each way, 1 MiB messages for 6 s" "1 20" \
   --seconds 6 --bytes 4G --interval 0.5 --timeout 60
-# 4-5. rail 0 lossy, 4 KiB messages: the control connection alone carries them
+# 4. what the lossy rail held up went again over the clean one, by the
+# sender's counters (a retransmission timeout of TCP lasts 200 ms at
+# least, doubling; the comm waits on rail 1 alone many times in 6 s)
+line=$(stat_line "$OUT/rail1.stats" send close)
+rescues=$(echo "$line" | sed -n 's/.*"rescues":\([0-9]*\),"rescued_chunks":\([0-9]*\).*/\1 \2/p')
+if [ -n "$line" ] && [ "${rescues%% *}" -ge 1 ] 2>/dev/null; then
+  result OK "rail 1 lossy: the sender re-sent what it held up over rail 0 (RAILNET_STATS: ${rescues%% *} rescue(s), ${rescues#* } chunk(s))"
+else
+  result NOTOK "rail 1 lossy: the sender re-sent what it held up over rail 0 (RAILNET_STATS rescues: '${rescues%% *}')"
+  echo "$line" | cut -c1-300 | details
+fi
+# 5-6. rail 0 lossy, 4 KiB messages: the control connection alone carries them
 lossy ctrl "rail 0 (the control connection's) at 20% loss each way, 4 KiB messages for 4 s" \
   "0 20" --seconds 4 --bytes 1G --size 4096 --interval 0.5 --timeout 60
-# 6-7. both rails lossy
+# 7-8. both rails lossy
 lossy both "both rails at 5% loss each way, 1 MiB messages for 6 s" "0 5 1 5" \
   --seconds 6 --bytes 4G --interval 0.5 --timeout 60
 
-# 8. nothing left behind
+# 9. nothing left behind
 nothing_left_behind
