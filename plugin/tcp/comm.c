@@ -301,7 +301,6 @@ void rn_tcp_comm_free(struct rn_tcp_comm *c) {
   pthread_mutex_destroy(&c->lock);
   free(c->cover);
   free(c->inflight);
-  free(c->scratch);
   free(c->backlog);
   for (int i = 0; c->unexpected != NULL && i < RN_TCP_EAGER_WINDOW; i++)
     free(c->unexpected[i].data);
@@ -495,6 +494,7 @@ void rn_tcp_comm_detach(struct rn_tcp_comm *c) {
     pthread_mutex_destroy(&c->stream[i].queue_lock);
     free(c->stream[i].queue);
     free(c->stream[i].bounce);
+    free(c->stream[i].scratch);
   }
   free(c->stream);
   c->stream = NULL;

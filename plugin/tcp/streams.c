@@ -274,7 +274,7 @@ ncclResult_t rn_tcp_buf_shape(struct rn_tcp_comm *c, struct rn_tcp_req *r, int i
 /* The chunk on s is a copy that already landed: it is read into scratch
  * and dropped.  rx_lock held. */
 static ncclResult_t rn_tcp_discard_to(struct rn_tcp_comm *c, struct rn_tcp_stream *s) {
-  if (c->scratch == NULL && (c->scratch = malloc(RN_TCP_SCRATCH)) == NULL)
+  if (s->scratch == NULL && (s->scratch = malloc(RN_TCP_SCRATCH)) == NULL)
     return rn_tcp_fail(c, ncclSystemError, "out of memory for a re-sent chunk from %s", c->peer);
   s->rx_discard = 1;
   return ncclSuccess;
@@ -442,7 +442,7 @@ static void rn_tcp_stream_drop(struct rn_tcp_comm *c, struct rn_tcp_stream *s) {
   if (!atomic_load(&s->rx_drop)) return;
   pthread_mutex_lock(&c->rx_lock);
   if (atomic_load(&s->rx_drop) && s->rx_busy && s->rx_req != NULL && !s->rx_discard &&
-      (c->scratch != NULL || (c->scratch = malloc(RN_TCP_SCRATCH)) != NULL)) {
+      (s->scratch != NULL || (s->scratch = malloc(RN_TCP_SCRATCH)) != NULL)) {
     s->rx_req->writers--;
     s->rx_discard = 1;
     rn_tcp_stream_unbusy(c, s);
@@ -546,7 +546,7 @@ static int rn_tcp_stream_recv(struct rn_tcp_comm *c, struct rn_tcp_stream *s, si
         iov[1] = (struct iovec){&next, hl};
         niov = 2;
       }
-      iov[0] = (struct iovec){s->rx_discard ? c->scratch : s->rx_dst + (s->off - hl), want};
+      iov[0] = (struct iovec){s->rx_discard ? s->scratch : s->rx_dst + (s->off - hl), want};
     }
     struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)niov};
     ssize_t k = recvmsg(s->fd, &m, MSG_DONTWAIT);

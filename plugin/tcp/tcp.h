@@ -308,6 +308,9 @@ struct rn_tcp_stream {
   /* Receive, under the comm's rx_lock: the chunk this stream writes into
    * its buffer (rx_busy), and rx_drop once another copy of it landed
    * (then its driver reads the rest into scratch: rn_tcp_stream_drop). */
+  /* receive: where this stream reads copies of chunks that already
+   * landed (its own: streams on helper threads drop copies at once) */
+  char *scratch;
   int rx_busy;
   uint64_t rx_busy_seq;
   uint32_t rx_busy_pos;
@@ -570,7 +573,7 @@ struct rn_tcp_comm {
    * among them (a handle has room for one only beside at most 4 rails) */
   struct rn_tcp_rail *rail;
   struct rn_tcp_req *ring[RN_TCP_RING];
-  /* [RN_TCP_RING]: chunks landed; with inflight and scratch, allocated at
+  /* [RN_TCP_RING]: chunks landed; with inflight, allocated at
    * the first streamed message (streams.c) */
   uint64_t (*cover)[RN_MAX_RECVS][RN_TCP_CHUNK_WORDS];
   struct rn_tcp_unexpected *unexpected; /* RN_TCP_EAGER_WINDOW entries, allocated on first use */
@@ -580,7 +583,6 @@ struct rn_tcp_comm {
   uint64_t held_cap;   /* bytes of the slots' buffers */
   char *discard;       /* payload of an eager message too big for its buffer */
   uint64_t (*inflight)[RN_MAX_RECVS][RN_TCP_CHUNK_WORDS]; /* [RN_TCP_RING]: chunks being read */
-  char *scratch;      /* where copies of chunks that already landed are read to */
   atomic_int ack_due; /* a streamed buffer filled: ACKs to queue */
   int64_t landed_ms;  /* receive: when bytes last landed or none were awaited */
   int idle_said;      /* send: the INFO on a live receiver whose process reads nothing was given */
