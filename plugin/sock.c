@@ -404,8 +404,8 @@ void rn_sock_close_gently_n(const int *fds, int n, int wait_ms) {
     ended[i] = fds[i] < 0 || rn_sock_drain(fds[i]);
     if (fds[i] >= 0) shutdown(fds[i], SHUT_WR);
   }
-  const int64_t start = rn_clock_ms(), stall_ms = wait_ms / 5 > 0 ? wait_ms / 5 : 1;
-  int64_t last_move = start;
+  const int64_t start = rn_clock_ms();
+  int64_t last_move = start, stall_ms = wait_ms / 5 > 0 ? wait_ms / 5 : 1;
   while (wait_ms > 0) {
     const int64_t now = rn_clock_ms();
     struct pollfd p[RN_SOCK_GENTLE_MAX];
@@ -419,9 +419,20 @@ void rn_sock_close_gently_n(const int *fds, int n, int wait_ms) {
       if (ended[i] || ioctl(fds[i], SIOCOUTQ, &outq) != 0 || outq <= 1) continue;
       if (outq != last[i]) last_move = now;
       last[i] = outq;
+      /* On a lossy path nothing is acknowledged until TCP's retransmission
+       * timer fires (200 ms, doubling): the wait for progress lasts two of
+       * them, within wait_ms. */
+      struct tcp_info ti;
+      socklen_t tl = sizeof(ti);
+      if (getsockopt(fds[i], IPPROTO_TCP, TCP_INFO, &ti, &tl) == 0 &&
+          2 * (int64_t)ti.tcpi_rto / 1000 > stall_ms)
+        stall_ms = 2 * (int64_t)ti.tcpi_rto / 1000;
       p[np++] = (struct pollfd){.fd = fds[i], .events = POLLIN};
     }
-    if (np == 0 || now - start >= wait_ms || now - last_move >= stall_ms) break;
+    /* While bytes are still acknowledged, up to 5 x wait_ms: a lossy or
+     * slow path drains a sender's queue at its own pace, and what a reset
+     * would throw away is the peer's data. */
+    if (np == 0 || now - start >= 5 * (int64_t)wait_ms || now - last_move >= stall_ms) break;
     if (poll(p, (nfds_t)np, 5) > 0)
       for (int k = 0; k < np; k++)
         for (int i = 0; i < n && (p[k].revents & (POLLIN | POLLHUP | POLLERR)); i++)

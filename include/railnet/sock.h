@@ -70,9 +70,12 @@ ncclResult_t rn_sock_recv_some(int fd, void *buf, size_t len, size_t *off);
  * throw away is this side's bytes not yet acknowledged (what the peer's
  * kernel holds stays readable there), and the peer may still send (it does
  * not know yet that this side is done), which a closed socket answers
- * with a reset.  The FIN's own acknowledgement is not waited for.  The wait ends early when no byte is acknowledged for a fifth
- * of wait_ms (a peer that stopped reading, or is gone), or at the peer's
- * own FIN. */
+ * with a reset.  The FIN's own acknowledgement is not waited for.  The
+ * wait lasts while bytes are acknowledged, up to 5 x wait_ms (a lossy or
+ * slow path drains the queue at its own pace); it ends early when no byte
+ * is acknowledged for a fifth of wait_ms, or for two of TCP's
+ * retransmission timeouts where that is longer (a lossy path), as a peer
+ * that stopped reading or is gone shows, or at the peer's own FIN. */
 void rn_sock_close_gently(int fd, int wait_ms);
 /* The same for n sockets at once, in one wait (negative fds skipped). */
 void rn_sock_close_gently_n(const int *fds, int n, int wait_ms);
