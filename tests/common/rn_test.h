@@ -137,6 +137,9 @@ const ncclNet_v8_t *rn_load_v8(int tap);
  * and RAILNET_NICS=lo,IF; -1 after printing a TAP skip when there is no
  * other interface. */
 int rn_two_ifs_env(char *spec, size_t len);
+/* An IPv4 address of this host outside 127/8, of an interface that is up,
+ * into buf (tap.c); 0 when there is none. */
+int rn_other_ipv4(char *buf, size_t len);
 /* dlopen rn_plugin_path() as NCCL does; NULL after printing "1..1" and
  * "not ok 1 - dlopen ...". */
 void *rn_dlopen_plugin(void);

@@ -1,7 +1,10 @@
 /* TAP output, time, environment and data patterns for the test programs. */
 #include "rn_test.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -282,4 +285,19 @@ void rn_loadavg(char *buf, size_t len) {
   double a, b, c;
   if (fscanf(f, "%lf %lf %lf", &a, &b, &c) == 3) snprintf(buf, len, "%.2f %.2f %.2f", a, b, c);
   fclose(f);
+}
+
+int rn_other_ipv4(char *buf, size_t len) {
+  struct ifaddrs *all = NULL;
+  int found = 0;
+  if (getifaddrs(&all) != 0) return 0;
+  for (const struct ifaddrs *a = all; a != NULL && !found; a = a->ifa_next) {
+    if (a->ifa_addr == NULL || a->ifa_addr->sa_family != AF_INET || !(a->ifa_flags & IFF_UP))
+      continue;
+    const struct sockaddr_in *in = (const struct sockaddr_in *)a->ifa_addr;
+    if ((ntohl(in->sin_addr.s_addr) >> 24) == 127) continue;
+    found = inet_ntop(AF_INET, &in->sin_addr, buf, (socklen_t)len) != NULL;
+  }
+  freeifaddrs(all);
+  return found;
 }

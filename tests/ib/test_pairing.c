@@ -10,8 +10,6 @@
  * 198.51.100.0/24 and 203.0.113.0/24 (documentation ranges) are no
  * address of this host. */
 #include <arpa/inet.h>
-#include <ifaddrs.h>
-#include <net/if.h>
 #include <stdio.h>
 #include <string.h>
 #include "../../plugin/ib/ib.h"
@@ -67,23 +65,6 @@ static void check(const char *what, const char *const *local, int nlocal, const 
            words ? "; words: " : "", words ? words : "");
 }
 
-/* An IPv4 address of this host outside 127/8, of an interface that is up;
- * 0 when there is none. */
-static int other_address(char *buf, size_t len) {
-  struct ifaddrs *all = NULL;
-  int found = 0;
-  if (getifaddrs(&all) != 0) return 0;
-  for (const struct ifaddrs *a = all; a != NULL && !found; a = a->ifa_next) {
-    if (a->ifa_addr == NULL || a->ifa_addr->sa_family != AF_INET || !(a->ifa_flags & IFF_UP))
-      continue;
-    const struct sockaddr_in *in = (const struct sockaddr_in *)a->ifa_addr;
-    if ((ntohl(in->sin_addr.s_addr) >> 24) == 127) continue;
-    found = inet_ntop(AF_INET, &in->sin_addr, buf, (socklen_t)len) != NULL;
-  }
-  freeifaddrs(all);
-  return found;
-}
-
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   tap_plan(9);
@@ -112,7 +93,7 @@ int main(void) {
                     "rail 1 (127.0.0.9)");
   }
   char own[64], own_gid[80];
-  if (other_address(own, sizeof(own))) {
+  if (rn_other_ipv4(own, sizeof(own))) {
     /* The peer lists its rails the other way round: each address is routed
      * from a rail of its own here, so each pairs with that rail. */
     snprintf(own_gid, sizeof(own_gid), "v4:%s", own);

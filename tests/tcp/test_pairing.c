@@ -9,8 +9,6 @@
  * 198.51.100.0/24 and 203.0.113.0/24 (documentation ranges) are no
  * address of this host, so no route leaves from them. */
 #include <arpa/inet.h>
-#include <ifaddrs.h>
-#include <net/if.h>
 #include <stdio.h>
 #include <string.h>
 #include "../../plugin/tcp/tcp.h"
@@ -64,23 +62,6 @@ static void check(const char *what, const char *const *dev, int ndev, int dev_st
   char got[512];
   tap_result(ok, "%s: %s (%d rail(s)%s, %d streams)", what, pairs(&plan, got, sizeof(got)),
              plan.nlocals, plan.standby ? ", the standbys last" : "", plan.nstreams);
-}
-
-/* An IPv4 address of this host outside 127/8, of an interface that is up;
- * 0 when there is none. */
-static int other_address(char *buf, size_t len) {
-  struct ifaddrs *all = NULL;
-  int found = 0;
-  if (getifaddrs(&all) != 0) return 0;
-  for (const struct ifaddrs *a = all; a != NULL && !found; a = a->ifa_next) {
-    if (a->ifa_addr == NULL || a->ifa_addr->sa_family != AF_INET || !(a->ifa_flags & IFF_UP))
-      continue;
-    const struct sockaddr_in *in = (const struct sockaddr_in *)a->ifa_addr;
-    if ((ntohl(in->sin_addr.s_addr) >> 24) == 127) continue;
-    found = inet_ntop(AF_INET, &in->sin_addr, buf, (socklen_t)len) != NULL;
-  }
-  freeifaddrs(all);
-  return found;
 }
 
 int main(void) {
@@ -168,7 +149,7 @@ int main(void) {
           2, 0, peer, 2, 0, want, 2, 0);
   }
   char own[64];
-  if (other_address(own, sizeof(own))) {
+  if (rn_other_ipv4(own, sizeof(own))) {
     /* The peer lists its two rails the other way round: each address is
      * routed from a rail of its own, so each pairs with that rail. */
     const char *dev[] = {own, "127.0.0.1"}, *peer[] = {"127.0.0.9", own};
